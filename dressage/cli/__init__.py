@@ -1,0 +1,32 @@
+"""``dressage-worker``: the command-line entry point.
+
+This module only wires sub-commands; each lives in its own module (store inspection in
+:mod:`dressage.cli.store_commands`, long-running processes in :mod:`workers`).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from dressage.cli import store_commands
+from workers import engine as engine_worker
+from workers import proxy as proxy_worker
+from workers import rollout as rollout_worker
+from workers import train as train_worker
+
+app = typer.Typer(
+    name="dressage-worker",
+    help="Dressage: token-exact trajectory log, TITO proxy, rollout workers and replay trainer.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+store_commands.register(app)
+app.command("engine")(engine_worker.engine_command)
+app.command("proxy")(proxy_worker.proxy_command)
+app.command("rollout")(rollout_worker.rollout_command)
+app.command("train")(train_worker.train_command)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

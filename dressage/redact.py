@@ -1,0 +1,40 @@
+"""Redaction: secrets never reach logs or stored errors.
+
+Removes bearer tokens, API-key-like strings, ``Authorization`` headers, passwords in database URLs
+and any configured secret values from text before it is logged or written to the event log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+REDACTED = "[REDACTED]"
+
+# Each pattern keeps its named group ``keep`` (a label such as "Authorization: ") and replaces the rest.
+_PATTERNS = [
+    re.compile(r"(?i)(?P<keep>authorization\s*[:=]\s*)(?:bearer\s+)?[^\s,;'\"]+"),
+    re.compile(r"(?i)(?P<keep>\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"(?P<keep>)\b(?:sk|pk|rk|ak)-[A-Za-z0-9_-]{12,}"),
+    re.compile(r"(?P<keep>)\be2b_[A-Za-z0-9]{16,}"),
+    re.compile(r"(?P<keep>)\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"(?P<keep>)\bAKIA[0-9A-Z]{16}\b"),
+    re.compile(r"(?P<keep>)\bxox[abpr]-[A-Za-z0-9-]{10,}"),
+    re.compile(
+        r"(?i)(?P<keep>(?:api[_-]?key|secret|password|passwd|token)[\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]{6,}"
+    ),
+    re.compile(r"(?P<keep>[a-z][a-z0-9+.-]*://[^:/\s@]+:)[^@\s/]+(?=@)"),
+]
+
+
+def redact(text: str | None, secrets: Iterable[str] = ()) -> str | None:
+    """Return ``text`` with secrets replaced by ``[REDACTED]`` (None stays None)."""
+    if text is None:
+        return None
+    out = text
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            out = out.replace(secret, REDACTED)
+    for pattern in _PATTERNS:
+        out = pattern.sub(lambda m: m.group("keep") + REDACTED, out)
+    return out

@@ -1,0 +1,33 @@
+"""The event log: schema, append/read protocols, leases, consumers, artifacts, views."""
+
+from dressage.store.event_store import EventStore
+from dressage.store.records import (
+    AppendResult,
+    ArtifactRef,
+    ConsumerCheckpoint,
+    Event,
+    Run,
+    Session,
+    TaskLease,
+    TaskSpec,
+    TrainStep,
+    Turn,
+    TurnRecord,
+    deterministic_key,
+)
+
+__all__ = [
+    "AppendResult",
+    "ArtifactRef",
+    "ConsumerCheckpoint",
+    "Event",
+    "EventStore",
+    "Run",
+    "Session",
+    "TaskLease",
+    "TaskSpec",
+    "TrainStep",
+    "Turn",
+    "TurnRecord",
+    "deterministic_key",
+]

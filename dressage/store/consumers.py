@@ -1,0 +1,126 @@
+"""Exactly-once effect for log consumers (the trainer is ``train:<name>``).
+
+Delivery is at-least-once; a consumer records each optimizer step's manifest and its new
+checkpoint (position, step) in one transaction, so after a crash it resumes at the step after the
+last one committed. Committing the same step again with the same batch hash is a no-op; with a
+different hash it is non-determinism and raises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from dressage.errors import IdempotencyConflictError, InvalidRecordError
+from dressage.store import schema as t
+from dressage.store.records import ConsumerCheckpoint, Run, TrainStep, canonical_json, check_text
+
+if TYPE_CHECKING:
+    from dressage.store.event_store import EventStore
+
+
+class ConsumerMixin:
+    """Consumer checkpoint and step-manifest methods of the event store."""
+
+    def get_checkpoint(self: EventStore, run: str | Run, consumer: str) -> ConsumerCheckpoint | None:
+        """The consumer's last committed checkpoint, or None before its first step."""
+        r = self.get_run(run)
+        c = t.consumer_checkpoints.c
+        with self._read() as conn:
+            row = conn.execute(
+                select(t.consumer_checkpoints).where(c.run_id == r.id, c.consumer == consumer)
+            ).first()
+        return ConsumerCheckpoint(row.consumer, row.position, row.step, row.state or {}) if row else None
+
+    def commit_step(
+        self: EventStore,
+        run: str | Run,
+        consumer: str,
+        *,
+        step: int,
+        position: int,
+        batch_hash: str,
+        manifest: Mapping[str, Any],
+        state: Mapping[str, Any] | None = None,
+    ) -> TrainStep:
+        """Record step ``step``'s manifest and move the checkpoint to ``position`` atomically.
+
+        Steps are consecutive from 1. Re-committing a recorded step with the same ``batch_hash``
+        returns it unchanged (a retried commit); a different hash raises.
+        """
+        check_text(consumer, what="consumer name", max_chars=200)
+        if step < 1 or position < 0:
+            raise InvalidRecordError(
+                f"step must be >= 1 and position >= 0, got step={step} position={position}"
+            )
+        r = self.get_run(run)
+        manifest = dict(manifest)
+        state = dict(state or {})
+        canonical_json(manifest, what=f"manifest of step {step}", max_bytes=self.max_payload_bytes * 4)
+        canonical_json(state, what="consumer state", max_bytes=self.max_payload_bytes)
+        c = t.consumer_checkpoints.c
+        s = t.train_steps.c
+
+        def tx(conn: Connection) -> TrainStep:
+            existing = conn.execute(
+                select(t.train_steps).where(s.run_id == r.id, s.consumer == consumer, s.step == step)
+            ).first()
+            if existing is not None:
+                if existing.batch_hash != batch_hash:
+                    raise IdempotencyConflictError(
+                        f"{consumer} step {step} of run {r.name!r} was recorded with batch hash "
+                        f"{existing.batch_hash[:12]}, now {batch_hash[:12]}: materialization is not deterministic"
+                    )
+                return _step(existing)
+            current = conn.execute(
+                select(c.step, c.position).where(c.run_id == r.id, c.consumer == consumer)
+            ).first()
+            last_step = current.step if current else 0
+            if step != last_step + 1:
+                raise InvalidRecordError(
+                    f"{consumer} is at step {last_step}; the next step must be {last_step + 1}, not {step}"
+                )
+            if current is not None and position < current.position:
+                raise InvalidRecordError(
+                    f"{consumer} checkpoint cannot move back from {current.position} to {position}"
+                )
+            now = time.time()
+            row = {
+                "run_id": r.id,
+                "consumer": consumer,
+                "step": step,
+                "position": position,
+                "batch_hash": batch_hash,
+                "manifest": manifest,
+                "created_at": now,
+            }
+            conn.execute(insert(t.train_steps).values(**row))
+            values = {"position": position, "step": step, "state": state, "updated_at": now}
+            if current is None:
+                conn.execute(insert(t.consumer_checkpoints).values(run_id=r.id, consumer=consumer, **values))
+            else:
+                conn.execute(
+                    update(t.consumer_checkpoints)
+                    .where(c.run_id == r.id, c.consumer == consumer)
+                    .values(**values)
+                )
+            return TrainStep(consumer, step, position, batch_hash, manifest, now)
+
+        return self._retrying(tx)
+
+    def list_steps(self: EventStore, run: str | Run, consumer: str) -> list[TrainStep]:
+        """Every recorded step of ``consumer``, in order."""
+        r = self.get_run(run)
+        s = t.train_steps.c
+        with self._read() as conn:
+            rows = conn.execute(
+                select(t.train_steps).where(s.run_id == r.id, s.consumer == consumer).order_by(s.step)
+            ).all()
+        return [_step(x) for x in rows]
+
+
+def _step(row: Any) -> TrainStep:
+    return TrainStep(row.consumer, row.step, row.position, row.batch_hash, row.manifest, row.created_at)

@@ -1,0 +1,252 @@
+"""Task queue with leases: enqueue (task, sample) pairs, claim them, renew, release.
+
+Many rollout workers on many machines share one database. A claim takes pending tasks, or tasks
+whose lease expired (their owner crashed), under a lease; on PostgreSQL with
+``FOR UPDATE SKIP LOCKED`` so workers never wait on each other's rows, on SQLite under the
+database write lock. Reclaiming an expired task marks its previous, still-running session
+``abandoned`` (kept for audit, never trained on) in the same transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, and_, func, insert, or_, select, update
+
+from dressage.errors import InvalidRecordError, LeaseError
+from dressage.store import schema as t
+from dressage.store.records import Run, TaskLease, TaskSpec, canonical_json, check_text, deterministic_key
+
+if TYPE_CHECKING:
+    from dressage.store.event_store import EventStore
+
+TASK_STATES = ("pending", "leased", "done", "failed")
+
+
+class LeaseMixin:
+    """Task-queue methods of :class:`~dressage.store.event_store.EventStore`."""
+
+    def enqueue_tasks(self: EventStore, run: str | Run, specs: Sequence[TaskSpec], n_samples: int = 1) -> int:
+        """Add ``n_samples`` (task, sample) pairs per spec; pairs already present are left alone.
+
+        Returns the number of pairs added. Idempotent, so a resumed run can enqueue again.
+        """
+        if n_samples < 1:
+            raise InvalidRecordError(f"n_samples must be >= 1, got {n_samples}")
+        r = self.get_run(run)
+        for spec in specs:
+            if spec.task_index < 0:
+                raise InvalidRecordError(f"task_index must be >= 0, got {spec.task_index}")
+            canonical_json(
+                spec.payload, what=f"payload of task {spec.task_index}", max_bytes=self.max_payload_bytes
+            )
+
+        def tx(conn: Connection) -> int:
+            have = set(
+                conn.execute(
+                    select(t.tasks.c.task_index, t.tasks.c.sample_index).where(t.tasks.c.run_id == r.id)
+                ).all()
+            )
+            now = time.time()
+            rows = [
+                {
+                    "run_id": r.id,
+                    "task_index": spec.task_index,
+                    "group_index": spec.task_index,
+                    "sample_index": k,
+                    "payload": spec.payload,
+                    "state": "pending",
+                    "attempts": 0,
+                    "updated_at": now,
+                }
+                for spec in specs
+                for k in range(n_samples)
+                if (spec.task_index, k) not in have
+            ]
+            if rows:
+                conn.execute(insert(t.tasks), rows)
+                self._append_event_tx(
+                    conn, r.id, "tasks_enqueued", {"n_added": len(rows), "n_samples": n_samples}
+                )
+            return len(rows)
+
+        return int(self._retrying(tx))
+
+    def claim_tasks(
+        self: EventStore,
+        run: str | Run,
+        owner: str,
+        *,
+        n: int = 1,
+        lease_s: float = 60.0,
+        max_attempts: int | None = None,
+    ) -> list[TaskLease]:
+        """Claim up to ``n`` pending or lease-expired tasks for ``owner`` for ``lease_s`` seconds.
+
+        Tasks that already used ``max_attempts`` attempts are marked ``failed`` instead of claimed.
+        """
+        check_text(owner, what="lease owner", max_chars=200)
+        r = self.get_run(run)
+
+        def tx(conn: Connection) -> list[TaskLease]:
+            now = time.time()
+            claimable = or_(
+                t.tasks.c.state == "pending",
+                and_(t.tasks.c.state == "leased", t.tasks.c.lease_expires_at < now),
+            )
+            q = (
+                select(t.tasks)
+                .where(t.tasks.c.run_id == r.id, claimable)
+                .order_by(t.tasks.c.task_index, t.tasks.c.sample_index)
+                .limit(n)
+            )
+            if self.dialect == "postgresql":
+                q = q.with_for_update(skip_locked=True)
+            leases: list[TaskLease] = []
+            for row in conn.execute(q).all():
+                if row.state == "leased":
+                    self._abandon_sessions_tx(conn, r, row.id, reason="lease_expired")
+                if max_attempts is not None and row.attempts >= max_attempts:
+                    conn.execute(
+                        update(t.tasks).where(t.tasks.c.id == row.id).values(state="failed", updated_at=now)
+                    )
+                    self._append_event_tx(
+                        conn, r.id, "task_failed", {"task_id": row.id, "attempts": row.attempts}
+                    )
+                    continue
+                attempt = row.attempts + 1
+                expires = now + lease_s
+                conn.execute(
+                    update(t.tasks)
+                    .where(t.tasks.c.id == row.id)
+                    .values(
+                        state="leased",
+                        lease_owner=owner,
+                        lease_expires_at=expires,
+                        attempts=attempt,
+                        updated_at=now,
+                    )
+                )
+                self._append_event_tx(
+                    conn,
+                    r.id,
+                    "task_claimed",
+                    {"task_id": row.id, "attempt": attempt, "owner": owner},
+                    key=deterministic_key(r.name, "claim", row.id, attempt),
+                )
+                leases.append(
+                    TaskLease(
+                        row.id,
+                        r.id,
+                        row.task_index,
+                        row.group_index,
+                        row.sample_index,
+                        attempt,
+                        row.payload,
+                        owner,
+                        expires,
+                    )
+                )
+            return leases
+
+        return list(self._retrying(tx))
+
+    def _abandon_sessions_tx(
+        self: EventStore, conn: Connection, run: Run, task_id: int, *, reason: str
+    ) -> None:
+        running = (
+            conn.execute(
+                select(t.sessions.c.id).where(
+                    t.sessions.c.task_id == task_id, t.sessions.c.status == "running"
+                )
+            )
+            .scalars()
+            .all()
+        )
+        for sid in running:
+            self._append_event_tx(
+                conn,
+                run.id,
+                "session_finalized",
+                {"status": "abandoned", "reward": None, "finish_reason": reason, "error": None, "info": {}},
+                key=deterministic_key(run.name, sid, "final"),
+                session_id=sid,
+            )
+            conn.execute(
+                update(t.sessions)
+                .where(t.sessions.c.id == sid)
+                .values(status="abandoned", finish_reason=reason, finished_at=time.time())
+            )
+
+    def renew_lease(self: EventStore, lease: TaskLease, lease_s: float = 60.0) -> TaskLease:
+        """Extend a lease; raises :class:`LeaseError` if it is no longer held by its owner."""
+        expires = time.time() + lease_s
+        with self._write() as conn:
+            n = conn.execute(
+                update(t.tasks).where(_held(lease)).values(lease_expires_at=expires, updated_at=time.time())
+            ).rowcount
+        if n != 1:
+            raise LeaseError(
+                f"task {lease.task_id} attempt {lease.attempt} is no longer leased by {lease.owner}"
+            )
+        return TaskLease(**{**lease.__dict__, "expires_at": expires})
+
+    def release_task(
+        self: EventStore, lease: TaskLease, outcome: str, *, max_attempts: int | None = None
+    ) -> str:
+        """End a lease: ``done`` (a finished session exists), ``retry`` (back to pending) or ``failed``.
+
+        ``retry`` turns into ``failed`` when the task used ``max_attempts``. Returns the new state.
+        """
+        if outcome not in ("done", "retry", "failed"):
+            raise InvalidRecordError(f"outcome must be done, retry or failed, got {outcome!r}")
+        state = {"done": "done", "retry": "pending", "failed": "failed"}[outcome]
+        if state == "pending" and max_attempts is not None and lease.attempt >= max_attempts:
+            state = "failed"
+        r = self.get_run_by_id(lease.run_id)
+
+        def tx(conn: Connection) -> str:
+            n = conn.execute(
+                update(t.tasks)
+                .where(_held(lease))
+                .values(state=state, lease_owner=None, lease_expires_at=None, updated_at=time.time())
+            ).rowcount
+            if n != 1:
+                raise LeaseError(
+                    f"task {lease.task_id} attempt {lease.attempt} is no longer leased by {lease.owner} "
+                    "(its lease expired and another worker took it)"
+                )
+            self._append_event_tx(
+                conn,
+                r.id,
+                "task_released",
+                {"task_id": lease.task_id, "attempt": lease.attempt, "state": state},
+                key=deterministic_key(r.name, "release", lease.task_id, lease.attempt),
+            )
+            return state
+
+        return str(self._retrying(tx))
+
+    def task_counts(self: EventStore, run: str | Run) -> dict[str, int]:
+        """Number of (task, sample) pairs per state."""
+        r = self.get_run(run)
+        with self._read() as conn:
+            rows = conn.execute(
+                select(t.tasks.c.state, func.count())
+                .where(t.tasks.c.run_id == r.id)
+                .group_by(t.tasks.c.state)
+            ).all()
+        counts: dict[str, Any] = {s: 0 for s in TASK_STATES}
+        counts.update({k: int(v) for k, v in rows})
+        return counts
+
+
+def _held(lease: TaskLease) -> Any:
+    return and_(
+        t.tasks.c.id == lease.task_id,
+        t.tasks.c.state == "leased",
+        t.tasks.c.lease_owner == lease.owner,
+        t.tasks.c.attempts == lease.attempt,
+    )

@@ -1,0 +1,434 @@
+"""Typed records that go into and come out of the event log, with their validation and hashing.
+
+Validation happens before any write, so bad input (wrong array lengths, oversized payloads,
+invalid UTF-8, NUL characters) raises :class:`InvalidRecordError` and leaves the log unchanged.
+Content hashes are computed over a canonical byte encoding that is the same on every backend,
+so a retried append can be compared with what is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import lz4.frame
+import numpy as np
+
+from dressage.errors import InvalidRecordError
+
+ROUTES = ("append", "branch", "create")
+SESSION_STATUSES = ("running", "finished", "failed", "abandoned")
+TERMINAL_STATUSES = ("finished", "failed", "abandoned")
+EXPERT_DTYPES = ("uint8", "int16", "int32")
+MAX_TOKENS_PER_TURN = 1 << 20
+DEFAULT_MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+KEY_NAMESPACE = uuid.UUID("6f1c8a52-4d0e-4c55-9a55-6b7d2a1f0d11")
+
+
+def deterministic_key(*parts: object) -> str:
+    """A uuid5 idempotency key from ``parts`` (e.g. run, session, turn index)."""
+    return str(uuid.uuid5(KEY_NAMESPACE, "\x1f".join(str(p) for p in parts)))
+
+
+def canonical_json(value: Any, *, what: str, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
+    """Serialise ``value`` canonically (sorted keys, UTF-8), rejecting what the log cannot hold.
+
+    Rejected: non-JSON values, NaN/inf, invalid UTF-8 (lone surrogates), NUL characters (PostgreSQL
+    ``jsonb`` and ``text`` cannot hold them) and documents over ``max_bytes``.
+    """
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidRecordError(f"{what} is not valid JSON for the log: {e}") from e
+    if "\x00" in text or "\\u0000" in text:
+        raise InvalidRecordError(f"{what} contains a NUL character, which the log cannot store; remove it")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidRecordError(
+            f"{what} contains invalid UTF-8 (a lone surrogate at {e.start}); fix the text"
+        ) from e
+    if len(data) > max_bytes:
+        raise InvalidRecordError(f"{what} is {len(data)} bytes, over the limit of {max_bytes} bytes")
+    return data
+
+
+def check_text(value: str | None, *, what: str, max_chars: int = 65_536) -> None:
+    """Reject text the log cannot hold (invalid UTF-8, NUL, too long)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidRecordError(f"{what} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidRecordError(f"{what} contains a NUL character, which the log cannot store")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidRecordError(f"{what} contains invalid UTF-8 (a lone surrogate at {e.start})") from e
+    if len(value) > max_chars:
+        raise InvalidRecordError(f"{what} is {len(value)} characters, over the limit of {max_chars}")
+
+
+def _as_array(values: Any, dtype: str, *, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError) as e:
+        raise InvalidRecordError(f"{what} is not an array of numbers: {e}") from e
+    if arr.ndim != 1:
+        raise InvalidRecordError(f"{what} must be one-dimensional, got shape {arr.shape}")
+    if arr.size and dtype in ("int32",) and arr.dtype.kind not in "iu":
+        raise InvalidRecordError(f"{what} must hold integers, got {arr.dtype}")
+    if arr.size > MAX_TOKENS_PER_TURN:
+        raise InvalidRecordError(f"{what} has {arr.size} entries, over the limit of {MAX_TOKENS_PER_TURN}")
+    if (
+        dtype == "int32"
+        and arr.size
+        and (arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max)
+    ):
+        raise InvalidRecordError(f"{what} has values outside the int32 range")
+    return arr.astype(dtype, copy=False)
+
+
+@dataclass
+class TurnRecord:
+    """One LLM call as the proxy records it (the input of :meth:`EventStore.append_turn`).
+
+    ``context_ids`` are the tokens added since the lineage's previous turn (or the whole prompt
+    when a new segment starts); they are never trained on. ``generated_ids`` are the engine's
+    sampled ids with one logprob, one policy version and one loss-mask bit each.
+    ``routed_experts`` is ``[n_tokens, layers, top_k]`` as the engine returned it.
+    """
+
+    session_id: str
+    turn_index: int
+    context_ids: Sequence[int] | np.ndarray
+    generated_ids: Sequence[int] | np.ndarray
+    logprobs: Sequence[float] | np.ndarray
+    policy_versions: Sequence[int] | np.ndarray
+    loss_mask: Sequence[bool] | np.ndarray | None = None
+    lineage_index: int = 0
+    parent_turn_id: str | None = None
+    route: str = "append"
+    segment_index: int = 0
+    segment_offset: int = 0
+    boundary_reason: str | None = None
+    routed_experts: np.ndarray | None = None
+    finish_reason: str | None = None
+    sampling_params: Mapping[str, Any] = field(default_factory=dict)
+    request_fingerprint: str | None = None
+    latency_ms: float | None = None
+    info: Mapping[str, Any] = field(default_factory=dict)
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    """A validated :class:`TurnRecord`: normalised arrays, compressed experts, content hash."""
+
+    key: str
+    row: dict[str, Any]
+    content_hash: str
+    event_payload: dict[str, Any]
+
+
+def prepare_turn(
+    run_name: str, rec: TurnRecord, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> PreparedTurn:
+    """Validate ``rec`` and build the row to insert; raises :class:`InvalidRecordError` on bad input."""
+    check_text(rec.session_id, what="session_id", max_chars=64)
+    if not isinstance(rec.turn_index, int) or rec.turn_index < 0:
+        raise InvalidRecordError(f"turn_index must be a non-negative integer, got {rec.turn_index!r}")
+    if rec.route not in ROUTES:
+        raise InvalidRecordError(f"route must be one of {ROUTES}, got {rec.route!r}")
+    for name in ("segment_index", "segment_offset", "lineage_index"):
+        value = getattr(rec, name)
+        if not isinstance(value, int) or value < 0:
+            raise InvalidRecordError(f"{name} must be a non-negative integer, got {value!r}")
+    for name in ("boundary_reason", "finish_reason", "request_fingerprint", "parent_turn_id"):
+        check_text(getattr(rec, name), what=name, max_chars=64)
+
+    context = _as_array(rec.context_ids, "int32", what="context_ids")
+    generated = _as_array(rec.generated_ids, "int32", what="generated_ids")
+    if (context.size and context.min() < 0) or (generated.size and generated.min() < 0):
+        raise InvalidRecordError("token ids must be non-negative")
+    logprobs = _as_array(rec.logprobs, "float32", what="logprobs")
+    versions = _as_array(rec.policy_versions, "int32", what="policy_versions")
+    mask = (
+        np.ones(generated.size, dtype=np.bool_)
+        if rec.loss_mask is None
+        else _as_array(rec.loss_mask, "bool", what="loss_mask")
+    )
+    n = generated.size
+    for name, arr in (("logprobs", logprobs), ("policy_versions", versions), ("loss_mask", mask)):
+        if arr.size != n:
+            raise InvalidRecordError(
+                f"{name} has {arr.size} entries but generated_ids has {n}; every generated token needs one"
+            )
+    if n and np.isnan(logprobs).any():
+        raise InvalidRecordError("logprobs contain NaN")
+    if n and (logprobs > 1e-3).any():
+        raise InvalidRecordError("logprobs must be <= 0 (log-probabilities)")
+    if context.size + n == 0:
+        raise InvalidRecordError("a turn must carry at least one token")
+
+    experts_blob: bytes | None = None
+    experts_raw = b""
+    experts_shape: list[int] | None = None
+    experts_dtype: str | None = None
+    if rec.routed_experts is not None:
+        ex = np.asarray(rec.routed_experts)
+        if ex.ndim != 3:
+            raise InvalidRecordError(f"routed_experts must be [tokens, layers, top_k], got shape {ex.shape}")
+        if ex.dtype.kind not in "iu":
+            raise InvalidRecordError(f"routed_experts must hold integers, got {ex.dtype}")
+        if ex.size and (ex.min() < 0 or ex.max() > np.iinfo(np.int32).max):
+            raise InvalidRecordError("routed_experts must hold non-negative expert ids")
+        experts_dtype = (
+            "uint8" if ex.size == 0 or ex.max() < 256 else ("int16" if ex.max() < 32768 else "int32")
+        )
+        if ex.dtype.name in EXPERT_DTYPES and ex.dtype.itemsize <= np.dtype(experts_dtype).itemsize:
+            experts_dtype = ex.dtype.name
+        ex = np.ascontiguousarray(ex.astype(experts_dtype, copy=False))
+        experts_shape = [int(d) for d in ex.shape]
+        experts_raw = ex.tobytes()
+        experts_blob = lz4.frame.compress(experts_raw, compression_level=0)
+
+    sampling = dict(rec.sampling_params)
+    info = dict(rec.info)
+    sampling_json = canonical_json(sampling, what="sampling_params", max_bytes=max_payload_bytes)
+    info_json = canonical_json(info, what="turn info", max_bytes=max_payload_bytes)
+    if rec.latency_ms is not None and not math.isfinite(rec.latency_ms):
+        raise InvalidRecordError("latency_ms must be finite")
+
+    key = rec.key or deterministic_key(run_name, rec.session_id, "turn", rec.turn_index)
+    check_text(key, what="key", max_chars=128)
+    header = canonical_json(
+        {
+            "session_id": rec.session_id,
+            "turn_index": rec.turn_index,
+            "lineage_index": rec.lineage_index,
+            "parent_turn_id": rec.parent_turn_id,
+            "route": rec.route,
+            "segment_index": rec.segment_index,
+            "segment_offset": rec.segment_offset,
+            "boundary_reason": rec.boundary_reason,
+            "finish_reason": rec.finish_reason,
+            "request_fingerprint": rec.request_fingerprint,
+            "experts_shape": experts_shape,
+            "experts_dtype": experts_dtype,
+        },
+        what="turn header",
+    )
+    h = hashlib.sha256()
+    for part in (
+        header,
+        sampling_json,
+        info_json,
+        context.astype("<i4").tobytes(),
+        generated.astype("<i4").tobytes(),
+        logprobs.astype("<f4").tobytes(),
+        mask.astype("u1").tobytes(),
+        versions.astype("<i4").tobytes(),
+        experts_raw,
+    ):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    content_hash = h.hexdigest()
+
+    row = {
+        "id": key,
+        "session_id": rec.session_id,
+        "turn_index": rec.turn_index,
+        "lineage_index": rec.lineage_index,
+        "parent_turn_id": rec.parent_turn_id,
+        "route": rec.route,
+        "segment_index": rec.segment_index,
+        "segment_offset": rec.segment_offset,
+        "boundary_reason": rec.boundary_reason,
+        "context_ids": context.tolist(),
+        "generated_ids": generated.tolist(),
+        "logprobs": logprobs.tolist(),
+        "loss_mask": mask.tolist(),
+        "policy_versions": versions.tolist(),
+        "n_context": int(context.size),
+        "n_generated": int(n),
+        "n_trained": int(mask.sum()),
+        "min_policy_version": int(versions.min()) if n else None,
+        "max_policy_version": int(versions.max()) if n else None,
+        "experts": experts_blob,
+        "experts_shape": experts_shape,
+        "experts_dtype": experts_dtype,
+        "experts_codec": "lz4" if experts_blob is not None else None,
+        "finish_reason": rec.finish_reason,
+        "sampling_params": sampling,
+        "request_fingerprint": rec.request_fingerprint,
+        "content_hash": content_hash,
+        "latency_ms": rec.latency_ms,
+        "info": info,
+    }
+    payload = {
+        "turn_id": key,
+        "turn_index": rec.turn_index,
+        "lineage_index": rec.lineage_index,
+        "segment_index": rec.segment_index,
+        "route": rec.route,
+        "boundary_reason": rec.boundary_reason,
+        "n_context": int(context.size),
+        "n_generated": int(n),
+        "finish_reason": rec.finish_reason,
+    }
+    return PreparedTurn(key=key, row=row, content_hash=content_hash, event_payload=payload)
+
+
+def decode_experts(
+    blob: bytes | None, shape: Sequence[int] | None, dtype: str | None, codec: str | None
+) -> np.ndarray | None:
+    """Turn a stored experts blob back into a ``[tokens, layers, top_k]`` array."""
+    if blob is None or shape is None or dtype is None:
+        return None
+    raw = lz4.frame.decompress(bytes(blob)) if codec == "lz4" else bytes(blob)
+    return np.frombuffer(raw, dtype=dtype).reshape(tuple(shape))
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run: one RL experiment with its frozen config snapshot."""
+
+    id: int
+    name: str
+    config: dict[str, Any]
+    config_hash: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class Event:
+    """One row of a run's log."""
+
+    run_id: int
+    position: int
+    kind: str
+    session_id: str | None
+    key: str
+    content_hash: str
+    payload: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where an append landed; ``duplicate`` is True when the key was already recorded."""
+
+    position: int
+    key: str
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class Session:
+    """A session (trajectory) as the sessions projection holds it."""
+
+    id: str
+    run_id: int
+    task_id: int | None
+    attempt: int
+    agent: str | None
+    sandbox: str | None
+    status: str
+    reward: float | None
+    finish_reason: str | None
+    error: str | None
+    info: dict[str, Any]
+    created_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A recorded turn with its per-token arrays as numpy."""
+
+    id: str
+    session_id: str
+    turn_index: int
+    lineage_index: int
+    parent_turn_id: str | None
+    route: str
+    segment_index: int
+    segment_offset: int
+    boundary_reason: str | None
+    context_ids: np.ndarray
+    generated_ids: np.ndarray
+    logprobs: np.ndarray
+    loss_mask: np.ndarray
+    policy_versions: np.ndarray
+    routed_experts: np.ndarray | None
+    finish_reason: str | None
+    sampling_params: dict[str, Any]
+    request_fingerprint: str | None
+    content_hash: str
+    latency_ms: float | None
+    info: dict[str, Any]
+    position: int
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One dataset row to enqueue: its index (= group index) and payload."""
+
+    task_index: int
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TaskLease:
+    """A claimed (task, sample) held until ``expires_at`` by ``owner``."""
+
+    task_id: int
+    run_id: int
+    task_index: int
+    group_index: int
+    sample_index: int
+    attempt: int
+    payload: dict[str, Any]
+    owner: str
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class ConsumerCheckpoint:
+    """How far a consumer (e.g. ``train:main``) has read a run, and its last step."""
+
+    consumer: str
+    position: int
+    step: int
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """The manifest of optimizer step ``step`` of a consumer."""
+
+    consumer: str
+    step: int
+    position: int
+    batch_hash: str
+    manifest: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """A content-addressed blob recorded in the log."""
+
+    id: int
+    session_id: str | None
+    name: str
+    sha256: str
+    size: int
+    media_type: str
+    uri: str

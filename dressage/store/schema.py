@@ -1,0 +1,211 @@
+"""The event log's tables: one schema for PostgreSQL and SQLite.
+
+Rules (DESIGN.md section 3) that shape these tables:
+
+* ``events`` is the log: a dense, commit-ordered ``position`` per run taken from the counter row in
+  ``run_counters`` inside the append transaction, and an idempotency key unique per run.
+* ``turns`` holds one row per LLM call with per-token arrays (never one row per token).
+* ``sessions`` and ``tasks`` summarise current state; every change that history needs is also an
+  event, so they are projections of the log.
+* Big blobs (sandbox archives, agent logs) live outside: ``artifacts`` keeps sha256, size and URI.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+from dressage.store.types import BoolArray, FloatArray, IntArray, JsonDoc
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("config", JsonDoc, nullable=False),
+    Column("config_hash", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+run_counters = Table(
+    "run_counters",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("last_position", BigInteger, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    Column("kind", String(64), nullable=False),
+    Column("session_id", String(64), nullable=True),
+    Column("idem_key", String(128), nullable=False),
+    Column("content_hash", String(64), nullable=False),
+    Column("payload", JsonDoc, nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("run_id", "idem_key"),
+    Index(None, "run_id", "session_id"),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("task_index", Integer, nullable=False),
+    Column("group_index", Integer, nullable=False),
+    Column("sample_index", Integer, nullable=False),
+    Column("payload", JsonDoc, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("lease_owner", String(200), nullable=True),
+    Column("lease_expires_at", Float, nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("run_id", "task_index", "sample_index"),
+    Index(None, "run_id", "state"),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("task_id", Integer, ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True),
+    Column("attempt", Integer, nullable=False),
+    Column("agent", String(200), nullable=True),
+    Column("sandbox", String(200), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("reward", Float, nullable=True),
+    Column("finish_reason", String(64), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("token_sha256", String(64), nullable=True, unique=True),
+    Column("info", JsonDoc, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+    Index(None, "run_id", "status"),
+    Index(None, "task_id"),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("session_id", String(64), ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("turn_index", Integer, nullable=False),
+    Column("lineage_index", Integer, nullable=False),
+    Column("parent_turn_id", String(64), nullable=True),
+    Column("route", String(16), nullable=False),
+    Column("segment_index", Integer, nullable=False),
+    Column("segment_offset", Integer, nullable=False),
+    Column("boundary_reason", String(64), nullable=True),
+    Column("context_ids", IntArray, nullable=False),
+    Column("generated_ids", IntArray, nullable=False),
+    Column("logprobs", FloatArray, nullable=False),
+    Column("loss_mask", BoolArray, nullable=False),
+    Column("policy_versions", IntArray, nullable=False),
+    Column("n_context", Integer, nullable=False),
+    Column("n_generated", Integer, nullable=False),
+    Column("n_trained", Integer, nullable=False),
+    Column("min_policy_version", Integer, nullable=True),
+    Column("max_policy_version", Integer, nullable=True),
+    Column("experts", LargeBinary, nullable=True),
+    Column("experts_shape", IntArray, nullable=True),
+    Column("experts_dtype", String(16), nullable=True),
+    Column("experts_codec", String(16), nullable=True),
+    Column("finish_reason", String(32), nullable=True),
+    Column("sampling_params", JsonDoc, nullable=False),
+    Column("request_fingerprint", String(64), nullable=True),
+    Column("content_hash", String(64), nullable=False),
+    Column("latency_ms", Float, nullable=True),
+    Column("info", JsonDoc, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("session_id", "turn_index"),
+    Index(None, "run_id", "position"),
+)
+
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("session_id", String(64), ForeignKey("sessions.id", ondelete="CASCADE"), nullable=True),
+    Column("name", String(200), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("media_type", String(100), nullable=False),
+    Column("uri", Text, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index(None, "session_id"),
+)
+
+policy_versions = Table(
+    "policy_versions",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("checkpoint_uri", Text, nullable=True),
+    Column("position", BigInteger, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+consumer_checkpoints = Table(
+    "consumer_checkpoints",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("consumer", String(200), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("state", JsonDoc, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+train_steps = Table(
+    "train_steps",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("consumer", String(200), primary_key=True),
+    Column("step", Integer, primary_key=True, autoincrement=False),
+    Column("position", BigInteger, nullable=False),
+    Column("batch_hash", String(64), nullable=False),
+    Column("manifest", JsonDoc, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+ALL_TABLES = (
+    runs,
+    run_counters,
+    events,
+    tasks,
+    sessions,
+    turns,
+    artifacts,
+    policy_versions,
+    consumer_checkpoints,
+    train_steps,
+)

@@ -1,0 +1,71 @@
+"""Column types that differ between PostgreSQL and SQLite.
+
+Per-token arrays are native arrays on PostgreSQL (``int4[]``, ``float4[]``, ``bool[]``) so SQL
+can ``unnest`` them, and compact JSON arrays on SQLite so views can read them with ``json_each``.
+Both sides bind and return plain Python lists; numpy conversion happens in the store.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Integer, Text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+
+class _JsonListOnSqlite(TypeDecorator[list[Any]]):
+    """A list column: a native ARRAY of ``element`` on PostgreSQL, JSON text elsewhere."""
+
+    impl = Text
+    cache_ok = True
+    element: type[TypeEngine[Any]] = Integer
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.ARRAY(self.element(), dimensions=1))
+        return dialect.type_descriptor(Text())
+
+    def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return json.dumps(value, separators=(",", ":"))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return json.loads(value)
+
+
+class IntArray(_JsonListOnSqlite):
+    """``int4[]`` on PostgreSQL; ``[1,2,3]`` JSON text on SQLite."""
+
+    element = Integer
+
+
+class FloatArray(_JsonListOnSqlite):
+    """``float4[]`` on PostgreSQL; JSON text on SQLite (float32 values written exactly)."""
+
+    element = postgresql.REAL
+
+
+class BoolArray(_JsonListOnSqlite):
+    """``bool[]`` on PostgreSQL; ``[1,0,1]`` JSON text on SQLite."""
+
+    element = Boolean
+
+    def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return json.dumps([1 if v else 0 for v in value], separators=(",", ":"))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return [bool(v) for v in json.loads(value)]
+
+
+JsonDoc = JSON().with_variant(postgresql.JSONB(), "postgresql")
+"""Free-form JSON documents (payloads, configs): ``jsonb`` on PostgreSQL, JSON text on SQLite."""

@@ -1,0 +1,68 @@
+"""The SQL surface: per-token and per-trajectory views, one definition per backend.
+
+``token_events`` gives one row per token (``position`` counts from 0 within its segment;
+``logprob`` is NULL for tokens the policy did not generate). ``trajectories`` gives one row per
+session with its turn, segment and token counts. Both are created by the alembic migration.
+"""
+
+from __future__ import annotations
+
+POSTGRES_TOKEN_EVENTS = """
+CREATE VIEW token_events AS
+SELECT r.name AS run_name, t.session_id, t.segment_index, t.turn_index,
+       t.segment_offset + u.ord - 1 AS position, u.token_id, u.logprob, u.loss_mask, u.policy_version
+FROM turns t
+JOIN runs r ON r.id = t.run_id
+CROSS JOIN LATERAL (
+    SELECT c.tok AS token_id, CAST(NULL AS real) AS logprob, false AS loss_mask,
+           CAST(NULL AS integer) AS policy_version, c.ord AS ord
+    FROM unnest(t.context_ids) WITH ORDINALITY AS c(tok, ord)
+    UNION ALL
+    SELECT g.tok, g.lp, g.m, g.v, t.n_context + g.ord
+    FROM unnest(t.generated_ids, t.logprobs, t.loss_mask, t.policy_versions)
+         WITH ORDINALITY AS g(tok, lp, m, v, ord)
+) u
+"""
+
+SQLITE_TOKEN_EVENTS = """
+CREATE VIEW token_events AS
+SELECT r.name AS run_name, t.session_id, t.segment_index, t.turn_index,
+       t.segment_offset + c.key AS position, c.value AS token_id, NULL AS logprob,
+       0 AS loss_mask, NULL AS policy_version
+FROM turns t JOIN runs r ON r.id = t.run_id, json_each(t.context_ids) c
+UNION ALL
+SELECT r.name, t.session_id, t.segment_index, t.turn_index,
+       t.segment_offset + t.n_context + g.key, g.value,
+       json_extract(t.logprobs, '$[' || g.key || ']'),
+       json_extract(t.loss_mask, '$[' || g.key || ']'),
+       json_extract(t.policy_versions, '$[' || g.key || ']')
+FROM turns t JOIN runs r ON r.id = t.run_id, json_each(t.generated_ids) g
+"""
+
+TRAJECTORIES = """
+CREATE VIEW trajectories AS
+SELECT r.name AS run_name, s.id AS session_id, k.task_index, k.group_index, k.sample_index,
+       s.attempt, s.status, s.reward,
+       COUNT(t.id) AS n_turns,
+       COUNT(DISTINCT t.segment_index) AS n_segments,
+       COALESCE(SUM(t.n_context + t.n_generated), 0) AS n_tokens,
+       COALESCE(SUM(t.n_trained), 0) AS n_trained_tokens
+FROM sessions s
+JOIN runs r ON r.id = s.run_id
+LEFT JOIN tasks k ON k.id = s.task_id
+LEFT JOIN turns t ON t.session_id = s.id
+GROUP BY r.name, s.id, k.task_index, k.group_index, k.sample_index, s.attempt, s.status, s.reward
+"""
+
+VIEW_NAMES = ("token_events", "trajectories")
+
+
+def create_view_statements(dialect: str) -> list[str]:
+    """The CREATE VIEW statements for ``dialect`` (``postgresql`` or ``sqlite``)."""
+    token_events = POSTGRES_TOKEN_EVENTS if dialect == "postgresql" else SQLITE_TOKEN_EVENTS
+    return [token_events, TRAJECTORIES]
+
+
+def drop_view_statements() -> list[str]:
+    """DROP VIEW statements for every view, in a safe order."""
+    return [f"DROP VIEW IF EXISTS {name}" for name in VIEW_NAMES]

@@ -1,0 +1,1 @@
+"""The long-running processes behind ``dressage-worker`` (rollout, train, proxy, engine)."""
