@@ -42,18 +42,21 @@ class _JsonListOnSqlite(TypeDecorator[list[Any]]):
 class IntArray(_JsonListOnSqlite):
     """``int4[]`` on PostgreSQL; ``[1,2,3]`` JSON text on SQLite."""
 
+    cache_ok = True
     element = Integer
 
 
 class FloatArray(_JsonListOnSqlite):
     """``float4[]`` on PostgreSQL; JSON text on SQLite (float32 values written exactly)."""
 
+    cache_ok = True
     element = postgresql.REAL
 
 
 class BoolArray(_JsonListOnSqlite):
     """``bool[]`` on PostgreSQL; ``[1,0,1]`` JSON text on SQLite."""
 
+    cache_ok = True
     element = Boolean
 
     def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> Any:

@@ -1,1 +1,20 @@
-"""tito."""
+"""TITO (token in, token out): model profiles, exact tokenizers, chat templates, incremental ids."""
+
+from dressage.tito.incremental import LineageIndex, TitoPlan, TurnRecord
+from dressage.tito.profiles import ModelProfile, Qwen35Profile, get_profile, register_profile
+from dressage.tito.tokenizer import Tokenizer, load_qwen35_tokenizer
+from dressage.tito.tool_calls import ParsedAssistant, parse_assistant_text
+
+__all__ = [
+    "LineageIndex",
+    "ModelProfile",
+    "ParsedAssistant",
+    "Qwen35Profile",
+    "TitoPlan",
+    "Tokenizer",
+    "TurnRecord",
+    "get_profile",
+    "load_qwen35_tokenizer",
+    "parse_assistant_text",
+    "register_profile",
+]

@@ -1,0 +1,122 @@
+"""Rich helpers for the command line: consoles, tables, error lines and coloured token streams.
+
+Consoles are built per call (not at import) so they write to whatever ``sys.stdout`` is at that
+moment (the test runner swaps it) and pick up ``COLUMNS``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from dressage.store.records import Turn
+
+__all__ = ["cell", "console", "escape", "legend", "print_error", "table", "timestamp", "token_stream"]
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console on stdout (or stderr); wide enough that tables are not squeezed when piped."""
+    c = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not c.is_terminal:
+        c.width = max(c.width, 160)
+    return c
+
+
+def print_error(message: str) -> None:
+    """One red line on stderr: ``error: <message>``."""
+    console(stderr=True).print(Text.assemble(("error: ", "bold red"), (message, "red")), soft_wrap=True)
+
+
+def cell(value: Any, digits: int = 4) -> str:
+    """A table cell: ``-`` for None, floats rounded, containers as compact JSON-like text."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float | Decimal):
+        return f"{float(value):.{digits}g}" if math.isfinite(float(value)) else str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{len(bytes(value))} bytes>"
+    return str(value)
+
+
+def timestamp(ts: float | None) -> str:
+    """A UNIX time as local ``YYYY-MM-DD HH:MM:SS``."""
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> Table:
+    """A plain table whose cells fold instead of being cut off."""
+    tab = Table(title=title, title_justify="left", header_style="bold")
+    for name in columns:
+        tab.add_column(name, overflow="fold")
+    for row in rows:
+        tab.add_row(*(cell(v) for v in row))
+    return tab
+
+
+def logprob_style(logprob: float) -> str:
+    """An RGB colour from green (probability 1) through yellow to red (probability 0)."""
+    p = min(1.0, max(0.0, math.exp(logprob))) if math.isfinite(logprob) else 0.0
+    red = int(255 * min(1.0, 2 * (1 - p)))
+    green = int(255 * min(1.0, 2 * p))
+    return f"rgb({red},{green},0)"
+
+
+def _pieces(ids: np.ndarray, decode: Callable[[list[int]], str] | None) -> list[tuple[int, int, str]]:
+    """Split ``ids`` into (start, end, text) pieces; several ids join when one alone is partial UTF-8."""
+    if decode is None:
+        return [(i, i + 1, f"[{int(x)}]") for i, x in enumerate(ids)]
+    out: list[tuple[int, int, str]] = []
+    i = 0
+    while i < len(ids):
+        j = i + 1
+        text = decode([int(ids[i])])
+        while "\ufffd" in text and j < len(ids) and j - i < 4:
+            j += 1
+            text = decode([int(x) for x in ids[i:j]])
+        out.append((i, j, text))
+        i = j
+    return out
+
+
+def token_stream(turns: Sequence[Turn], decode: Callable[[list[int]], str] | None) -> Text:
+    """The turns' tokens in order: context dim, generated coloured by logprob, untrained italic.
+
+    ``decode`` turns ids into text; without it each token shows as ``[id]``.
+    """
+    out = Text()
+    for turn in turns:
+        out.append(f"\n── turn {turn.turn_index} (segment {turn.segment_index}) ──\n", style="bold cyan")
+        for start, end, text in _pieces(turn.context_ids, decode):
+            del start, end
+            out.append(text, style="dim")
+        for start, end, text in _pieces(turn.generated_ids, decode):
+            lp = float(np.min(turn.logprobs[start:end]))
+            trained = bool(np.all(turn.loss_mask[start:end]))
+            out.append(text, style=logprob_style(lp) + ("" if trained else " italic"))
+    return out
+
+
+def legend() -> Text:
+    """The key to :func:`token_stream`'s colours."""
+    return Text.assemble(
+        ("context", "dim"),
+        "  generated: ",
+        ("p≈1", logprob_style(0.0)),
+        " → ",
+        ("p≈0.5", logprob_style(math.log(0.5))),
+        " → ",
+        ("p≈0", logprob_style(-20.0)),
+        "  ",
+        ("not trained (loss_mask 0)", "italic"),
+    )

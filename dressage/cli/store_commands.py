@@ -1,0 +1,450 @@
+"""Store commands of ``dressage-worker``: schema migrations, inspection, SQL, export and drop.
+
+:func:`register` adds ``db upgrade|downgrade|current``, ``runs``, ``show``, ``sql``, ``export``,
+``verify-export`` and ``drop`` to the app. Every command takes ``--database-url`` (default:
+``DRESSAGE_DATABASE_URL``, else the embedded SQLite file). Inspection commands never migrate the
+schema: a database behind head gets a message telling to run ``dressage-worker db upgrade``.
+:func:`handle_errors` turns a :class:`~dressage.errors.DressageError` into one red line and exit
+code 1; other commands of the CLI can reuse it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import numpy as np
+import typer
+from sqlalchemy import Connection, func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from dressage.cli import render
+from dressage.config import Settings, load_settings
+from dressage.errors import DressageError, InvalidRecordError, StoreError
+from dressage.redact import redact
+from dressage.store import EventStore, schema
+from dressage.store import db as dbm
+from dressage.store.db import READONLY_OPTION
+from dressage.store.export import export_run, verify_export
+from dressage.store.records import SESSION_STATUSES, Turn
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="SQLAlchemy URL of the event log (overrides DRESSAGE_DATABASE_URL; default: ./.dressage/dressage.db).",
+        show_default=False,
+    ),
+]
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a command: a :class:`DressageError` prints one red line and exits with code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except DressageError as e:
+            render.print_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _settings(database_url: str | None) -> Settings:
+    return load_settings(database_url=database_url)
+
+
+def _open(database_url: str | None) -> EventStore:
+    """Open the log without migrating it (inspection must not change the schema)."""
+    return EventStore.open(settings=_settings(database_url), auto_upgrade=False, pool_size=1)
+
+
+# --- db -------------------------------------------------------------------------------------------
+
+db_app = typer.Typer(help="Schema migrations of the event log.", no_args_is_help=True)
+
+
+@db_app.command("upgrade")
+@handle_errors
+def db_upgrade(
+    revision: Annotated[str, typer.Option(help="Target alembic revision.")] = "head",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Apply schema migrations up to REVISION (default: the newest)."""
+    url = _settings(database_url).resolved_database_url()
+    dbm.upgrade(url, revision)
+    render.console().print(f"schema upgraded to {revision} ({dbm.head_revision()} is head)")
+
+
+@db_app.command("downgrade")
+@handle_errors
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision; 'base' removes every table.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Revert schema migrations down to REVISION."""
+    url = _settings(database_url).resolved_database_url()
+    dbm.downgrade(url, revision)
+    render.console().print(f"schema downgraded to {revision}")
+
+
+@db_app.command("current")
+@handle_errors
+def db_current(database_url: DatabaseUrl = None) -> None:
+    """Print the database's schema revision and the newest one."""
+    url = _settings(database_url).resolved_database_url()
+    engine = dbm.make_engine(url, pool_size=1)
+    try:
+        current = dbm.current_revision(engine)
+    except SQLAlchemyError as e:
+        raise StoreError(
+            f"cannot read the schema revision: {_first_line(e)}; is the database running?"
+        ) from e
+    finally:
+        engine.dispose()
+    head = dbm.head_revision()
+    out = render.console()
+    out.print(f"current: {current or 'none'}")
+    out.print(f"head:    {head}")
+    if current != head:
+        out.print("[yellow]behind head: run `dressage-worker db upgrade`[/]")
+
+
+# --- runs / show ----------------------------------------------------------------------------------
+
+
+@handle_errors
+def runs(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """List runs with their sessions by status, turns, tokens, trained tokens and mean reward."""
+    store = _open(database_url)
+    try:
+        items = [(r, store.run_summary(r)) for r in store.list_runs()]
+    finally:
+        store.close()
+    if as_json:
+        rows = [s | {"created_at": r.created_at} for r, s in items]
+        typer.echo(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    columns = ["run", "created", *SESSION_STATUSES, "turns", "tokens", "trained", "mean reward", "position"]
+    rows = [
+        [
+            r.name,
+            render.timestamp(r.created_at),
+            *(s["sessions"].get(status, 0) for status in SESSION_STATUSES),
+            s["turns"],
+            s["tokens"],
+            s["trained_tokens"],
+            s["mean_reward"],
+            s["last_position"],
+        ]
+        for r, s in items
+    ]
+    render.console().print(render.table(columns, rows, title=f"{len(rows)} run(s)"))
+
+
+def _segments(turns: list[Turn]) -> list[list[Any]]:
+    """One row per segment: lineages, turns, tokens, trained tokens and the boundary that opened it."""
+    by_segment: dict[int, list[Turn]] = {}
+    for turn in turns:
+        by_segment.setdefault(turn.segment_index, []).append(turn)
+    rows = []
+    for index, group in sorted(by_segment.items()):
+        first = min(group, key=lambda x: x.turn_index)
+        rows.append(
+            [
+                index,
+                ",".join(str(x) for x in sorted({x.lineage_index for x in group})),
+                f"{first.turn_index}-{max(x.turn_index for x in group)}",
+                sum(x.context_ids.size + x.generated_ids.size for x in group),
+                sum(int(x.loss_mask.sum()) for x in group),
+                first.boundary_reason,
+            ]
+        )
+    return rows
+
+
+def _decoder() -> Callable[[list[int]], str] | None:
+    """The Qwen3.5 tokenizer's ``decode`` when available, else None (ids are shown)."""
+    try:
+        from dressage.tito.tokenizer import load_qwen35_tokenizer
+
+        return load_qwen35_tokenizer().decode
+    except Exception:  # optional: any failure (missing package, no cache dir) falls back to ids
+        return None
+
+
+@handle_errors
+def show(
+    session_id: Annotated[str, typer.Argument(help="The session (trajectory) id.")],
+    tokens: Annotated[bool, typer.Option("--tokens", help="Print the token stream, coloured.")] = False,
+    limit: Annotated[int, typer.Option(help="Show at most this many turns.", min=1)] = 200,
+    ids: Annotated[bool, typer.Option("--ids", help="With --tokens: show ids, do not decode.")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show one session: header, turns, segments and (with --tokens) its tokens."""
+    store = _open(database_url)
+    try:
+        session = store.get_session(session_id)
+        run = store.get_run_by_id(session.run_id)
+        turns = store.read_turns(session_id=session_id, with_experts=False)
+        kinds = _event_kinds(store, run.id, session_id)
+    finally:
+        store.close()
+    out = render.console()
+    header = [
+        ("session", session.id),
+        ("run", run.name),
+        ("status", session.status),
+        ("reward", render.cell(session.reward)),
+        ("finish reason", render.cell(session.finish_reason)),
+        ("attempt", session.attempt),
+        ("task id", render.cell(session.task_id)),
+        ("agent", render.cell(session.agent)),
+        ("created", render.timestamp(session.created_at)),
+        ("finished", render.timestamp(session.finished_at)),
+        ("events", ", ".join(f"{k} {v}" for k, v in kinds.items())),
+    ]
+    if session.error:
+        header.append(("error", session.error.splitlines()[0]))
+    for key, value in header:
+        out.print(f"[bold]{key:>13}[/]  {render.escape(str(value))}")
+    shown = turns[:limit]
+    rows = [
+        [
+            x.turn_index,
+            x.lineage_index,
+            x.route,
+            x.segment_index,
+            x.boundary_reason,
+            x.context_ids.size,
+            x.generated_ids.size,
+            int(x.loss_mask.sum()),
+            x.finish_reason,
+            _versions(x),
+            None if x.latency_ms is None else round(x.latency_ms, 1),
+        ]
+        for x in shown
+    ]
+    columns = ["turn", "lineage", "route", "segment", "boundary", "n ctx", "n gen", "trained"]
+    columns += ["finish", "policy versions", "latency ms"]
+    title = f"{len(turns)} turn(s)" + (f", first {limit} shown" if len(turns) > limit else "")
+    out.print(render.table(columns, rows, title=title))
+    seg_columns = ["segment", "lineages", "turns", "tokens", "trained", "boundary reason"]
+    out.print(render.table(seg_columns, _segments(turns), title="segments"))
+    if tokens:
+        out.print(render.legend())
+        out.print(render.token_stream(shown, None if ids else _decoder()))
+
+
+def _event_kinds(store: EventStore, run_id: int, session_id: str) -> dict[str, int]:
+    """How many events of each kind a session has (one indexed query; the API has no such read)."""
+    e = schema.events
+    q = (
+        select(e.c.kind, func.count())
+        .where(e.c.run_id == run_id, e.c.session_id == session_id)
+        .group_by(e.c.kind)
+        .order_by(e.c.kind)
+    )
+    with store.engine.connect().execution_options(**{READONLY_OPTION: True}) as conn:
+        return {kind: int(n) for kind, n in conn.execute(q).all()}
+
+
+def _versions(turn: Turn) -> str | None:
+    if not turn.policy_versions.size:
+        return None
+    lo, hi = int(np.min(turn.policy_versions)), int(np.max(turn.policy_versions))
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+# --- sql ------------------------------------------------------------------------------------------
+
+_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def check_read_only(query: str) -> str:
+    """Return ``query`` without its trailing semicolon if it is one SELECT/WITH statement.
+
+    A first line of defence with a clear message; :func:`run_read_only` also runs the query in a
+    read-only transaction that is rolled back, so a data-modifying CTE cannot write either.
+    """
+    stripped = query.strip().rstrip(";").strip()
+    bare = _COMMENTS.sub(" ", stripped).strip()
+    first = bare.split(None, 1)[0].upper() if bare else ""
+    if first not in ("SELECT", "WITH"):
+        raise InvalidRecordError(
+            f"only SELECT or WITH queries are allowed, got {first or 'an empty query'!r}; "
+            "use `dressage-worker drop` or `db` commands to change the log"
+        )
+    if ";" in _COMMENTS.sub(" ", stripped):
+        raise InvalidRecordError("give one statement only (no ';' inside the query)")
+    return stripped
+
+
+def run_read_only(
+    store: EventStore, query: str, *, limit: int
+) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+    """Run one SELECT in a read-only, rolled-back transaction; return columns, rows, truncated."""
+    sql = check_read_only(query)
+    sqlite = store.dialect == "sqlite"
+    dbapi_error = store.engine.dialect.loaded_dbapi.Error
+    try:
+        with store.engine.connect() as conn:
+            conn = conn.execution_options(**{READONLY_OPTION: True})
+            trans = conn.begin()
+            try:
+                _guard(conn, sqlite, on=True)
+                # The DBAPI cursor, without parameters, so '%' and ':name' in the query stay literal.
+                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+                try:
+                    cursor.execute(sql)
+                    columns = [d[0] for d in cursor.description or ()]
+                    rows = [tuple(r) for r in cursor.fetchmany(limit + 1)] if columns else []
+                finally:
+                    cursor.close()
+            finally:
+                trans.rollback()
+                if sqlite:
+                    _guard(conn, sqlite, on=False)
+    except dbapi_error as e:
+        raise StoreError(
+            f"query failed: {redact((str(e).strip() or type(e).__name__).splitlines()[0], store.secrets)}"
+        ) from e
+    except SQLAlchemyError as e:
+        raise StoreError(f"query failed: {redact(_first_line(e), store.secrets)}") from e
+    return columns, rows[:limit], len(rows) > limit
+
+
+def _guard(conn: Connection, sqlite: bool, *, on: bool) -> None:
+    """Make the connection refuse writes (SQLite ``query_only``, PostgreSQL ``READ ONLY``)."""
+    if sqlite:
+        conn.exec_driver_sql(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
+    elif on:
+        conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+
+
+def _first_line(e: SQLAlchemyError) -> str:
+    orig = getattr(e, "orig", None)
+    return str(orig if orig is not None else e).strip().splitlines()[0]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return value
+
+
+@handle_errors
+def sql(
+    query: Annotated[
+        str | None,
+        typer.Argument(help="One SELECT (or WITH ... SELECT) statement; '-' or none: read it from stdin."),
+    ] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="Read the query from a file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print rows as a JSON list of objects.")] = False,
+    limit: Annotated[int, typer.Option(help="Print at most this many rows.", min=1)] = 1000,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Run a read-only SQL query (views token_events, trajectories; see docs/sql.md).
+
+    A query that starts with a ``--`` comment must come from stdin or ``--file`` (the shell
+    would pass it as an option).
+    """
+    if file is not None:
+        try:
+            query = file.read_text(encoding="utf-8")
+        except OSError as e:
+            raise StoreError(f"cannot read query file {file}: {e.strerror}") from e
+    elif query is None or query == "-":
+        query = sys.stdin.read()
+    store = _open(database_url)
+    try:
+        columns, rows, truncated = run_read_only(store, query, limit=limit)
+    finally:
+        store.close()
+    if as_json:
+        objs = [{c: _jsonable(v) for c, v in zip(columns, row, strict=True)} for row in rows]
+        typer.echo(json.dumps(objs, indent=2, default=str))
+    else:
+        title = f"{len(rows)} row(s)" + (f" (stopped at --limit {limit})" if truncated else "")
+        render.console().print(render.table(columns, rows, title=title))
+    if truncated:
+        render.console(stderr=True).print(f"[yellow]more than {limit} rows; raise --limit to see all[/]")
+
+
+# --- export / drop --------------------------------------------------------------------------------
+
+
+@handle_errors
+def export(
+    run: Annotated[str, typer.Argument(help="Name of the run to export.")],
+    to: Annotated[Path, typer.Option("--to", help="Directory to create (must be absent or empty).")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Export a run as a self-contained archive directory with a hashed manifest."""
+    store = _open(database_url)
+    try:
+        manifest = export_run(store, run, to)
+    finally:
+        store.close()
+    counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items())
+    render.console().print(f"exported run {run!r} to {to} ({len(manifest['files'])} files): {counts}")
+
+
+@handle_errors
+def verify(directory: Annotated[Path, typer.Argument(help="An export directory.")]) -> None:
+    """Re-hash an export's files against its manifest."""
+    manifest = verify_export(directory)
+    render.console().print(f"[green]ok[/]: {len(manifest['files'])} files of run {manifest['run']!r} match")
+
+
+@handle_errors
+def drop(
+    run: Annotated[str, typer.Argument(help="Name of the run to delete.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete every row of a run (export it first; artifact blobs are kept)."""
+    store = _open(database_url)
+    try:
+        summary = store.run_summary(run)
+        if not yes:
+            n_sessions = sum(summary["sessions"].values())
+            question = (
+                f"Drop run {run!r} ({n_sessions} sessions, {summary['turns']} turns, "
+                f"{summary['last_position']} events)? This cannot be undone"
+            )
+            if not typer.confirm(question, default=False):
+                raise StoreError(
+                    f"run {run!r} was not dropped (not confirmed); pass --yes to skip the question"
+                )
+        store.drop_run(run)
+    finally:
+        store.close()
+    render.console().print(f"dropped run {run!r}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the store commands to ``app``."""
+    app.add_typer(db_app, name="db")
+    app.command("runs")(runs)
+    app.command("show")(show)
+    app.command("sql")(sql)
+    app.command("export")(export)
+    app.command("verify-export")(verify)
+    app.command("drop")(drop)

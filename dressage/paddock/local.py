@@ -1,0 +1,148 @@
+"""The ``local`` provider: plain subprocesses in a temporary directory. NO isolation.
+
+For development and tests on machines without bubblewrap. Commands see the host filesystem, network
+and environment variables given to them (the environment is still cleaned like bwrap's, so secrets in
+the worker's environment do not leak by accident). Each command runs in its own process group, which
+is killed at the timeout and when the command's main process exits, so background children do not
+outlive their ``exec`` (the same semantics as the bwrap provider).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from dressage.errors import SandboxError
+from dressage.paddock._proc import run_capped
+from dressage.paddock.base import (
+    ExecResult,
+    FileInfo,
+    Sandbox,
+    SandboxProvider,
+    SandboxSpec,
+    host_archive,
+    host_list_files,
+    host_read_file,
+    host_write_file,
+    resolve_in_workspace,
+    seed_workspace,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def clean_env(home: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The small environment every sandboxed command starts from (nothing inherited from the host)."""
+    env = {"PATH": DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
+    env.update(extra or {})
+    return env
+
+
+def _killpg(proc: asyncio.subprocess.Process, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+class LocalSandbox(Sandbox):
+    """A temp directory and unconfined subprocesses; see the module docstring."""
+
+    def __init__(self, session_id: str, spec: SandboxSpec, root: Path) -> None:
+        self.session_id = session_id
+        self.spec = spec
+        self.root = root
+        self._procs: set[asyncio.subprocess.Process] = set()
+        self._terminated = False
+
+    def _check(self) -> None:
+        if self._terminated:
+            raise SandboxError(f"sandbox {self.session_id} is terminated")
+
+    async def exec(
+        self,
+        cmd: str | list[str],
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+    ) -> ExecResult:
+        """Run a command in the workspace (its own process group); see :meth:`Sandbox.exec`."""
+        self._check()
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        workdir = resolve_in_workspace(self.root, cwd or ".")
+        full_env = clean_env(str(self.root), {**self.spec.env, **(env or {})})
+        return await run_capped(
+            argv,
+            env=full_env,
+            cwd=str(workdir),
+            stdin=stdin,
+            timeout=self._timeout(timeout),
+            cap=self.spec.output_cap_bytes,
+            grace=self.spec.kill_grace_s,
+            send_signal=_killpg,
+            after_exit=lambda p: _killpg(p, signal.SIGKILL),
+            on_start=self._procs.add,
+        )
+
+    async def read_file(self, path: str) -> bytes:
+        """Read a workspace file."""
+        self._check()
+        return host_read_file(self.root, path)
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a workspace file."""
+        self._check()
+        host_write_file(self.root, path, data)
+
+    async def list_files(self, path: str = ".") -> list[FileInfo]:
+        """List a workspace directory."""
+        self._check()
+        return host_list_files(self.root, path)
+
+    async def archive(self) -> bytes:
+        """tar.gz of the workspace."""
+        self._check()
+        return await asyncio.to_thread(host_archive, self.root)
+
+    async def terminate(self) -> None:
+        """Kill every process group this sandbox started and delete the workspace."""
+        if self._terminated:
+            return
+        self._terminated = True
+        for p in list(self._procs):
+            _killpg(p, signal.SIGKILL)
+        self._procs.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class LocalProvider(SandboxProvider):
+    """Creates :class:`LocalSandbox` instances, warning loudly each time."""
+
+    name = "local"
+
+    async def create(self, session_id: str, spec: SandboxSpec) -> LocalSandbox:
+        """Make a temp workspace, seed it, and warn that nothing is isolated."""
+        msg = (
+            f"sandbox provider 'local' for session {session_id}: commands run UNISOLATED on this host "
+            "(no filesystem, network, memory or process limits). Use provider 'bwrap' or 'e2b' for RL runs."
+        )
+        log.warning(msg)
+        with contextlib.suppress(ImportError):
+            from rich.console import Console
+
+            Console(stderr=True).print(f"[bold red]WARNING[/]: {msg}")
+        root = Path(tempfile.mkdtemp(prefix=f"dressage-local-{_safe(session_id)}-"))
+        seed_workspace(root, spec.files)
+        return LocalSandbox(session_id, spec, root)
+
+
+def _safe(session_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in session_id)[:40]

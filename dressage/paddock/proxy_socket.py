@@ -1,0 +1,66 @@
+"""Reaching the TITO proxy from a sandbox that has no network.
+
+The path of one request, agent -> proxy::
+
+    agent in sandbox --TCP--> 127.0.0.1:<proxy_port> (sandbox's own loopback, own netns)
+        -> _forwarder.py (in the sandbox) --Unix--> /run/dressage/proxy.sock (bind mount of
+           spec.proxy_socket) -> serve_unix_socket_forwarder (host, asyncio) --TCP--> proxy
+
+No network namespace is shared and no host port is reachable from inside: the only way out is
+the one socket file, and what listens on it decides where bytes go (the proxy's port only). One
+host forwarder can serve every sandbox of a worker; put the socket in a directory only the worker
+can read. The HTTP bytes pass through unchanged, so the proxy's bearer token still identifies the
+session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+
+
+async def _relay(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target_host: str, target_port: int
+) -> None:
+    try:
+        up_reader, up_writer = await asyncio.open_connection(target_host, target_port)
+    except OSError:
+        writer.close()
+        return
+    try:
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+    finally:
+        for w in (writer, up_writer):
+            w.close()
+            with contextlib.suppress(OSError, ConnectionError):
+                await w.wait_closed()
+
+
+async def serve_unix_socket_forwarder(socket_path: str, target_host: str, target_port: int) -> asyncio.Server:
+    """Listen on the Unix socket ``socket_path`` and relay each connection to ``target_host:target_port``.
+
+    Returns the started :class:`asyncio.Server` (close it with ``server.close()``). A stale socket
+    file at ``socket_path`` is replaced. The socket is made world-connectable (0o666) because the
+    sandbox user is not the worker's user; restrict access with the directory's permissions.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(socket_path)
+    server = await asyncio.start_unix_server(
+        lambda r, w: _relay(r, w, target_host, target_port), path=socket_path
+    )
+    os.chmod(socket_path, 0o666)
+    return server

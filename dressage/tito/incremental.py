@@ -1,0 +1,353 @@
+"""Incremental tokenization (TITO): extend exact token ids turn by turn, never re-encoding history.
+
+A *lineage* is one token-contiguous sequence: the prompt ids and the engine's generated ids of
+each of its turns, plus the text those ids decode to. For a new request the conversation is
+rendered (NFC, as the tokenizer normalises); the longest lineage *anchor* (end of a turn's prompt
+or of its generation) whose text is a prefix of the rendering is extended: only the new suffix is
+encoded and appended to the exact prior ids. The split must touch a special token (``<|im_end|>``
+ends every generation; special tokens are split off before BPE) so suffix ids equal those of a
+from-scratch encode.
+
+Routes: ``append`` (extends the end of a lineage's latest turn), ``branch`` (extends an earlier
+anchor: retry/regeneration; forks a new lineage), ``create`` (nothing matched: new lineage from a
+full encode). Boundary reason codes (``create`` only; ``None`` when the session had no lineage):
+
+- ``think_stripped``: the template dropped a previous turn's ``<think>`` block (Qwen3.5 does this
+  at every new user query).
+- ``tools_changed``: the tools list differs from the closest lineage's.
+- ``new_context``: the system turn differs (subagent, another task, a new system prompt).
+- ``template_prefix_mismatch``: any other divergence (compaction, edited history, JSON arguments
+  re-serialised differently, model output not in template form).
+- ``unsafe_split``: the text matched but no matching anchor touches a special token.
+- ``tokenization_failed``: the suffix could not be encoded alone; the whole prompt was encoded.
+
+State is rebuilt from :class:`TurnRecord` s (ids only; texts are re-derived by decoding).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from dressage.errors import TokenizationError
+from dressage.tito.profiles import ModelProfile
+
+Route = Literal["append", "branch", "create"]
+REASON_THINK_STRIPPED = "think_stripped"
+REASON_TOOLS_CHANGED = "tools_changed"
+REASON_NEW_CONTEXT = "new_context"
+REASON_PREFIX_MISMATCH = "template_prefix_mismatch"
+REASON_UNSAFE_SPLIT = "unsafe_split"
+REASON_TOKENIZATION_FAILED = "tokenization_failed"
+
+
+def tools_key(tools: Sequence[Mapping[str, Any]] | None) -> str:
+    """Stable short hash of a tools list (empty string when there are none)."""
+    if not tools:
+        return ""
+    return hashlib.sha256(json.dumps(tools, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A point of a lineage where a request may attach: after a turn's prompt or its generation."""
+
+    text_len: int
+    ids_len: int
+    turn_index: int
+    kind: Literal["prompt", "end"]
+
+
+@dataclass
+class Lineage:
+    """Exact ids and their text, with per-turn anchors; grows by appending only."""
+
+    lineage_id: str
+    tools_key: str
+    header_len: int
+    ids: list[int] = field(default_factory=list)
+    text: str = ""
+    turn_ids: list[str] = field(default_factory=list)
+    anchors: list[Anchor] = field(default_factory=list)
+
+    def fork(self, lineage_id: str, anchor: Anchor) -> Lineage:
+        """A new lineage holding this one's ids/text/turns up to ``anchor``."""
+        keep = [
+            a for a in self.anchors if a.text_len <= anchor.text_len and a.turn_index <= anchor.turn_index
+        ]
+        if anchor.kind == "prompt":  # the turn itself is re-done: drop its prompt anchor too
+            keep = [a for a in keep if a.turn_index < anchor.turn_index]
+        turns = self.turn_ids[: anchor.turn_index + (1 if anchor.kind == "end" else 0)]
+        return Lineage(
+            lineage_id,
+            self.tools_key,
+            self.header_len,
+            self.ids[: anchor.ids_len],
+            self.text[: anchor.text_len],
+            list(turns),
+            keep,
+        )
+
+
+@dataclass(frozen=True)
+class TitoPlan:
+    """How to build the prompt ids of one request (pure; :meth:`LineageIndex.record` commits it)."""
+
+    route: Route
+    lineage_id: str
+    parent_lineage_id: str | None
+    parent_turn_id: str | None
+    fork_at: Literal["prompt", "end"] | None
+    delta_ids: tuple[int, ...]
+    prefix_ids: Sequence[int]
+    prefix_len: int
+    prompt_text: str
+    tools_key: str
+    header_len: int
+    boundary_reason: str | None
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The full prompt ids: exact prior ids followed by the context delta."""
+        return [*self.prefix_ids[: self.prefix_len], *self.delta_ids]
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """What the log keeps per turn so a restarted proxy can rebuild its :class:`LineageIndex`."""
+
+    turn_id: str
+    lineage_id: str
+    route: Route
+    parent_lineage_id: str | None
+    parent_turn_id: str | None
+    fork_at: Literal["prompt", "end"] | None
+    delta_ids: tuple[int, ...]
+    generated_ids: tuple[int, ...]
+    tools_key: str
+    header_len: int
+    boundary_reason: str | None
+
+
+def _common_prefix_len(a: str, b: str) -> int:
+    """Length of the common prefix of two strings (C-speed chunk compare, then bisection)."""
+    n = min(len(a), len(b))
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class LineageIndex:
+    """Per-session lineages; routes requests (:meth:`plan`) and records turns (:meth:`record`)."""
+
+    def __init__(self, profile: ModelProfile) -> None:
+        """An empty index for a session served by ``profile``."""
+        self.profile = profile
+        self.tokenizer = profile.tokenizer
+        self.lineages: dict[str, Lineage] = {}
+        self._turns: dict[str, tuple[str, int]] = {}
+        specials = sorted(self.tokenizer.hf.get_added_tokens_decoder().items())
+        self._special_ids = {i for i, _ in specials}
+        self._special_texts = tuple(t.content for _, t in specials)
+        self._special_re = re.compile("|".join(re.escape(t) for t in self._special_texts))
+
+    # --- routing ----------------------------------------------------------------------------
+
+    def _safe_split(self, lineage: Lineage, anchor: Anchor, text: str) -> bool:
+        """True when splitting ``text`` at ``anchor`` touches a special token (or adds nothing)."""
+        if anchor.text_len == len(text) or anchor.ids_len == 0:
+            return True
+        if lineage.ids[anchor.ids_len - 1] in self._special_ids and lineage.text[: anchor.text_len].endswith(
+            self._special_texts
+        ):
+            return True
+        return self._special_re.match(text, anchor.text_len) is not None
+
+    def _best_anchor(self, lineage: Lineage, text: str) -> tuple[Anchor | None, bool]:
+        """Largest safe anchor of ``lineage`` whose text prefixes ``text``; flag if an unsafe one matched."""
+        anchors = lineage.anchors
+        if text.startswith(lineage.text):
+            k = len(anchors) - 1
+        else:
+            lo, hi = 0, len(anchors) - 1
+            k = -1
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                if text.startswith(lineage.text[: anchors[mid].text_len]):
+                    k, lo = mid, mid + 1
+                else:
+                    hi = mid - 1
+        unsafe = False
+        while k >= 0:
+            if self._safe_split(lineage, anchors[k], text):
+                return anchors[k], unsafe
+            unsafe = True
+            k -= 1
+        return None, unsafe
+
+    def _reason(self, text: str, tkey: str, header_len: int, any_unsafe: bool) -> str | None:
+        """Boundary reason for a ``create`` (see module docstring)."""
+        if not self.lineages:
+            return None
+        if any_unsafe:
+            return REASON_UNSAFE_SPLIT
+        best = max(self.lineages.values(), key=lambda ln: _common_prefix_len(ln.text, text))
+        if best.tools_key != tkey:
+            return REASON_TOOLS_CHANGED
+        cpl = _common_prefix_len(best.text, text)
+        if cpl < min(best.header_len, header_len):
+            return REASON_NEW_CONTEXT
+        opener = "<|im_start|>assistant\n"
+        start = best.text.rfind(opener, 0, cpl + 1)
+        if start >= 0:
+            body = start + len(opener)
+            if best.text.startswith("<think>", body) and not text.startswith("<think>", body):
+                return REASON_THINK_STRIPPED
+        return REASON_PREFIX_MISMATCH
+
+    def plan(
+        self,
+        messages: Sequence[Any],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        enable_thinking: bool | None = None,
+    ) -> TitoPlan:
+        """Route a request and compute its prompt ids (does not change the index)."""
+        parts = self.profile.render_parts(messages, tools, True, enable_thinking)
+        text = unicodedata.normalize("NFC", parts.text)
+        header_len = len(unicodedata.normalize("NFC", parts.header))
+        tkey = tools_key(tools)
+        best: tuple[Lineage, Anchor] | None = None
+        any_unsafe = False
+        for lineage in self.lineages.values():
+            anchor, unsafe = self._best_anchor(lineage, text)
+            any_unsafe |= unsafe and anchor is None
+            if anchor is not None and (best is None or anchor.text_len >= best[1].text_len):
+                best = (lineage, anchor)
+        reason: str | None = None
+        if best is not None:
+            lineage, anchor = best
+            try:
+                delta = tuple(self.tokenizer.encode(text[anchor.text_len :]))
+            except TokenizationError:
+                best, reason = None, REASON_TOKENIZATION_FAILED
+            else:
+                is_tip = anchor is lineage.anchors[-1] and anchor.kind == "end"
+                return TitoPlan(
+                    route="append" if is_tip else "branch",
+                    lineage_id=lineage.lineage_id if is_tip else uuid.uuid4().hex[:16],
+                    parent_lineage_id=lineage.lineage_id,
+                    parent_turn_id=lineage.turn_ids[anchor.turn_index],
+                    fork_at=anchor.kind,
+                    delta_ids=delta,
+                    prefix_ids=lineage.ids,
+                    prefix_len=anchor.ids_len,
+                    prompt_text=text,
+                    tools_key=tkey,
+                    header_len=header_len,
+                    boundary_reason=None,
+                )
+        if reason is None:
+            reason = self._reason(text, tkey, header_len, any_unsafe)
+        return TitoPlan(
+            route="create",
+            lineage_id=uuid.uuid4().hex[:16],
+            parent_lineage_id=None,
+            parent_turn_id=None,
+            fork_at=None,
+            delta_ids=tuple(self.tokenizer.encode(text)),
+            prefix_ids=(),
+            prefix_len=0,
+            prompt_text=text,
+            tools_key=tkey,
+            header_len=header_len,
+            boundary_reason=reason,
+        )
+
+    # --- recording --------------------------------------------------------------------------
+
+    def record(self, plan: TitoPlan, turn_id: str, generated_ids: Sequence[int]) -> TurnRecord:
+        """Commit a planned turn with the engine's generated ids (kept exactly as given)."""
+        rec = TurnRecord(
+            turn_id=turn_id,
+            lineage_id=plan.lineage_id,
+            route=plan.route,
+            parent_lineage_id=plan.parent_lineage_id,
+            parent_turn_id=plan.parent_turn_id,
+            fork_at=plan.fork_at,
+            delta_ids=plan.delta_ids,
+            generated_ids=tuple(generated_ids),
+            tools_key=plan.tools_key,
+            header_len=plan.header_len,
+            boundary_reason=plan.boundary_reason,
+        )
+        tip = self.lineages.get(plan.lineage_id)
+        if plan.route == "append" and tip is not None and tip.turn_ids[-1] != plan.parent_turn_id:
+            # Another turn landed on this lineage since planning: this one becomes a branch.
+            rec = TurnRecord(**{**rec.__dict__, "route": "branch", "lineage_id": uuid.uuid4().hex[:16]})
+        self.apply(
+            rec,
+            delta_text=plan.prompt_text[len(self._parent_text(rec)) :]
+            if rec.route != "create"
+            else plan.prompt_text,
+        )
+        return rec
+
+    def _parent_text(self, rec: TurnRecord) -> str:
+        lineage, anchor = self._anchor_of(rec)
+        return lineage.text[: anchor.text_len]
+
+    def _anchor_of(self, rec: TurnRecord) -> tuple[Lineage, Anchor]:
+        """The lineage and anchor a non-create record attaches to."""
+        if rec.parent_turn_id not in self._turns:
+            raise TokenizationError(f"turn {rec.turn_id} extends unknown turn {rec.parent_turn_id}")
+        lineage_id, turn_index = self._turns[rec.parent_turn_id]
+        lineage = self.lineages[lineage_id]
+        for a in lineage.anchors:
+            if a.turn_index == turn_index and a.kind == rec.fork_at:
+                return lineage, a
+        raise TokenizationError(
+            f"turn {rec.parent_turn_id} has no {rec.fork_at} anchor in lineage {lineage_id}"
+        )
+
+    def apply(self, rec: TurnRecord, delta_text: str | None = None) -> None:
+        """Apply one turn record (live or replayed); ``delta_text`` defaults to decoding the ids."""
+        if delta_text is None:
+            delta_text = self.tokenizer.decode(list(rec.delta_ids))
+        if rec.route == "create":
+            lineage = Lineage(rec.lineage_id, rec.tools_key, rec.header_len)
+            self.lineages[rec.lineage_id] = lineage
+        else:
+            parent, anchor = self._anchor_of(rec)
+            if rec.route == "append":
+                lineage = parent
+            else:
+                lineage = parent.fork(rec.lineage_id, anchor)
+                self.lineages[rec.lineage_id] = lineage
+        turn_index = len(lineage.turn_ids)
+        lineage.turn_ids.append(rec.turn_id)
+        lineage.ids.extend(rec.delta_ids)
+        lineage.text += delta_text
+        lineage.anchors.append(Anchor(len(lineage.text), len(lineage.ids), turn_index, "prompt"))
+        lineage.ids.extend(rec.generated_ids)
+        lineage.text += self.tokenizer.decode(list(rec.generated_ids))
+        lineage.anchors.append(Anchor(len(lineage.text), len(lineage.ids), turn_index, "end"))
+        self._turns[rec.turn_id] = (lineage.lineage_id, turn_index)
+
+    @classmethod
+    def rebuild(cls, profile: ModelProfile, records: Iterable[TurnRecord]) -> LineageIndex:
+        """Reconstruct an index from recorded turns, in the order they were recorded."""
+        index = cls(profile)
+        for rec in records:
+            index.apply(rec)
+        return index

@@ -1,0 +1,67 @@
+"""``export`` writes a self-contained archive whose hashes verify and whose arrays are exact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dressage.cli import app
+from dressage.store import EventStore
+from dressage.store.db import head_revision
+from dressage.store.export import ExportVerificationError, load_export_turns, verify_export
+from tests.cli.conftest import Populated
+from tests.cli.helpers import invoke
+
+
+def test_export_verifies_and_round_trips(
+    cli: CliRunner, db_url: str, populated: Populated, store: EventStore, tmp_path: Path
+) -> None:
+    out = tmp_path / "export"
+    result = invoke(cli, db_url, "export", populated.run, "--to", str(out))
+    assert result.exit_code == 0, result.output
+    manifest = verify_export(out)
+    assert manifest["run"] == populated.run
+    assert manifest["config"] == {"model": "tiny", "seed": 7}
+    assert manifest["schema_revision"] == head_revision()
+    counts = manifest["counts"]
+    assert (counts["sessions"], counts["turns"], counts["tokens"], counts["trained_tokens"]) == (4, 6, 22, 8)
+    assert (counts["policy_versions"], counts["artifacts"]) == (2, 1)
+    assert counts["events"] == manifest["last_position"] == store.last_position(populated.run)
+    assert (out / "tasks.jsonl").exists() and (out / "train_steps.jsonl").exists()
+
+    events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
+    assert [e["position"] for e in events] == list(range(1, len(events) + 1))
+    sha = next(iter(json.loads(x) for x in (out / "artifacts.jsonl").read_text().splitlines()))["sha256"]
+    assert (out / "artifacts" / sha).read_bytes() == populated.artifact
+
+    exported = {(t["session_id"], t["turn_index"]): t for t in load_export_turns(out)}
+    assert len(exported) == len(populated.turns)
+    for rec in populated.turns:
+        got = exported[(rec.session_id, rec.turn_index)]
+        np.testing.assert_array_equal(got["context_ids"], np.asarray(rec.context_ids, dtype=np.int32))
+        np.testing.assert_array_equal(got["generated_ids"], np.asarray(rec.generated_ids, dtype=np.int32))
+        np.testing.assert_array_equal(got["logprobs"], np.asarray(rec.logprobs, dtype=np.float32))
+        np.testing.assert_array_equal(got["policy_versions"], np.asarray(rec.policy_versions, dtype=np.int32))
+        mask = np.ones(len(rec.generated_ids), bool) if rec.loss_mask is None else np.asarray(rec.loss_mask)
+        np.testing.assert_array_equal(got["loss_mask"], mask)
+        assert got["boundary_reason"] == rec.boundary_reason and got["segment_index"] == rec.segment_index
+        if rec.routed_experts is None:
+            assert got["routed_experts"] is None
+        else:
+            assert got["routed_experts"].dtype == rec.routed_experts.dtype
+            np.testing.assert_array_equal(got["routed_experts"], rec.routed_experts)
+
+    assert cli.invoke(app, ["verify-export", str(out)]).exit_code == 0
+    with (out / "turns.jsonl").open("a") as f:
+        f.write("\n")
+    with pytest.raises(ExportVerificationError, match=r"altered turns\.jsonl"):
+        verify_export(out)
+    bad = cli.invoke(app, ["verify-export", str(out)])
+    assert bad.exit_code == 1 and "altered turns.jsonl" in bad.stderr
+
+    again = invoke(cli, db_url, "export", populated.run, "--to", str(out))
+    assert again.exit_code == 1 and "not empty" in again.stderr

@@ -1,0 +1,88 @@
+"""Every query in docs/sql.md runs on both backends; the five worked examples give known numbers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.cli.conftest import Populated
+from tests.cli.helpers import sql_json
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
+
+
+def doc_queries() -> dict[str, str]:
+    """``### heading`` -> the first ```sql block under it (unnamed blocks keyed ``extra-N``)."""
+    queries: dict[str, str] = {}
+    heading = None
+    for block in re.split(r"^(### .*)$", DOC.read_text(), flags=re.MULTILINE):
+        if block.startswith("### "):
+            heading = block[4:].strip()
+            continue
+        for i, sql in enumerate(re.findall(r"```sql\n(.*?)```", block, flags=re.DOTALL)):
+            key = heading if i == 0 and heading and heading not in queries else f"extra-{len(queries)}"
+            queries[key] = sql
+    return queries
+
+
+def run_doc(cli: CliRunner, db_url: str, populated: Populated, title: str) -> list[dict]:
+    return sql_json(cli, db_url, doc_queries()[title].replace("'my-run'", f"'{populated.run}'"))
+
+
+def test_doc_has_the_worked_examples() -> None:
+    titles = set(doc_queries())
+    assert {
+        "Mean reward per policy version",
+        "Tokens and turns per session",
+        "Share of trained tokens",
+        "Sessions that hit the context limit",
+        "Logprob distribution of trained tokens",
+    } <= titles
+    assert all("'my-run'" in q for q in doc_queries().values())
+
+
+def test_mean_reward_per_policy_version(cli: CliRunner, db_url: str, populated: Populated) -> None:
+    rows = run_doc(cli, db_url, populated, "Mean reward per policy version")
+    assert rows == [
+        {"policy_version": 0, "sessions": 1, "mean_reward": 0.0},
+        {"policy_version": 1, "sessions": 1, "mean_reward": 1.0},
+    ]
+
+
+def test_tokens_and_turns_per_session(cli: CliRunner, db_url: str, populated: Populated) -> None:
+    rows = run_doc(cli, db_url, populated, "Tokens and turns per session")
+    got = [(r["n_turns"], r["n_segments"], r["n_tokens"], r["n_trained_tokens"], r["status"]) for r in rows]
+    assert got == [
+        (3, 2, 15, 5, "finished"),
+        (1, 1, 4, 2, "finished"),
+        (1, 1, 2, 1, "failed"),
+        (1, 1, 1, 0, "running"),
+    ]
+
+
+def test_share_of_trained_tokens(cli: CliRunner, db_url: str, populated: Populated) -> None:
+    [row] = run_doc(cli, db_url, populated, "Share of trained tokens")
+    assert (row["trained_tokens"], row["tokens"]) == (8, 22)
+    assert row["trained_share"] == pytest.approx(8 / 22)
+
+
+def test_sessions_that_hit_the_context_limit(cli: CliRunner, db_url: str, populated: Populated) -> None:
+    rows = run_doc(cli, db_url, populated, "Sessions that hit the context limit")
+    s = populated.sessions
+    got = {r["session_id"]: (r["length_turns"], r["overflow_events"]) for r in rows}
+    assert got == {s["s1"]: (1, 0), s["s3"]: (0, 0), s["s4"]: (0, 1)}
+
+
+def test_logprob_distribution_of_trained_tokens(cli: CliRunner, db_url: str, populated: Populated) -> None:
+    rows = run_doc(cli, db_url, populated, "Logprob distribution of trained tokens")
+    assert [r["tokens"] for r in rows] == [1, 2, 2, 2, 1]
+    assert rows[0]["bucket"].startswith("1:") and rows[-1]["bucket"].startswith("5:")
+
+
+def test_every_documented_query_runs(cli: CliRunner, db_url: str, populated: Populated) -> None:
+    for title, query in doc_queries().items():
+        rows = sql_json(cli, db_url, query.replace("'my-run'", f"'{populated.run}'"))
+        assert rows, title

@@ -1,0 +1,80 @@
+"""Fixtures: real dev engines on loopback ports (uvicorn in a thread), shared by the session."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the dev engine needs the 'engine' extra (torch, transformers)")
+pytest.importorskip("transformers", reason="the dev engine needs the 'engine' extra (torch, transformers)")
+
+import httpx  # noqa: E402
+import uvicorn  # noqa: E402
+
+from dressage.engines.dev_engine import create_app  # noqa: E402
+from dressage.engines.tiny_model import LoadedModel, load_model  # noqa: E402
+
+
+@dataclass
+class RunningEngine:
+    """A dev engine serving on ``url`` and the model it serves (for direct forward passes)."""
+
+    url: str
+    loaded: LoadedModel
+
+
+def free_port() -> int:
+    """An unused loopback TCP port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(seed: int) -> Iterator[RunningEngine]:
+    loaded = load_model("tiny", seed=seed)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(loaded, seed=seed), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    else:
+        raise RuntimeError(f"dev engine at {url} did not come up")
+    yield RunningEngine(url=url, loaded=loaded)
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[RunningEngine]:
+    """The main dev engine (tiny model, seed 0)."""
+    yield from _serve(seed=0)
+
+
+@pytest.fixture(scope="session")
+def engine_b() -> Iterator[RunningEngine]:
+    """A second dev engine, for pools and weight updates."""
+    yield from _serve(seed=0)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,297 @@
+"""A local fake of E2B's wire protocol, for testing the ``e2b`` provider without the cloud.
+
+One real HTTP/1.1 server (uvicorn) on loopback serves both planes; the SDK is pointed at it with
+``api_url`` and ``sandbox_url``:
+
+- control plane REST: ``POST /v2/sandboxes`` (201 + sandbox JSON), ``DELETE /sandboxes/{id}``;
+- envd: ``GET /health``, ``GET|POST /files`` (download / multipart or octet-stream upload), and the
+  Connect-RPC services ``process.Process`` (``Start``, server streaming) and
+  ``filesystem.Filesystem`` (``ListDir``, ``Remove``) served by the SDK's own generated ASGI
+  applications and protobuf classes.
+
+A sandbox is a temp directory standing in for ``/home/user``; the sandbox is chosen by the
+``E2b-Sandbox-Id`` header the SDK sends. Commands run as real host processes there (no isolation:
+this is a protocol fake, not a sandbox), and paths outside ``/home/user`` are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.parser
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import uvicorn
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from e2b.envd.filesystem import filesystem_pb
+from e2b.envd.filesystem.filesystem_connect import FilesystemASGIApplication
+from e2b.envd.process import process_pb
+from e2b.envd.process.process_connect import ProcessASGIApplication
+from protobuf import Oneof
+
+HOME = "/home/user"
+ENVD_VERSION = "0.6.0"
+
+
+class _State:
+    def __init__(self) -> None:
+        self.roots: dict[str, Path] = {}
+        self.procs: dict[str, set[asyncio.subprocess.Process]] = {}
+        self.created: list[dict] = []
+
+    def root(self, sandbox_id: str | None) -> Path:
+        if not sandbox_id or sandbox_id not in self.roots:
+            raise ConnectError(Code.NOT_FOUND, f"sandbox {sandbox_id} not found")
+        return self.roots[sandbox_id]
+
+    def map(self, sandbox_id: str | None, path: str) -> Path:
+        root = self.root(sandbox_id)
+        norm = os.path.normpath(path if os.path.isabs(path) else os.path.join(HOME, path))
+        if norm != HOME and not norm.startswith(HOME + "/"):
+            raise ConnectError(Code.PERMISSION_DENIED, f"fake e2b only serves {HOME}, not {path}")
+        return root / os.path.relpath(norm, HOME)
+
+
+class _Unimplemented:
+    """Every RPC the fake does not serve answers UNIMPLEMENTED (the generated app wants them all)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def handler(*_args: object) -> None:
+            raise ConnectError(Code.UNIMPLEMENTED, f"fake e2b does not implement {name}")
+
+        return handler
+
+
+def _sid(ctx) -> str | None:
+    return ctx.request_headers.get("e2b-sandbox-id")
+
+
+class _Process(_Unimplemented):
+    """process.Process: only Start is needed by ``commands.run``."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+
+    async def start(self, request: process_pb.StartRequest, ctx) -> AsyncIterator[process_pb.StartResponse]:
+        sid = _sid(ctx)
+        cfg = request.process
+        cwd = self.state.map(sid, cfg.cwd or HOME)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.state.root(sid)), "LANG": "C.UTF-8"}
+        env.update(dict(cfg.envs))
+        args = [a.replace("-l", "--noprofile") if a == "-l" else a for a in cfg.args]
+        proc = await asyncio.create_subprocess_exec(
+            cfg.cmd,
+            *args,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.state.procs.setdefault(sid or "", set()).add(proc)
+        ev = process_pb.ProcessEvent
+        yield process_pb.StartResponse(event=ev(event=Oneof("start", ev.StartEvent(pid=proc.pid))))
+        queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+
+        async def pump(stream: asyncio.StreamReader, name: str) -> None:
+            while chunk := await stream.read(65536):
+                await queue.put((name, chunk))
+            await queue.put((name, b""))
+
+        tasks = [
+            asyncio.create_task(pump(proc.stdout, "stdout")),
+            asyncio.create_task(pump(proc.stderr, "stderr")),
+        ]
+        try:
+            open_streams = 2
+            while open_streams:
+                name, chunk = await queue.get()
+                if not chunk:
+                    open_streams -= 1
+                    continue
+                data = ev.DataEvent(output=Oneof(name, chunk))
+                yield process_pb.StartResponse(event=ev(event=Oneof("data", data)))
+            code = await proc.wait()
+            end = ev.EndEvent(exit_code=code if code >= 0 else 128 - code, exited=code >= 0, status="exited")
+            yield process_pb.StartResponse(event=ev(event=Oneof("end", end)))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            for t in tasks:
+                t.cancel()
+
+
+class _Filesystem(_Unimplemented):
+    """filesystem.Filesystem: ListDir and Remove."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+
+    async def list_dir(self, request: filesystem_pb.ListDirRequest, ctx) -> filesystem_pb.ListDirResponse:
+        target = self.state.map(_sid(ctx), request.path)
+        if not target.is_dir():
+            raise ConnectError(Code.NOT_FOUND, f"directory {request.path} not found")
+        entries = []
+        for p in sorted(target.iterdir()):
+            st = p.lstat()
+            ftype = filesystem_pb.FileType.DIRECTORY if p.is_dir() else filesystem_pb.FileType.FILE
+            inner = os.path.join(HOME, os.path.relpath(p, self.state.root(_sid(ctx))))
+            entries.append(filesystem_pb.EntryInfo(name=p.name, type=ftype, path=inner, size=st.st_size))
+        return filesystem_pb.ListDirResponse(entries=entries)
+
+    async def remove(self, request: filesystem_pb.RemoveRequest, ctx) -> filesystem_pb.RemoveResponse:
+        target = self.state.map(_sid(ctx), request.path)
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
+        return filesystem_pb.RemoveResponse()
+
+
+async def _send(send, status: int, body: bytes = b"", ctype: str = "application/json") -> None:
+    headers = [(b"content-type", ctype.encode()), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _body(receive) -> bytes:
+    chunks = []
+    while True:
+        msg = await receive()
+        chunks.append(msg.get("body", b""))
+        if not msg.get("more_body"):
+            return b"".join(chunks)
+
+
+def _err(status: int, message: str) -> tuple[int, bytes]:
+    return status, json.dumps({"code": status, "message": message}).encode()
+
+
+class FakeE2B:
+    """Context manager running the fake on ``127.0.0.1:<free port>``; ``.url`` is its base URL."""
+
+    def __init__(self) -> None:
+        self.state = _State()
+        self.base = Path(tempfile.mkdtemp(prefix="fake-e2b-"))
+        self._process_app = ProcessASGIApplication(_Process(self.state))
+        self._fs_app = FilesystemASGIApplication(_Filesystem(self.state))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(self, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    async def __call__(self, scope, receive, send) -> None:
+        """ASGI entry: Connect-RPC services by path prefix, the REST routes otherwise."""
+        path = scope["path"]
+        if path.startswith("/process.Process/"):
+            return await self._process_app(scope, receive, send)
+        if path.startswith("/filesystem.Filesystem/"):
+            return await self._fs_app(scope, receive, send)
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        query = dict(
+            kv.split("=", 1) if "=" in kv else (kv, "")
+            for kv in scope.get("query_string", b"").decode().split("&")
+            if kv
+        )
+        from urllib.parse import unquote
+
+        query = {k: unquote(v) for k, v in query.items()}
+        method = scope["method"]
+        body = await _body(receive)
+        status, out, ctype = 404, b'{"code":404,"message":"no route"}', "application/json"
+        try:
+            status, out, ctype = self._rest(method, path, headers, query, body)
+        except ConnectError as e:
+            status, out = _err(404 if e.code == Code.NOT_FOUND else 403, e.message)
+        await _send(send, status, out, ctype)
+
+    def _rest(
+        self, method: str, path: str, headers: dict, query: dict, body: bytes
+    ) -> tuple[int, bytes, str]:
+        js = "application/json"
+        if method == "POST" and path == "/v2/sandboxes":
+            if not headers.get("x-api-key"):
+                return (*_err(401, "missing API key"), js)
+            req = json.loads(body or b"{}")
+            self.state.created.append(req)
+            sid = "fake" + uuid.uuid4().hex[:12]
+            root = self.base / sid
+            root.mkdir()
+            self.state.roots[sid] = root
+            resp = {
+                "templateID": req.get("templateID", "base"),
+                "sandboxID": sid,
+                "clientID": "fake",
+                "envdVersion": ENVD_VERSION,
+            }
+            return 201, json.dumps(resp).encode(), js
+        if method == "DELETE" and path.startswith("/sandboxes/"):
+            sid = path.rsplit("/", 1)[1]
+            if sid not in self.state.roots:
+                return (*_err(404, f"sandbox {sid} not found"), js)
+            for p in self.state.procs.pop(sid, set()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+            shutil.rmtree(self.state.roots.pop(sid), ignore_errors=True)
+            return 204, b"", js
+        if path == "/health":
+            return 204, b"", js
+        if path == "/files":
+            sid = headers.get("e2b-sandbox-id")
+            if method == "GET":
+                target = self.state.map(sid, query.get("path", ""))
+                if not target.is_file():
+                    return (*_err(404, f"file {query.get('path')} not found"), js)
+                return 200, target.read_bytes(), "application/octet-stream"
+            if method == "POST":
+                written = []
+                ctype = headers.get("content-type", "")
+                if ctype.startswith("multipart/form-data"):
+                    msg = email.parser.BytesParser().parsebytes(
+                        f"Content-Type: {ctype}\r\n\r\n".encode() + body
+                    )
+                    parts = [
+                        (p.get_filename() or query.get("path", ""), p.get_payload(decode=True))
+                        for p in msg.get_payload()
+                    ]
+                else:
+                    parts = [(query.get("path", ""), body)]
+                for name, data in parts:
+                    target = self.state.map(sid, name)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(data or b"")
+                    written.append({"name": target.name, "type": "file", "path": name})
+                return 200, json.dumps(written).encode(), js
+        return (*_err(404, f"no route {method} {path}"), js)
+
+    def __enter__(self) -> FakeE2B:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("fake e2b server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=5)
+        shutil.rmtree(self.base, ignore_errors=True)

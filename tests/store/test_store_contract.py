@@ -1,0 +1,299 @@
+"""The store contract, run unchanged on SQLite and PostgreSQL (fixture ``store``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from dressage.errors import (
+    IdempotencyConflictError,
+    InvalidRecordError,
+    LeaseError,
+    UnknownRunError,
+    UnknownSessionError,
+)
+from dressage.store import EventStore, TaskSpec, TurnRecord
+
+
+def _turn(
+    session_id: str, i: int, n_ctx: int = 3, n_gen: int = 4, version: int = 0, **kw: object
+) -> TurnRecord:
+    rng = np.random.default_rng(i)
+    return TurnRecord(
+        session_id=session_id,
+        turn_index=i,
+        context_ids=rng.integers(0, 248_000, n_ctx),
+        generated_ids=rng.integers(0, 248_000, n_gen),
+        logprobs=-rng.random(n_gen).astype(np.float32),
+        policy_versions=[version] * n_gen,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_run_create_continue_and_frozen_config(store: EventStore, run_name: str) -> None:
+    run = store.create_run(run_name, {"model": "tiny", "seed": 1})
+    again = store.create_run(run_name, {"model": "tiny", "seed": 1})
+    assert again.id == run.id and again.config == {"model": "tiny", "seed": 1}
+    assert store.create_run(run_name).id == run.id  # continue without a config
+    with pytest.raises(InvalidRecordError, match="different config"):
+        store.create_run(run_name, {"model": "tiny", "seed": 2})
+    with pytest.raises(UnknownRunError):
+        store.get_run(run_name + "-missing")
+    assert run_name in [r.name for r in store.list_runs()]
+
+
+def test_turn_roundtrip_exact(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    s = store.open_session(run_name, agent="a", sandbox="bwrap")
+    experts = np.random.default_rng(0).integers(0, 8, (6, 2, 2)).astype(np.uint8)
+    rec = _turn(s.id, 0, routed_experts=experts, finish_reason="stop", sampling_params={"temperature": 1.0})
+    rec.loss_mask = [True, False, True, True]
+    res = store.append_turn(run_name, rec)
+    assert not res.duplicate
+    [turn] = store.read_turns(run_name)
+    assert turn.position == res.position
+    np.testing.assert_array_equal(turn.context_ids, np.asarray(rec.context_ids, dtype=np.int32))
+    np.testing.assert_array_equal(turn.generated_ids, np.asarray(rec.generated_ids, dtype=np.int32))
+    np.testing.assert_array_equal(
+        turn.logprobs, np.asarray(rec.logprobs, dtype=np.float32)
+    )  # bit-exact float32
+    np.testing.assert_array_equal(turn.loss_mask, [True, False, True, True])
+    np.testing.assert_array_equal(turn.routed_experts, experts)
+    assert turn.sampling_params == {"temperature": 1.0} and turn.finish_reason == "stop"
+
+
+def test_positions_dense_and_idempotent(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    s = store.open_session(run_name)
+    positions = [store.append_turn(run_name, _turn(s.id, i)).position for i in range(5)]
+    retry = store.append_turn(run_name, _turn(s.id, 2))
+    assert retry.duplicate and retry.position == positions[2]
+    events = store.read_events(run_name)
+    assert [e.position for e in events] == list(range(1, len(events) + 1))
+    assert store.last_position(run_name) == len(events)
+    assert [e.position for e in store.read_events(run_name, after=positions[1], limit=2)] == positions[2:4]
+    assert [e.position for e in store.tail_events(run_name, after=0)] == list(range(1, len(events) + 1))
+
+
+def test_same_key_different_content_raises_and_changes_nothing(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    s = store.open_session(run_name)
+    store.append_turn(run_name, _turn(s.id, 0))
+    before = store.last_position(run_name)
+    changed = _turn(s.id, 0)
+    changed.logprobs = np.asarray(changed.logprobs) - 0.5
+    with pytest.raises(IdempotencyConflictError, match="different content"):
+        store.append_turn(run_name, changed)
+    assert store.last_position(run_name) == before
+    k1 = store.append_event(run_name, "note", {"x": 1}, key="k1")
+    assert store.append_event(run_name, "note", {"x": 1}, key="k1") == k1.__class__(k1.position, "k1", True)
+    with pytest.raises(IdempotencyConflictError):
+        store.append_event(run_name, "note", {"x": 2}, key="k1")
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"logprobs": [-0.1, -0.2]}, "logprobs has 2 entries"),
+        ({"policy_versions": [0]}, "policy_versions has 1"),
+        ({"loss_mask": [True] * 5}, "loss_mask has 5"),
+        ({"context_ids": [[1, 2]]}, "one-dimensional"),
+        ({"generated_ids": [1.5, 2, 3, 4]}, "integers"),
+        ({"context_ids": [-1]}, "non-negative"),
+        ({"logprobs": [float("nan"), -1, -1, -1]}, "NaN"),
+        ({"logprobs": [0.5, -1, -1, -1]}, "<= 0"),
+        ({"route": "teleport"}, "route must be"),
+        ({"boundary_reason": "bad\udc80"}, "invalid UTF-8"),
+        ({"finish_reason": "a\x00b"}, "NUL"),
+        ({"info": {"note": "x" * (5 * 1024 * 1024)}}, "over the limit"),
+        ({"info": {"bad": "\ud800"}}, "invalid UTF-8"),
+        ({"sampling_params": {"t": float("inf")}}, "not valid JSON"),
+        ({"routed_experts": np.zeros((2, 2), np.uint8)}, "tokens, layers, top_k"),
+    ],
+)
+def test_bad_turns_are_refused_and_log_unchanged(
+    store: EventStore, run_name: str, change: dict, match: str
+) -> None:
+    store.create_run(run_name)
+    s = store.open_session(run_name)
+    before = store.last_position(run_name)
+    rec = _turn(s.id, 0)
+    for k, v in change.items():
+        setattr(rec, k, v)
+    with pytest.raises(InvalidRecordError, match=match):
+        store.append_turn(run_name, rec)
+    assert store.last_position(run_name) == before
+    assert store.read_turns(run_name) == []
+
+
+def test_unknown_run_or_session_and_finished_session(store: EventStore, run_name: str) -> None:
+    with pytest.raises(UnknownRunError):
+        store.append_turn(run_name, _turn("nope", 0))
+    store.create_run(run_name)
+    with pytest.raises(UnknownSessionError):
+        store.append_turn(run_name, _turn("nope", 0))
+    s = store.open_session(run_name)
+    store.finalize_session(s.id, "finished", reward=0.5)
+    with pytest.raises(InvalidRecordError, match="finished"):
+        store.append_turn(run_name, _turn(s.id, 0))
+
+
+def test_session_lifecycle_is_idempotent(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    s = store.open_session(run_name, session_id="s-1", token="secret-token-123", agent="answer")
+    assert store.open_session(run_name, session_id="s-1", agent="answer").id == "s-1"
+    with pytest.raises(IdempotencyConflictError):
+        store.open_session(run_name, session_id="s-1", agent="other")
+    assert store.session_by_token("secret-token-123").id == "s-1"
+    assert store.session_by_token("other") is None
+    done = store.finalize_session(s.id, "finished", reward=1.0, finish_reason="stop")
+    assert done.status == "finished" and done.reward == 1.0
+    assert store.finalize_session(s.id, "finished", reward=1.0).status == "finished"
+    with pytest.raises(IdempotencyConflictError):
+        store.finalize_session(s.id, "failed", reward=0.0)
+    kinds = [e.kind for e in store.read_events(run_name)]
+    assert kinds.count("session_started") == 1 and kinds.count("session_finalized") == 1
+    with pytest.raises(InvalidRecordError):
+        store.finalize_session(s.id, "done")
+
+
+def test_errors_are_redacted(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    s = store.open_session(run_name)
+    done = store.finalize_session(
+        s.id, "failed", error="agent crashed: Authorization: Bearer abcdefghijklmnop sk-abcdefghijklmnopqrstu"
+    )
+    assert "abcdefghijklmnop" not in done.error and "sk-abc" not in done.error and "[REDACTED]" in done.error
+
+
+def test_task_leases(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    assert (
+        store.enqueue_tasks(
+            run_name, [TaskSpec(0, {"prompt": "a"}), TaskSpec(1, {"prompt": "b"})], n_samples=2
+        )
+        == 4
+    )
+    assert store.enqueue_tasks(run_name, [TaskSpec(0, {"prompt": "a"})], n_samples=2) == 0
+    first = store.claim_tasks(run_name, "w1", n=3, lease_s=60)
+    assert [(x.task_index, x.sample_index) for x in first] == [(0, 0), (0, 1), (1, 0)]
+    second = store.claim_tasks(run_name, "w2", n=3, lease_s=60)
+    assert [(x.task_index, x.sample_index) for x in second] == [(1, 1)]
+    assert store.claim_tasks(run_name, "w3", n=1) == []
+    renewed = store.renew_lease(first[0], lease_s=120)
+    assert renewed.expires_at > first[0].expires_at
+    assert store.release_task(first[0], "done") == "done"
+    with pytest.raises(LeaseError):
+        store.release_task(first[0], "done")
+    with pytest.raises(LeaseError):
+        store.renew_lease(first[0])
+    assert store.release_task(first[1], "retry", max_attempts=3) == "pending"
+    again = store.claim_tasks(run_name, "w2", n=1)
+    assert again[0].task_id == first[1].task_id and again[0].attempt == 2
+    assert store.task_counts(run_name)["done"] == 1
+
+
+def test_expired_lease_abandons_running_session(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    store.enqueue_tasks(run_name, [TaskSpec(0, {})], n_samples=1)
+    [lease] = store.claim_tasks(run_name, "crashed", lease_s=-1)  # already expired
+    s = store.open_session(run_name, task_id=lease.task_id, attempt=lease.attempt)
+    store.append_turn(run_name, _turn(s.id, 0))
+    [retry] = store.claim_tasks(run_name, "w2", lease_s=60)
+    assert retry.attempt == 2
+    assert store.get_session(s.id).status == "abandoned"
+    with pytest.raises(LeaseError):
+        store.release_task(lease, "done")
+    with pytest.raises(IdempotencyConflictError):
+        store.finalize_session(s.id, "finished", reward=1.0)
+    assert store.get_session(s.id).finish_reason == "lease_expired"
+
+
+def test_max_attempts_fails_task(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    store.enqueue_tasks(run_name, [TaskSpec(0, {})])
+    [lease] = store.claim_tasks(run_name, "w")
+    assert store.release_task(lease, "retry", max_attempts=1) == "failed"
+    assert store.claim_tasks(run_name, "w") == []
+
+
+def test_consumer_steps_exactly_once(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    assert store.get_checkpoint(run_name, "train:main") is None
+    store.commit_step(run_name, "train:main", step=1, position=5, batch_hash="h1", manifest={"samples": [1]})
+    again = store.commit_step(
+        run_name, "train:main", step=1, position=5, batch_hash="h1", manifest={"samples": [1]}
+    )
+    assert again.step == 1
+    with pytest.raises(IdempotencyConflictError, match="not deterministic"):
+        store.commit_step(run_name, "train:main", step=1, position=5, batch_hash="h2", manifest={})
+    with pytest.raises(InvalidRecordError, match="next step must be 2"):
+        store.commit_step(run_name, "train:main", step=3, position=9, batch_hash="h3", manifest={})
+    store.commit_step(
+        run_name, "train:main", step=2, position=9, batch_hash="h2", manifest={}, state={"lr": 1}
+    )
+    cp = store.get_checkpoint(run_name, "train:main")
+    assert (cp.step, cp.position, cp.state) == (2, 9, {"lr": 1})
+    assert [s.batch_hash for s in store.list_steps(run_name, "train:main")] == ["h1", "h2"]
+
+
+def test_artifacts_and_policy_versions(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    s = store.open_session(run_name)
+    ref = store.put_artifact(run_name, b"workspace bytes", name="workspace.tar.gz", session_id=s.id)
+    same = store.put_artifact(run_name, b"workspace bytes", name="workspace.tar.gz", session_id=s.id)
+    assert same.id == ref.id and ref.size == 15
+    assert store.get_artifact(ref) == b"workspace bytes"
+    assert [a.sha256 for a in store.list_artifacts(run_name, session_id=s.id)] == [ref.sha256]
+    assert store.latest_policy_version(run_name) is None
+    p1 = store.record_policy_version(run_name, 1, "file:///ckpt/1")
+    assert store.record_policy_version(run_name, 1, "file:///ckpt/1").position == p1.position
+    store.record_policy_version(run_name, 2)
+    assert store.latest_policy_version(run_name) == 2
+
+
+def test_views(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    s = store.open_session(run_name)
+    store.append_turn(run_name, _turn(s.id, 0, n_ctx=3, n_gen=2, version=4))
+    store.append_turn(run_name, _turn(s.id, 1, n_ctx=2, n_gen=3, version=5, segment_offset=5))
+    store.finalize_session(s.id, "finished", reward=0.25)
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT turn_index, position, token_id, logprob, loss_mask, policy_version FROM token_events "
+                "WHERE run_name = :r ORDER BY position"
+            ),
+            {"r": run_name},
+        ).all()
+        traj = conn.execute(text("SELECT * FROM trajectories WHERE run_name = :r"), {"r": run_name}).one()
+    assert [r.position for r in rows] == list(range(10))
+    turns = store.read_turns(run_name)
+    expected = np.concatenate([np.concatenate([t.context_ids, t.generated_ids]) for t in turns])
+    assert [r.token_id for r in rows] == expected.tolist()
+    assert [bool(r.loss_mask) for r in rows] == [False] * 3 + [True] * 2 + [False] * 2 + [True] * 3
+    assert all(r.logprob is None for r in rows if not r.loss_mask)
+    np.testing.assert_allclose(
+        [r.logprob for r in rows if r.loss_mask], np.concatenate([t.logprobs for t in turns])
+    )
+    assert [r.policy_version for r in rows if r.loss_mask] == [4, 4, 5, 5, 5]
+    assert (traj.n_turns, traj.n_segments, traj.n_tokens, traj.n_trained_tokens) == (2, 1, 10, 5)
+    assert traj.status == "finished" and traj.reward == 0.25
+
+
+def test_read_token_arrays_and_drop(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    other = store.create_run(run_name + "-other")
+    s = store.open_session(run_name)
+    o = store.open_session(other)
+    for i in range(3):
+        store.append_turn(run_name, _turn(s.id, i))
+    store.append_turn(other, _turn(o.id, 0))
+    arrays = store.read_token_arrays(run_name)
+    assert arrays["token_ids"].size == 21 and arrays["loss_mask"].sum() == 12
+    assert arrays["turn_offsets"].tolist() == [0, 7, 14, 21]
+    store.drop_run(run_name)
+    with pytest.raises(UnknownRunError):
+        store.get_run(run_name)
+    assert len(store.read_turns(other)) == 1
