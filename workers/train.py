@@ -1,10 +1,169 @@
-"""`dressage-worker train` (not built yet)."""
+"""``dressage-worker train``: the replay trainer as a log consumer.
+
+Tails a run's log, forms steps of ``--global-batch-size`` trajectories from ready groups, trains
+(``torch``), writes slime rollout files (``slime-dump``) or only records (``none``), and commits
+each step's manifest with the consumer checkpoint. ``--replay`` re-forms every recorded step and
+checks its hash. torch and transformers are imported inside the command.
+"""
 
 from __future__ import annotations
 
-from dressage.errors import NotSupportedError
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from dressage.errors import ConfigError, DressageError, ReplayDriftError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from dressage.store import EventStore
+    from dressage.training.consumer import Backend
+    from dressage.training.steps import StepOptions
 
 
-def train_command() -> None:
-    """Not built yet."""
-    raise NotSupportedError("dressage-worker train is not built yet")
+def train_command(
+    from_run: str = typer.Option(..., "--from-run", help="Run whose log to train on."),
+    consumer: str = typer.Option("main", help="Consumer name; the checkpoint is kept as train:<name>."),
+    backend: str = typer.Option("torch", help="torch | slime-dump | none"),
+    global_batch_size: int = typer.Option(8, help="Trajectories per optimizer step (whole groups)."),
+    n_samples_per_prompt: int = typer.Option(4, help="Samples per group, as the rollout enqueued them."),
+    follow: bool = typer.Option(False, "--follow", help="Keep tailing the log for new groups."),
+    replay: bool = typer.Option(False, "--replay", help="Re-form every recorded step and check its hash."),
+    out: Path = typer.Option(Path("train-out"), help="Checkpoints (torch) or rollout files (slime-dump)."),
+    database_url: str | None = typer.Option(None, help="Event log URL (default: DRESSAGE_DATABASE_URL)."),
+    max_staleness: int | None = typer.Option(None, help="Mask tokens older than this many versions."),
+    last_version_only: bool = typer.Option(False, help="Train only tokens of a segment's newest version."),
+    group_version_window: int | None = typer.Option(None, help="Drop groups with tokens older than this."),
+    failure_policy: str = typer.Option("drop_group", help="drop_group | keep_finished"),
+    advantage_estimator: str = typer.Option("grpo", help="Registered advantage estimator."),
+    std_normalize: bool = typer.Option(False, help="Divide GRPO advantages by the group's std + eps."),
+    initial_version: int = typer.Option(0, help="Policy version of the weights before step 1."),
+    max_steps: int | None = typer.Option(None, help="Stop after this many new steps."),
+    model: str = typer.Option("tiny", help="torch: 'tiny', 'tiny-qwen3' or an HF model directory."),
+    seed: int = typer.Option(0, help="torch: seed of a tiny random model."),
+    lr: float = typer.Option(1e-4, help="torch: learning rate (SGD)."),
+    push_to: str | None = typer.Option(None, help="torch: engine URL to push weights to (not built yet)."),
+    throttle_s: float = typer.Option(0.0, help="Pause between steps (demos, crash tests)."),
+) -> None:
+    """Train on a run's log, or replay its recorded steps."""
+    from rich.console import Console
+
+    from dressage.config import load_settings
+    from dressage.store import EventStore
+    from dressage.training.masking import MaskingPolicy
+    from dressage.training.steps import StepOptions
+
+    console = Console(stderr=True)
+    try:
+        store = EventStore.open(settings=load_settings(database_url=database_url))
+        try:
+            if replay:
+                _replay(console, store, from_run, consumer)
+                return
+            options = StepOptions(
+                global_batch_size=global_batch_size,
+                n_samples_per_prompt=n_samples_per_prompt,
+                advantage_estimator=advantage_estimator,
+                std_normalize=std_normalize,
+                initial_version=initial_version,
+                masking=MaskingPolicy(max_staleness, last_version_only, group_version_window, failure_policy),
+            )
+            chosen = _backend(backend, out, model=model, seed=seed, lr=lr, push_to=push_to)
+            _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s)
+        finally:
+            store.close()
+    except ReplayDriftError as e:
+        console.print(f"[red]replay drift:[/red] {e}")
+        raise typer.Exit(3) from e
+    except DressageError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from e
+
+
+def _progress(console: Console) -> Progress:
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=console)
+
+
+def _replay(console: Console, store: EventStore, run: str, consumer: str) -> None:
+    from dressage.training.consumer import Trainer, consumer_name
+    from dressage.training.steps import StepBatch, StepOptions
+
+    steps = store.list_steps(run, consumer_name(consumer))
+    if not steps:
+        console.print(f"nothing to replay: no recorded steps for {consumer_name(consumer)} of run {run!r}")
+        return
+    trainer = Trainer(store, run, StepOptions.from_dict(steps[0].manifest["options"]), consumer=consumer)
+    with _progress(console) as bar:
+        task = bar.add_task("replay", total=len(steps))
+
+        def replayed(batch: StepBatch) -> None:
+            bar.update(task, advance=1, description=f"replay step {batch.step}: hash matches")
+
+        trainer.replay(on_step=replayed)
+    console.print(f"replayed {len(steps)} steps of {trainer.consumer}: every batch hash matches")
+
+
+def _train(
+    console: Console,
+    store: EventStore,
+    run: str,
+    consumer: str,
+    options: StepOptions,
+    backend: Backend,
+    follow: bool,
+    max_steps: int | None,
+    throttle_s: float,
+) -> None:
+    from dressage.training.consumer import StepResult, Trainer, manifest_summary
+
+    trainer = Trainer(store, run, options, backend, consumer=consumer)
+    with _progress(console) as bar:
+        task = bar.add_task(f"{trainer.consumer} on {run}", total=max_steps)
+
+        def stepped(result: StepResult) -> None:
+            s = manifest_summary(result.batch)
+            metrics = " ".join(f"{k}={v:.4g}" for k, v in result.metrics.items())
+            bar.update(
+                task,
+                advance=1,
+                description=(
+                    f"step {s['step']}: {s['trajectories']} traj, {s['samples']} samples, "
+                    f"{s['tokens']} tokens, {s['dropped']} groups dropped {metrics}"
+                ),
+            )
+            bar.console.print(
+                f"step {result.batch.step} {result.batch.batch_hash}", highlight=False, soft_wrap=True
+            )
+
+        results = trainer.run_steps(
+            follow=follow, max_steps=max_steps, throttle_s=throttle_s, on_step=stepped
+        )
+    console.print(f"{len(results)} new steps committed for {trainer.consumer}")
+    pattern = getattr(backend, "pattern", None)
+    if pattern is not None:
+        from dressage.integrations.slime import slime_command
+
+        total = len(store.list_steps(run, trainer.consumer))
+        console.print(slime_command(str(pattern), options, total), highlight=False, soft_wrap=True)
+
+
+def _backend(kind: str, out: Path, *, model: str, seed: int, lr: float, push_to: str | None) -> Backend:
+    if kind == "none":
+        from dressage.training.consumer import NullBackend
+
+        return NullBackend()
+    if kind == "slime-dump":
+        from dressage.integrations.slime import SlimeDumpBackend
+
+        return SlimeDumpBackend(out)
+    if kind == "torch":
+        from dressage.training.torch_backend import TorchBackend
+
+        return TorchBackend(out, model=model, seed=seed, lr=lr, push_to=push_to)
+    raise ConfigError(f"unknown backend {kind!r}; use torch, slime-dump or none")

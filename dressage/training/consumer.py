@@ -1,0 +1,174 @@
+"""The trainer as a log consumer ``train:<name>``: tail, form steps, train, commit; and replay.
+
+Exactly-once effect (DESIGN.md section 3.5): for each step the backend first does its work (an
+optimizer step and a checkpoint carrying ``(run, position, step)``, or a rollout file), then the
+step manifest, its batch hash and the consumer checkpoint are committed in one transaction
+(:meth:`EventStore.commit_step`). After a crash the trainer resumes at the step after the last
+committed one; the cursor in the checkpoint state makes the next batch byte-identical to what an
+uninterrupted run would have formed. Replay re-forms every recorded step and checks its hash.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dressage.errors import ReplayDriftError
+from dressage.store.event_store import EventStore
+from dressage.store.records import ConsumerCheckpoint, Run, TrainStep
+from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
+from dressage.training.manifest import first_drift
+from dressage.training.steps import StepBatch, StepBuilder, StepOptions
+
+
+class Backend(Protocol):
+    """What consumes a formed step: an optimizer (torch), a file writer (slime-dump), or nothing."""
+
+    name: str
+
+    def resume(self, run: Run, checkpoint: ConsumerCheckpoint | None) -> None:
+        """Restore state matching the consumer checkpoint (before the first step, ``None``)."""
+
+    def train_step(self, batch: StepBatch) -> dict[str, float]:
+        """Do the step's work durably (before the commit); return metrics for the display."""
+
+
+class NullBackend:
+    """Forms and records steps without training (audits, dry runs, the replay of a run)."""
+
+    name = "none"
+
+    def resume(self, run: Run, checkpoint: ConsumerCheckpoint | None) -> None:
+        """Nothing to restore."""
+
+    def train_step(self, batch: StepBatch) -> dict[str, float]:
+        """Nothing to do."""
+        return {}
+
+
+@dataclass
+class StepResult:
+    """What one committed step reports to the caller."""
+
+    batch: StepBatch
+    metrics: dict[str, float]
+    record: TrainStep
+
+
+def consumer_name(name: str) -> str:
+    """The consumer id of trainer ``name`` (``train:<name>``)."""
+    return name if name.startswith("train:") else f"train:{name}"
+
+
+class Trainer:
+    """Tails run ``run`` and trains ``backend`` on steps formed with ``options``."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        run: str | Run,
+        options: StepOptions,
+        backend: Backend | None = None,
+        *,
+        consumer: str = "main",
+    ) -> None:
+        self.store = store
+        self.run = store.get_run(run)
+        self.options = options
+        self.backend: Backend = backend or NullBackend()
+        self.consumer = consumer_name(consumer)
+        self.builder = StepBuilder(store, self.run, options)
+        self.tracker = GroupTracker(store, self.run, options.n_samples_per_prompt)
+        self._pending: list[ReadyGroup] = []
+
+    def _refresh(self, cursor: Cursor) -> None:
+        self._pending += [g for g in self.tracker.poll() if g.cursor > cursor]
+
+    def run_steps(
+        self,
+        *,
+        follow: bool = False,
+        max_steps: int | None = None,
+        poll_s: float = 0.5,
+        throttle_s: float = 0.0,
+        on_step: Callable[[StepResult], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> list[StepResult]:
+        """Form, train and commit steps until the log runs dry (or forever with ``follow``)."""
+        ckpt = self.store.get_checkpoint(self.run, self.consumer)
+        step = ckpt.step if ckpt else 0
+        cursor: Cursor = tuple(ckpt.state.get("cursor", START_CURSOR)) if ckpt else START_CURSOR  # type: ignore[assignment]
+        self.backend.resume(self.run, ckpt)
+        results: list[StepResult] = []
+        while max_steps is None or len(results) < max_steps:
+            if should_stop is not None and should_stop():
+                break
+            self._refresh(cursor)
+            batch = self.builder.form(step + 1, self._pending, cursor)
+            if batch is None:
+                if not follow:
+                    break
+                time.sleep(poll_s)
+                continue
+            metrics = self.backend.train_step(batch)
+            record = self.store.commit_step(
+                self.run,
+                self.consumer,
+                step=batch.step,
+                position=batch.position,
+                batch_hash=batch.batch_hash,
+                manifest={**batch.manifest, "backend": self.backend.name},
+                state={"cursor": list(batch.cursor), "trainer_version": batch.trainer_version + 1},
+            )
+            self._pending = self._pending[batch.consumed :]
+            cursor, step = batch.cursor, batch.step
+            result = StepResult(batch, metrics, record)
+            results.append(result)
+            if on_step is not None:
+                on_step(result)
+            if throttle_s:
+                time.sleep(throttle_s)
+        return results
+
+    def replay(self, on_step: Callable[[StepBatch], None] | None = None) -> list[StepBatch]:
+        """Re-form every recorded step of the consumer and check its batch hash.
+
+        Raises :class:`ReplayDriftError` naming the step, and the first differing sample and field.
+        """
+        recorded = self.store.list_steps(self.run, self.consumer)
+        cursor: Cursor = START_CURSOR
+        checked: list[StepBatch] = []
+        for rec in recorded:
+            self._refresh(cursor)
+            batch = self.builder.form(rec.step, self._pending, cursor)
+            if batch is None:
+                raise ReplayDriftError(
+                    f"{self.consumer} step {rec.step} of run {self.run.name!r}: the log no longer holds "
+                    "enough ready groups to form it"
+                )
+            if batch.batch_hash != rec.batch_hash:
+                detail = first_drift(rec.manifest.get("samples", []), batch.manifest["samples"])
+                raise ReplayDriftError(
+                    f"{self.consumer} step {rec.step} of run {self.run.name!r} drifted: {detail} "
+                    f"(batch hash {rec.batch_hash[:12]} recorded, {batch.batch_hash[:12]} now)"
+                )
+            self._pending = self._pending[batch.consumed :]
+            cursor = batch.cursor
+            checked.append(batch)
+            if on_step is not None:
+                on_step(batch)
+        return checked
+
+
+def manifest_summary(batch: StepBatch) -> dict[str, Any]:
+    """A few numbers of a step for progress displays."""
+    m = batch.manifest
+    return {
+        "step": batch.step,
+        "samples": m["n_samples"],
+        "trajectories": m["n_trajectories"],
+        "tokens": m["n_trainable_tokens"],
+        "dropped": sum(1 for g in m["groups"] if not g["kept"]),
+    }

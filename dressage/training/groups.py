@@ -1,0 +1,178 @@
+"""Which groups are ready to train, in a deterministic order, rebuilt from the log by position.
+
+A projection over the run's events (``session_started``, ``session_finalized``,
+``task_released``/``task_failed``) plus the ``tasks`` table (task index, group index, sample index
+of each task row). A (task, sample) pair is **terminal** at the position of
+
+* its first ``finished`` session (an abandoned or failed attempt followed by a finished retry
+  counts the finished one), or
+* the event that marked its task row ``failed`` (no more attempts): then its last session's
+  status (``failed``/``abandoned``) stands, or ``failed`` when it never had one.
+
+A group (all ``n_samples_per_prompt`` pairs of one task) is **ready** at the position where its
+last pair became terminal. Ready groups are ordered by ``(ready_position, task_index)``: events
+only ever add groups at the end of that order, so a consumer's cursor into it is stable and a
+restarted trainer forms exactly the steps an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+
+from dressage.errors import TrainingError
+from dressage.store import schema as t
+from dressage.store.event_store import EventStore
+from dressage.store.records import Event, Run
+
+Cursor = tuple[int, int]
+"""``(ready_position, task_index)`` of the last consumed group; ``(0, -1)`` before the first."""
+
+START_CURSOR: Cursor = (0, -1)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One (task, sample) pair of a ready group and the session that stands for it."""
+
+    sample_index: int
+    session_id: str | None
+    status: str  # finished | failed | abandoned
+    reward: float | None
+
+
+@dataclass(frozen=True)
+class ReadyGroup:
+    """A group whose members are all terminal."""
+
+    task_index: int
+    group_index: int
+    ready_position: int
+    members: tuple[Member, ...]
+
+    @property
+    def cursor(self) -> Cursor:
+        """This group's place in the consumption order."""
+        return (self.ready_position, self.task_index)
+
+
+@dataclass
+class _Pair:
+    task_index: int
+    group_index: int
+    sample_index: int
+    sessions: list[str] = field(default_factory=list)
+    finished: str | None = None
+    terminal_at: int | None = None
+    failed_task: bool = False
+
+
+class GroupTracker:
+    """Tails a run's events and yields groups as they become ready.
+
+    ``n_samples_per_prompt`` (when given) must match the number of enqueued samples per task.
+    """
+
+    def __init__(self, store: EventStore, run: str | Run, n_samples_per_prompt: int | None = None) -> None:
+        self.store = store
+        self.run = store.get_run(run)
+        self.n_samples_per_prompt = n_samples_per_prompt
+        self.position = 0
+        self._pairs: dict[int, _Pair] = {}  # by task row id
+        self._task_size: dict[int, int] = {}  # task_index -> number of samples
+        self._session_task: dict[str, int] = {}
+        self._status: dict[str, tuple[str, float | None]] = {}
+        self._emitted: set[int] = set()
+
+    def _load_tasks(self) -> None:
+        c = t.tasks.c
+        with self.store._read() as conn:
+            rows = conn.execute(
+                select(c.id, c.task_index, c.group_index, c.sample_index).where(c.run_id == self.run.id)
+            ).all()
+        for row in rows:
+            if row.id not in self._pairs:
+                self._pairs[row.id] = _Pair(row.task_index, row.group_index, row.sample_index)
+        sizes: dict[int, int] = {}
+        for pair in self._pairs.values():
+            sizes[pair.task_index] = sizes.get(pair.task_index, 0) + 1
+        n = self.n_samples_per_prompt
+        if n is not None and any(v != n for v in sizes.values()):
+            bad = sorted(k for k, v in sizes.items() if v != n)[:5]
+            raise TrainingError(
+                f"run {self.run.name!r}: tasks {bad} have {sizes[bad[0]]} samples enqueued, but "
+                f"--n-samples-per-prompt is {n}; pass the value the rollout used"
+            )
+        self._task_size = sizes
+
+    def _pair_of(self, task_id: int) -> _Pair | None:
+        if task_id not in self._pairs:
+            self._load_tasks()
+        return self._pairs.get(task_id)
+
+    def poll(self, limit: int = 5000) -> list[ReadyGroup]:
+        """Read events after the tracker's position; return groups that became ready, in order."""
+        ready: list[ReadyGroup] = []
+        while True:
+            events = self.store.read_events(self.run, self.position, limit)
+            for ev in events:
+                group = self._apply(ev)
+                if group is not None:
+                    ready.append(group)
+            if events:
+                self.position = events[-1].position
+            if len(events) < limit:
+                return ready
+
+    def _apply(self, ev: Event) -> ReadyGroup | None:
+        p = ev.payload
+        pair: _Pair | None = None
+        if ev.kind == "tasks_enqueued":
+            self._load_tasks()
+        elif ev.kind == "session_started" and ev.session_id and p.get("task_id") is not None:
+            pair = self._pair_of(int(p["task_id"]))
+            if pair is not None:
+                self._session_task[ev.session_id] = int(p["task_id"])
+                pair.sessions.append(ev.session_id)
+            return None
+        elif ev.kind == "session_finalized" and ev.session_id in self._session_task:
+            self._status[ev.session_id] = (str(p["status"]), p.get("reward"))
+            pair = self._pairs[self._session_task[ev.session_id]]
+            if p["status"] == "finished" and pair.finished is None and pair.terminal_at is None:
+                pair.finished = ev.session_id
+                pair.terminal_at = ev.position
+        elif (ev.kind == "task_failed" or (ev.kind == "task_released" and p.get("state") == "failed")) and (
+            p.get("task_id") is not None
+        ):
+            pair = self._pair_of(int(p["task_id"]))
+            if pair is not None and pair.terminal_at is None:
+                pair.failed_task = True
+                pair.terminal_at = ev.position
+        if pair is None or pair.terminal_at != ev.position:
+            return None
+        return self._ready_group(pair.task_index, ev.position)
+
+    def _ready_group(self, task_index: int, position: int) -> ReadyGroup | None:
+        if task_index in self._emitted:
+            return None
+        pairs = sorted(
+            (x for x in self._pairs.values() if x.task_index == task_index), key=lambda x: x.sample_index
+        )
+        if any(x.terminal_at is None for x in pairs):
+            return None
+        members = []
+        for x in pairs:
+            if x.finished is not None:
+                status, reward = self._status[x.finished]
+                members.append(Member(x.sample_index, x.finished, status, reward))
+            elif x.sessions:
+                last = x.sessions[-1]
+                status, reward = self._status.get(last, ("failed", None))
+                members.append(
+                    Member(x.sample_index, last, status if status != "running" else "failed", None)
+                )
+            else:
+                members.append(Member(x.sample_index, None, "failed", None))
+        self._emitted.add(task_index)
+        return ReadyGroup(task_index, pairs[0].group_index, position, tuple(members))

@@ -1,0 +1,194 @@
+"""Turns of a finished trajectory → segments → :class:`TrainSample` s (one per segment).
+
+A segment's tokens are the concatenation, in ``turn_index`` order, of each turn's
+``context_ids + generated_ids``; each turn's ``segment_offset`` must equal the number of the
+segment's tokens before it (segments are linear chains, anything else is a log bug).
+
+Routed experts: turn ``j`` of a segment stores rows for token positions
+``max(offset_j - 1, 0) .. offset_j + n_ctx_j + n_gen_j - 2``, so concatenating them gives
+``[L - 1, layers, top_k]`` (the route of every token that predicts a next one). One turn
+without experts makes the whole sample's experts ``None``.
+
+The response starts at the segment's first trained token (``loss_mask`` 1 as recorded); context
+tokens after it stay in the response with ``loss_mask`` 0 and ``rollout_log_probs`` 0.0.
+
+The **anchor** of a trajectory is the last segment of the root lineage (lineage 0, the main
+agent's final answer), never a subagent's segment that merely came last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dressage.errors import TrainingError
+from dressage.store.records import Turn
+from dressage.training.samples import TrainSample
+
+ROOT_LINEAGE = 0
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """What materialization needs to know about one finished session besides its turns."""
+
+    session_id: str
+    reward: float
+    status: str  # slime Sample.Status value
+    index: int
+    group_index: int
+    rollout_id: int
+
+
+@dataclass
+class Segment:
+    """The concatenated per-token arrays of one segment (``L`` tokens)."""
+
+    session_id: str
+    segment_index: int
+    lineage_index: int
+    turn_ids: list[str]
+    tokens_L: np.ndarray  # int32
+    generated_L: np.ndarray  # bool: the policy sampled this token
+    logprobs_L: np.ndarray  # float32, 0.0 on context tokens
+    mask_L: np.ndarray  # bool, the recorded loss mask (False on context tokens)
+    versions_L: np.ndarray  # int32, -1 on context tokens
+    experts: np.ndarray | None  # [L-1, layers, top_k] int32
+    last_finish_reason: str | None
+
+
+def build_segments(turns: Sequence[Turn]) -> list[Segment]:
+    """Group one session's turns into segments, in order of each segment's first turn."""
+    by_segment: dict[int, list[Turn]] = {}
+    for turn in sorted(turns, key=lambda x: x.turn_index):
+        by_segment.setdefault(turn.segment_index, []).append(turn)
+    return [_concat(seg_turns) for seg_turns in by_segment.values()]
+
+
+def _concat(turns: list[Turn]) -> Segment:
+    first = turns[0]
+    where = f"session {first.session_id} segment {first.segment_index}"
+    tokens: list[np.ndarray] = []
+    generated: list[np.ndarray] = []
+    logprobs: list[np.ndarray] = []
+    mask: list[np.ndarray] = []
+    versions: list[np.ndarray] = []
+    experts: list[np.ndarray] | None = []
+    n = 0
+    for turn in turns:
+        if turn.lineage_index != first.lineage_index:
+            raise TrainingError(
+                f"{where}: turn {turn.turn_index} is on lineage {turn.lineage_index}, the segment on "
+                f"{first.lineage_index}; a segment belongs to one lineage"
+            )
+        if turn.segment_offset != n:
+            raise TrainingError(
+                f"{where}: turn {turn.turn_index} has segment_offset {turn.segment_offset} but {n} tokens "
+                "precede it; the segment is not a linear chain"
+            )
+        n_ctx, n_gen = turn.context_ids.size, turn.generated_ids.size
+        tokens += [turn.context_ids, turn.generated_ids]
+        generated += [np.zeros(n_ctx, np.bool_), np.ones(n_gen, np.bool_)]
+        logprobs += [np.zeros(n_ctx, np.float32), turn.logprobs.astype(np.float32)]
+        mask += [np.zeros(n_ctx, np.bool_), turn.loss_mask.astype(np.bool_)]
+        versions += [np.full(n_ctx, -1, np.int32), turn.policy_versions.astype(np.int32)]
+        if experts is not None and turn.routed_experts is not None:
+            expected = n_ctx + n_gen - (1 if n == 0 else 0)
+            if turn.routed_experts.shape[0] != expected:
+                raise TrainingError(
+                    f"{where}: turn {turn.turn_index} has {turn.routed_experts.shape[0]} rows of routed "
+                    f"experts, expected {expected} (positions {max(n - 1, 0)}..{n + n_ctx + n_gen - 2})"
+                )
+            experts.append(turn.routed_experts)
+        else:
+            experts = None
+        n += n_ctx + n_gen
+    experts_arr = None
+    if experts:
+        shapes = {e.shape[1:] for e in experts}
+        if len(shapes) != 1:
+            raise TrainingError(f"{where}: routed experts change shape between turns: {sorted(shapes)}")
+        experts_arr = np.concatenate(experts).astype(np.int32)
+    return Segment(
+        session_id=first.session_id,
+        segment_index=first.segment_index,
+        lineage_index=first.lineage_index,
+        turn_ids=[x.id for x in turns],
+        tokens_L=np.concatenate(tokens).astype(np.int32),
+        generated_L=np.concatenate(generated),
+        logprobs_L=np.concatenate(logprobs),
+        mask_L=np.concatenate(mask),
+        versions_L=np.concatenate(versions),
+        experts=experts_arr,
+        last_finish_reason=turns[-1].finish_reason,
+    )
+
+
+def anchor_position(segments: Sequence[Segment]) -> int | None:
+    """Index in ``segments`` of the anchor: the last segment of the root lineage (None if absent)."""
+    root = [i for i, s in enumerate(segments) if s.lineage_index == ROOT_LINEAGE]
+    return root[-1] if root else None
+
+
+def segment_to_sample(seg: Segment, traj: Trajectory, *, is_anchor: bool) -> TrainSample | None:
+    """The training sample of ``seg``; None when the policy generated nothing in it.
+
+    ``response_start`` = the first recorded-trained token (else the first generated one), at least 1
+    so every response token has a predicting position.
+    """
+    gen_idx = np.flatnonzero(seg.generated_L)
+    if gen_idx.size == 0:
+        return None
+    trained_idx = np.flatnonzero(seg.mask_L)
+    start = max(int(trained_idx[0] if trained_idx.size else gen_idx[0]), 1)
+    length = int(seg.tokens_L.size)
+    status = traj.status
+    if status == "completed" and is_anchor and seg.last_finish_reason == "length":
+        status = "truncated"
+    return TrainSample(
+        tokens=seg.tokens_L,
+        response_length=length - start,
+        loss_mask=seg.mask_L[start:].astype(np.int32),
+        rollout_log_probs=seg.logprobs_L[start:].copy(),
+        rollout_routed_experts=seg.experts,
+        reward=float(traj.reward),
+        status=status,
+        index=traj.index,
+        group_index=traj.group_index,
+        rollout_id=traj.rollout_id,
+        session_id=seg.session_id,
+        segment_index=seg.segment_index,
+        lineage_index=seg.lineage_index,
+        is_anchor=is_anchor,
+        turn_ids=seg.turn_ids,
+        policy_versions=seg.versions_L[start:].copy(),
+        stored_loss_mask=seg.mask_L[start:].copy(),
+    )
+
+
+def materialize_trajectory(turns: Sequence[Turn], traj: Trajectory) -> list[TrainSample]:
+    """Every segment of one trajectory as samples; exactly one of them is the anchor.
+
+    Raises :class:`TrainingError` when the trajectory has no root-lineage segment with generated
+    tokens (there is nothing to attach its reward to).
+    """
+    segments = build_segments(turns)
+    anchor = anchor_position(segments)
+    if anchor is None:
+        raise TrainingError(
+            f"session {traj.session_id} has no root-lineage (lineage {ROOT_LINEAGE}) segment; "
+            "its reward has no anchor"
+        )
+    samples: list[TrainSample] = []
+    for i, seg in enumerate(segments):
+        sample = segment_to_sample(seg, traj, is_anchor=i == anchor)
+        if sample is None:
+            if i == anchor:
+                raise TrainingError(
+                    f"session {traj.session_id}: the anchor segment {seg.segment_index} has no generated tokens"
+                )
+            continue
+        samples.append(sample)
+    return samples

@@ -1,0 +1,105 @@
+"""The training sample: one segment of one trajectory, with slime's ``Sample`` field names.
+
+Field names, shapes and dtypes follow ``slime.utils.types.Sample`` at THUDM/slime commit
+``624b824a898ab0ec1fcb4d373004c7f3852bf515``:
+
+==========================  ===========================================  ==================================
+slime field                 here                                         shape / dtype
+==========================  ===========================================  ==================================
+``tokens``                  every token of the segment                   ``[L]`` int (list[int] in slime)
+``response_length``         tokens from the first trained token on       int ``R``
+``loss_mask``               1 = trained                                  ``[R]`` int (list[int])
+``rollout_log_probs``       engine logprob; ``0.0`` on context tokens    ``[R]`` float (list[float])
+                            (slime's ``append_response_tokens`` pads
+                            non-trainable tokens with 0.0)
+``rollout_routed_experts``  expert ids covering positions 0..L-2         ``[L-1, layers, top_k]`` int32
+``reward``                  the trajectory's reward                      float
+``status``                  ``completed|truncated|aborted|failed``       str (``Sample.Status`` value)
+``index``                   the trajectory (siblings share it, as in     int
+                            slime's ``TrajectoryManager.to_sample``)
+``group_index``             the task's group                             int
+``rollout_id``              shared by every segment of one trajectory    int
+==========================  ===========================================  ==================================
+
+The provenance fields (session, segment, token ranges, turn ids) go into the step manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SLIME_COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
+"""The THUDM/slime commit whose ``Sample`` these field names and shapes were checked against."""
+
+
+@dataclass
+class TrainSample:
+    """One segment ready for training (``L`` tokens, ``R`` response tokens)."""
+
+    tokens: np.ndarray  # [L] int32
+    response_length: int  # R
+    loss_mask: np.ndarray  # [R] int32 (0/1), after version-aware masking
+    rollout_log_probs: np.ndarray  # [R] float32, 0.0 where the policy did not generate
+    rollout_routed_experts: np.ndarray | None  # [L-1, layers, top_k] int32
+    reward: float
+    status: str
+    index: int
+    group_index: int
+    rollout_id: int
+    # --- provenance and training state (not slime fields) ---
+    session_id: str
+    segment_index: int
+    lineage_index: int
+    is_anchor: bool
+    turn_ids: list[str]
+    policy_versions: np.ndarray  # [R] int32, -1 where the policy did not generate
+    stored_loss_mask: np.ndarray  # [R] bool, the mask as the proxy recorded it
+    advantage: float = 0.0
+    loss_weights: np.ndarray | None = None  # [R] float32, prompt-equal weights of its step
+    masking: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def response_start(self) -> int:
+        """Index in ``tokens`` of the first response token (``L - R``)."""
+        return int(self.tokens.shape[0]) - self.response_length
+
+    @property
+    def n_trainable(self) -> int:
+        """Number of tokens with ``loss_mask == 1``."""
+        return int(self.loss_mask.sum())
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        """The exact arrays the batch hash covers, by name, in a fixed order."""
+        out: dict[str, np.ndarray] = {
+            "tokens": np.ascontiguousarray(self.tokens, dtype=np.int32),
+            "loss_mask": np.ascontiguousarray(self.loss_mask, dtype=np.int32),
+            "rollout_log_probs": np.ascontiguousarray(self.rollout_log_probs, dtype=np.float32),
+            "reward": np.asarray([self.reward], dtype=np.float64),
+            "advantage": np.asarray([self.advantage], dtype=np.float32),
+            "ids": np.asarray(
+                [self.response_length, self.index, self.group_index, self.rollout_id], dtype=np.int64
+            ),
+        }
+        if self.loss_weights is not None:
+            out["loss_weights"] = np.ascontiguousarray(self.loss_weights, dtype=np.float32)
+        if self.rollout_routed_experts is not None:
+            out["rollout_routed_experts"] = np.ascontiguousarray(self.rollout_routed_experts, dtype=np.int32)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance for the manifest (without hashes)."""
+        return {
+            "session": self.session_id,
+            "segment": self.segment_index,
+            "lineage": self.lineage_index,
+            "anchor": self.is_anchor,
+            "turns": list(self.turn_ids),
+            "tokens": int(self.tokens.shape[0]),
+            "response": [self.response_start, int(self.tokens.shape[0])],
+            "rollout_id": self.rollout_id,
+            "group_index": self.group_index,
+            "masking": dict(self.masking),
+        }

@@ -1,0 +1,181 @@
+"""Forming optimizer steps from ready groups: policy decisions, advantages, weights, manifest.
+
+A step takes ready groups in consumption order (``(ready_position, task_index)``) until it holds
+``global_batch_size / n_samples_per_prompt`` kept groups; groups dropped on the way (failed
+members under ``drop_group``, outside the version window, malformed) are consumed too and listed
+in the step's manifest with their reason. Samples are ordered by group, then sample index, then
+segment order. Everything here is a pure function of the log, the step number and the options,
+which is what makes resume and replay byte-identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dressage.errors import ConfigError, TrainingError
+from dressage.store.event_store import EventStore
+from dressage.store.records import Run
+from dressage.training.advantages import assign_advantages, get_estimator
+from dressage.training.groups import Cursor, ReadyGroup
+from dressage.training.manifest import batch_hash, sample_entries
+from dressage.training.masking import MaskingPolicy, apply_version_mask, group_outside_window
+from dressage.training.materialize import Trajectory, materialize_trajectory
+from dressage.training.samples import TrainSample
+from dressage.training.weights import assign_loss_weights
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """What shapes a step (recorded in every manifest)."""
+
+    global_batch_size: int = 8
+    n_samples_per_prompt: int = 4
+    advantage_estimator: str = "grpo"
+    std_normalize: bool = False
+    eps: float = 1e-6
+    initial_version: int = 0
+    masking: MaskingPolicy = field(default_factory=MaskingPolicy)
+
+    def __post_init__(self) -> None:
+        n, gbs = self.n_samples_per_prompt, self.global_batch_size
+        if n < 1 or gbs < 1 or gbs % n:
+            raise ConfigError(
+                f"global batch size {gbs} must be a positive multiple of n_samples_per_prompt {n} "
+                "(a step holds whole groups)"
+            )
+        get_estimator(self.advantage_estimator)
+
+    @property
+    def groups_per_step(self) -> int:
+        """Kept groups (prompts) per optimizer step."""
+        return self.global_batch_size // self.n_samples_per_prompt
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the manifest."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepOptions:
+        """Rebuild the options a manifest recorded (replay uses the recorded ones)."""
+        data = dict(data)
+        masking = MaskingPolicy(**data.pop("masking", {}))
+        return cls(**data, masking=masking)
+
+
+@dataclass
+class StepBatch:
+    """One optimizer step's samples and its manifest."""
+
+    step: int
+    trainer_version: int
+    samples: list[TrainSample]
+    consumed: int  # how many pending groups (kept + dropped) the step used
+    cursor: Cursor
+    position: int
+    manifest: dict[str, Any]
+    batch_hash: str
+
+
+def rollout_id_of(group_index: int, sample_index: int, n_samples_per_prompt: int) -> int:
+    """The integer id shared by every segment of one trajectory: ``group * n + sample``."""
+    return group_index * n_samples_per_prompt + sample_index
+
+
+class StepBuilder:
+    """Materializes groups and assembles :class:`StepBatch` es."""
+
+    def __init__(self, store: EventStore, run: Run, options: StepOptions) -> None:
+        self.store = store
+        self.run = run
+        self.options = options
+
+    def trainer_version(self, step: int) -> int:
+        """Version of the weights step ``step`` updates: ``initial_version + step - 1``."""
+        return self.options.initial_version + step - 1
+
+    def materialize_group(
+        self, group: ReadyGroup, trainer_version: int
+    ) -> tuple[list[TrainSample], dict[str, Any]]:
+        """The group's samples (empty when dropped) and its manifest decision."""
+        opts, policy = self.options, self.options.masking
+        members = [
+            {"sample": m.sample_index, "session": m.session_id, "status": m.status, "reward": m.reward}
+            for m in group.members
+        ]
+        decision: dict[str, Any] = {"task_index": group.task_index, "ready_position": group.ready_position}
+        decision["members"] = members
+        unfinished = [m for m in group.members if m.status != "finished"]
+        if unfinished and policy.failure_policy == "drop_group":
+            return [], {**decision, "kept": False, "reason": "member_not_finished"}
+        kept = [m for m in group.members if m.status == "finished"]
+        if not kept:
+            return [], {**decision, "kept": False, "reason": "no_finished_member"}
+        turns = self.store.read_turns(session_ids=[m.session_id for m in kept if m.session_id])
+        by_session: dict[str, list[Any]] = {}
+        for turn in turns:
+            by_session.setdefault(turn.session_id, []).append(turn)
+        samples: list[TrainSample] = []
+        try:
+            for m in kept:
+                assert m.session_id is not None
+                if m.reward is None:
+                    raise TrainingError(f"finished session {m.session_id} has no reward")
+                rid = rollout_id_of(group.group_index, m.sample_index, opts.n_samples_per_prompt)
+                traj = Trajectory(m.session_id, float(m.reward), "completed", rid, group.group_index, rid)
+                samples += materialize_trajectory(by_session.get(m.session_id, []), traj)
+        except TrainingError as e:
+            return [], {**decision, "kept": False, "reason": "invalid", "error": str(e)}
+        oldest = group_outside_window(samples, policy, trainer_version)
+        if oldest is not None:
+            return [], {
+                **decision,
+                "kept": False,
+                "reason": "outside_version_window",
+                "oldest_version": oldest,
+            }
+        for s in samples:
+            apply_version_mask(s, policy, trainer_version)
+        adv = assign_advantages(
+            samples, opts.advantage_estimator, std_normalize=opts.std_normalize, eps=opts.eps
+        )
+        decision["advantages"] = {str(k): v for k, v in adv.items()}
+        if unfinished:
+            decision["dropped_members"] = [m.sample_index for m in unfinished]
+        return samples, {**decision, "kept": True}
+
+    def form(self, step: int, pending: Sequence[ReadyGroup], cursor: Cursor) -> StepBatch | None:
+        """Step ``step`` from the front of ``pending``; None until enough groups are ready."""
+        version = self.trainer_version(step)
+        samples: list[TrainSample] = []
+        decisions: list[dict[str, Any]] = []
+        n_kept = 0
+        consumed = 0
+        for group in pending:
+            if n_kept == self.options.groups_per_step:
+                break
+            group_samples, decision = self.materialize_group(group, version)
+            consumed += 1
+            decisions.append(decision)
+            if decision["kept"]:
+                n_kept += 1
+                samples += group_samples
+        if n_kept < self.options.groups_per_step:
+            return None
+        assign_loss_weights(samples)
+        last = pending[consumed - 1]
+        digest = batch_hash(samples)
+        manifest = {
+            "step": step,
+            "trainer_version": version,
+            "cursor_from": list(cursor),
+            "cursor_to": list(last.cursor),
+            "options": self.options.as_dict(),
+            "groups": decisions,
+            "n_samples": len(samples),
+            "n_trajectories": len({s.rollout_id for s in samples}),
+            "n_trainable_tokens": sum(s.n_trainable for s in samples),
+            "samples": sample_entries(samples),
+        }
+        return StepBatch(step, version, samples, consumed, last.cursor, last.ready_position, manifest, digest)

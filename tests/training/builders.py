@@ -1,0 +1,161 @@
+"""Build test runs through the EventStore API: tasks, leases, sessions, turns with segments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dressage.store import EventStore, TaskSpec, TurnRecord
+from dressage.store.records import Turn
+
+VOCAB = 4096
+LAYERS, TOP_K = 2, 2
+
+
+@dataclass
+class TurnSpec:
+    """One turn: ``n_ctx`` context tokens, ``n_gen`` generated ones at ``versions``."""
+
+    n_ctx: int
+    n_gen: int
+    version: int = 0
+    versions: list[int] | None = None
+    mask: list[bool] | None = None
+
+
+@dataclass
+class SegmentSpec:
+    """One segment of ``turns`` on ``lineage``."""
+
+    lineage: int
+    turns: list[TurnSpec]
+    boundary_reason: str | None = None
+
+
+@dataclass
+class TrajSpec:
+    """A trajectory: its segments in turn order (segments may interleave via ``order``)."""
+
+    reward: float
+    segments: list[SegmentSpec]
+    status: str = "finished"
+    experts: bool = True
+    order: list[tuple[int, int]] | None = field(default=None)  # (segment, turn) in turn order
+
+
+def turn_records(session_id: str, spec: TrajSpec, rng: np.random.Generator) -> list[TurnRecord]:
+    """The TurnRecords of a trajectory, with consistent offsets and expert rows."""
+    order = spec.order or [(si, ti) for si, seg in enumerate(spec.segments) for ti in range(len(seg.turns))]
+    offsets = [0] * len(spec.segments)
+    records = []
+    for turn_index, (si, ti) in enumerate(order):
+        seg, t = spec.segments[si], spec.segments[si].turns[ti]
+        off = offsets[si]
+        versions = t.versions or [t.version] * t.n_gen
+        rows = t.n_ctx + t.n_gen - (1 if off == 0 else 0)
+        records.append(
+            TurnRecord(
+                session_id=session_id,
+                turn_index=turn_index,
+                context_ids=rng.integers(0, VOCAB, t.n_ctx).tolist(),
+                generated_ids=rng.integers(0, VOCAB, t.n_gen).tolist(),
+                logprobs=(-rng.random(t.n_gen) * 3).astype(np.float32).tolist(),
+                policy_versions=versions,
+                loss_mask=t.mask,
+                lineage_index=seg.lineage,
+                route="append" if off else "create",
+                segment_index=si,
+                segment_offset=off,
+                boundary_reason=seg.boundary_reason if off == 0 and si else None,
+                routed_experts=rng.integers(0, 8, (rows, LAYERS, TOP_K)).astype(np.uint8)
+                if spec.experts
+                else None,
+                finish_reason="stop",
+            )
+        )
+        offsets[si] += t.n_ctx + t.n_gen
+    return records
+
+
+def simple(reward: float, version: int = 0, n_turns: int = 2) -> TrajSpec:
+    """A one-segment, root-lineage trajectory."""
+    return TrajSpec(reward, [SegmentSpec(0, [TurnSpec(4, 3, version) for _ in range(n_turns)])])
+
+
+def build_run(
+    store: EventStore, run: str, groups: list[list[TrajSpec | list[TrajSpec]]], *, seed: int = 0
+) -> dict[tuple[int, int], list[str]]:
+    """Enqueue one task per group, claim and play each sample's attempts in order.
+
+    An entry that is a list holds successive attempts of one (task, sample) pair (e.g. a failed
+    one, then a finished retry). Returns the session ids per (task, sample).
+    """
+    rng = np.random.default_rng(seed)
+    n = len(groups[0])
+    store.create_run(run)
+    store.enqueue_tasks(run, [TaskSpec(i, {"prompt": i}) for i in range(len(groups))], n_samples=n)
+    attempts = {
+        (g, k): (e if isinstance(e, list) else [e]) for g, grp in enumerate(groups) for k, e in enumerate(grp)
+    }
+    sessions: dict[tuple[int, int], list[str]] = {}
+    while True:
+        leases = store.claim_tasks(run, "test-worker", n=1)
+        if not leases:
+            break
+        lease = leases[0]
+        key = (lease.task_index, lease.sample_index)
+        spec = attempts[key][lease.attempt - 1]
+        sid = f"{run}-t{key[0]}-s{key[1]}-a{lease.attempt}"
+        store.open_session(run, session_id=sid, task_id=lease.task_id, attempt=lease.attempt)
+        for rec in turn_records(sid, spec, rng):
+            store.append_turn(run, rec)
+        reward = spec.reward if spec.status == "finished" else None
+        store.finalize_session(sid, spec.status, reward=reward)
+        sessions.setdefault(key, []).append(sid)
+        more = lease.attempt < len(attempts[key])
+        store.release_task(lease, "retry" if more else ("done" if spec.status == "finished" else "failed"))
+    return sessions
+
+
+def make_turn(
+    turn_index: int,
+    segment: int,
+    lineage: int,
+    offset: int,
+    context: list[int],
+    generated: list[int],
+    versions: list[int] | None = None,
+    experts_rows: int | None = None,
+) -> Turn:
+    """A :class:`Turn` built in memory (for pure materialization tests)."""
+    n = len(generated)
+    experts = None
+    if experts_rows is not None:
+        experts = np.arange(experts_rows * LAYERS * TOP_K, dtype=np.int32).reshape(
+            experts_rows, LAYERS, TOP_K
+        )
+    return Turn(
+        id=f"turn-{turn_index}",
+        session_id="s",
+        turn_index=turn_index,
+        lineage_index=lineage,
+        parent_turn_id=None,
+        route="append",
+        segment_index=segment,
+        segment_offset=offset,
+        boundary_reason=None,
+        context_ids=np.asarray(context, np.int32),
+        generated_ids=np.asarray(generated, np.int32),
+        logprobs=-np.arange(1, n + 1, dtype=np.float32) / 10,
+        loss_mask=np.ones(n, np.bool_),
+        policy_versions=np.asarray(versions or [0] * n, np.int32),
+        routed_experts=experts,
+        finish_reason="stop",
+        sampling_params={},
+        request_fingerprint=None,
+        content_hash="x",
+        latency_ms=None,
+        info={},
+        position=turn_index + 1,
+    )
