@@ -46,6 +46,7 @@ from dressage.store.records import (
     TERMINAL_STATUSES,
     AppendResult,
     Event,
+    PreparedTurn,
     Run,
     Session,
     Turn,
@@ -56,6 +57,7 @@ from dressage.store.records import (
     deterministic_key,
     prepare_turn,
 )
+from dressage.store.turn_io import PG_APPEND_TURN_SQL, fetch_turn_rows, pg_append_params
 
 
 class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
@@ -519,6 +521,8 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         """Record one LLM call: turn row + ``turn`` event in one transaction, before the agent sees it."""
         r = self.get_run(run)
         prep = prepare_turn(r.name, record, max_payload_bytes=self.max_payload_bytes)
+        if self.dialect == "postgresql":
+            return self._append_turn_pg(r, prep)
 
         def tx(conn: Connection) -> AppendResult:
             existing = conn.execute(
@@ -531,16 +535,9 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
             session = conn.execute(
                 select(t.sessions.c.status, t.sessions.c.run_id).where(t.sessions.c.id == record.session_id)
             ).first()
-            if session is None:
-                raise UnknownSessionError(f"no session {record.session_id!r}; open it before appending turns")
-            if session.run_id != r.id:
-                raise InvalidRecordError(
-                    f"session {record.session_id} belongs to another run than {r.name!r}"
-                )
-            if session.status != "running":
-                raise InvalidRecordError(
-                    f"session {record.session_id} is {session.status}; no more turns can be recorded"
-                )
+            _check_session(
+                record.session_id, r, session.status if session else None, session.run_id if session else None
+            )
             position = self._next_position(conn, r.id)
             now = time.time()
             conn.execute(
@@ -555,10 +552,39 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
                     created_at=now,
                 )
             )
-            conn.execute(insert(t.turns).values(**prep.row, run_id=r.id, position=position, created_at=now))
+            conn.execute(
+                insert(t.turns).values(
+                    **prep.row_with_lists(), run_id=r.id, position=position, created_at=now
+                )
+            )
             return AppendResult(position=position, key=prep.key, duplicate=False)
 
         return self._retrying(tx)
+
+    def _append_turn_pg(self, r: Run, prep: PreparedTurn) -> AppendResult:
+        """PostgreSQL: the whole durable append in one autocommit statement (see turn_io)."""
+        for attempt in range(3):
+            try:
+                with self.engine.connect() as conn:
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
+                    row = conn.exec_driver_sql(
+                        PG_APPEND_TURN_SQL, pg_append_params(prep, r.id, time.time())
+                    ).one()
+            except IntegrityError as e:
+                if attempt == 2:
+                    raise InvalidRecordError(
+                        f"the log refused the turn: {redact(str(e.orig), self.secrets)}"
+                    ) from e
+                continue  # a concurrent writer recorded the same key: look again
+            except SQLAlchemyError as e:
+                raise StoreError(f"database write failed: {redact(str(e), self.secrets)}") from e
+            if row.new_position is not None:
+                return AppendResult(position=int(row.new_position), key=prep.key, duplicate=False)
+            if row.old_position is not None:
+                return _duplicate(row.old_position, row.old_hash, prep.key, prep.content_hash)
+            _check_session(prep.row["session_id"], r, row.status, row.session_run_id)
+            raise StoreError(f"turn {prep.key} was not recorded for an unknown reason; retry the append")
+        raise AssertionError("unreachable")
 
     def read_turns(
         self,
@@ -569,48 +595,44 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         with_experts: bool = True,
     ) -> list[Turn]:
         """Turns of a run or sessions, ordered by session then turn index, arrays as numpy."""
-        q = select(t.turns)
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
         if run is not None:
-            q = q.where(t.turns.c.run_id == self.get_run(run).id)
+            clauses.append("run_id = %(run_id)s")
+            params["run_id"] = self.get_run(run).id
         if session_id is not None:
-            q = q.where(t.turns.c.session_id == session_id)
+            clauses.append("session_id = %(session_id)s")
+            params["session_id"] = session_id
         if session_ids is not None:
-            q = q.where(t.turns.c.session_id.in_(session_ids))
+            if not session_ids:
+                return []
+            names = [f"s{i}" for i in range(len(session_ids))]
+            clauses.append(f"session_id IN ({', '.join(f'%({n})s' for n in names)})")
+            params.update(zip(names, session_ids, strict=True))
         with self._read() as conn:
-            rows = conn.execute(q.order_by(t.turns.c.session_id, t.turns.c.turn_index)).all()
+            rows = fetch_turn_rows(conn, " AND ".join(clauses) or "1=1", params, with_experts=with_experts)
         return [_turn(x, with_experts) for x in rows]
 
     def read_token_arrays(self, run: str | Run) -> dict[str, np.ndarray]:
-        """The whole run's tokens as flat numpy arrays (ids, logprobs, mask, versions) plus turn offsets."""
-        r = self.get_run(run)
-        c = t.turns.c
-        q = (
-            select(c.context_ids, c.generated_ids, c.logprobs, c.loss_mask, c.policy_versions)
-            .where(c.run_id == r.id)
-            .order_by(c.position)
-        )
-        ids: list[int] = []
-        lps: list[float] = []
-        mask: list[bool] = []
-        vers: list[int] = []
-        offsets = [0]
-        with self._read() as conn:
-            for row in conn.execute(q):
-                n_ctx = len(row.context_ids)
-                ids += row.context_ids
-                ids += row.generated_ids
-                lps += [math.nan] * n_ctx
-                lps += row.logprobs
-                mask += [False] * n_ctx
-                mask += row.loss_mask
-                vers += [-1] * n_ctx
-                vers += row.policy_versions
-                offsets.append(len(ids))
+        """The whole run's tokens as flat numpy arrays (ids, logprobs, mask, versions) plus turn offsets.
+
+        Context tokens get logprob NaN, loss_mask False and policy version -1. Turns are in position order.
+        """
+        turns = sorted(self.read_turns(run, with_experts=False), key=lambda x: x.position)
+        ids, lps, mask, vers, offsets = [], [], [], [], [0]
+        for turn in turns:
+            n_ctx = turn.context_ids.size
+            ids += [turn.context_ids, turn.generated_ids]
+            lps += [np.full(n_ctx, np.nan, dtype=np.float32), turn.logprobs]
+            mask += [np.zeros(n_ctx, dtype=np.bool_), turn.loss_mask]
+            vers += [np.full(n_ctx, -1, dtype=np.int32), turn.policy_versions]
+            offsets.append(offsets[-1] + n_ctx + turn.generated_ids.size)
+        cat = lambda parts, dtype: np.concatenate(parts) if parts else np.empty(0, dtype=dtype)  # noqa: E731
         return {
-            "token_ids": np.asarray(ids, dtype=np.int32),
-            "logprobs": np.asarray(lps, dtype=np.float32),
-            "loss_mask": np.asarray(mask, dtype=np.bool_),
-            "policy_versions": np.asarray(vers, dtype=np.int32),
+            "token_ids": cat(ids, np.int32),
+            "logprobs": cat(lps, np.float32),
+            "loss_mask": cat(mask, np.bool_),
+            "policy_versions": cat(vers, np.int32),
             "turn_offsets": np.asarray(offsets, dtype=np.int64),
         }
 
@@ -657,6 +679,16 @@ def _duplicate(stored_position: int, stored_hash: str, key: str, content_hash: s
     return AppendResult(position=int(stored_position), key=key, duplicate=True)
 
 
+def _check_session(session_id: str, run: Run, status: str | None, session_run_id: int | None) -> None:
+    """Raise the right error when a turn cannot go into ``session_id``."""
+    if status is None:
+        raise UnknownSessionError(f"no session {session_id!r}; open it before appending turns")
+    if session_run_id != run.id:
+        raise InvalidRecordError(f"session {session_id} belongs to another run than {run.name!r}")
+    if status != "running":
+        raise InvalidRecordError(f"session {session_id} is {status}; no more turns can be recorded")
+
+
 def _session(row: Any) -> Session:
     return Session(
         id=row.id,
@@ -675,30 +707,32 @@ def _session(row: Any) -> Session:
     )
 
 
-def _turn(row: Any, with_experts: bool) -> Turn:
+def _turn(row: dict[str, Any], with_experts: bool) -> Turn:
     return Turn(
-        id=row.id,
-        session_id=row.session_id,
-        turn_index=row.turn_index,
-        lineage_index=row.lineage_index,
-        parent_turn_id=row.parent_turn_id,
-        route=row.route,
-        segment_index=row.segment_index,
-        segment_offset=row.segment_offset,
-        boundary_reason=row.boundary_reason,
-        context_ids=np.asarray(row.context_ids, dtype=np.int32),
-        generated_ids=np.asarray(row.generated_ids, dtype=np.int32),
-        logprobs=np.asarray(row.logprobs, dtype=np.float32),
-        loss_mask=np.asarray(row.loss_mask, dtype=np.bool_),
-        policy_versions=np.asarray(row.policy_versions, dtype=np.int32),
-        routed_experts=decode_experts(row.experts, row.experts_shape, row.experts_dtype, row.experts_codec)
+        id=row["id"],
+        session_id=row["session_id"],
+        turn_index=row["turn_index"],
+        lineage_index=row["lineage_index"],
+        parent_turn_id=row["parent_turn_id"],
+        route=row["route"],
+        segment_index=row["segment_index"],
+        segment_offset=row["segment_offset"],
+        boundary_reason=row["boundary_reason"],
+        context_ids=row["context_ids"],
+        generated_ids=row["generated_ids"],
+        logprobs=row["logprobs"],
+        loss_mask=row["loss_mask"],
+        policy_versions=row["policy_versions"],
+        routed_experts=decode_experts(
+            row["experts"], row["experts_shape"], row["experts_dtype"], row["experts_codec"]
+        )
         if with_experts
         else None,
-        finish_reason=row.finish_reason,
-        sampling_params=row.sampling_params or {},
-        request_fingerprint=row.request_fingerprint,
-        content_hash=row.content_hash,
-        latency_ms=row.latency_ms,
-        info=row.info or {},
-        position=row.position,
+        finish_reason=row["finish_reason"],
+        sampling_params=row["sampling_params"] or {},
+        request_fingerprint=row["request_fingerprint"],
+        content_hash=row["content_hash"],
+        latency_ms=row["latency_ms"],
+        info=row["info"] or {},
+        position=row["position"],
     )

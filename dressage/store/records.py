@@ -132,8 +132,13 @@ class PreparedTurn:
 
     key: str
     row: dict[str, Any]
+    arrays: dict[str, np.ndarray]
     content_hash: str
     event_payload: dict[str, Any]
+
+    def row_with_lists(self) -> dict[str, Any]:
+        """The row with per-token arrays as Python lists (for the generic SQLAlchemy insert)."""
+        return {**self.row, **{k: v.tolist() for k, v in self.arrays.items()}}
 
 
 def prepare_turn(
@@ -250,11 +255,6 @@ def prepare_turn(
         "segment_index": rec.segment_index,
         "segment_offset": rec.segment_offset,
         "boundary_reason": rec.boundary_reason,
-        "context_ids": context.tolist(),
-        "generated_ids": generated.tolist(),
-        "logprobs": logprobs.tolist(),
-        "loss_mask": mask.tolist(),
-        "policy_versions": versions.tolist(),
         "n_context": int(context.size),
         "n_generated": int(n),
         "n_trained": int(mask.sum()),
@@ -282,7 +282,14 @@ def prepare_turn(
         "n_generated": int(n),
         "finish_reason": rec.finish_reason,
     }
-    return PreparedTurn(key=key, row=row, content_hash=content_hash, event_payload=payload)
+    arrays = {
+        "context_ids": context,
+        "generated_ids": generated,
+        "logprobs": logprobs,
+        "loss_mask": mask,
+        "policy_versions": versions,
+    }
+    return PreparedTurn(key=key, row=row, arrays=arrays, content_hash=content_hash, event_payload=payload)
 
 
 def decode_experts(

@@ -78,7 +78,7 @@ def test_writers_and_tailer(store: EventStore, db_url: str, run_name: str) -> No
 
     reader = threading.Thread(target=tail)
     reader.start()
-    procs = [_spawn(db_url, run_name, f"w{k}", 0, per_writer, 5) for k in range(n_writers)]
+    procs = [_spawn(db_url, run_name, f"{run_name}-w{k}", 0, per_writer, 5) for k in range(n_writers)]
     outputs = [p.communicate(timeout=240) for p in procs]
     done.set()
     reader.join(timeout=60)
@@ -96,7 +96,7 @@ def test_writers_and_tailer(store: EventStore, db_url: str, run_name: str) -> No
         for kind, i, pos, key in _acks(out):
             ev = by_key[key]
             assert ev.position == pos, (kind, i)
-            assert ev.content_hash == prepare_turn(run_name, make_turn(f"w{k}", i)).content_hash
+            assert ev.content_hash == prepare_turn(run_name, make_turn(f"{run_name}-w{k}", i)).content_hash
 
 
 @pytest.mark.parametrize("seed", [1])
@@ -106,7 +106,7 @@ def test_kill9_keeps_every_acknowledged_append(
     store.create_run(run_name)
     rnd = random.Random(seed)
     acked: dict[str, tuple[int, str]] = {}
-    progress = {"w0": 0, "w1": 0}
+    progress = {f"{run_name}-w0": 0, f"{run_name}-w1": 0}
     for _round in range(4):
         procs = {w: _spawn(db_url, run_name, w, progress[w], 2000, 0) for w in progress}
         lines = {w: _collect(p) for w, p in procs.items()}
