@@ -1,7 +1,7 @@
 """Shared fixtures: real SQLite and real PostgreSQL event logs.
 
 PostgreSQL is expected at ``DRESSAGE_TEST_PG_URL`` (default: the local server on 127.0.0.1:5432,
-database ``dressage_test``, created fresh once per test session). ``.ci/run`` makes sure it runs.
+database ``dressage_test_<pid>``, created fresh once per test session and dropped at its end). ``.ci/run`` makes sure it runs.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from dressage.store import EventStore
 from dressage.store.db import upgrade
 
 PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-PG_TEST_DB = os.environ.get("DRESSAGE_TEST_PG_DB", "dressage_test")
+PG_TEST_DB = os.environ.get("DRESSAGE_TEST_PG_DB", f"dressage_test_{os.getpid()}")
 
 
 @pytest.fixture(scope="session")
-def pg_url() -> str:
-    """A freshly created, migrated PostgreSQL database for this test session."""
+def pg_url() -> Iterator[str]:
+    """A freshly created, migrated PostgreSQL database for this test session (dropped afterwards)."""
     try:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{PG_TEST_DB}" WITH (FORCE)')
@@ -37,7 +37,9 @@ def pg_url() -> str:
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
     url = f"{base}/{PG_TEST_DB}"
     upgrade(url)
-    return url
+    yield url
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{PG_TEST_DB}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

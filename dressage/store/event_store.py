@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import psycopg
 from sqlalchemy import Connection, and_, delete, func, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
@@ -57,7 +60,10 @@ from dressage.store.records import (
     deterministic_key,
     prepare_turn,
 )
-from dressage.store.turn_io import PG_APPEND_TURN_SQL, fetch_turn_rows, pg_append_params
+from dressage.store.turn_io import PgTurnAppender, fetch_token_columns, fetch_turn_rows, pg_append_params
+
+PARALLEL_READ_MIN_EVENTS = 2_000
+"""Runs with more events than twice this are read back over two PostgreSQL connections."""
 
 
 class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
@@ -80,6 +86,9 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         self.max_payload_bytes = max_payload_bytes
         self.secrets = secrets
         self._runs: dict[str, Run] = {}
+        self._local = threading.local()
+        self._appenders: list[PgTurnAppender] = []
+        self._appenders_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -111,6 +120,10 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
 
     def close(self) -> None:
         """Release pooled connections."""
+        with self._appenders_lock:
+            for appender in self._appenders:
+                appender.reset()
+            self._appenders.clear()
         self.engine.dispose()
 
     # --- connections ------------------------------------------------------------------------------
@@ -562,29 +575,48 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         return self._retrying(tx)
 
     def _append_turn_pg(self, r: Run, prep: PreparedTurn) -> AppendResult:
-        """PostgreSQL: the whole durable append in one autocommit statement (see turn_io)."""
+        """PostgreSQL: the whole durable append is one autocommit statement (see turn_io).
+
+        It runs on a per-thread psycopg connection outside the SQLAlchemy pool: no pool pre-ping,
+        no BEGIN/COMMIT round trips, a server-side prepared statement. A broken connection is
+        replaced and the append retried; the idempotency key makes that safe.
+        """
+        params = pg_append_params(prep, r.id, time.time())
         for attempt in range(3):
             try:
-                with self.engine.connect() as conn:
-                    conn.execution_options(isolation_level="AUTOCOMMIT")
-                    row = conn.exec_driver_sql(
-                        PG_APPEND_TURN_SQL, pg_append_params(prep, r.id, time.time())
-                    ).one()
-            except IntegrityError as e:
+                row = self._pg_appender().append(params)
+            except psycopg.errors.UniqueViolation as e:
                 if attempt == 2:
                     raise InvalidRecordError(
-                        f"the log refused the turn: {redact(str(e.orig), self.secrets)}"
+                        f"the log refused the turn: {redact(str(e), self.secrets)}"
                     ) from e
-                continue  # a concurrent writer recorded the same key: look again
-            except SQLAlchemyError as e:
+                continue  # a concurrent writer recorded the same key (or turn index): look again
+            except psycopg.OperationalError as e:
+                self._pg_appender().reset()
+                if attempt == 2:
+                    raise StoreError(
+                        f"database write failed: {redact(str(e), self.secrets)}; is PostgreSQL up?"
+                    ) from e
+                continue
+            except psycopg.Error as e:
                 raise StoreError(f"database write failed: {redact(str(e), self.secrets)}") from e
-            if row.new_position is not None:
-                return AppendResult(position=int(row.new_position), key=prep.key, duplicate=False)
-            if row.old_position is not None:
-                return _duplicate(row.old_position, row.old_hash, prep.key, prep.content_hash)
-            _check_session(prep.row["session_id"], r, row.status, row.session_run_id)
+            new_position, old_position, old_hash, status, session_run_id = row
+            if new_position is not None:
+                return AppendResult(position=int(new_position), key=prep.key, duplicate=False)
+            if old_position is not None:
+                return _duplicate(old_position, old_hash, prep.key, prep.content_hash)
+            _check_session(prep.row["session_id"], r, status, session_run_id)
             raise StoreError(f"turn {prep.key} was not recorded for an unknown reason; retry the append")
         raise AssertionError("unreachable")
+
+    def _pg_appender(self) -> PgTurnAppender:
+        appender = getattr(self._local, "appender", None)
+        if appender is None:
+            appender = PgTurnAppender(self.engine.url)
+            self._local.appender = appender
+            with self._appenders_lock:
+                self._appenders.append(appender)
+        return appender
 
     def read_turns(
         self,
@@ -616,25 +648,46 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
     def read_token_arrays(self, run: str | Run) -> dict[str, np.ndarray]:
         """The whole run's tokens as flat numpy arrays (ids, logprobs, mask, versions) plus turn offsets.
 
-        Context tokens get logprob NaN, loss_mask False and policy version -1. Turns are in position order.
+        Turns are in position order. Context tokens get logprob NaN, loss_mask False and policy
+        version -1. Only the array columns are read, straight into numpy.
         """
-        turns = sorted(self.read_turns(run, with_experts=False), key=lambda x: x.position)
-        ids, lps, mask, vers, offsets = [], [], [], [], [0]
-        for turn in turns:
-            n_ctx = turn.context_ids.size
-            ids += [turn.context_ids, turn.generated_ids]
-            lps += [np.full(n_ctx, np.nan, dtype=np.float32), turn.logprobs]
-            mask += [np.zeros(n_ctx, dtype=np.bool_), turn.loss_mask]
-            vers += [np.full(n_ctx, -1, dtype=np.int32), turn.policy_versions]
-            offsets.append(offsets[-1] + n_ctx + turn.generated_ids.size)
-        cat = lambda parts, dtype: np.concatenate(parts) if parts else np.empty(0, dtype=dtype)  # noqa: E731
+        r = self.get_run(run)
+        bound = self.last_position(r)
+        if self.dialect == "postgresql" and bound > 2 * PARALLEL_READ_MIN_EVENTS:
+            # The server spends most of a big read encoding arrays; two connections use both cores.
+            mid = bound // 2
+            with ThreadPoolExecutor(2) as pool:
+                parts = list(pool.map(lambda rng: self._token_columns(r.id, *rng), [(0, mid), (mid, bound)]))
+            rows = parts[0] + parts[1]
+        else:
+            rows = self._token_columns(r.id, 0, bound)
+        n_ctx = np.fromiter((row[0].size for row in rows), dtype=np.int64, count=len(rows))
+        n_gen = np.fromiter((row[1].size for row in rows), dtype=np.int64, count=len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(n_ctx + n_gen, out=offsets[1:])
+        total = int(offsets[-1])
+        ids = np.empty(total, dtype=np.int32)
+        logprobs = np.full(total, np.nan, dtype=np.float32)
+        mask = np.zeros(total, dtype=np.bool_)
+        versions = np.full(total, -1, dtype=np.int32)
+        for k, (ctx, gen, lps, msk, vers) in enumerate(rows):
+            start, mid, end = int(offsets[k]), int(offsets[k] + n_ctx[k]), int(offsets[k + 1])
+            ids[start:mid] = ctx
+            ids[mid:end] = gen
+            logprobs[mid:end] = lps
+            mask[mid:end] = msk
+            versions[mid:end] = vers
         return {
-            "token_ids": cat(ids, np.int32),
-            "logprobs": cat(lps, np.float32),
-            "loss_mask": cat(mask, np.bool_),
-            "policy_versions": cat(vers, np.int32),
-            "turn_offsets": np.asarray(offsets, dtype=np.int64),
+            "token_ids": ids,
+            "logprobs": logprobs,
+            "loss_mask": mask,
+            "policy_versions": versions,
+            "turn_offsets": offsets,
         }
+
+    def _token_columns(self, run_id: int, after: int, upto: int) -> list[tuple[np.ndarray, ...]]:
+        with self._read() as conn:
+            return fetch_token_columns(conn, run_id, after, upto)
 
     def run_summary(self, run: str | Run) -> dict[str, Any]:
         """Counts for the ``runs`` table: sessions by status, turns, tokens, mean reward."""

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import psycopg
 from sqlalchemy import Connection
+from sqlalchemy.engine import URL
 
 from dressage.store.pg_arrays import (
     PgBoolArray,
@@ -96,6 +97,32 @@ SELECT (SELECT position FROM t) AS new_position,
 """
 
 
+class PgTurnAppender:
+    """A psycopg connection in autocommit mode that runs :data:`PG_APPEND_TURN_SQL` (one per thread)."""
+
+    def __init__(self, url: URL) -> None:
+        self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def append(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        """Run the append statement; returns (new_position, old_position, old_hash, status, session_run_id)."""
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self._conninfo, autocommit=True, options="-c synchronous_commit=on -c timezone=UTC"
+            )
+        row = self._conn.execute(PG_APPEND_TURN_SQL, params, prepare=True).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    def reset(self) -> None:
+        """Close the connection; the next append opens a fresh one."""
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+
 def pg_append_params(prep: PreparedTurn, run_id: int, now: float) -> dict[str, Any]:
     """Bind parameters for :data:`PG_APPEND_TURN_SQL` (arrays in binary wire format)."""
     row = prep.row
@@ -152,6 +179,35 @@ def fetch_turn_rows(
             d[name] = json.loads(d[name]) if d[name] is not None else {}
         out.append(d)
     return out
+
+
+def fetch_token_columns(conn: Connection, run_id: int, after: int, upto: int) -> list[tuple[np.ndarray, ...]]:
+    """(context_ids, generated_ids, logprobs, loss_mask, policy_versions) of a run's turns by position.
+
+    Only turns with ``after < position <= upto`` are read.
+    """
+    sql = (
+        "SELECT context_ids, generated_ids, logprobs, loss_mask, policy_versions FROM turns "
+        "WHERE run_id = %(run_id)s AND position > %(after)s AND position <= %(upto)s ORDER BY position"
+    )
+    params = {"run_id": run_id, "after": after, "upto": upto}
+    if conn.dialect.name == "postgresql":
+        raw = conn.connection.driver_connection
+        with raw.cursor(binary=True) as cur:  # type: ignore[union-attr]
+            register_numpy_loaders(cur)
+            cur.execute(sql, params)
+            return [tuple(r) for r in cur.fetchall()]
+    rows = conn.exec_driver_sql(sql.replace("%(", ":").replace(")s", ""), params).all()
+    return [
+        (
+            _sqlite_ints(c, np.int32),
+            _sqlite_ints(g, np.int32),
+            np.asarray(json.loads(lp), dtype=np.float32),
+            _sqlite_ints(m, np.int8).astype(np.bool_),
+            _sqlite_ints(v, np.int32),
+        )
+        for c, g, lp, m, v in rows
+    ]
 
 
 def _sqlite_ints(text: str, dtype: type) -> np.ndarray:

@@ -69,9 +69,6 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("created_at", sa.Float(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["run_id"], ["runs.id"], name=op.f("fk_events_run_id_runs"), ondelete="CASCADE"
-        ),
         sa.PrimaryKeyConstraint("run_id", "position", name=op.f("pk_events")),
         sa.UniqueConstraint("run_id", "idem_key", name=op.f("uq_events_run_id_idem_key")),
     )
@@ -245,12 +242,6 @@ def upgrade() -> None:
         ),
         sa.Column("position", sa.BigInteger(), nullable=False),
         sa.Column("created_at", sa.Float(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["run_id"], ["runs.id"], name=op.f("fk_turns_run_id_runs"), ondelete="CASCADE"
-        ),
-        sa.ForeignKeyConstraint(
-            ["session_id"], ["sessions.id"], name=op.f("fk_turns_session_id_sessions"), ondelete="CASCADE"
-        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_turns")),
         sa.UniqueConstraint("session_id", "turn_index", name=op.f("uq_turns_session_id_turn_index")),
     )
@@ -258,7 +249,15 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f("ix_turns_run_id_position"), ["run_id", "position"], unique=False)
 
     # ### end Alembic commands ###
-    for statement in create_view_statements(op.get_bind().dialect.name):
+    bind = op.get_bind()
+    if bind.dialect.name == "postgresql":
+        # Experts are lz4-compressed by the store already: keep TOAST from compressing them again.
+        op.execute("ALTER TABLE turns ALTER COLUMN experts SET STORAGE EXTERNAL")
+        if bind.dialect.server_version_info >= (14,):
+            # Per-token arrays over ~2 kB are TOASTed; lz4 costs a fraction of the default pglz.
+            for column in ("context_ids", "generated_ids", "logprobs", "loss_mask", "policy_versions"):
+                op.execute(f"ALTER TABLE turns ALTER COLUMN {column} SET COMPRESSION lz4")
+    for statement in create_view_statements(bind.dialect.name):
         op.execute(statement)
 
 

@@ -1,0 +1,254 @@
+"""Ingest and read-back benchmark of the event log.
+
+For 512-token turns (64 context + 448 generated), with and without 40x8 uint8 routed experts, it
+measures durable appends (one turn per transaction) from 1 and 8 writer processes into one run and
+into eight runs: turns/s, tokens/s and p50/p99 append latency. In the same run it measures two
+baselines doing the same work with the same number of processes:
+
+* ``bare``: a bare psycopg INSERT of the same bytes (binary arrays, autocommit; PostgreSQL only),
+* ``jsonfile``: a per-segment atomic JSON file writer, as file-logging RL frameworks do: after every
+  turn the segment's JSON file (8 turns a segment) is rewritten to a temp file, fsynced and renamed.
+
+and prints our throughput as a ratio against each, then reads a whole run back into numpy.
+Targets on 2-core machines: >= 0.7x the bare INSERT; >= 1M tokens/s with 8 writers into one run
+without experts; read-back >= 5M tokens/s. The machines are shared and noisy: compare ratios.
+
+    python bench/store_ingest.py [--pg-url URL] [--backends postgresql,sqlite] [--turns 250]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from dressage.store import EventStore, TurnRecord
+from dressage.store.db import upgrade
+from dressage.store.pg_arrays import PgBoolArray, PgFloat4Array, PgInt4Array
+
+N_CTX, N_GEN = 64, 448
+LAYERS, TOP_K = 40, 8
+SEGMENT_TURNS = 8
+console = Console()
+
+
+def make_turn(session_id: str, i: int, experts: bool) -> TurnRecord:
+    """A deterministic 512-token turn (experts: [512, 40, 8] uint8 when asked)."""
+    rng = np.random.default_rng(i)
+    return TurnRecord(
+        session_id=session_id,
+        turn_index=i,
+        context_ids=rng.integers(0, 248_000, N_CTX, dtype=np.int32),
+        generated_ids=rng.integers(0, 248_000, N_GEN, dtype=np.int32),
+        logprobs=-rng.random(N_GEN, dtype=np.float32),
+        policy_versions=np.zeros(N_GEN, dtype=np.int32),
+        routed_experts=rng.integers(0, 128, (N_CTX + N_GEN, LAYERS, TOP_K), dtype=np.uint8) if experts else None,
+        segment_offset=0,
+    )
+
+
+# --- workers (run in forked processes) -------------------------------------------------------------
+
+
+def _ours(url: str, run: str, n: int, experts: bool, barrier: Any) -> list[float]:
+    store = EventStore.open(url, auto_upgrade=False, pool_size=1)
+    store.create_run(run)
+    session = store.open_session(run, session_id=uuid.uuid4().hex)
+    turns = [make_turn(session.id, i, experts) for i in range(n)]
+    barrier.wait()
+    lat = []
+    for turn in turns:
+        t0 = time.perf_counter()
+        store.append_turn(run, turn)
+        lat.append(time.perf_counter() - t0)
+    store.close()
+    return lat
+
+
+def _bare(pg_url: str, _run: str, n: int, experts: bool, barrier: Any) -> list[float]:
+    conn = psycopg.connect(pg_url, autocommit=True)
+    rows = []
+    for i in range(n):
+        t = make_turn("bare", i, experts)
+        ex = np.asarray(t.routed_experts).tobytes() if experts else None
+        rows.append(
+            (
+                PgInt4Array(t.context_ids),
+                PgInt4Array(t.generated_ids),
+                PgFloat4Array(t.logprobs),
+                PgBoolArray(np.ones(N_GEN, dtype=np.bool_)),
+                PgInt4Array(t.policy_versions),
+                ex,
+            )
+        )
+    sql = "INSERT INTO bench_bare_turns (ctx, gen, lp, mask, ver, experts) VALUES (%s, %s, %s, %s, %s, %s)"
+    barrier.wait()
+    lat = []
+    for row in rows:
+        t0 = time.perf_counter()
+        conn.execute(sql, row, prepare=True)
+        lat.append(time.perf_counter() - t0)
+    conn.close()
+    return lat
+
+
+def _jsonfile(directory: str, run: str, n: int, experts: bool, barrier: Any) -> list[float]:
+    root = Path(directory) / run / uuid.uuid4().hex
+    root.mkdir(parents=True)
+    turns = [make_turn("file", i, experts) for i in range(n)]
+    barrier.wait()
+    lat = []
+    segment: list[dict[str, Any]] = []
+    for i, t in enumerate(turns):
+        t0 = time.perf_counter()
+        if i % SEGMENT_TURNS == 0:
+            segment = []
+        segment.append(
+            {
+                "context_ids": np.asarray(t.context_ids).tolist(),
+                "generated_ids": np.asarray(t.generated_ids).tolist(),
+                "logprobs": np.asarray(t.logprobs).tolist(),
+                "policy_versions": np.asarray(t.policy_versions).tolist(),
+                "routed_experts": np.asarray(t.routed_experts).tolist() if experts else None,
+            }
+        )
+        path = root / f"segment-{i // SEGMENT_TURNS}.json"
+        fd, tmp = tempfile.mkstemp(dir=root)
+        with os.fdopen(fd, "w") as f:
+            json.dump(segment, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dfd = os.open(root, os.O_RDONLY)
+        os.fsync(dfd)
+        os.close(dfd)
+        lat.append(time.perf_counter() - t0)
+    return lat
+
+
+def _worker(args: tuple[Any, ...]) -> list[float]:
+    fn, target, run, n, experts, barrier = args
+    return {"ours": _ours, "bare": _bare, "jsonfile": _jsonfile}[fn](target, run, n, experts, barrier)
+
+
+def measure(kind: str, target: str, writers: int, runs: int, n: int, experts: bool) -> dict[str, float]:
+    """Run ``writers`` processes of ``kind`` appending ``n`` turns each; aggregate throughput and latency."""
+    ctx = mp.get_context("fork")
+    barrier = ctx.Manager().Barrier(writers + 1)
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    jobs = [(kind, target, f"{prefix}-{k % runs}", n, experts, barrier) for k in range(writers)]
+    with ctx.Pool(writers) as pool:
+        result = pool.map_async(_worker, jobs)
+        barrier.wait()
+        t0 = time.perf_counter()
+        lats = result.get(timeout=1800)
+        wall = time.perf_counter() - t0
+    flat = sorted(x for lat in lats for x in lat)
+    turns = len(flat)
+    return {
+        "turns_s": turns / wall,
+        "tokens_s": turns * (N_CTX + N_GEN) / wall,
+        "p50_ms": statistics.median(flat) * 1e3,
+        "p99_ms": flat[min(len(flat) - 1, int(0.99 * len(flat)))] * 1e3,
+        "run": f"{prefix}-0",
+    }
+
+
+def readback(url: str, run: str) -> float:
+    """Tokens/s reading a whole run into numpy arrays."""
+    store = EventStore.open(url, auto_upgrade=False)
+    t0 = time.perf_counter()
+    arrays = store.read_token_arrays(run)
+    dt = time.perf_counter() - t0
+    store.close()
+    return arrays["token_ids"].size / dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pg-url", default=os.environ.get("DRESSAGE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    ap.add_argument("--backends", default="postgresql,sqlite")
+    ap.add_argument("--turns", type=int, default=250, help="turns per writer without experts")
+    ap.add_argument("--expert-turns", type=int, default=60, help="turns per writer with experts")
+    opts = ap.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="dressage-bench-"))
+    admin = psycopg.connect(opts.pg_url, autocommit=True)
+    bench_db = f"dressage_bench_{uuid.uuid4().hex[:6]}"
+    admin.execute(f'CREATE DATABASE "{bench_db}"')
+    pg_bare = opts.pg_url.rsplit("/", 1)[0] + f"/{bench_db}"
+    pg_url = pg_bare.replace("postgresql://", "postgresql+psycopg://", 1)
+    targets = {"postgresql": pg_url, "sqlite": f"sqlite:///{workdir / 'bench.db'}"}
+    try:
+        with psycopg.connect(pg_bare, autocommit=True) as c:
+            c.execute(
+                "CREATE TABLE bench_bare_turns (id bigserial PRIMARY KEY, ctx int4[], gen int4[], lp float4[], "
+                "mask bool[], ver int4[], experts bytea)"
+            )
+            c.execute("ALTER TABLE bench_bare_turns ALTER COLUMN experts SET STORAGE EXTERNAL")
+        table = Table(title="event log ingest (512-token turns, one durable turn per transaction)")
+        for col in ("backend", "experts", "writers", "runs", "turns/s", "tokens/s", "p50 ms", "p99 ms", "vs bare", "vs jsonfile"):
+            table.add_column(col, justify="right")
+        notes: list[str] = []
+        reads: dict[str, float] = {}
+        for backend in opts.backends.split(","):
+            upgrade(targets[backend])
+            for experts in (False, True):
+                n = opts.expert_turns if experts else opts.turns
+                for writers, runs in ((1, 1), (8, 1), (8, 8)):
+                    console.print(f"[dim]{backend} experts={experts} writers={writers} runs={runs} ...[/dim]")
+                    ours = measure("ours", targets[backend], writers, runs, n, experts)
+                    bare = measure("bare", pg_bare, writers, runs, n, experts) if backend == "postgresql" else None
+                    jf = measure("jsonfile", str(workdir / "files"), writers, runs, n, experts)
+                    vs_bare = ours["turns_s"] / bare["turns_s"] if bare else None
+                    table.add_row(
+                        backend,
+                        "40x8 u8" if experts else "-",
+                        str(writers),
+                        str(runs),
+                        f"{ours['turns_s']:.0f}",
+                        f"{ours['tokens_s'] / 1e6:.2f}M",
+                        f"{ours['p50_ms']:.2f}",
+                        f"{ours['p99_ms']:.2f}",
+                        f"{vs_bare:.2f}x" if vs_bare else "n/a",
+                        f"{ours['turns_s'] / jf['turns_s']:.2f}x",
+                    )
+                    if backend == "postgresql" and bare:
+                        notes.append(
+                            f"bare INSERT {backend} experts={experts} w={writers} r={runs}: "
+                            f"{bare['turns_s']:.0f} turns/s p50 {bare['p50_ms']:.2f} ms"
+                        )
+                    if writers == 8 and runs == 1 and not experts:
+                        reads[backend] = readback(targets[backend], ours["run"])
+                        if backend == "postgresql":
+                            notes.append(
+                                f"TARGET 8 writers one run no experts >= 1M tokens/s: {ours['tokens_s'] / 1e6:.2f}M "
+                                f"({'met' if ours['tokens_s'] >= 1e6 else 'NOT met'})"
+                            )
+                    if backend == "postgresql" and vs_bare is not None:
+                        notes.append(f"TARGET >= 0.7x bare (experts={experts} w={writers} r={runs}): {vs_bare:.2f}x")
+        console.print(table)
+        for note in notes:
+            console.print(note)
+        for backend, rate in reads.items():
+            console.print(
+                f"read-back {backend}: {rate / 1e6:.2f}M tokens/s (TARGET >= 5M: {'met' if rate >= 5e6 else 'NOT met'})"
+            )
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{bench_db}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
