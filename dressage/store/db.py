@@ -119,6 +119,7 @@ def head_revision() -> str:
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at, or None for an empty database."""
     with engine.connect() as conn:
+        conn.execution_options(**{READONLY_OPTION: True})
         return MigrationContext.configure(conn).get_current_revision()
 
 

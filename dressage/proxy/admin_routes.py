@@ -1,0 +1,148 @@
+"""The admin API (its own bearer token, ``DRESSAGE_ADMIN_TOKEN``), health and metrics.
+
+=========================================  ===============================================================
+``POST /admin/runs``                       ``{name, config}`` -> the run (created, or got when it exists)
+``POST /admin/sessions``                   ``{run, task_id, attempt, agent, sandbox, info}`` ->
+                                           ``{session_id, token, base_url}``
+``POST /admin/sessions/{id}/finalize``     ``{status, reward, finish_reason, error, metadata}``
+                                           (idempotent) -> the session
+``POST /admin/pause``                      abort in-flight generations, hold new ones
+``POST /admin/resume``                     ``{version}``: continue them; new tokens carry ``version``
+``GET /health``                            200 ``{"status": "ok", "paused": bool}`` (no auth)
+``GET /metrics``                           Prometheus exposition (no auth)
+=========================================  ===============================================================
+
+Without a configured admin token the admin routes answer 403: the Python API
+(:class:`~dressage.proxy.server.ProxyServer`) does the same things in-process.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import asdict
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from dressage.errors import AuthError, DressageError, RequestError
+from dressage.proxy.errors import error_body, error_response
+from dressage.proxy.openai_routes import read_body
+from dressage.proxy.service import ProxyService
+
+
+def _check_admin(svc: ProxyService, request: Request) -> None:
+    if not svc.admin_token:
+        raise _Forbidden(
+            "the admin API is disabled: start the proxy with an admin token (DRESSAGE_ADMIN_TOKEN)"
+        )
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        value.strip().encode(), svc.admin_token.encode()
+    ):
+        raise AuthError("the admin API needs 'Authorization: Bearer <admin token>'")
+
+
+class _Forbidden(DressageError):
+    """Admin API disabled."""
+
+
+async def _json(svc: ProxyService, request: Request) -> dict[str, Any]:
+    raw = await read_body(request, svc.settings.max_request_bytes)
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RequestError(f"the request body is not valid JSON: {e}", code="invalid_json") from e
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], required: bool = False) -> Any:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise RequestError(f"'{name}' is required", param=name, code="missing_field")
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise RequestError(f"'{name}' has the wrong type", param=name, code="invalid_type")
+    return value
+
+
+def admin_routes(svc: ProxyService) -> list[Route]:
+    """Admin, health and metrics routes."""
+
+    async def guarded(request: Request, op: Any) -> Response:
+        try:
+            _check_admin(svc, request)
+            body = await _json(svc, request)
+            return JSONResponse(await op(body, request))
+        except _Forbidden as e:
+            return JSONResponse(
+                error_body(str(e), "invalid_request_error", None, "admin_disabled"), status_code=403
+            )
+        except DressageError as e:
+            return error_response(e, svc.secrets)
+
+    async def create_run(body: dict[str, Any], request: Request) -> Any:
+        run = await svc.create_run(_field(body, "name", str, True), _field(body, "config", dict) or {})
+        return {"id": run.id, "name": run.name, "config_hash": run.config_hash, "created_at": run.created_at}
+
+    async def open_session(body: dict[str, Any], request: Request) -> Any:
+        handle = await svc.open_session(
+            _field(body, "run", str, True),
+            task_id=_field(body, "task_id", int),
+            attempt=_field(body, "attempt", int) or 1,
+            agent=_field(body, "agent", str),
+            sandbox=_field(body, "sandbox", str),
+            info=_field(body, "info", dict),
+        )
+        return asdict(handle)
+
+    async def finalize(body: dict[str, Any], request: Request) -> Any:
+        reward = _field(body, "reward", (int, float))
+        session = await svc.finalize_session(
+            request.path_params["session_id"],
+            _field(body, "status", str, True),
+            reward=float(reward) if reward is not None else None,
+            finish_reason=_field(body, "finish_reason", str),
+            error=_field(body, "error", str),
+            metadata=_field(body, "metadata", dict),
+        )
+        return {"session_id": session.id, "status": session.status, "reward": session.reward}
+
+    async def pause(body: dict[str, Any], request: Request) -> Any:
+        await svc.pause()
+        return {"paused": True}
+
+    async def resume(body: dict[str, Any], request: Request) -> Any:
+        version = _field(body, "version", int)
+        await svc.resume(version)
+        return {"paused": False, "version": version}
+
+    def route(path: str, op: Any) -> Route:
+        async def endpoint(request: Request) -> Response:
+            return await guarded(request, op)
+
+        return Route(path, endpoint, methods=["POST"])
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "paused": svc.coordinator.paused})
+
+    async def metrics(request: Request) -> Response:
+        data, content_type = svc.metrics.render()
+        return Response(data, media_type=content_type)
+
+    return [
+        route("/admin/runs", create_run),
+        route("/admin/sessions", open_session),
+        route("/admin/sessions/{session_id}/finalize", finalize),
+        route("/admin/pause", pause),
+        route("/admin/resume", resume),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]

@@ -1,0 +1,99 @@
+"""Errors -> OpenAI's error format, at one seam.
+
+Every failure the proxy answers has the body ``{"error": {"message", "type", "param", "code"}}``
+that OpenAI clients parse, and a 4xx status when the client can fix it. Messages are redacted
+before they leave (they may quote request text). The mapping from the Dressage error tree:
+
+=====================================  ======  ==========================  ============================
+error                                  status  type                        code
+=====================================  ======  ==========================  ============================
+AuthError                              401     invalid_request_error       invalid_api_key
+RequestError                           400     invalid_request_error       its own code (or None)
+PayloadTooLargeError                   413     invalid_request_error       request_too_large
+ContextLengthExceededError             400     invalid_request_error       context_length_exceeded
+TemplateError, TokenizationError       400     invalid_request_error       invalid_messages
+EngineHTTPError 4xx                    400     invalid_request_error       engine_rejected
+EngineError                            502     api_error                   engine_error
+StoreError                             503     api_error                   store_unavailable
+anything else                          500     api_error                   internal_error
+=====================================  ======  ==========================  ============================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from dressage.errors import (
+    AuthError,
+    ContextLengthExceededError,
+    DressageError,
+    EngineError,
+    EngineHTTPError,
+    RequestError,
+    StoreError,
+    TemplateError,
+    TokenizationError,
+)
+from dressage.redact import redact
+
+log = logging.getLogger("dressage.proxy")
+
+
+class PayloadTooLargeError(RequestError):
+    """The request body is larger than ``Settings.max_request_bytes`` (HTTP 413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the request body is larger than {limit} bytes; send a shorter conversation "
+            "or raise DRESSAGE_MAX_REQUEST_BYTES",
+            code="request_too_large",
+        )
+
+
+def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """The OpenAI error object."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def classify(exc: BaseException) -> tuple[int, str, str | None, str | None]:
+    """(HTTP status, error type, param, code) for an exception (see the module table)."""
+    if isinstance(exc, AuthError):
+        return 401, "invalid_request_error", None, "invalid_api_key"
+    if isinstance(exc, PayloadTooLargeError):
+        return 413, "invalid_request_error", None, exc.code
+    if isinstance(exc, RequestError):
+        return 400, "invalid_request_error", exc.param, exc.code
+    if isinstance(exc, ContextLengthExceededError):
+        return 400, "invalid_request_error", "messages", "context_length_exceeded"
+    if isinstance(exc, TemplateError | TokenizationError):
+        return 400, "invalid_request_error", "messages", "invalid_messages"
+    if isinstance(exc, EngineHTTPError) and 400 <= exc.status_code < 500:
+        return 400, "invalid_request_error", None, "engine_rejected"
+    if isinstance(exc, EngineError):
+        return 502, "api_error", None, "engine_error"
+    if isinstance(exc, StoreError):
+        return 503, "api_error", None, "store_unavailable"
+    return 500, "api_error", None, "internal_error"
+
+
+def error_response(exc: BaseException, secrets: Iterable[str] = ()) -> JSONResponse:
+    """The JSON error response for ``exc``; unexpected errors are logged (redacted) with traceback."""
+    status, type_, param, code = classify(exc)
+    if isinstance(exc, DressageError):
+        message = str(exc)
+    else:
+        message = f"internal error ({type(exc).__name__}); see the proxy log"
+    message = redact(message, secrets) or ""
+    if status >= 500:
+        log.error("proxy error %s: %s", code, redact(str(exc), secrets), exc_info=status == 500)
+    return JSONResponse(error_body(message, type_, param, code), status_code=status)
+
+
+def http_error(status: int, message: str) -> JSONResponse:
+    """An OpenAI-format body for plain HTTP errors (404 unknown route, 405 wrong method)."""
+    code = {404: "not_found", 405: "method_not_allowed"}.get(status, f"http_{status}")
+    return JSONResponse(error_body(message, "invalid_request_error", None, code), status_code=status)

@@ -1,0 +1,164 @@
+"""``ProxyServer``: the TITO proxy as an object, served by uvicorn inside the running event loop.
+
+Used in-process by the rollout worker and tests, and by ``dressage-worker proxy``. ``port=0``
+picks an ephemeral port (``base_url`` tells which after :meth:`start`); ``uds_path`` adds a Unix
+socket listener (same app) for sandboxes. The in-memory state is a cache of the log: a new
+ProxyServer on the same store continues live sessions when their agents' requests arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from typing import Any
+
+from dressage.config import Settings, load_settings
+from dressage.errors import ConfigError
+from dressage.proxy.app import create_app
+from dressage.proxy.service import ProxyService, SessionHandle
+from dressage.store import EventStore, Run, Session
+
+log = logging.getLogger("dressage.proxy")
+
+
+class ProxyServer:
+    """The OpenAI-compatible, token-exact recording proxy (see :mod:`dressage.proxy`)."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        engine_urls: list[str],
+        *,
+        settings: Settings | None = None,
+        profile: str = "qwen3.5",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        uds_path: str | None = None,
+        record_experts: bool = False,
+        context_window: int | None = None,
+        default_sampling: dict[str, Any] | None = None,
+    ) -> None:
+        self.service = ProxyService(
+            store,
+            engine_urls,
+            settings=settings or load_settings(),
+            profile=profile,
+            record_experts=record_experts,
+            context_window=context_window,
+            default_sampling=default_sampling,
+        )
+        self.host = host
+        self.port = port
+        self.uds_path = uds_path
+        self.app = create_app(self.service)
+        self._servers: list[Any] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT`` (the real port once started)."""
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Listen on TCP (and the Unix socket if given) in the running loop."""
+        import uvicorn
+
+        if self._servers:
+            raise ConfigError("this ProxyServer is already started")
+        self.service.profile.tokenizer  # noqa: B018 - load the tokenizer before the first request
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        sock.listen(1024)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self.service.base_url = self.base_url
+        configs = [(uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off"), [sock])]
+        if self.uds_path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.uds_path)
+            configs.append(
+                (
+                    uvicorn.Config(
+                        self.app, uds=self.uds_path, log_level="warning", access_log=False, lifespan="off"
+                    ),
+                    None,
+                )
+            )
+        for config, sockets in configs:
+            server = uvicorn.Server(config)
+            server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            self._servers.append(server)
+            self._tasks.append(asyncio.create_task(server.serve(sockets=sockets)))
+        while not all(s.started for s in self._servers):
+            for task in self._tasks:
+                if task.done():
+                    task.result()  # raises why it could not start
+                    raise ConfigError(f"the proxy could not listen on {self.base_url}")
+            await asyncio.sleep(0.01)
+        log.info("proxy listening on %s", self.base_url)
+
+    async def stop(self) -> None:
+        """Stop listening and close engine connections (in-flight requests are cut)."""
+        for server in self._servers:
+            server.should_exit = True
+            server.force_exit = True
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._servers.clear()
+        self._tasks.clear()
+        await self.service.aclose()
+
+    async def __aenter__(self) -> ProxyServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- the admin API, in-process -----------------------------------------------------------------
+
+    async def create_run(self, name: str, config: dict[str, Any]) -> Run:
+        """Create run ``name`` with its config snapshot (or get it when it exists)."""
+        return await self.service.create_run(name, config)
+
+    async def open_session(
+        self,
+        run: str,
+        *,
+        task_id: int | None = None,
+        attempt: int = 1,
+        agent: str | None = None,
+        sandbox: str | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> SessionHandle:
+        """Open a session; its ``base_url`` (``{base_url}/s/{token}/v1``) is all an agent needs."""
+        return await self.service.open_session(
+            run, task_id=task_id, attempt=attempt, agent=agent, sandbox=sandbox, info=info
+        )
+
+    async def finalize_session(
+        self,
+        session_id: str,
+        status: str,
+        *,
+        reward: float | None = None,
+        finish_reason: str | None = None,
+        error: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """Finalize a session (idempotent); its token stops working."""
+        return await self.service.finalize_session(
+            session_id, status, reward=reward, finish_reason=finish_reason, error=error, metadata=metadata
+        )
+
+    async def pause(self) -> None:
+        """Pause generation for a weight update (in-flight requests are continued on resume)."""
+        await self.service.pause()
+
+    async def resume(self, version: int) -> None:
+        """Resume generation; tokens from now on carry ``version``."""
+        await self.service.resume(version)

@@ -1,0 +1,163 @@
+"""The proxy's shared state and the operations behind both the Python and the HTTP admin API.
+
+:class:`ProxyService` wires the store, the engine pool, the pause/resume coordinator, the session
+registry and the metrics; the route modules and :class:`~dressage.proxy.server.ProxyServer` only
+call it. Store calls are synchronous and run in worker threads so the event loop keeps streaming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets as pysecrets
+from dataclasses import dataclass
+from typing import Any
+
+from dressage.config import Settings
+from dressage.errors import EngineError
+from dressage.proxy.generation import Coordinator, ProxyEnginePool
+from dressage.proxy.metrics import ProxyMetrics
+from dressage.proxy.sessions import SessionRegistry
+from dressage.store import EventStore, Run, Session
+from dressage.tito import get_profile
+from dressage.tito.profiles import ModelProfile
+
+log = logging.getLogger("dressage.proxy")
+TOKEN_PREFIX = "sk-dressage-"
+"""Session tokens look like API keys (``sk-...``) so log redaction recognises them."""
+
+
+@dataclass(frozen=True)
+class SessionHandle:
+    """What an agent needs: the session id, its bearer token and its OpenAI base URL."""
+
+    session_id: str
+    token: str
+    base_url: str
+
+
+class ProxyService:
+    """Everything a proxy instance shares between requests."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        engine_urls: list[str],
+        *,
+        settings: Settings,
+        profile: str | ModelProfile = "qwen3.5",
+        record_experts: bool = False,
+        context_window: int | None = None,
+        default_sampling: dict[str, Any] | None = None,
+        engine_timeout: float = 600.0,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.profile = get_profile(profile) if isinstance(profile, str) else profile
+        self.pool = ProxyEnginePool(engine_urls, timeout=engine_timeout)
+        self.coordinator = Coordinator(self.pool)
+        self.registry = SessionRegistry(store, self.profile)
+        self.metrics = ProxyMetrics()
+        self.record_experts = record_experts
+        self.default_sampling = dict(default_sampling or {})
+        self.secrets: tuple[str, ...] = tuple(s.get_secret_value() for s in settings.secrets) + store.secrets
+        admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+        if admin:
+            self.secrets += (admin,)
+        self.admin_token = admin
+        self.model_name = self.profile.name
+        self.base_url = ""
+        self._context_window = context_window
+        self._window_lock = asyncio.Lock()
+
+    async def aclose(self) -> None:
+        """Close engine connections."""
+        await self.pool.aclose()
+
+    async def context_window(self) -> int:
+        """The context window: configured, else the engine's ``max_context``, else the profile's."""
+        if self._context_window is not None:
+            return self._context_window
+        async with self._window_lock:
+            if self._context_window is None:
+                window = self.profile.context_window
+                try:
+                    info = await self.pool.clients[0].model_info()
+                    reported = getattr(info, "max_context", None)
+                    if isinstance(reported, int) and reported > 0:
+                        window = min(window, reported)
+                except EngineError as e:
+                    log.warning("could not read the engine's context length (%s); using %d", e, window)
+                    return window
+                self._context_window = window
+        return self._context_window
+
+    def session_url(self, token: str) -> str:
+        """The OpenAI base URL that carries ``token``."""
+        return f"{self.base_url}/s/{token}/v1"
+
+    # --- admin operations -------------------------------------------------------------------------
+
+    async def create_run(self, name: str, config: dict[str, Any] | None = None) -> Run:
+        """Create run ``name`` (or get it when it exists with the same config)."""
+        return await asyncio.to_thread(self.store.create_run, name, config or {})
+
+    async def open_session(
+        self,
+        run: str,
+        *,
+        task_id: int | None = None,
+        attempt: int = 1,
+        agent: str | None = None,
+        sandbox: str | None = None,
+        info: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> SessionHandle:
+        """Open a session with a fresh bearer token (only its sha256 is stored)."""
+        token = TOKEN_PREFIX + pysecrets.token_urlsafe(24)
+        session = await asyncio.to_thread(
+            self.store.open_session,
+            run,
+            session_id=session_id,
+            task_id=task_id,
+            attempt=attempt,
+            agent=agent,
+            sandbox=sandbox,
+            token=token,
+            info=info,
+        )
+        return SessionHandle(session.id, token, self.session_url(token))
+
+    async def finalize_session(
+        self,
+        session_id: str,
+        status: str,
+        *,
+        reward: float | None = None,
+        finish_reason: str | None = None,
+        error: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """Finalize (idempotently); the session's token is refused from now on."""
+        self.registry.finish(session_id)
+        session = await asyncio.to_thread(
+            self.store.finalize_session,
+            session_id,
+            status,
+            reward=reward,
+            finish_reason=finish_reason,
+            error=error,
+            info=metadata,
+        )
+        self.pool.release(session_id)
+        return session
+
+    async def pause(self) -> None:
+        """Abort in-flight generations (keeping partial output) and hold new ones."""
+        await self.coordinator.pause()
+        self.metrics.paused.set(1)
+
+    async def resume(self, version: int | None) -> None:
+        """Continue every held or interrupted generation; later tokens carry ``version``."""
+        await self.coordinator.resume(version)
+        self.metrics.paused.set(0)

@@ -1,0 +1,244 @@
+"""Per-session proxy state, a cache of the log.
+
+A :class:`SessionState` holds what routing a request needs: the session's TITO
+:class:`~dressage.tito.LineageIndex`, the mapping from TITO lineages to the log's segments and
+lineages, the next turn index, and the replies of recorded turns for retry dedupe. All of it is
+derivable from the session's recorded turns (each turn's ``info["tito"]`` keeps what the index
+needs), so :class:`SessionRegistry` rebuilds a state from the log whenever a token is not cached:
+after a proxy restart the agent's retried request continues the same session.
+
+Log lineages vs TITO lineages: a TITO lineage is one token-contiguous chain (a *segment* in the
+log). The log's ``lineage_index`` names an agent context: ``0`` for the session's first one (the
+root, whose last segment is the anchor). A ``branch`` keeps its parent's lineage; a ``create``
+joins the lineage whose system prompt is the same (a new user turn after thinking, a compaction),
+and a new system prompt (a subagent) opens a new lineage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from dressage.errors import AuthError
+from dressage.store import EventStore, Session, Turn
+from dressage.tito import LineageIndex
+from dressage.tito import TurnRecord as TitoRecord
+from dressage.tito.profiles import ModelProfile
+
+log = logging.getLogger("dressage.proxy")
+
+
+def system_key(messages: list[dict[str, Any]]) -> str:
+    """Short hash of the first system/developer message's text ("" without one): a context's identity."""
+    first = messages[0] if messages else {}
+    if first.get("role") not in ("system", "developer"):
+        return ""
+    content = first.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return hashlib.sha256(str(content or "").strip().encode()).hexdigest()[:16]
+
+
+@dataclass
+class SegmentState:
+    """One log segment (= one TITO lineage): its index, log lineage and token count so far."""
+
+    index: int
+    lineage_index: int
+    length: int
+
+
+@dataclass
+class ReplyData:
+    """What a recorded turn's reply is rebuilt from (a retry answers with it)."""
+
+    turn_index: int
+    turn_id: str
+    generated_ids: list[int]
+    logprobs: list[float]
+    stop_reason: str
+    matched_stop: str | None
+    prompt_tokens: int
+    created: int
+    rid: str = ""
+
+
+@dataclass
+class SessionState:
+    """The cached state of one live session."""
+
+    session: Session
+    run_name: str
+    index: LineageIndex
+    segments: dict[str, SegmentState] = field(default_factory=dict)
+    lineage_by_system: dict[str, int] = field(default_factory=dict)
+    next_turn: int = 0
+    next_segment: int = 0
+    finished: bool = False
+    replies: dict[int, ReplyData] = field(default_factory=dict)
+    by_fingerprint: dict[str, int] = field(default_factory=dict)
+    by_idem_key: dict[str, int] = field(default_factory=dict)
+    inflight: dict[str, asyncio.Future[ReplyData]] = field(default_factory=dict)
+    turn_fingerprint: dict[str, str] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+        return self.session.id
+
+    def lookup(self, fingerprint: str, idem_key: str | None) -> ReplyData | asyncio.Future[ReplyData] | None:
+        """A recorded reply (or the future of an in-flight one) for a retried request, else None.
+
+        An ``Idempotency-Key`` matches any turn of the session; a bare fingerprint (sha256 of the
+        body) only matches a turn that nothing has extended yet, so deliberately re-sending an old
+        request after the conversation moved on generates again (a branch).
+        """
+        keys = [f"idem:{idem_key}"] if idem_key else []
+        keys.append(f"fp:{fingerprint}")
+        for key in keys:
+            if key in self.inflight:
+                return self.inflight[key]
+        if idem_key and (i := self.by_idem_key.get(idem_key)) is not None:
+            return self.replies.get(i)
+        if (i := self.by_fingerprint.get(fingerprint)) is not None:
+            return self.replies.get(i)
+        return None
+
+    def remember(
+        self, reply: ReplyData, fingerprint: str | None, idem_key: str | None, parent: str | None
+    ) -> None:
+        """Index a recorded turn for dedupe; a turn it ``parent`` extends stops being a dedupe target."""
+        self.replies[reply.turn_index] = reply
+        if parent is not None:
+            old = self.turn_fingerprint.pop(parent, None)
+            if old is not None and self.by_fingerprint.get(old) is not None:
+                parent_idx = self.by_fingerprint[old]
+                if self.replies.get(parent_idx) is not None and self.replies[parent_idx].turn_id == parent:
+                    del self.by_fingerprint[old]
+        if fingerprint:
+            self.by_fingerprint[fingerprint] = reply.turn_index
+            self.turn_fingerprint[reply.turn_id] = fingerprint
+        if idem_key:
+            self.by_idem_key[idem_key] = reply.turn_index
+
+    def apply_turn(self, turn: Turn) -> None:
+        """Fold one recorded turn into the state (used when rebuilding from the log)."""
+        tito = turn.info.get("tito") or {}
+        n_ctx, n_gen = int(turn.context_ids.size), int(turn.generated_ids.size)
+        if tito.get("lineage"):
+            rec = TitoRecord(
+                turn_id=turn.id,
+                lineage_id=tito["lineage"],
+                route=turn.route,  # type: ignore[arg-type]
+                parent_lineage_id=None,
+                parent_turn_id=turn.parent_turn_id,
+                fork_at=tito.get("fork_at"),
+                delta_ids=tuple(int(x) for x in turn.context_ids[int(tito.get("delta_start", 0)) :]),
+                generated_ids=tuple(int(x) for x in turn.generated_ids),
+                tools_key=tito.get("tools_key", ""),
+                header_len=int(tito.get("header_len", 0)),
+                boundary_reason=turn.boundary_reason,
+            )
+            self.index.apply(rec)
+            self.segments[rec.lineage_id] = SegmentState(
+                turn.segment_index, turn.lineage_index, turn.segment_offset + n_ctx + n_gen
+            )
+            self.lineage_by_system.setdefault(tito.get("system_key", ""), turn.lineage_index)
+        self.next_turn = max(self.next_turn, turn.turn_index + 1)
+        self.next_segment = max(self.next_segment, turn.segment_index + 1)
+        reply = ReplyData(
+            turn_index=turn.turn_index,
+            turn_id=turn.id,
+            generated_ids=[int(x) for x in turn.generated_ids],
+            logprobs=[float(x) for x in turn.logprobs],
+            stop_reason=turn.finish_reason or "stop",
+            matched_stop=turn.info.get("matched_stop"),
+            prompt_tokens=turn.segment_offset + n_ctx,
+            created=int(turn.info.get("created", 0)),
+            rid=str(turn.info.get("engine_rid", turn.id)),
+        )
+        extends = turn.parent_turn_id if tito.get("fork_at") == "end" else None
+        self.remember(reply, turn.request_fingerprint, turn.info.get("idempotency_key"), extends)
+
+
+def token_digest(token: str) -> str:
+    """sha256 of a bearer token (the cache key; tokens themselves are never kept)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class SessionRegistry:
+    """Bearer token -> :class:`SessionState`, loading (and rebuilding) from the log on a miss."""
+
+    def __init__(self, store: EventStore, profile: ModelProfile) -> None:
+        self.store = store
+        self.profile = profile
+        self._by_digest: dict[str, SessionState] = {}
+        self._by_id: dict[str, str] = {}
+        self._loading: dict[str, asyncio.Future[SessionState | None]] = {}
+
+    def _build(self, token: str) -> SessionState | None:
+        """Look the token up and replay the session's turns (runs in a worker thread)."""
+        session = self.store.session_by_token(token)
+        if session is None or session.status != "running":
+            return None
+        run = self.store.get_run_by_id(session.run_id)
+        state = SessionState(session=session, run_name=run.name, index=LineageIndex(self.profile))
+        turns = self.store.read_turns(session_id=session.id, with_experts=False)
+        for turn in turns:
+            state.apply_turn(turn)
+        if turns:
+            log.info("rebuilt session %s from %d recorded turns", session.id, len(turns))
+        return state
+
+    async def authenticate(self, token: str | None) -> SessionState:
+        """The live session bound to ``token``; raises :class:`AuthError` (401) otherwise."""
+        if not token:
+            raise AuthError(
+                "no session token: send 'Authorization: Bearer <token>' or use the base URL /s/<token>/v1"
+            )
+        digest = token_digest(token)
+        state = self._by_digest.get(digest)
+        if state is None:
+            pending = self._loading.get(digest)
+            if pending is None:
+                pending = asyncio.get_running_loop().create_future()
+                self._loading[digest] = pending
+                try:
+                    pending.set_result(await asyncio.to_thread(self._build, token))
+                except Exception as e:
+                    pending.set_exception(e)
+                    pending.exception()  # mark retrieved: the raise below reports it
+                    raise
+                except asyncio.CancelledError:
+                    pending.cancel()
+                    raise
+                finally:
+                    self._loading.pop(digest, None)
+            state = await asyncio.shield(pending)
+            if state is not None:
+                state = self._by_digest.setdefault(digest, state)
+                self._by_id[state.session_id] = digest
+        if state is None or state.finished:
+            raise AuthError("unknown or finished session token; open a session with the admin API")
+        return state
+
+    def evict(self, session_id: str) -> None:
+        """Forget a session's cached state (the next request rebuilds it from the log)."""
+        digest = self._by_id.pop(session_id, None)
+        if digest is not None:
+            self._by_digest.pop(digest, None)
+
+    def finish(self, session_id: str) -> None:
+        """Mark a session finished: its token is refused from now on."""
+        digest = self._by_id.get(session_id)
+        if digest is not None and digest in self._by_digest:
+            self._by_digest[digest].finished = True
+        self.evict(session_id)
+
+    def live_sessions(self) -> list[SessionState]:
+        """Every cached live session."""
+        return [s for s in self._by_digest.values() if not s.finished]
