@@ -1,10 +1,60 @@
-"""`dressage-worker rollout` (not built yet)."""
+"""``dressage-worker rollout``: run agents on a task set and record every token in the log.
+
+Heavy imports (the proxy, torch via the engine, openai) happen inside the command, so the CLI
+starts fast for other sub-commands.
+"""
 
 from __future__ import annotations
 
-from dressage.errors import NotSupportedError
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dressage.cli.store_commands import DatabaseUrl, handle_errors
 
 
-def rollout_command() -> None:
-    """Not built yet."""
-    raise NotSupportedError("dressage-worker rollout is not built yet")
+@handle_errors
+def rollout_command(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Rollout config (YAML); see docs/rollout.md.")
+    ] = None,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="Continue run RUN from its frozen config snapshot.")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", "-j", help="Episodes at once (overrides worker.concurrency)."),
+    ] = None,
+    worker_id: Annotated[
+        str | None, typer.Option("--worker-id", help="Lease owner name (default: <hostname>-<pid>).")
+    ] = None,
+    database_url: DatabaseUrl = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")] = True,
+) -> None:
+    """Create (or --resume) a run and drive episodes until every (task, sample) is done."""
+    import asyncio
+
+    from rich.console import Console
+
+    from dressage.config import load_settings
+    from dressage.rollout.worker import WorkerOptions, run_rollout
+
+    settings = load_settings(database_url=database_url)
+    opts = WorkerOptions(
+        config_path=str(config) if config else None,
+        resume=resume,
+        concurrency=concurrency,
+        worker_id=worker_id,
+        show_progress=progress,
+    )
+    console = Console(stderr=True)
+    report = asyncio.run(run_rollout(settings, opts, console))
+    url = settings.resolved_database_url()
+    db = "" if database_url is None else f" --database-url {url}"
+    console.print(
+        f"\nrun [bold]{report.run}[/] done. Look at it with:\n"
+        f"  dressage-worker runs{db}\n"
+        f"  dressage-worker show {report.example_session or '<session-id>'}{db} --tokens\n"
+        f'  dressage-worker sql{db} "select status, count(*), avg(reward) from sessions group by status"'
+    )

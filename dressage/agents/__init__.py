@@ -1,1 +1,60 @@
-"""agents."""
+"""Agents: whitebox (Python code using an OpenAI client bound to its proxy session) and blackbox
+(existing agent programs run inside the sandbox). :func:`build_agent` turns an ``agent:`` config
+section into an :class:`Agent`.
+"""
+
+from __future__ import annotations
+
+from dressage.agents.base import Agent, AgentContext, AgentLog, AgentResult, Task
+from dressage.agents.blackbox import BlackboxAgent, CommandAgent, OpenClawAgent, OpenCodeAgent
+from dressage.agents.config import (
+    BLACKBOX_KINDS,
+    WHITEBOX_KINDS,
+    AgentConfig,
+    AnswerAgentConfig,
+    CodingAgentConfig,
+    CommandAgentConfig,
+    OpenClawAgentConfig,
+    OpenCodeAgentConfig,
+    PythonAgentConfig,
+)
+from dressage.agents.whitebox import AnswerAgent, CodingAgent, FunctionAgent, load_python_agent
+from dressage.errors import NotSupportedError
+
+
+def build_agent(cfg: AgentConfig) -> Agent:
+    """The agent for a validated ``agent:`` section (python paths are imported here)."""
+    if isinstance(cfg, AnswerAgentConfig):
+        return AnswerAgent(cfg.system_prompt)
+    if isinstance(cfg, CodingAgentConfig):
+        return CodingAgent(cfg.system_prompt, cfg.max_turns, cfg.tool_timeout_s)
+    if isinstance(cfg, PythonAgentConfig):
+        return load_python_agent(cfg.path, dict(cfg.options))
+    if isinstance(cfg, CommandAgentConfig):
+        return CommandAgent(cfg)
+    if isinstance(cfg, OpenCodeAgentConfig):
+        return OpenCodeAgent(cfg)
+    if isinstance(cfg, OpenClawAgentConfig):
+        return OpenClawAgent(cfg)
+    raise NotSupportedError(f"agent kind {getattr(cfg, 'kind', cfg)!r} is not supported yet")
+
+
+__all__ = [
+    "BLACKBOX_KINDS",
+    "WHITEBOX_KINDS",
+    "Agent",
+    "AgentConfig",
+    "AgentContext",
+    "AgentLog",
+    "AgentResult",
+    "AnswerAgent",
+    "BlackboxAgent",
+    "CodingAgent",
+    "CommandAgent",
+    "FunctionAgent",
+    "OpenClawAgent",
+    "OpenCodeAgent",
+    "Task",
+    "build_agent",
+    "load_python_agent",
+]

@@ -1,0 +1,127 @@
+"""Configuration models of agents: the ``agent:`` section of a rollout config.
+
+One model per ``kind``, joined in a discriminated union (:data:`AgentConfig`), so a typo in a field
+or an unknown kind is reported with the exact path of the mistake. ``claude_code`` is a reserved
+kind: it parses, then fails with a clear "not supported yet" message.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DOTTED_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
+
+
+class _Strict(BaseModel):
+    """Base: unknown fields are errors (a misspelt option must not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AnswerAgentConfig(_Strict):
+    """Whitebox single-turn agent: one chat completion, its text is the answer."""
+
+    kind: Literal["answer"] = "answer"
+    system_prompt: str | None = Field(default=None, description="System message put before the task.")
+
+
+class CodingAgentConfig(_Strict):
+    """Whitebox tool-using agent: loops over shell/file tool calls until it answers."""
+
+    kind: Literal["coding"] = "coding"
+    system_prompt: str | None = None
+    max_turns: int = Field(default=8, ge=1, le=200, description="LLM calls per episode at most.")
+    tool_timeout_s: float = Field(default=30.0, gt=0, description="Default timeout of one shell command.")
+
+
+class PythonAgentConfig(_Strict):
+    """Whitebox agent of your own: ``path`` is ``module:attr`` (a class or an async function)."""
+
+    kind: Literal["python"] = "python"
+    path: str = Field(description="Dotted path 'package.module:attr' of an Agent subclass or async function.")
+    options: dict[str, object] = Field(default_factory=dict, description="Keyword arguments for the class.")
+
+    @field_validator("path")
+    @classmethod
+    def _dotted(cls, v: str) -> str:
+        if not DOTTED_PATH.match(v):
+            raise ValueError(f"{v!r} is not a dotted path like 'mypkg.agents:MyAgent'")
+        return v
+
+
+class _BlackboxBase(_Strict):
+    """Fields every blackbox adapter shares."""
+
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment inside the sandbox.")
+    answer_file: str = Field(
+        default=".dressage/answer.txt",
+        description="Workspace file the program may write its final answer to (else its stdout is used).",
+    )
+    accept_exit_codes: list[int] = Field(
+        default_factory=lambda: [0], description="Exit codes that count as success."
+    )
+
+
+class CommandAgentConfig(_BlackboxBase):
+    """Any CLI that reads ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``; run inside the sandbox."""
+
+    kind: Literal["command"] = "command"
+    command: list[str] | str = Field(
+        description="argv list, or a string run with /bin/sh -c. The prompt is in $DRESSAGE_PROMPT."
+    )
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, v: list[str] | str) -> list[str] | str:
+        if (isinstance(v, str) and not v.strip()) or (isinstance(v, list) and not v):
+            raise ValueError("command must not be empty")
+        return v
+
+
+class OpenCodeAgentConfig(_BlackboxBase):
+    """opencode (``npm i -g opencode-ai``): writes opencode.json with an OpenAI-compatible provider."""
+
+    kind: Literal["opencode"] = "opencode"
+    binary: str = "opencode"
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class OpenClawAgentConfig(_BlackboxBase):
+    """openclaw (``npm i -g openclaw``): onboards a custom OpenAI-compatible provider, then one local turn."""
+
+    kind: Literal["openclaw"] = "openclaw"
+    binary: str = "openclaw"
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class ClaudeCodeAgentConfig(BaseModel):
+    """Reserved: selecting it fails at config load."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["claude_code"] = "claude_code"
+
+    @model_validator(mode="after")
+    def _reserved(self) -> ClaudeCodeAgentConfig:
+        raise ValueError(
+            "agent kind 'claude_code' is reserved and not supported yet (it speaks the Anthropic API, "
+            "which the proxy does not serve); use kind 'command', 'opencode' or 'openclaw'"
+        )
+
+
+AgentConfig = Annotated[
+    AnswerAgentConfig
+    | CodingAgentConfig
+    | PythonAgentConfig
+    | CommandAgentConfig
+    | OpenCodeAgentConfig
+    | OpenClawAgentConfig
+    | ClaudeCodeAgentConfig,
+    Field(discriminator="kind"),
+]
+"""The ``agent:`` section: pick one ``kind``."""
+
+WHITEBOX_KINDS = ("answer", "coding", "python")
+BLACKBOX_KINDS = ("command", "opencode", "openclaw")

@@ -1,0 +1,236 @@
+"""The rollout config (``run.yaml``): pydantic models, YAML loading, and one clear message per mistake.
+
+Every section forbids unknown fields, so a misspelt option is an error rather than a silent default.
+:func:`load_config` reports all mistakes at once on one line (``path: 2 mistakes: agent.kind: ...;
+worker.concurrency: ...``), because the CLI prints the first line of an error. Relative paths
+(``dataset.path``) are resolved against the config file's directory. The validated model, dumped
+as JSON, is the run's frozen config snapshot.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dressage.agents.config import AgentConfig, AnswerAgentConfig
+from dressage.errors import ConfigError
+from dressage.paddock import SandboxSpec
+from dressage.rollout.rewards import ContainsConfig, RewardConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetConfig(_Strict):
+    """JSONL tasks: one object per line with ``prompt`` or ``messages``, ``label``, ``metadata``."""
+
+    path: str = Field(description="JSONL file; relative paths are resolved against the config file.")
+    limit: int | None = Field(default=None, ge=1, description="Use only the first N rows.")
+
+
+class EngineConfig(_Strict):
+    """Where tokens come from: the CPU dev engine started by the worker, or running SGLang servers."""
+
+    kind: Literal["dev", "sglang"] = "dev"
+    model: str = Field(default="tiny", description="dev: 'tiny' or a Hugging Face model directory.")
+    seed: int = 0
+    threads: int = Field(default=1, ge=1, description="dev: torch CPU threads.")
+    urls: list[str] = Field(default_factory=list, description="sglang: base URLs of the engines.")
+    served_model_name: str | None = Field(default=None, description="The model name agents request.")
+
+    @model_validator(mode="after")
+    def _urls(self) -> EngineConfig:
+        if self.kind == "sglang" and not self.urls:
+            raise ValueError("engine kind 'sglang' needs 'urls' (e.g. [http://10.0.0.5:30000])")
+        if self.kind == "dev" and self.urls:
+            raise ValueError("engine kind 'dev' starts its own engine; remove 'urls' or use kind 'sglang'")
+        for u in self.urls:
+            if not u.startswith(("http://", "https://")):
+                raise ValueError(f"engine url {u!r} must start with http:// or https://")
+        return self
+
+    @property
+    def model_name(self) -> str:
+        """The ``model`` string agents put in their requests."""
+        return self.served_model_name or ("dressage-tiny" if self.model == "tiny" else Path(self.model).name)
+
+
+class ProxyConfig(_Strict):
+    """The TITO proxy the worker runs in-process."""
+
+    profile: str = "qwen3.5"
+    host: str = Field(default="127.0.0.1", description="Interface the in-process proxy binds (port is free).")
+    context_window: int | None = Field(default=None, ge=16)
+    record_experts: bool = False
+    public_url: str | None = Field(
+        default=None,
+        description="How sandboxes with network (e2b) reach this worker's proxy; default: its local URL.",
+    )
+
+
+class SamplingConfig(_Strict):
+    """Request parameters whitebox agents send, and the proxy's defaults for blackbox agents.
+
+    ``seed`` fixes the seed of every request, which makes all samples of a group identical: leave it
+    unset for RL (the engine then draws a distinct seed per request).
+    """
+
+    max_tokens: int = Field(default=32, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    enable_thinking: bool | None = Field(
+        default=None,
+        description="Chat-template switch sent by whitebox agents; false makes Qwen3.5 answer without <think>.",
+    )
+
+    def request_kwargs(self) -> dict[str, Any]:
+        """Non-None fields as OpenAI request parameters."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+    def engine_defaults(self) -> dict[str, Any]:
+        """The proxy's defaults for requests that leave them out, in SGLang's names."""
+        out: dict[str, Any] = {
+            "max_new_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+        }
+        if self.seed is not None:
+            out["sampling_seed"] = self.seed
+        return out
+
+
+class SandboxConfig(_Strict):
+    """The ``sandbox:`` section; see :class:`dressage.paddock.SandboxSpec` for the meaning of fields."""
+
+    provider: Literal["bwrap", "local", "e2b"] = "bwrap"
+    network: bool = False
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_timeout_s: float = Field(default=600.0, gt=0)
+    memory_mb: int | None = Field(default=2048, ge=16)
+    max_processes: int | None = Field(default=256, ge=1)
+    output_cap_bytes: int = Field(default=64 * 1024, ge=1024)
+    env: dict[str, str] = Field(default_factory=dict)
+    template: str | None = Field(default=None, description="e2b: sandbox template.")
+    proxy_port: int = Field(default=18080, ge=1, le=65535, description="Loopback port of the proxy inside.")
+    root_dir: str | None = Field(default=None, description="bwrap: where workspaces are created.")
+
+    def spec(self, files: dict[str, str], proxy_socket: str | None) -> SandboxSpec:
+        """A :class:`SandboxSpec` for one session."""
+        return SandboxSpec(
+            provider=self.provider,
+            network=self.network,
+            timeout_s=self.timeout_s,
+            max_timeout_s=self.max_timeout_s,
+            memory_mb=self.memory_mb,
+            max_processes=self.max_processes,
+            output_cap_bytes=self.output_cap_bytes,
+            env=dict(self.env),
+            files=dict(files),
+            template=self.template,
+            proxy_socket=proxy_socket,
+            proxy_port=self.proxy_port,
+        )
+
+
+class WorkerConfig(_Strict):
+    """How workers drive episodes; all but ``concurrency`` is frozen with the run."""
+
+    concurrency: int = Field(default=4, ge=1, le=4096)
+    lease_s: float = Field(default=120.0, ge=1.0, description="Task lease; renewed every lease_s/3.")
+    max_attempts: int = Field(default=3, ge=1, description="Attempts per (task, sample) before it fails.")
+    session_timeout_s: float = Field(default=600.0, gt=0, description="Wall-clock limit of one agent run.")
+    archive_workspace: bool = True
+    poll_s: float = Field(default=0.5, gt=0, description="How often an idle worker looks for tasks.")
+
+
+class RolloutConfig(_Strict):
+    """A whole ``run.yaml``."""
+
+    run: str = Field(description="Run name: creates the run, or continues it when the config matches.")
+    dataset: DatasetConfig
+    n_samples_per_prompt: int = Field(default=1, ge=1, le=1024)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    agent: AgentConfig = Field(default_factory=AnswerAgentConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    reward: RewardConfig = Field(default_factory=ContainsConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
+
+    @field_validator("run")
+    @classmethod
+    def _run_name(cls, v: str) -> str:
+        if not v.strip() or len(v) > 200 or "\x00" in v:
+            raise ValueError("run name must be 1-200 characters without NUL")
+        return v
+
+    def snapshot(self) -> dict[str, Any]:
+        """The frozen part: everything except ``worker.concurrency`` (a per-process choice)."""
+        return self.model_dump(mode="json", exclude={"worker": {"concurrency"}})
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    """``('agent', 'command', 'max_turns')`` -> ``agent.max_turns`` (drops union tag segments)."""
+    parts: list[str] = []
+    for i, p in enumerate(loc):
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif i > 0 and loc[i - 1] in ("agent", "reward") and i == 1:
+            continue  # the discriminator tag pydantic inserts
+        else:
+            parts.append(("." if parts else "") + str(p))
+    return "".join(parts) or "(top level)"
+
+
+def format_validation_error(e: ValidationError) -> str:
+    """All mistakes of a validation error on one line: ``field: message; field: message``."""
+    items = []
+    for err in e.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see docs/rollout.md for the fields)"
+        elif err["type"] == "union_tag_invalid":
+            msg = f"unknown kind {err['input'].get('kind')!r}; expected one of {err['ctx']['expected_tags']}"
+        elif err["type"] == "union_tag_not_found":
+            msg = "missing 'kind'"
+        items.append(f"{_where(tuple(err['loc']))}: {msg}")
+    n = len(items)
+    return f"{n} mistake{'s' if n != 1 else ''}: " + "; ".join(items)
+
+
+def parse_config(data: Any, *, source: str = "config", base_dir: Path | None = None) -> RolloutConfig:
+    """Validate a config mapping; resolve ``dataset.path`` against ``base_dir``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections (run, dataset, agent, ...)")
+    try:
+        cfg = RolloutConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {format_validation_error(e)}") from None
+    if base_dir is not None and not Path(cfg.dataset.path).is_absolute():
+        path = str((base_dir / cfg.dataset.path).resolve())
+        cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"path": path})})
+    return cfg
+
+
+def load_config(path: str | Path) -> RolloutConfig:
+    """Read and validate a YAML rollout config; every problem is a :class:`ConfigError`."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{p}: invalid YAML{where}: {problem}") from None
+    return parse_config(data, source=str(p), base_dir=p.parent.resolve())

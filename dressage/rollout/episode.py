@@ -1,0 +1,296 @@
+"""One episode: a claimed (task, sample) from proxy session to released lease.
+
+Order of effects (each one durable before the next):
+
+1. a finished session for this task already exists (a worker died between finalize and release)
+   -> release the lease as ``done`` and stop: nothing is counted twice;
+2. open a proxy session (``session_started``), start renewing the lease every ``lease_s / 3``;
+3. create the sandbox, run the agent under ``session_timeout_s``;
+4. score; append the ``reward`` event (value + details);
+5. archive the workspace and the agent log as artifacts;
+6. finalize the session (``finished`` with its reward, or ``failed`` with the error), then release
+   the lease (``done``, or ``retry`` until ``max_attempts``).
+
+A sandbox that fails to start, an agent that crashes or hangs, a reward that fails: each is a
+*failed attempt* (kept in the log, never trained on) and the task goes back to the queue. If the
+lease is lost (this worker stalled past it and another worker took the task, abandoning this
+session), the episode stops without writing anything more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import traceback
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import select
+
+from dressage.agents import Agent, AgentContext, AgentLog, AgentResult, BlackboxAgent, Task
+from dressage.errors import AgentError, DressageError, LeaseError, RewardError, SandboxError, StoreError
+from dressage.paddock import Sandbox, SandboxProvider, SandboxTools
+from dressage.rollout.config import RolloutConfig
+from dressage.rollout.rewards import RewardInput, Scorer
+from dressage.store import EventStore, Run, TaskLease, deterministic_key
+from dressage.store import schema as t
+
+log = logging.getLogger(__name__)
+
+MAX_ANSWER_CHARS = 2000
+
+
+class SessionHandle(Protocol):
+    """What the proxy returns from ``open_session``."""
+
+    session_id: str
+    token: str
+    base_url: str
+
+
+class Proxy(Protocol):
+    """The slice of :class:`dressage.proxy.server.ProxyServer` the worker uses."""
+
+    base_url: str
+
+    async def open_session(self, run: Run, **kwargs: Any) -> SessionHandle: ...
+
+    async def finalize_session(self, session_id: str, status: str, **kwargs: Any) -> Any: ...
+
+
+@dataclass
+class EpisodeEnv:
+    """What every episode of one worker shares."""
+
+    store: EventStore
+    proxy: Proxy
+    run: Run
+    cfg: RolloutConfig
+    agent: Agent
+    scorer: Scorer
+    provider: SandboxProvider
+    proxy_socket: str | None
+    sandbox_proxy_url: str
+
+
+@dataclass
+class Outcome:
+    """How an episode ended: ``finished``, ``failed``, ``skipped`` (already done) or ``lease_lost``."""
+
+    status: str
+    reward: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class _Held:
+    """Resources an episode must release however it ends."""
+
+    sandbox: Sandbox | None = None
+    client: Any = None
+
+
+class _Failed(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def finished_session_exists(store: EventStore, task_id: int) -> bool:
+    """True when the (task, sample) queue entry already has a finished session."""
+    q = select(t.sessions.c.id).where(t.sessions.c.task_id == task_id, t.sessions.c.status == "finished")
+    with store.engine.connect() as conn:
+        return conn.execute(q.limit(1)).first() is not None
+
+
+async def _renew(env: EpisodeEnv, lease: TaskLease, owner_task: asyncio.Task[Any], lost: list[bool]) -> None:
+    """Renew the lease every third of its length; on loss, cancel the episode."""
+    lease_s = env.cfg.worker.lease_s
+    while True:
+        await asyncio.sleep(lease_s / 3)
+        try:
+            lease = await asyncio.to_thread(env.store.renew_lease, lease, lease_s)
+        except LeaseError:
+            lost[0] = True
+            owner_task.cancel()
+            return
+        except StoreError as e:  # a database hiccup: try again next period, the lease has slack
+            log.warning("renewing lease of task %s failed: %s", lease.task_id, e)
+
+
+def sandbox_session_url(env: EpisodeEnv, host_session_url: str) -> str:
+    """The session's OpenAI base URL as seen from inside the sandbox."""
+    base = env.proxy.base_url.rstrip("/")
+    suffix = host_session_url[len(base) :] if host_session_url.startswith(base) else host_session_url
+    return env.sandbox_proxy_url.rstrip("/") + suffix
+
+
+async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
+    """Play one claimed (task, sample); see the module docstring. Never raises for agent failures."""
+    store, run, cfg = env.store, env.run, env.cfg
+    if await asyncio.to_thread(finished_session_exists, store, lease.task_id):
+        with contextlib.suppress(LeaseError):
+            await asyncio.to_thread(store.release_task, lease, "done")
+        return Outcome("skipped")
+    task = Task.from_payload(lease.payload)
+    handle = await env.proxy.open_session(
+        run,
+        task_id=lease.task_id,
+        attempt=lease.attempt,
+        agent=env.agent.name,
+        sandbox=cfg.sandbox.provider,
+        info={
+            "task_index": lease.task_index,
+            "sample_index": lease.sample_index,
+            "group_index": lease.group_index,
+        },
+    )
+    sid = handle.session_id
+    current = asyncio.current_task()
+    assert current is not None
+    lost = [False]
+    renewer = asyncio.create_task(_renew(env, lease, current, lost))
+    agent_log = AgentLog()
+    held = _Held()
+    try:
+        try:
+            result = await _play(env, task, handle, agent_log, held)
+            reward, details = await _score(env, task, result, held.sandbox)
+        except _Failed as f:
+            agent_log.write(f"FAILED ({f.reason}): {f}")
+            await _archive(env, sid, held.sandbox, agent_log)
+            renewer.cancel()
+            await env.proxy.finalize_session(
+                sid, "failed", finish_reason=f.reason, error=str(f), metadata=_meta(lease, None)
+            )
+            await asyncio.to_thread(store.release_task, lease, "retry", max_attempts=cfg.worker.max_attempts)
+            return Outcome("failed", error=str(f))
+        await asyncio.to_thread(
+            store.append_event,
+            run,
+            "reward",
+            {"reward": reward, "details": details},
+            key=deterministic_key(run.name, sid, "reward"),
+            session_id=sid,
+        )
+        await _archive(env, sid, held.sandbox, agent_log)
+        renewer.cancel()
+        await env.proxy.finalize_session(
+            sid, "finished", reward=reward, finish_reason=result.finish_reason, metadata=_meta(lease, result)
+        )
+        await asyncio.to_thread(store.release_task, lease, "done")
+        return Outcome("finished", reward=reward)
+    except asyncio.CancelledError:
+        if not lost[0]:
+            raise
+        return Outcome("lease_lost", error=f"lease of task {lease.task_id} lost; session {sid} was abandoned")
+    except (LeaseError, StoreError) as e:
+        # Our session was abandoned by a worker that reclaimed the expired lease: nothing more to write.
+        return Outcome("lease_lost", error=str(e))
+    finally:
+        renewer.cancel()
+        if held.client is not None:
+            with contextlib.suppress(Exception):
+                await held.client.close()
+        if held.sandbox is not None:
+            with contextlib.suppress(SandboxError):
+                await held.sandbox.terminate()
+
+
+async def _play(
+    env: EpisodeEnv, task: Task, handle: SessionHandle, agent_log: AgentLog, held: _Held
+) -> AgentResult:
+    """Create the sandbox and run the agent; failures raise :class:`_Failed`."""
+    from openai import AsyncOpenAI
+
+    cfg = env.cfg
+    socket_path = env.proxy_socket if isinstance(env.agent, BlackboxAgent) else None
+    spec = cfg.sandbox.spec(task.files, socket_path)
+    try:
+        sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
+    except (SandboxError, OSError) as e:
+        raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
+    client = held.client = AsyncOpenAI(
+        base_url=handle.base_url, api_key=handle.token, max_retries=2, timeout=cfg.worker.session_timeout_s
+    )
+    ctx = AgentContext(
+        task=task,
+        client=client,
+        model=cfg.engine.model_name,
+        sandbox=sandbox,
+        tools=SandboxTools(sandbox),
+        session_id=handle.session_id,
+        token=handle.token,
+        sandbox_base_url=sandbox_session_url(env, handle.base_url),
+        sampling=cfg.sampling.request_kwargs(),
+        timeout_s=cfg.worker.session_timeout_s,
+        log=agent_log,
+    )
+    try:
+        result = await asyncio.wait_for(env.agent.run(ctx), timeout=cfg.worker.session_timeout_s + 5)
+    except TimeoutError:
+        raise _Failed(
+            "agent_timeout", f"agent {env.agent.name} ran past {cfg.worker.session_timeout_s:g}s"
+        ) from None
+    except (AgentError, SandboxError) as e:
+        raise _Failed("agent_error", f"agent {env.agent.name}: {e}") from e
+    except Exception as e:  # an agent is user code: any crash is a failed attempt, with its traceback logged
+        agent_log.write(traceback.format_exc())
+        raise _Failed("agent_crashed", f"agent {env.agent.name} crashed: {type(e).__name__}: {e}") from e
+    return result
+
+
+async def _score(
+    env: EpisodeEnv, task: Task, result: AgentResult, sandbox: Sandbox | None
+) -> tuple[float, dict[str, Any]]:
+    assert sandbox is not None
+    try:
+        out = await env.scorer.score(
+            RewardInput(task=task, answer=result.answer, result=result, sandbox=sandbox)
+        )
+    except (RewardError, SandboxError) as e:
+        raise _Failed("reward_error", f"reward {env.scorer.kind}: {e}") from e
+    return out.reward, out.details
+
+
+async def _archive(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log: AgentLog) -> None:
+    """Store the agent log and (if configured) the workspace tarball as the session's artifacts."""
+    store, run = env.store, env.run
+    try:
+        await asyncio.to_thread(
+            store.put_artifact,
+            run,
+            agent_log.text().encode(),
+            name="agent.log",
+            media_type="text/plain",
+            session_id=sid,
+        )
+        if sandbox is not None and env.cfg.worker.archive_workspace:
+            data = await sandbox.archive()
+            await asyncio.to_thread(
+                store.put_artifact,
+                run,
+                data,
+                name="workspace.tar.gz",
+                media_type="application/gzip",
+                session_id=sid,
+            )
+    except (SandboxError, DressageError) as e:
+        log.warning("archiving session %s failed: %s", sid, e)
+
+
+def _meta(lease: TaskLease, result: AgentResult | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "task_index": lease.task_index,
+        "sample_index": lease.sample_index,
+        "group_index": lease.group_index,
+        "attempt": lease.attempt,
+    }
+    if result is not None:
+        meta.update(
+            turns=result.turns,
+            answer=result.answer[:MAX_ANSWER_CHARS],
+            agent_finish_reason=result.finish_reason,
+        )
+    return meta

@@ -1,0 +1,243 @@
+"""The rollout worker: the loop behind ``dressage-worker rollout``.
+
+One worker process: opens the log, resolves the config (a new run from ``run.yaml``, or the frozen
+snapshot of ``--resume RUN``), starts the inference engine (the CPU dev engine as a child process,
+or existing SGLang URLs), runs the TITO proxy in-process, creates or continues the run, enqueues
+tasks x ``n_samples_per_prompt`` (idempotent), then claims (task, sample) pairs under leases and runs
+up to ``concurrency`` episodes at once (:mod:`dressage.rollout.episode`) until the queue is empty.
+
+Workers on many machines share one database: claims are exclusive, a crashed worker's leases expire
+and its running sessions become ``abandoned`` when another worker reclaims them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from dressage.agents import BlackboxAgent, build_agent
+from dressage.config import Settings
+from dressage.errors import ConfigError, DressageError, NotSupportedError
+from dressage.paddock import get_provider, serve_unix_socket_forwarder
+from dressage.rollout.config import RolloutConfig, load_config, parse_config
+from dressage.rollout.datasets import dataset_digest, load_tasks, task_specs
+from dressage.rollout.engine_process import DevEngineProcess
+from dressage.rollout.episode import EpisodeEnv, Outcome, run_episode
+from dressage.rollout.progress import RolloutProgress, Snapshot
+from dressage.rollout.rewards import build_scorer
+from dressage.store import EventStore, Run
+
+
+@dataclass
+class WorkerOptions:
+    """Command-line choices of one worker process."""
+
+    config_path: str | None = None
+    resume: str | None = None
+    concurrency: int | None = None
+    worker_id: str | None = None
+    show_progress: bool = True
+
+
+@dataclass
+class RolloutReport:
+    """What a worker did, for the CLI's summary."""
+
+    run: str
+    outcomes: dict[str, int] = field(default_factory=dict)
+    snapshot: Snapshot | None = None
+    example_session: str | None = None
+
+
+def default_worker_id() -> str:
+    """``<hostname>-<pid>``: unique per process, readable in lease owners."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def resolve_config(store: EventStore, opts: WorkerOptions) -> tuple[RolloutConfig, dict[str, Any] | None]:
+    """The config to run and, for a resumed run, its stored snapshot.
+
+    ``--resume RUN`` alone uses the run's frozen snapshot; with ``--config`` too, the file must
+    describe the same run (only ``worker.concurrency`` may differ).
+    """
+    if opts.resume is None:
+        if opts.config_path is None:
+            raise ConfigError("give --config run.yaml (a new or shared run) or --resume RUN")
+        return load_config(opts.config_path), None
+    run = store.get_run(opts.resume)
+    stored = run.config.get("rollout")
+    if not isinstance(stored, dict):
+        raise ConfigError(
+            f"run {run.name!r} was not created by `dressage-worker rollout`; it has no rollout config"
+        )
+    cfg = parse_config(stored, source=f"run {run.name!r} snapshot")
+    if opts.config_path is not None:
+        given = load_config(opts.config_path)
+        if given.run != run.name:
+            raise ConfigError(f"--resume {run.name!r} but {opts.config_path} names run {given.run!r}")
+        diff = sorted(k for k, v in given.snapshot().items() if stored.get(k) != v)
+        if diff:
+            raise ConfigError(
+                f"{opts.config_path} differs from the frozen config of run {run.name!r} in: {', '.join(diff)}; "
+                "resume without --config or start a new run"
+            )
+        cfg = cfg.model_copy(update={"worker": given.worker})
+    return cfg, run.config
+
+
+def _proxy_class() -> Any:
+    try:
+        from dressage.proxy.server import ProxyServer
+    except ImportError as e:
+        raise NotSupportedError(f"the TITO proxy (dressage.proxy.server) is not available: {e}") from e
+    return ProxyServer
+
+
+async def run_rollout(
+    settings: Settings, opts: WorkerOptions, console: Console | None = None
+) -> RolloutReport:
+    """Run a worker until the run's queue is empty; see the module docstring."""
+    console = console or Console(stderr=True)
+    store = EventStore.open(settings=settings)
+    engine: DevEngineProcess | None = None
+    proxy: Any = None
+    forwarder: asyncio.Server | None = None
+    socket_dir: str | None = None
+    try:
+        cfg, stored = resolve_config(store, opts)
+        if opts.concurrency is not None:
+            if opts.concurrency < 1:
+                raise ConfigError(f"--concurrency must be >= 1, got {opts.concurrency}")
+            cfg = cfg.model_copy(
+                update={"worker": cfg.worker.model_copy(update={"concurrency": opts.concurrency})}
+            )
+        agent = build_agent(cfg.agent)
+        scorer = build_scorer(cfg.reward)
+        provider = get_provider(
+            cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
+        )
+        tasks = None
+        if stored is None:
+            tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit)
+            snapshot = {"rollout": cfg.snapshot(), "dataset_sha256": dataset_digest(tasks)}
+        else:
+            snapshot = stored
+        if cfg.engine.kind == "dev":
+            engine = DevEngineProcess(cfg.engine.model, cfg.engine.seed, cfg.engine.threads)
+            with console.status(f"starting the dev engine (model {cfg.engine.model}) on {engine.url}"):
+                urls = [await engine.start()]
+        else:
+            urls = list(cfg.engine.urls)
+        proxy = _proxy_class()(
+            store,
+            urls,
+            settings=settings,
+            profile=cfg.proxy.profile,
+            host=cfg.proxy.host,
+            port=0,
+            record_experts=cfg.proxy.record_experts,
+            context_window=cfg.proxy.context_window,
+            default_sampling=cfg.sampling.engine_defaults(),
+        )
+        await proxy.start()
+        run: Run = await proxy.create_run(cfg.run, snapshot)
+        if tasks is not None and sum(store.task_counts(run).values()) == 0:
+            store.enqueue_tasks(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
+        proxy_socket = None
+        sandbox_url = cfg.proxy.public_url or proxy.base_url
+        if isinstance(agent, BlackboxAgent) and cfg.sandbox.provider == "bwrap" and not cfg.sandbox.network:
+            socket_dir = tempfile.mkdtemp(prefix="dressage-proxy-")
+            proxy_socket = str(Path(socket_dir) / "proxy.sock")
+            host, port = _host_port(proxy.base_url)
+            forwarder = await serve_unix_socket_forwarder(proxy_socket, host, port)
+            sandbox_url = f"http://127.0.0.1:{cfg.sandbox.proxy_port}"
+        env = EpisodeEnv(store, proxy, run, cfg, agent, scorer, provider, proxy_socket, sandbox_url)
+        owner = opts.worker_id or default_worker_id()
+        report = RolloutReport(run=run.name)
+        progress = RolloutProgress(store, run, console=console, enabled=opts.show_progress)
+        async with progress:
+            await _lease_loop(env, owner, report, console)
+        report.snapshot = await progress.refresh()
+        finished = await asyncio.to_thread(store.list_sessions, run, status="finished")
+        report.example_session = finished[0].id if finished else None
+        if opts.show_progress:
+            console.print(
+                progress.summary_table(report.snapshot, {"this worker": _fmt_outcomes(report.outcomes)})
+            )
+        return report
+    finally:
+        if forwarder is not None:
+            forwarder.close()
+        if socket_dir is not None:
+            shutil.rmtree(socket_dir, ignore_errors=True)
+        if proxy is not None:
+            with contextlib.suppress(Exception):
+                await proxy.stop()
+        if engine is not None:
+            engine.stop()
+        store.close()
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", int(parts.port or 80)
+
+
+def _fmt_outcomes(outcomes: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing"
+
+
+async def _lease_loop(env: EpisodeEnv, owner: str, report: RolloutReport, console: Console) -> None:
+    """Claim and run episodes until no task is pending or leased; cancel them all on SIGTERM."""
+    store, run, w = env.store, env.run, env.cfg.worker
+    active: set[asyncio.Task[Outcome]] = set()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        while not stop.is_set():
+            free = w.concurrency - len(active)
+            claimed = []
+            if free > 0:
+                claimed = await asyncio.to_thread(
+                    store.claim_tasks, run, owner, n=free, lease_s=w.lease_s, max_attempts=w.max_attempts
+                )
+                for lease in claimed:
+                    active.add(asyncio.create_task(run_episode(env, lease)))
+            if not active:
+                counts = await asyncio.to_thread(store.task_counts, run)
+                if counts["pending"] == 0 and counts["leased"] == 0:
+                    return
+                await asyncio.sleep(w.poll_s)  # other workers hold leases: wait for them or their expiry
+                continue
+            done, _ = await asyncio.wait(active, timeout=w.poll_s, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                active.discard(task)
+                try:
+                    out = task.result()
+                except DressageError as e:  # e.g. the proxy could not open a session; the lease will expire
+                    out = Outcome("error", error=str(e))
+                report.outcomes[out.status] = report.outcomes.get(out.status, 0) + 1
+                if out.status in ("failed", "error"):
+                    console.print(f"[yellow]{out.status}[/]: {escape(out.error or '')}", highlight=False)
+    finally:
+        for task in active:
+            task.cancel()
+        if active:
+            await asyncio.wait(active, timeout=10)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)

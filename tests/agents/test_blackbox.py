@@ -1,0 +1,137 @@
+"""Blackbox adapters run real programs inside a real bubblewrap sandbox with the network off.
+
+The model is a scripted OpenAI-compatible server on the host; the sandbox reaches it only through
+the Unix socket bound into it (host forwarder -> socket -> in-sandbox loopback forwarder). The
+end-to-end test against the real TITO proxy is in tests/rollout/test_rollout_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from dressage.agents import CommandAgent, OpenCodeAgent, Task
+from dressage.agents.config import CommandAgentConfig, OpenCodeAgentConfig
+from dressage.errors import AgentError
+from dressage.paddock import serve_unix_socket_forwarder
+from dressage.rollout.config import load_config
+from tests.agents.conftest import make_context, play
+from tests.agents.scripted_llm import ScriptedLLM
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "blackbox.yaml"
+
+
+async def _forwarded_sandbox(make_sandbox, llm: ScriptedLLM, tmp: str):
+    sock = str(Path(tmp) / "proxy.sock")
+    server = await serve_unix_socket_forwarder(sock, "127.0.0.1", llm.port)
+    sb = await make_sandbox(proxy_socket=sock, proxy_port=18080)
+    return server, sb
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="curl and jq are needed")
+async def test_curl_command_from_the_example_reaches_the_model_without_network(make_sandbox) -> None:
+    """The example config's curl+jq command, unmodified, through the socket forwarder."""
+    agent_cfg = load_config(EXAMPLE).agent
+    assert isinstance(agent_cfg, CommandAgentConfig)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedLLM(lambda b: {"content": "an answer with e"}).running() as llm,
+    ):
+        server, sb = await _forwarded_sandbox(make_sandbox, llm, tmp)
+        try:
+            # Network really is off: the model's host port is unreachable directly.
+            direct = await sb.exec(f"curl -sS --max-time 3 {llm.url}/chat/completions -d '{{}}'")
+            assert direct.exit_code != 0
+            ctx = make_context(
+                Task(index=0, prompt="Say \"e\" 'quoted'"),
+                sb,
+                llm.url,
+                sandbox_base_url="http://127.0.0.1:18080/s/sk-test-token/v1",
+            )
+            result = await play(CommandAgent(agent_cfg), ctx)
+        finally:
+            server.close()
+    assert result.answer == "an answer with e"
+    assert llm.requests[0]["messages"] == [{"role": "user", "content": "Say \"e\" 'quoted'"}]
+    assert llm.auth[0] == "Bearer sk-test-token"
+    assert "exit_code=0" in ctx.log.text()
+
+
+async def test_missing_binary_is_a_clear_agent_error(make_sandbox) -> None:
+    sb = await make_sandbox()
+    agent = CommandAgent(CommandAgentConfig(command=["no-such-agent-cli", "--run"]))
+    with pytest.raises(AgentError, match="agent binary 'no-such-agent-cli' not found in the sandbox"):
+        await play(agent, make_context(Task(index=0, prompt="x"), sb, "http://127.0.0.1:9/v1"))
+    shell = CommandAgent(CommandAgentConfig(command="no-such-agent-cli --run"))
+    with pytest.raises(AgentError, match="command not found in the sandbox"):
+        await play(shell, make_context(Task(index=0, prompt="x"), sb, "http://127.0.0.1:9/v1"))
+
+
+async def test_crashing_and_hanging_programs_are_agent_errors(make_sandbox) -> None:
+    sb = await make_sandbox()
+    crash = CommandAgent(CommandAgentConfig(command="echo partial; echo 'Traceback: kaboom' >&2; exit 3"))
+    with pytest.raises(AgentError, match="exited with code 3: Traceback: kaboom"):
+        await play(crash, make_context(Task(index=0, prompt="x"), sb, "http://127.0.0.1:9/v1"))
+    hang = CommandAgent(CommandAgentConfig(command="trap '' TERM; sleep 600"))
+    with pytest.raises(AgentError, match="ran past its timeout of 1s"):
+        await play(hang, make_context(Task(index=0, prompt="x"), sb, "http://127.0.0.1:9/v1", timeout_s=1))
+
+
+async def test_answer_file_wins_over_stdout_and_env_is_set(make_sandbox) -> None:
+    sb = await make_sandbox()
+    cmd = 'echo noise; printf "%s|%s|%s" "$OPENAI_API_KEY" "$OPENAI_MODEL" "$(cat "$DRESSAGE_PROMPT_FILE")" > "$DRESSAGE_ANSWER_FILE"'
+    result = await play(
+        CommandAgent(CommandAgentConfig(command=cmd)),
+        make_context(Task(index=0, prompt="p1"), sb, "http://x/v1"),
+    )
+    assert result.answer == "sk-test-token|test-model|p1" and result.info["answer_source"] == "answer_file"
+
+
+async def test_opencode_adapter_writes_a_provider_config(make_sandbox) -> None:
+    """The config opencode reads; running opencode itself is tested where its npm package installs."""
+    sb = await make_sandbox()
+    agent = OpenCodeAgent(OpenCodeAgentConfig(binary="true"))
+    ctx = make_context(
+        Task(index=0, prompt="fix it"), sb, "http://x/v1", sandbox_base_url="http://127.0.0.1:18080/s/t/v1"
+    )
+    await play(agent, ctx)
+    cfg = json.loads(await sb.read_file("opencode.json"))
+    provider = cfg["provider"]["dressage"]
+    assert provider["options"] == {"baseURL": "http://127.0.0.1:18080/s/t/v1", "apiKey": "sk-test-token"}
+    assert cfg["model"] == "dressage/test-model" and agent.argv(ctx)[-1] == "fix it"
+
+
+def _opencode_in_usr() -> str | None:
+    found = shutil.which("opencode")
+    return found if found and found.startswith("/usr/") else None
+
+
+@pytest.mark.skipif(
+    _opencode_in_usr() is None,
+    reason="opencode is not installed where bubblewrap sandboxes can see it (/usr): "
+    "`npm install -g opencode-ai @ai-sdk/openai-compatible` with npm prefix /usr enables this test",
+)
+async def test_opencode_talks_to_the_model_through_the_socket(make_sandbox) -> None:
+    """Real opencode in bwrap (network off) sends its chat requests to the session URL with the token."""
+    with tempfile.TemporaryDirectory() as tmp, ScriptedLLM(lambda b: {"content": "done"}).running() as llm:
+        server, sb = await _forwarded_sandbox(make_sandbox, llm, tmp)
+        try:
+            ctx = make_context(
+                Task(index=0, prompt="say done"),
+                sb,
+                llm.url,
+                sandbox_base_url="http://127.0.0.1:18080/s/sk-test-token/v1",
+                timeout_s=120,
+            )
+            agent = OpenCodeAgent(OpenCodeAgentConfig(accept_exit_codes=[0, 1]))
+            await play(agent, ctx)
+        finally:
+            server.close()
+    assert llm.requests, ctx.log.text()[-3000:]
+    assert llm.auth[0] == "Bearer sk-test-token"

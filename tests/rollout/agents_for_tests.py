@@ -1,0 +1,45 @@
+"""Whitebox agents with scripted misbehaviour, loaded by dotted path from test configs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from dressage.agents import Agent, AgentContext, AgentResult
+
+
+class EchoAgent(Agent):
+    """Answers with the prompt plus a suffix (no model call)."""
+
+    name = "echo"
+
+    def __init__(self, suffix: str = "") -> None:
+        self.suffix = suffix
+
+    async def run(self, ctx: AgentContext) -> AgentResult:
+        return AgentResult(answer=ctx.task.prompt_text() + self.suffix)
+
+
+class CrashingAgent(Agent):
+    """Raises on the task whose label is ``crash`` (a bug in user code); otherwise asks the model once."""
+
+    name = "crashing"
+
+    async def run(self, ctx: AgentContext) -> AgentResult:
+        if ctx.task.label == "crash":
+            raise RuntimeError("boom: the agent has a bug")
+        if ctx.task.label == "hang":
+            await asyncio.sleep(3600)
+        resp = await ctx.client.chat.completions.create(
+            model=ctx.model, messages=ctx.task.chat_messages(), max_tokens=4
+        )
+        return AgentResult(answer=resp.choices[0].message.content or "", turns=1)
+
+
+async def slow_answer(ctx: AgentContext) -> str:
+    """An async-function agent: one model call, then a pause so a test can kill the worker mid-run."""
+    resp = await ctx.client.chat.completions.create(
+        model=ctx.model, messages=ctx.task.chat_messages(), max_tokens=4
+    )
+    await asyncio.sleep(float(os.environ.get("DRESSAGE_TEST_AGENT_SLEEP", "0.5")))
+    return resp.choices[0].message.content or ""

@@ -1,0 +1,134 @@
+"""Fixtures for rollout tests: one shared CPU dev engine, databases, configs and worker processes.
+
+Workers point at the shared engine as ``engine: {kind: sglang, urls: [...]}`` (the dev engine speaks
+SGLang's protocol), so each test does not pay for starting torch. PostgreSQL tests use their own
+database (``dressage_rollout_test``) so they never disturb other suites sharing the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from dressage.config import Settings
+from dressage.rollout.engine_process import DevEngineProcess
+from dressage.store import EventStore
+from dressage.store.db import upgrade
+from tests.paddock.conftest import bwrap_unavailable_reason
+
+REPO = Path(__file__).resolve().parents[2]
+PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+PG_DB = "dressage_rollout_test"
+
+requires_bwrap = pytest.mark.skipif(
+    bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason())
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def engine_url() -> Iterator[str]:
+    """A dev engine (tiny model) in a child process, shared by the session."""
+    pytest.importorskip("torch", reason="the dev engine needs the 'engine' extra (torch, transformers)")
+    engine = DevEngineProcess("tiny", seed=0)
+    url = asyncio.run(engine.start())
+    yield url
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def rollout_pg_url() -> str:
+    """A fresh, migrated PostgreSQL database for these tests."""
+    try:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{PG_DB}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{PG_DB}"')
+    except psycopg.OperationalError as e:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({e}); start it or set DRESSAGE_TEST_PG_ADMIN_URL"
+        )
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    url = f"{base}/{PG_DB}"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A SQLite file or the PostgreSQL test database."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("rollout_pg_url"))
+    return f"sqlite:///{tmp_path / 'log.db'}"
+
+
+def open_store(url: str, home: Path) -> EventStore:
+    """An event store on ``url`` with artifacts under ``home``."""
+    return EventStore.open(settings=Settings(database_url=url, home=home))
+
+
+def write_tasks(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """Write JSONL task rows."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_config(tmp: Path, engine_url: str, *, name: str | None = None, **sections: Any) -> Path:
+    """A run.yaml pointing at the shared engine; ``sections`` override defaults."""
+    cfg: dict[str, Any] = {
+        "run": name or f"run-{uuid.uuid4().hex[:8]}",
+        "dataset": {"path": "tasks.jsonl"},
+        "n_samples_per_prompt": 2,
+        "engine": {"kind": "sglang", "urls": [engine_url]},
+        "sampling": {"max_tokens": 8, "enable_thinking": False},
+        "agent": {"kind": "answer"},
+        "sandbox": {"provider": "bwrap", "timeout_s": 20, "memory_mb": 512, "max_processes": 64},
+        "reward": {"kind": "contains"},
+        "worker": {
+            "concurrency": 4,
+            "lease_s": 30,
+            "max_attempts": 2,
+            "session_timeout_s": 60,
+            "poll_s": 0.2,
+        },
+    }
+    for k, v in sections.items():
+        cfg[k] = (
+            {**cfg[k], **v} if isinstance(v, dict) and isinstance(cfg.get(k), dict) and k != "agent" else v
+        )
+    path = tmp / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def worker_env(home: Path, **extra: str) -> dict[str, str]:
+    """Environment of a worker subprocess: repo on PYTHONPATH (test agents), its own home."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DRESSAGE_HOME": str(home), **extra}
+    env.pop("DRESSAGE_DATABASE_URL", None)
+    return env
+
+
+def start_worker(args: list[str], home: Path, **extra: str) -> subprocess.Popen[bytes]:
+    """``dressage-worker rollout ARGS`` as a real child process (its own process group)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "from dressage.cli import main; main()", "rollout", "--no-progress", *args],
+        cwd=str(home.parent),
+        env=worker_env(home, **extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )

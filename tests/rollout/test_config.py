@@ -1,0 +1,144 @@
+"""Config, dataset and reward validation: every mistake gives one clear message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dressage.agents import AgentResult, Task
+from dressage.errors import ConfigError, RewardError
+from dressage.rollout.config import load_config, parse_config
+from dressage.rollout.datasets import load_tasks
+from dressage.rollout.rewards import (
+    ContainsConfig,
+    ExactMatchConfig,
+    LengthConfig,
+    NormalizedMatchConfig,
+    PythonRewardConfig,
+    RewardInput,
+    build_scorer,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BASE = {"run": "r", "dataset": {"path": "t.jsonl"}}
+
+
+@pytest.mark.parametrize("name", ["quickstart.yaml", "coding.yaml", "blackbox.yaml"])
+def test_examples_load_with_their_datasets(name: str) -> None:
+    cfg = load_config(EXAMPLES / name)
+    assert Path(cfg.dataset.path).is_absolute()
+    assert load_tasks(cfg.dataset.path, cfg.dataset.limit)
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        (
+            {"agent": {"kind": "claude_code"}},
+            "agent: agent kind 'claude_code' is reserved and not supported yet",
+        ),
+        ({"agent": {"kind": "gpt-agent"}}, "agent: unknown kind 'gpt-agent'; expected one of 'answer'"),
+        ({"agent": {"kind": "coding", "max_turn": 3}}, "agent.max_turn: unknown field"),
+        ({"agent": {"kind": "command"}}, "agent.command: Field required"),
+        ({"agent": {"kind": "python", "path": "not a path"}}, "is not a dotted path"),
+        ({"worker": {"concurrency": 0}}, "worker.concurrency: Input should be greater than or equal to 1"),
+        ({"sandbox": {"provider": "docker"}}, "sandbox.provider: Input should be 'bwrap', 'local' or 'e2b'"),
+        ({"engine": {"kind": "sglang"}}, "engine: engine kind 'sglang' needs 'urls'"),
+        ({"reward": {"kind": "tests", "timeout_s": -1}}, "reward.timeout_s: Input should be greater than 0"),
+        ({"n_samples_per_prompt": "four"}, "n_samples_per_prompt: Input should be a valid integer"),
+        ({"datset": {}}, "datset: unknown field"),
+    ],
+)
+def test_bad_configs_name_the_field(patch: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config({**BASE, **patch}, source="run.yaml")
+    first_line = str(e.value).splitlines()[0]
+    assert first_line.startswith("run.yaml: ") and message in first_line
+
+
+def test_all_mistakes_reported_at_once() -> None:
+    with pytest.raises(ConfigError, match=r"run.yaml: 3 mistakes: dataset: Field required; .*; worker.bogus"):
+        parse_config({"run": "r", "sampling": {"top_p": 2}, "worker": {"bogus": 1}}, source="run.yaml")
+
+
+def test_yaml_and_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run: x\ndataset: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"invalid YAML at line \d+"):
+        load_config(bad)
+    bad.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(bad)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            '{"prompt": "a", "messages": [{"role": "user", "content": "b"}]}',
+            "exactly one of 'prompt' or 'messages'",
+        ),
+        ('{"label": 1}', "exactly one of 'prompt' or 'messages'"),
+        ('{"prompt": "a", "lable": 1}', "lable: Extra inputs are not permitted"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_dataset_errors_name_the_line(tmp_path: Path, line: str, message: str) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"prompt": "ok"}\n\n' + line + "\n")
+    with pytest.raises(ConfigError, match=r"t.jsonl line 3: ") as e:
+        load_tasks(p)
+    assert message in str(e.value)
+
+
+def test_dataset_rows_roundtrip_through_the_queue_payload(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text(
+        '{"prompt": "p", "label": ["a", "b"], "metadata": {"k": 1}, "files": {"a.py": "x"}}\n'
+        '// a comment\n{"messages": [{"role": "user", "content": "hi"}], "id": "m1"}\n'
+    )
+    tasks = load_tasks(p)
+    assert [t.index for t in tasks] == [0, 1] and tasks[1].prompt_text() == "hi"
+    assert all(Task.from_payload(t.to_payload()) == t for t in tasks)
+    assert len(load_tasks(p, limit=1)) == 1
+
+
+def _score(cfg, answer: str, label) -> tuple[float, dict]:
+    import asyncio
+
+    inp = RewardInput(
+        Task(index=0, prompt="p", label=label), answer, AgentResult(answer=answer), sandbox=None
+    )  # type: ignore[arg-type]
+    out = asyncio.run(build_scorer(cfg).score(inp))
+    return out.reward, out.details
+
+
+def test_builtin_rewards() -> None:
+    assert _score(ExactMatchConfig(), " 42 ", "42")[0] == 1.0
+    assert _score(ExactMatchConfig(), "42.", "42")[0] == 0.0
+    assert _score(NormalizedMatchConfig(), "Work...\nThe Answer: 1,000!", "the answer: 1000")[0] == 1.0
+    assert _score(ContainsConfig(), "hEllo", "e")[0] == 1.0
+    assert _score(ContainsConfig(case_sensitive=True), "hEllo", "E")[0] == 1.0
+    assert _score(ContainsConfig(), "ab", ["a", "z"]) == (
+        0.5,
+        {"kind": "contains", "found": ["a"], "answer_chars": 2},
+    )
+    assert _score(LengthConfig(max_chars=5), "abcdefghij", None)[0] == 0.5
+    assert _score(LengthConfig(max_chars=5), "", None)[0] == 0.0
+    with pytest.raises(RewardError, match="has no label"):
+        _score(ContainsConfig(), "x", None)
+
+
+def test_python_reward(tmp_path: Path) -> None:
+    cfg = PythonRewardConfig(path="tests.rollout.rewards_for_tests:char_count", options={"char": "a"})
+    assert _score(cfg, "banana", None) == (3.0, {"kind": "python", "count": 3})
+    with pytest.raises(RewardError, match="raised ZeroDivisionError"):
+        _score(PythonRewardConfig(path="tests.rollout.rewards_for_tests:broken"), "x", None)
+    with pytest.raises(RewardError, match="non-finite"):
+        _score(PythonRewardConfig(path="tests.rollout.rewards_for_tests:nan"), "x", None)
+    with pytest.raises(ConfigError, match="cannot import module"):
+        build_scorer(PythonRewardConfig(path="nowhere.mod:f"))

@@ -1,0 +1,42 @@
+"""The README's main command: `dressage-worker rollout --config examples/quickstart.yaml`, as a user
+runs it (the worker starts its own dev engine; SQLite under ./.dressage of the working directory)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.rollout.conftest import REPO, open_store, requires_bwrap, worker_env
+
+pytestmark = requires_bwrap
+
+
+def test_quickstart_runs_and_tells_what_to_look_at(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from dressage.cli import main; main()",
+            "rollout",
+            "--config",
+            str(REPO / "examples" / "quickstart.yaml"),
+        ],
+        cwd=tmp_path,
+        env={**worker_env(tmp_path / ".dressage"), "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "dressage-worker runs" in r.stderr and "dressage-worker show" in r.stderr
+    store = open_store(f"sqlite:///{tmp_path / '.dressage' / 'dressage.db'}", tmp_path / ".dressage")
+    summary = store.run_summary("quickstart")
+    assert summary["sessions"] == {"finished": 48} and summary["turns"] == 48
+    rewards = [s.reward for s in store.list_sessions("quickstart")]
+    assert 0.0 < sum(rewards) / len(rewards) < 1.0  # the task set has signal: some answers earn it, some not
+    assert elapsed < 180, f"quickstart took {elapsed:.0f}s"
+    store.close()
