@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from dressage.store import EventStore
     from dressage.training.consumer import Backend
     from dressage.training.steps import StepOptions
+    from dressage.training.weight_push import WeightPusher
 
 
 def train_command(
@@ -45,7 +46,16 @@ def train_command(
     model: str = typer.Option("tiny", help="torch: 'tiny', 'tiny-qwen3' or an HF model directory."),
     seed: int = typer.Option(0, help="torch: seed of a tiny random model."),
     lr: float = typer.Option(1e-4, help="torch: learning rate (SGD)."),
-    push_to: str | None = typer.Option(None, help="torch: engine URL to push weights to (not built yet)."),
+    push_to: str | None = typer.Option(
+        None,
+        help="torch: engine URL[,URL...] to push each new policy to (pause, update_weights_from_disk, resume).",
+    ),
+    proxy_admin_url: str | None = typer.Option(
+        None,
+        help="Pause/resume through this TITO proxy (token: DRESSAGE_ADMIN_TOKEN) instead of the engines.",
+    ),
+    push_every: int = typer.Option(1, help="Push after every N-th step."),
+    push_keep: int | None = typer.Option(None, help="Keep only the newest N pushed weight directories."),
     throttle_s: float = typer.Option(0.0, help="Pause between steps (demos, crash tests)."),
 ) -> None:
     """Train on a run's log, or replay its recorded steps."""
@@ -71,7 +81,24 @@ def train_command(
                 initial_version=initial_version,
                 masking=MaskingPolicy(max_staleness, last_version_only, group_version_window, failure_policy),
             )
-            chosen = _backend(backend, out, model=model, seed=seed, lr=lr, push_to=push_to)
+            pusher = None
+            if push_to is not None:
+                if backend != "torch":
+                    raise ConfigError(
+                        f"--push-to needs --backend torch (the {backend!r} backend trains nothing)"
+                    )
+                from dressage.training.weight_push import WeightPusher, parse_urls
+
+                pusher = WeightPusher(
+                    store,
+                    parse_urls(push_to),
+                    proxy_admin_url=proxy_admin_url,
+                    every=push_every,
+                    keep_last=push_keep,
+                )
+            elif proxy_admin_url is not None:
+                raise ConfigError("--proxy-admin-url only applies with --push-to ENGINE_URL[,URL...]")
+            chosen = _backend(backend, out, model=model, seed=seed, lr=lr, push=pusher)
             _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s)
         finally:
             store.close()
@@ -153,7 +180,7 @@ def _train(
         console.print(slime_command(str(pattern), options, total), highlight=False, soft_wrap=True)
 
 
-def _backend(kind: str, out: Path, *, model: str, seed: int, lr: float, push_to: str | None) -> Backend:
+def _backend(kind: str, out: Path, *, model: str, seed: int, lr: float, push: WeightPusher | None) -> Backend:
     if kind == "none":
         from dressage.training.consumer import NullBackend
 
@@ -165,5 +192,5 @@ def _backend(kind: str, out: Path, *, model: str, seed: int, lr: float, push_to:
     if kind == "torch":
         from dressage.training.torch_backend import TorchBackend
 
-        return TorchBackend(out, model=model, seed=seed, lr=lr, push_to=push_to)
+        return TorchBackend(out, model=model, seed=seed, lr=lr, push=push)
     raise ConfigError(f"unknown backend {kind!r}; use torch, slime-dump or none")

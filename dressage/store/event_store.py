@@ -141,12 +141,17 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        """A read-only transaction (no write lock on SQLite)."""
+        """A read: autocommit statements on PostgreSQL (no BEGIN/COMMIT round trips), a deferred
+        transaction on SQLite (no write lock)."""
         try:
             with self.engine.connect() as conn:
-                conn.execution_options(**{READONLY_OPTION: True})
-                with conn.begin():
+                if self.dialect == "postgresql":
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
                     yield conn
+                else:
+                    conn.execution_options(**{READONLY_OPTION: True})
+                    with conn.begin():
+                        yield conn
         except SQLAlchemyError as e:
             raise StoreError(f"database read failed: {redact(str(e), self.secrets)}") from e
 

@@ -58,6 +58,8 @@ run_counters = Table(
 # The two hot tables (events, turns) carry no foreign keys: their referential checks cost a third of
 # an append on PostgreSQL, and the append statement itself checks that the run's counter row and a
 # running session exist (turn_io.PG_APPEND_TURN_SQL). drop_run deletes their rows explicitly.
+# A turn's key (``turns.id``) is unique through the event that records it (events.idem_key), so
+# turns are keyed by (run_id, position) and carry no second index for the key.
 events = Table(
     "events",
     metadata,
@@ -115,8 +117,8 @@ sessions = Table(
 turns = Table(
     "turns",
     metadata,
-    Column("id", String(64), primary_key=True),
-    Column("run_id", Integer, nullable=False),
+    Column("id", String(64), nullable=False),
+    Column("run_id", Integer, primary_key=True, autoincrement=False),
     Column("session_id", String(64), nullable=False),
     Column("turn_index", Integer, nullable=False),
     Column("lineage_index", Integer, nullable=False),
@@ -145,10 +147,9 @@ turns = Table(
     Column("content_hash", String(64), nullable=False),
     Column("latency_ms", Float, nullable=True),
     Column("info", JsonDoc, nullable=False),
-    Column("position", BigInteger, nullable=False),
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
     Column("created_at", Float, nullable=False),
     UniqueConstraint("session_id", "turn_index"),
-    Index(None, "run_id", "position"),
 )
 
 artifacts = Table(

@@ -96,9 +96,13 @@ class StepBuilder:
         return self.options.initial_version + step - 1
 
     def materialize_group(
-        self, group: ReadyGroup, trainer_version: int
+        self, group: ReadyGroup, trainer_version: int, turns_by_session: dict[str, list[Any]] | None = None
     ) -> tuple[list[TrainSample], dict[str, Any]]:
-        """The group's samples (empty when dropped) and its manifest decision."""
+        """The group's samples (empty when dropped) and its manifest decision.
+
+        ``turns_by_session`` (prefetched by :meth:`form`, one query for a whole step) must hold every
+        finished member's turns when given; otherwise the group's turns are read here.
+        """
         opts, policy = self.options, self.options.masking
         members = [
             {"sample": m.sample_index, "session": m.session_id, "status": m.status, "reward": m.reward}
@@ -112,10 +116,9 @@ class StepBuilder:
         kept = [m for m in group.members if m.status == "finished"]
         if not kept:
             return [], {**decision, "kept": False, "reason": "no_finished_member"}
-        turns = self.store.read_turns(session_ids=[m.session_id for m in kept if m.session_id])
-        by_session: dict[str, list[Any]] = {}
-        for turn in turns:
-            by_session.setdefault(turn.session_id, []).append(turn)
+        by_session = turns_by_session
+        if by_session is None or any(m.session_id not in by_session for m in kept if m.session_id):
+            by_session = self._read([m.session_id for m in kept if m.session_id])
         samples: list[TrainSample] = []
         try:
             for m in kept:
@@ -145,9 +148,27 @@ class StepBuilder:
             decision["dropped_members"] = [m.sample_index for m in unfinished]
         return samples, {**decision, "kept": True}
 
+    def _read(self, session_ids: list[str]) -> dict[str, list[Any]]:
+        by_session: dict[str, list[Any]] = {sid: [] for sid in session_ids}
+        for turn in self.store.read_turns(session_ids=session_ids) if session_ids else []:
+            by_session[turn.session_id].append(turn)
+        return by_session
+
     def form(self, step: int, pending: Sequence[ReadyGroup], cursor: Cursor) -> StepBatch | None:
-        """Step ``step`` from the front of ``pending``; None until enough groups are ready."""
+        """Step ``step`` from the front of ``pending``; None until enough groups are ready.
+
+        The turns of the first ``groups_per_step`` pending groups are read in one query (the
+        common case: every group kept); groups needed beyond them are read one by one.
+        """
         version = self.trainer_version(step)
+        ahead = pending[: self.options.groups_per_step]
+        prefetched = (
+            self._read(
+                [m.session_id for g in ahead for m in g.members if m.session_id and m.status == "finished"]
+            )
+            if len(ahead) == self.options.groups_per_step
+            else None
+        )
         samples: list[TrainSample] = []
         decisions: list[dict[str, Any]] = []
         n_kept = 0
@@ -155,7 +176,7 @@ class StepBuilder:
         for group in pending:
             if n_kept == self.options.groups_per_step:
                 break
-            group_samples, decision = self.materialize_group(group, version)
+            group_samples, decision = self.materialize_group(group, version, prefetched)
             consumed += 1
             decisions.append(decision)
             if decision["kept"]:

@@ -12,7 +12,11 @@ weight ``w_t``, trainer logprob ``logp_t``, its detached copy ``old_t`` and the 
 One optimizer step per formed step (the weights already normalise per step, so per-sample
 backward passes simply accumulate). Each step saves ``step-XXXXXX.safetensors`` whose metadata
 carries ``(run, position, step, batch_hash)``, before the log commit; resume loads the checkpoint
-of the consumer's committed step. torch, transformers and safetensors are imported lazily.
+of the consumer's committed step. With a :class:`~dressage.training.weight_push.WeightPusher`
+(``--push-to``), due steps also save a Hugging Face directory ``hf-vXXXXXX`` and push it to the
+engines as policy version ``trainer_version + 1``, still before the commit (a step redone after a
+crash pushes again; the version record is idempotent). torch, transformers and safetensors are
+imported lazily.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from dressage.training.steps import StepBatch
 
 if TYPE_CHECKING:
     import torch
+
+    from dressage.training.weight_push import WeightPusher
 
 TINY_QWEN3_VOCAB = 4096
 
@@ -118,12 +124,14 @@ class TorchBackend:
         tis_cap: float = 2.0,
         device: str = "cpu",
         push_to: str | None = None,
+        push: WeightPusher | None = None,
     ) -> None:
         if push_to is not None:
             raise NotSupportedError(
-                "--push-to (pause, update_weights_from_disk, resume) is not built yet; point the engine "
-                f"at the saved checkpoints in {out_dir} and update it with its own API meanwhile"
+                "TorchBackend(push_to=...) cannot record policy versions (the backend has no event log); "
+                "pass push=WeightPusher(store, urls) instead, as `dressage-worker train --push-to` does"
             )
+        self.push = push
         self.out_dir = Path(out_dir)
         self.model_name, self.seed, self.lr = model, seed, lr
         self.eps_clip, self.tis_cap, self.device = eps_clip, tis_cap, device
@@ -134,6 +142,10 @@ class TorchBackend:
     def checkpoint_path(self, step: int) -> Path:
         """Where step ``step``'s weights go."""
         return self.out_dir / f"step-{step:06d}.safetensors"
+
+    def hf_dir(self, version: int) -> Path:
+        """Where the Hugging Face weights pushed as policy ``version`` go."""
+        return self.out_dir / f"hf-v{version:06d}"
 
     def resume(self, run: Run, checkpoint: ConsumerCheckpoint | None) -> None:
         """Build the model; load the checkpoint of the committed step when there is one."""
@@ -202,4 +214,21 @@ class TorchBackend:
         tmp = self.checkpoint_path(batch.step).with_suffix(".tmp")
         save_model(self.model, str(tmp), metadata=meta)
         tmp.replace(self.checkpoint_path(batch.step))
-        return {"loss": total, **stats_sum}
+        metrics = {"loss": total, **stats_sum}
+        if self.push is not None and self.push.due(batch.step):
+            metrics.update(self._push(batch.trainer_version + 1))
+        return metrics
+
+    def _push(self, version: int) -> dict[str, float]:
+        """Save the model as an HF directory (atomically renamed into place) and push it."""
+        import shutil
+
+        assert self.push is not None and self.run is not None
+        final = self.hf_dir(version)
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(str(tmp))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.replace(final)
+        result = self.push.push(self.run, version, final)
+        return {"pushed_version": float(version), "push_s": result.seconds}
