@@ -54,7 +54,9 @@ def make_turn(session_id: str, i: int, experts: bool) -> TurnRecord:
         generated_ids=rng.integers(0, 248_000, N_GEN, dtype=np.int32),
         logprobs=-rng.random(N_GEN, dtype=np.float32),
         policy_versions=np.zeros(N_GEN, dtype=np.int32),
-        routed_experts=rng.integers(0, 128, (N_CTX + N_GEN, LAYERS, TOP_K), dtype=np.uint8) if experts else None,
+        routed_experts=rng.integers(0, 128, (N_CTX + N_GEN, LAYERS, TOP_K), dtype=np.uint8)
+        if experts
+        else None,
         segment_offset=0,
     )
 
@@ -178,7 +180,10 @@ def readback(url: str, run: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pg-url", default=os.environ.get("DRESSAGE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    ap.add_argument(
+        "--pg-url",
+        default=os.environ.get("DRESSAGE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
     ap.add_argument("--backends", default="postgresql,sqlite")
     ap.add_argument("--turns", type=int, default=250, help="turns per writer without experts")
     ap.add_argument("--expert-turns", type=int, default=60, help="turns per writer with experts")
@@ -199,7 +204,18 @@ def main() -> None:
             )
             c.execute("ALTER TABLE bench_bare_turns ALTER COLUMN experts SET STORAGE EXTERNAL")
         table = Table(title="event log ingest (512-token turns, one durable turn per transaction)")
-        for col in ("backend", "experts", "writers", "runs", "turns/s", "tokens/s", "p50 ms", "p99 ms", "vs bare", "vs jsonfile"):
+        for col in (
+            "backend",
+            "experts",
+            "writers",
+            "runs",
+            "turns/s",
+            "tokens/s",
+            "p50 ms",
+            "p99 ms",
+            "vs bare",
+            "vs jsonfile",
+        ):
             table.add_column(col, justify="right")
         notes: list[str] = []
         reads: dict[str, float] = {}
@@ -210,7 +226,11 @@ def main() -> None:
                 for writers, runs in ((1, 1), (8, 1), (8, 8)):
                     console.print(f"[dim]{backend} experts={experts} writers={writers} runs={runs} ...[/dim]")
                     ours = measure("ours", targets[backend], writers, runs, n, experts)
-                    bare = measure("bare", pg_bare, writers, runs, n, experts) if backend == "postgresql" else None
+                    bare = (
+                        measure("bare", pg_bare, writers, runs, n, experts)
+                        if backend == "postgresql"
+                        else None
+                    )
                     jf = measure("jsonfile", str(workdir / "files"), writers, runs, n, experts)
                     vs_bare = ours["turns_s"] / bare["turns_s"] if bare else None
                     table.add_row(
@@ -238,7 +258,9 @@ def main() -> None:
                                 f"({'met' if ours['tokens_s'] >= 1e6 else 'NOT met'})"
                             )
                     if backend == "postgresql" and vs_bare is not None:
-                        notes.append(f"TARGET >= 0.7x bare (experts={experts} w={writers} r={runs}): {vs_bare:.2f}x")
+                        notes.append(
+                            f"TARGET >= 0.7x bare (experts={experts} w={writers} r={runs}): {vs_bare:.2f}x"
+                        )
         console.print(table)
         for note in notes:
             console.print(note)
