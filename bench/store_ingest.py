@@ -5,7 +5,9 @@ measures durable appends (one turn per transaction) from 1 and 8 writer processe
 into eight runs: turns/s, tokens/s and p50/p99 append latency. In the same run it measures two
 baselines doing the same work with the same number of processes:
 
-* ``bare``: a bare psycopg INSERT of the same bytes (binary arrays, autocommit; PostgreSQL only),
+* ``bare``: a bare psycopg INSERT of the same bytes (binary arrays built by numpy, prepared,
+  autocommit; PostgreSQL only) -- the strictest baseline; ``bare lists`` is the same INSERT with
+  psycopg's own adaptation of Python lists, as most code writes it,
 * ``jsonfile``: a per-segment atomic JSON file writer, as file-logging RL frameworks do: after every
   turn the segment's JSON file (8 turns a segment) is rewritten to a temp file, fsynced and renamed.
 
@@ -41,7 +43,7 @@ from dressage.store.pg_arrays import PgBoolArray, PgFloat4Array, PgInt4Array
 N_CTX, N_GEN = 64, 448
 LAYERS, TOP_K = 40, 8
 SEGMENT_TURNS = 8
-console = Console()
+console = Console(width=160)
 
 
 def make_turn(session_id: str, i: int, experts: bool) -> TurnRecord:
@@ -79,23 +81,39 @@ def _ours(url: str, run: str, n: int, experts: bool, barrier: Any) -> list[float
     return lat
 
 
-def _bare(pg_url: str, _run: str, n: int, experts: bool, barrier: Any) -> list[float]:
+def _bare(pg_url: str, _run: str, n: int, experts: bool, barrier: Any, *, lists: bool = False) -> list[float]:
+    """Bare INSERTs of the same bytes: binary arrays (default) or psycopg's own list adaptation."""
     conn = psycopg.connect(pg_url, autocommit=True)
     rows = []
     for i in range(n):
         t = make_turn("bare", i, experts)
         ex = np.asarray(t.routed_experts).tobytes() if experts else None
+        arrays = (
+            t.context_ids,
+            t.generated_ids,
+            t.logprobs,
+            np.ones(N_GEN, dtype=np.bool_),
+            t.policy_versions,
+        )
+        if lists:
+            rows.append((*(np.asarray(a).tolist() for a in arrays), ex))
+            continue
         rows.append(
             (
-                PgInt4Array(t.context_ids),
-                PgInt4Array(t.generated_ids),
-                PgFloat4Array(t.logprobs),
-                PgBoolArray(np.ones(N_GEN, dtype=np.bool_)),
-                PgInt4Array(t.policy_versions),
+                PgInt4Array(arrays[0]),
+                PgInt4Array(arrays[1]),
+                PgFloat4Array(arrays[2]),
+                PgBoolArray(arrays[3]),
+                PgInt4Array(arrays[4]),
                 ex,
             )
         )
     sql = "INSERT INTO bench_bare_turns (ctx, gen, lp, mask, ver, experts) VALUES (%s, %s, %s, %s, %s, %s)"
+    if lists:
+        sql = sql.replace(
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            "VALUES (%s::int4[], %s::int4[], %s::float4[], %s::bool[], %s::int4[], %s)",
+        )
     barrier.wait()
     lat = []
     for row in rows:
@@ -142,6 +160,8 @@ def _jsonfile(directory: str, run: str, n: int, experts: bool, barrier: Any) -> 
 
 def _worker(args: tuple[Any, ...]) -> list[float]:
     fn, target, run, n, experts, barrier = args
+    if fn == "bare_lists":
+        return _bare(target, run, n, experts, barrier, lists=True)
     return {"ours": _ours, "bare": _bare, "jsonfile": _jsonfile}[fn](target, run, n, experts, barrier)
 
 
@@ -226,11 +246,9 @@ def main() -> None:
                 for writers, runs in ((1, 1), (8, 1), (8, 8)):
                     console.print(f"[dim]{backend} experts={experts} writers={writers} runs={runs} ...[/dim]")
                     ours = measure("ours", targets[backend], writers, runs, n, experts)
-                    bare = (
-                        measure("bare", pg_bare, writers, runs, n, experts)
-                        if backend == "postgresql"
-                        else None
-                    )
+                    is_pg = backend == "postgresql"
+                    bare = measure("bare", pg_bare, writers, runs, n, experts) if is_pg else None
+                    bare_lists = measure("bare_lists", pg_bare, writers, runs, n, experts) if is_pg else None
                     jf = measure("jsonfile", str(workdir / "files"), writers, runs, n, experts)
                     vs_bare = ours["turns_s"] / bare["turns_s"] if bare else None
                     table.add_row(
@@ -243,6 +261,7 @@ def main() -> None:
                         f"{ours['p50_ms']:.2f}",
                         f"{ours['p99_ms']:.2f}",
                         f"{vs_bare:.2f}x" if vs_bare else "n/a",
+                        f"{ours['turns_s'] / bare_lists['turns_s']:.2f}x" if bare_lists else "n/a",
                         f"{ours['turns_s'] / jf['turns_s']:.2f}x",
                     )
                     if backend == "postgresql" and bare:
