@@ -24,7 +24,6 @@ from dressage.errors import InvalidRecordError
 ROUTES = ("append", "branch", "create")
 SESSION_STATUSES = ("running", "finished", "failed", "abandoned")
 TERMINAL_STATUSES = ("finished", "failed", "abandoned")
-EXPERT_DTYPES = ("uint8", "int16", "int32")
 MAX_TOKENS_PER_TURN = 1 << 20
 DEFAULT_MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 KEY_NAMESPACE = uuid.UUID("6f1c8a52-4d0e-4c55-9a55-6b7d2a1f0d11")
@@ -191,13 +190,11 @@ def prepare_turn(
             raise InvalidRecordError(f"routed_experts must be [tokens, layers, top_k], got shape {ex.shape}")
         if ex.dtype.kind not in "iu":
             raise InvalidRecordError(f"routed_experts must hold integers, got {ex.dtype}")
-        if ex.size and (ex.min() < 0 or ex.max() > np.iinfo(np.int32).max):
+        top = int(ex.max()) if ex.size else 0
+        if ex.size and (int(ex.min()) < 0 or top > np.iinfo(np.int32).max):
             raise InvalidRecordError("routed_experts must hold non-negative expert ids")
-        experts_dtype = (
-            "uint8" if ex.size == 0 or ex.max() < 256 else ("int16" if ex.max() < 32768 else "int32")
-        )
-        if ex.dtype.name in EXPERT_DTYPES and ex.dtype.itemsize <= np.dtype(experts_dtype).itemsize:
-            experts_dtype = ex.dtype.name
+        # The smallest dtype that holds every id (MoE models have at most a few hundred experts).
+        experts_dtype = "uint8" if top < 256 else ("int16" if top < 32768 else "int32")
         ex = np.ascontiguousarray(ex.astype(experts_dtype, copy=False))
         experts_shape = [int(d) for d in ex.shape]
         experts_raw = ex.tobytes()
