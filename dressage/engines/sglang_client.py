@@ -109,13 +109,20 @@ class EngineClient:
         return_logprob: bool,
         return_routed_experts: bool,
         stream: bool,
+        routed_experts_start_len: int = 0,
     ) -> dict[str, Any]:
+        if routed_experts_start_len < 0 or routed_experts_start_len > len(input_ids):
+            raise ValueError(
+                f"routed_experts_start_len must be in [0, len(input_ids)={len(input_ids)}], "
+                f"got {routed_experts_start_len}"
+            )
         return GenerateRequest(
             rid=rid,
             input_ids=list(input_ids),
             sampling_params=sampling or SamplingParams(),
             return_logprob=return_logprob,
             return_routed_experts=return_routed_experts,
+            routed_experts_start_len=routed_experts_start_len,
             stream=stream,
         ).to_body()
 
@@ -127,9 +134,17 @@ class EngineClient:
         *,
         return_logprob: bool = True,
         return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
     ) -> GenerateResult:
-        """Generate to completion. An abort is a result (``aborted``) carrying the partial output."""
-        body = self._request(input_ids, sampling, rid, return_logprob, return_routed_experts, stream=False)
+        """Generate to completion. An abort is a result (``aborted``) carrying the partial output.
+
+        With ``return_routed_experts``, ``routed_experts_start_len`` (SGLang's field) skips the
+        routing of the first positions: rows start at that position, so a caller that already
+        holds the routing of a prompt prefix asks only for the new positions.
+        """
+        body = self._request(
+            input_ids, sampling, rid, return_logprob, return_routed_experts, False, routed_experts_start_len
+        )
         data = await self._post_json("/generate", body)
         response = self._parse(GenerateResponse, data, "/generate")
         meta = response.meta_info
@@ -165,10 +180,14 @@ class EngineClient:
         *,
         return_logprob: bool = True,
         return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
     ) -> AsyncIterator[GenerateDelta]:
         """Stream a generation as incremental deltas, whether the server streams cumulatively
-        (SGLang's default) or incrementally (``--incremental-streaming-output``)."""
-        body = self._request(input_ids, sampling, rid, return_logprob, return_routed_experts, stream=True)
+        (SGLang's default) or incrementally (``--incremental-streaming-output``).
+        ``routed_experts_start_len`` as in :meth:`generate` (the rows come with the last delta)."""
+        body = self._request(
+            input_ids, sampling, rid, return_logprob, return_routed_experts, True, routed_experts_start_len
+        )
         seen = 0
         try:
             async with self._http.stream("POST", "/generate", json=body) as resp:
@@ -372,10 +391,20 @@ class EnginePool:
         input_ids: list[int],
         sampling: SamplingParams | None = None,
         rid: str | None = None,
-        **kwargs: Any,
+        *,
+        return_logprob: bool = True,
+        return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
     ) -> GenerateResult:
         """:meth:`EngineClient.generate` on the session's engine."""
-        return await self.client_for(session_key).generate(input_ids, sampling, rid, **kwargs)
+        return await self.client_for(session_key).generate(
+            input_ids,
+            sampling,
+            rid,
+            return_logprob=return_logprob,
+            return_routed_experts=return_routed_experts,
+            routed_experts_start_len=routed_experts_start_len,
+        )
 
     def generate_stream(
         self,
@@ -383,10 +412,20 @@ class EnginePool:
         input_ids: list[int],
         sampling: SamplingParams | None = None,
         rid: str | None = None,
-        **kwargs: Any,
+        *,
+        return_logprob: bool = True,
+        return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
     ) -> AsyncIterator[GenerateDelta]:
         """:meth:`EngineClient.generate_stream` on the session's engine."""
-        return self.client_for(session_key).generate_stream(input_ids, sampling, rid, **kwargs)
+        return self.client_for(session_key).generate_stream(
+            input_ids,
+            sampling,
+            rid,
+            return_logprob=return_logprob,
+            return_routed_experts=return_routed_experts,
+            routed_experts_start_len=routed_experts_start_len,
+        )
 
     async def abort(self, rid: str) -> None:
         """Abort ``rid`` wherever it runs (sent to every engine; unknown rids are ignored)."""

@@ -16,9 +16,8 @@ Routed experts come from the last engine call, which covers every position from
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,33 +28,6 @@ from dressage.engines.protocol import FinishReason, WeightVersionSpan
 from dressage.errors import EngineError
 
 log = logging.getLogger("dressage.proxy")
-
-_EXPERTS_START: contextvars.ContextVar[int] = contextvars.ContextVar("experts_start", default=0)
-
-
-class ProxyEngineClient(EngineClient):
-    """:class:`EngineClient` that also sends ``routed_experts_start_len``.
-
-    The shared client has no parameter for it; the proxy needs it so the per-turn cost of routed
-    experts does not grow with the history. The start is passed through a context variable set by
-    :class:`Generation` around each call.
-    """
-
-    def _request(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        body = super()._request(*args, **kwargs)
-        start = _EXPERTS_START.get()
-        if body.get("return_routed_experts") and start > 0:
-            body["routed_experts_start_len"] = start
-        return body
-
-
-class ProxyEnginePool(EnginePool):
-    """:class:`EnginePool` of :class:`ProxyEngineClient` s."""
-
-    def __init__(self, urls: list[str], **client_kwargs: Any) -> None:
-        super().__init__(urls, **client_kwargs)
-        self.clients = [ProxyEngineClient(u, **client_kwargs) for u in urls]
-        self._by_url = {c.base_url: c for c in self.clients}
 
 
 def version_number(version: str | None, fallback: int) -> int:
@@ -124,7 +96,7 @@ class Generation:
 
     coordinator: Coordinator
     client: EngineClient
-    prompt_ids: list[int]
+    prompt_ids: Sequence[int]
     sampling: SamplingParams
     rid: str
     experts_start: int | None = None
@@ -182,7 +154,6 @@ class Generation:
 
     async def _calls(self, stream: bool) -> AsyncIterator[int]:
         loop = asyncio.get_running_loop()
-        _EXPERTS_START.set(self.experts_start or 0)  # this request's task context only
         while True:
             await self.coordinator.wait_running()
             params = self._call_params()
@@ -194,11 +165,19 @@ class Generation:
             start = len(self.ids)
             self.coordinator.track(rid, self.client)
             t0 = loop.time()
-            kwargs = {"return_logprob": True, "return_routed_experts": self.experts_start is not None}
+            experts = self.experts_start is not None
+            start_len = self.experts_start or 0
             try:
                 if stream:
                     finish = None
-                    async for delta in self.client.generate_stream(input_ids, sampling, rid, **kwargs):
+                    deltas = self.client.generate_stream(
+                        input_ids,
+                        sampling,
+                        rid,
+                        return_routed_experts=experts,
+                        routed_experts_start_len=start_len,
+                    )
+                    async for delta in deltas:
                         fallback = version_number(delta.weight_version, self._fallback_version())
                         self._add(delta.output_ids, delta.logprobs, fallback)
                         if delta.finished:
@@ -210,7 +189,13 @@ class Generation:
                     if finish is None:
                         raise EngineError(f"the engine closed stream {rid} without a finish reason")
                 else:
-                    result = await self.client.generate(input_ids, sampling, rid, **kwargs)
+                    result = await self.client.generate(
+                        input_ids,
+                        sampling,
+                        rid,
+                        return_routed_experts=experts,
+                        routed_experts_start_len=start_len,
+                    )
                     fallback = version_number(result.weight_version, self._fallback_version())
                     self._add(result.output_ids, result.logprobs, fallback)
                     self._apply_spans(start, result.weight_versions)

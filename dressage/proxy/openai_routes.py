@@ -116,7 +116,7 @@ class ChatHandler:
                     started=started,
                 )
             except ContextLengthExceededError:
-                n = len(state.index.plan(req.messages, req.tools, req.enable_thinking).prompt_ids)
+                n = state.index.plan(req.messages, req.tools, req.enable_thinking).prompt_len
                 await record_overflow(
                     svc.store, state, "prompt", {"prompt_tokens": n, "context_window": window}
                 )

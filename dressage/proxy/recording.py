@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,7 @@ class TurnJob:
     state: SessionState
     req: ChatRequest
     plan: TitoPlan
-    prompt_ids: list[int]
+    prompt_ids: Sequence[int]
     generation: Generation
     idem_key: str | None
     context_window: int
@@ -79,7 +80,7 @@ def prepare_turn(
     """Plan the prompt ids and size the generation; raises ContextLengthExceededError when it cannot fit."""
     t0 = time.perf_counter()
     plan = state.index.plan(req.messages, req.tools, req.enable_thinking)
-    prompt_ids = plan.prompt_ids
+    prompt_ids = plan.prompt  # a view: the id list is built only for the engine request
     room = context_window - len(prompt_ids)
     if room <= 0:
         raise ContextLengthExceededError(

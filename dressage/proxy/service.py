@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dressage.config import Settings
+from dressage.engines import EnginePool
 from dressage.errors import EngineError
-from dressage.proxy.generation import Coordinator, ProxyEnginePool
+from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
 from dressage.store import EventStore, Run, Session
@@ -54,7 +55,7 @@ class ProxyService:
         self.store = store
         self.settings = settings
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
-        self.pool = ProxyEnginePool(engine_urls, timeout=engine_timeout)
+        self.pool = EnginePool(engine_urls, timeout=engine_timeout)
         self.coordinator = Coordinator(self.pool)
         self.registry = SessionRegistry(store, self.profile)
         self.metrics = ProxyMetrics()

@@ -21,17 +21,22 @@ full encode). Boundary reason codes (``create`` only; ``None`` when the session 
 - ``unsafe_split``: the text matched but no matching anchor touches a special token.
 - ``tokenization_failed``: the suffix could not be encoded alone; the whole prompt was encoded.
 
+Per-turn cost: the session's :class:`~dressage.tito.profiles.PromptRenderer` re-renders only the
+messages a request adds (Qwen3.5: :mod:`dressage.tito.render_cache`), only the suffix is encoded,
+and :attr:`TitoPlan.prompt` is a view of the prior ids (no copy); what remains proportional to
+the history runs in C (message equality, prefix compare, string joins).
+
 State is rebuilt from :class:`TurnRecord` s (ids only; texts are re-derived by decoding).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
-import unicodedata
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -95,6 +100,39 @@ class Lineage:
         )
 
 
+class PromptIds(Sequence[int]):
+    """A plan's prompt ids without copying them: ``prefix[:prefix_len]`` followed by ``delta``.
+
+    Lineages only grow, so the view stays valid after more turns land on the lineage. Iterating
+    (``list(view)``, ``[*view, *more]``) runs at C speed.
+    """
+
+    __slots__ = ("_delta", "_n", "_prefix")
+
+    def __init__(self, prefix: Sequence[int], prefix_len: int, delta: Sequence[int]) -> None:
+        """View ``prefix[:prefix_len] + delta``."""
+        self._prefix, self._n, self._delta = prefix, prefix_len, delta
+
+    def __len__(self) -> int:
+        return self._n + len(self._delta)
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.chain(itertools.islice(self._prefix, self._n), self._delta)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return self.tolist()[i]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("prompt id index out of range")
+        return self._prefix[i] if i < self._n else self._delta[i - self._n]
+
+    def tolist(self) -> list[int]:
+        """The ids as a new list."""
+        return [*self._prefix[: self._n], *self._delta]
+
+
 @dataclass(frozen=True)
 class TitoPlan:
     """How to build the prompt ids of one request (pure; :meth:`LineageIndex.record` commits it)."""
@@ -114,8 +152,18 @@ class TitoPlan:
 
     @property
     def prompt_ids(self) -> list[int]:
-        """The full prompt ids: exact prior ids followed by the context delta."""
+        """The full prompt ids as a new list (O(prompt); the hot path uses :attr:`prompt`)."""
         return [*self.prefix_ids[: self.prefix_len], *self.delta_ids]
+
+    @property
+    def prompt(self) -> PromptIds:
+        """The full prompt ids as a view: exact prior ids followed by the context delta."""
+        return PromptIds(self.prefix_ids, self.prefix_len, self.delta_ids)
+
+    @property
+    def prompt_len(self) -> int:
+        """Number of prompt ids."""
+        return self.prefix_len + len(self.delta_ids)
 
 
 @dataclass(frozen=True)
@@ -156,6 +204,7 @@ class LineageIndex:
         self.profile = profile
         self.tokenizer = profile.tokenizer
         self.lineages: dict[str, Lineage] = {}
+        self._renderer = profile.prompt_renderer()
         self._turns: dict[str, tuple[str, int]] = {}
         specials = sorted(self.tokenizer.hf.get_added_tokens_decoder().items())
         self._special_ids = {i for i, _ in specials}
@@ -168,8 +217,8 @@ class LineageIndex:
         """True when splitting ``text`` at ``anchor`` touches a special token (or adds nothing)."""
         if anchor.text_len == len(text) or anchor.ids_len == 0:
             return True
-        if lineage.ids[anchor.ids_len - 1] in self._special_ids and lineage.text[: anchor.text_len].endswith(
-            self._special_texts
+        if lineage.ids[anchor.ids_len - 1] in self._special_ids and lineage.text.endswith(
+            self._special_texts, 0, anchor.text_len
         ):
             return True
         return self._special_re.match(text, anchor.text_len) is not None
@@ -222,10 +271,9 @@ class LineageIndex:
         tools: Sequence[Mapping[str, Any]] | None = None,
         enable_thinking: bool | None = None,
     ) -> TitoPlan:
-        """Route a request and compute its prompt ids (does not change the index)."""
-        parts = self.profile.render_parts(messages, tools, True, enable_thinking)
-        text = unicodedata.normalize("NFC", parts.text)
-        header_len = len(unicodedata.normalize("NFC", parts.header))
+        """Route a request and compute its prompt ids (does not change the index, only the render cache)."""
+        rendered = self._renderer.render(messages, tools, enable_thinking)
+        text, header_len = rendered.text, rendered.header_len
         tkey = tools_key(tools)
         best: tuple[Lineage, Anchor] | None = None
         any_unsafe = False
@@ -295,17 +343,9 @@ class LineageIndex:
         if plan.route == "append" and tip is not None and tip.turn_ids[-1] != plan.parent_turn_id:
             # Another turn landed on this lineage since planning: this one becomes a branch.
             rec = TurnRecord(**{**rec.__dict__, "route": "branch", "lineage_id": uuid.uuid4().hex[:16]})
-        self.apply(
-            rec,
-            delta_text=plan.prompt_text[len(self._parent_text(rec)) :]
-            if rec.route != "create"
-            else plan.prompt_text,
-        )
+        start = self._anchor_of(rec)[1].text_len if rec.route != "create" else 0
+        self.apply(rec, delta_text=plan.prompt_text[start:])
         return rec
-
-    def _parent_text(self, rec: TurnRecord) -> str:
-        lineage, anchor = self._anchor_of(rec)
-        return lineage.text[: anchor.text_len]
 
     def _anchor_of(self, rec: TurnRecord) -> tuple[Lineage, Anchor]:
         """The lineage and anchor a non-create record attaches to."""
@@ -313,6 +353,12 @@ class LineageIndex:
             raise TokenizationError(f"turn {rec.turn_id} extends unknown turn {rec.parent_turn_id}")
         lineage_id, turn_index = self._turns[rec.parent_turn_id]
         lineage = self.lineages[lineage_id]
+        # Each turn adds its prompt then its end anchor (forks keep whole turns): try that slot first.
+        slot = 2 * turn_index + (rec.fork_at == "end")
+        if slot < len(lineage.anchors):
+            a = lineage.anchors[slot]
+            if a.turn_index == turn_index and a.kind == rec.fork_at:
+                return lineage, a
         for a in lineage.anchors:
             if a.turn_index == turn_index and a.kind == rec.fork_at:
                 return lineage, a

@@ -7,10 +7,11 @@ other families implement the same interface and register with :func:`register_pr
 
 from __future__ import annotations
 
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from dressage.errors import ConfigError
 from dressage.tito.chat_template import (
@@ -21,8 +22,35 @@ from dressage.tito.chat_template import (
     generation_prompt,
     render_qwen35_parts,
 )
+from dressage.tito.render_cache import IncrementalRenderer, PromptText
 from dressage.tito.tokenizer import Tokenizer, load_qwen35_tokenizer
 from dressage.tito.tool_calls import ParsedAssistant, parse_assistant_text
+
+
+class PromptRenderer(Protocol):
+    """Renders requests of one session to NFC prompt text (may reuse earlier renderings)."""
+
+    def render(
+        self, messages: Sequence[Any], tools: Sequence[Any] | None, enable_thinking: bool | None
+    ) -> PromptText:
+        """The NFC prompt text (with the generation prompt) and its header length."""
+        ...
+
+
+class FullRenderer:
+    """A :class:`PromptRenderer` that renders the whole conversation every time."""
+
+    def __init__(self, profile: ModelProfile) -> None:
+        """Render with ``profile``'s :meth:`ModelProfile.render_parts`."""
+        self.profile = profile
+
+    def render(
+        self, messages: Sequence[Any], tools: Sequence[Any] | None, enable_thinking: bool | None
+    ) -> PromptText:
+        """The NFC prompt text and its header length."""
+        parts = self.profile.render_parts(messages, tools, True, enable_thinking)
+        header = unicodedata.normalize("NFC", parts.header)
+        return PromptText(unicodedata.normalize("NFC", parts.text), len(header))
 
 
 class ModelProfile(ABC):
@@ -89,6 +117,10 @@ class ModelProfile(ABC):
     ) -> str:
         """Render a conversation to the exact prompt text."""
         return self.render_parts(messages, tools, add_generation_prompt, enable_thinking).text
+
+    def prompt_renderer(self) -> PromptRenderer:
+        """A renderer for one session's requests (default: renders everything each time)."""
+        return FullRenderer(self)
 
     @cached_property
     def turn_end_id(self) -> int:
@@ -167,6 +199,10 @@ class Qwen35Profile(ModelProfile):
             enable_thinking=enable_thinking,
             default_thinking=self.thinking,
         )
+
+    def prompt_renderer(self) -> PromptRenderer:
+        """An :class:`IncrementalRenderer`: renders only what a request adds to earlier ones."""
+        return IncrementalRenderer(default_thinking=self.thinking)
 
     def generation_prompt_suffix(self, enable_thinking: bool | None = None) -> str:
         return generation_prompt(self._thinking(enable_thinking))

@@ -63,6 +63,29 @@ async def test_routed_experts_shape_and_values(engine: RunningEngine) -> None:
     assert (np.sort(experts, axis=-1) == direct).all(axis=(1, 2)).mean() > 0.9
 
 
+async def test_routed_experts_start_len_trims_the_rows(engine: RunningEngine) -> None:
+    start = 7
+    async with EngineClient(engine.url) as c:
+        full = await c.generate(PROMPT, GREEDY, return_routed_experts=True)
+        tail = await c.generate(PROMPT, GREEDY, return_routed_experts=True, routed_experts_start_len=start)
+        deltas = [
+            d
+            async for d in c.generate_stream(
+                PROMPT, GREEDY, return_routed_experts=True, routed_experts_start_len=start
+            )
+        ]
+        with pytest.raises(ValueError, match="routed_experts_start_len"):
+            await c.generate(PROMPT, GREEDY, return_routed_experts=True, routed_experts_start_len=-1)
+        with pytest.raises(ValueError, match="routed_experts_start_len"):
+            await c.generate(PROMPT, GREEDY, routed_experts_start_len=len(PROMPT) + 1)
+    assert tail.output_ids == full.output_ids
+    assert full.routed_experts is not None and tail.routed_experts is not None
+    assert tail.routed_experts.shape[0] == full.routed_experts.shape[0] - start
+    assert np.array_equal(tail.routed_experts, full.routed_experts[start:])
+    assert deltas[-1].routed_experts is not None
+    assert np.array_equal(deltas[-1].routed_experts, full.routed_experts[start:])
+
+
 async def test_stream_yields_the_same_tokens(engine: RunningEngine) -> None:
     params = SamplingParams(temperature=0.9, max_new_tokens=10, sampling_seed=5)
     async with EngineClient(engine.url) as c:

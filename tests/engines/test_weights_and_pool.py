@@ -72,6 +72,12 @@ async def test_pool_is_session_sticky_and_broadcasts(engine: RunningEngine, engi
                 assert pool.client_for(key).base_url == url
         r = await pool.generate("s1", PROMPT, GREEDY)
         assert r.finish_reason.type == "length"
+        kw = {"return_routed_experts": True, "routed_experts_start_len": 3}
+        trimmed = await pool.generate("s1", PROMPT, GREEDY, **kw)
+        assert trimmed.routed_experts is not None
+        assert trimmed.routed_experts.shape[0] == len(PROMPT) + len(trimmed.output_ids) - 1 - 3
+        last = [d async for d in pool.generate_stream("s1", PROMPT, GREEDY, **kw)][-1]
+        assert last.routed_experts is not None and last.routed_experts.shape == trimmed.routed_experts.shape
         await pool.pause("in_place")
         await pool.continue_()
         pool.mark_unhealthy(first["s1"])
