@@ -121,7 +121,14 @@ class CommandAgent(BlackboxAgent):
 
 
 class OpenCodeAgent(BlackboxAgent):
-    """opencode: an ``opencode.json`` declaring the proxy as provider ``dressage``, then ``opencode run``."""
+    """opencode: an ``opencode.json`` declaring the proxy as provider ``dressage``, then ``opencode run``.
+
+    Fully offline: ``@ai-sdk/openai-compatible`` is bundled in opencode's binary (nothing is fetched
+    from npm), and the switches in :meth:`env` turn off the models.dev catalog, autoupdate, LSP
+    downloads, sharing and the default (npm-installed) plugins. opencode always streams
+    (``"stream": true``) and needs about 0.5 GB of memory for one turn, so a sandbox with
+    ``memory_mb`` of 512 or less gets it OOM-killed (exit 137); keep the default 2048.
+    """
 
     cfg: OpenCodeAgentConfig
 
@@ -154,19 +161,19 @@ class OpenCodeAgent(BlackboxAgent):
             "OPENCODE_DISABLE_AUTOUPDATE": "1",
             "OPENCODE_DISABLE_MODELS_FETCH": "1",
             "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
             **self.cfg.env,
         }
 
-    def argv(self, ctx: AgentContext) -> list[str]:
-        """``opencode run --model dressage/<model> [extra] <prompt>``."""
-        return [
-            self.cfg.binary,
-            "run",
-            "--model",
-            f"dressage/{ctx.model}",
-            *self.cfg.extra_args,
-            ctx.task.prompt_text(),
-        ]
+    def argv(self, ctx: AgentContext) -> str:
+        """``exec opencode run --model dressage/<model> [extra] < $DRESSAGE_PROMPT_FILE``.
+
+        The prompt goes in on stdin: ``opencode run`` wraps a message argument that contains spaces
+        in double quotes (escaping inner ones), so the model would not see the task's exact text.
+        """
+        argv = [self.cfg.binary, "run", "--model", f"dressage/{ctx.model}", *self.cfg.extra_args]
+        return f'exec {shlex.join(argv)} <"$DRESSAGE_PROMPT_FILE"'
 
 
 class OpenClawAgent(BlackboxAgent):

@@ -82,7 +82,7 @@ class CommandAgentConfig(_BlackboxBase):
 
 
 class OpenCodeAgentConfig(_BlackboxBase):
-    """opencode (``npm i -g opencode-ai``): writes opencode.json with an OpenAI-compatible provider."""
+    """opencode (``npm install -g --prefix /usr opencode-ai``): opencode.json with an OpenAI-compatible provider."""
 
     kind: Literal["opencode"] = "opencode"
     binary: str = "opencode"

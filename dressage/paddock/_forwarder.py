@@ -54,6 +54,8 @@ def _serve(listener, sock_path):
             conn, _ = listener.accept()
         except OSError:
             return
+        # Relay small writes at once: with Nagle on, a response's last bytes wait for a delayed ACK.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         threading.Thread(target=_relay, args=(conn, sock_path), daemon=True).start()
 
 

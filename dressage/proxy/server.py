@@ -69,7 +69,10 @@ class ProxyServer:
         if self._servers:
             raise ConfigError("this ProxyServer is already started")
         self.service.profile.tokenizer  # noqa: B018 - load the tokenizer before the first request
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto is
+        # TCP, and without it every small response waits ~40 ms for a delayed ACK (Nagle).
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         sock.listen(1024)

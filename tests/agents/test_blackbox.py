@@ -9,17 +9,26 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 
 from dressage.agents import CommandAgent, OpenCodeAgent, Task
 from dressage.agents.config import CommandAgentConfig, OpenCodeAgentConfig
 from dressage.errors import AgentError
-from dressage.paddock import serve_unix_socket_forwarder
+from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
 from dressage.rollout.config import load_config
-from tests.agents.conftest import make_context, play
+from tests.agents.conftest import make_context, play, requires_bwrap
 from tests.agents.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.anyio
@@ -104,7 +113,9 @@ async def test_opencode_adapter_writes_a_provider_config(make_sandbox) -> None:
     cfg = json.loads(await sb.read_file("opencode.json"))
     provider = cfg["provider"]["dressage"]
     assert provider["options"] == {"baseURL": "http://127.0.0.1:18080/s/t/v1", "apiKey": "sk-test-token"}
-    assert cfg["model"] == "dressage/test-model" and agent.argv(ctx)[-1] == "fix it"
+    assert cfg["model"] == "dressage/test-model"
+    assert agent.argv(ctx) == 'exec true run --model dressage/test-model <"$DRESSAGE_PROMPT_FILE"'
+    assert agent.env(ctx)["OPENCODE_DISABLE_MODELS_FETCH"] == "1"
 
 
 def _opencode_in_usr() -> str | None:
@@ -112,26 +123,106 @@ def _opencode_in_usr() -> str | None:
     return found if found and found.startswith("/usr/") else None
 
 
+OPENCODE_MEMORY_MB = 2048  # the SandboxSpec default; opencode is OOM-killed (exit 137) at 512
+
+
+class StreamingLLM:
+    """A scripted model that, unlike ScriptedLLM, streams (SSE) when asked: opencode always sends
+    ``"stream": true`` and retries forever on a plain JSON reply. Records each request's body, the
+    session token from its ``/s/<token>/v1`` path and its Authorization header."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.requests: list[dict[str, Any]] = []
+        self.tokens: list[str] = []
+        self.auth: list[str | None] = []
+        app = FastAPI()
+
+        async def chat(token: str, request: Request) -> Response:
+            body = await request.json()
+            self.requests.append(body)
+            self.tokens.append(token)
+            self.auth.append(request.headers.get("authorization"))
+            base = {"id": "chatcmpl-1", "created": int(time.time()), "model": body.get("model", "m")}
+            if not body.get("stream"):
+                msg = {"role": "assistant", "content": self.answer}
+                choice = {"index": 0, "message": msg, "finish_reason": "stop"}
+                return JSONResponse({**base, "object": "chat.completion", "choices": [choice]})
+            usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+            chunks = [
+                {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+                {"choices": [{"index": 0, "delta": {"content": self.answer}}]},
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                {"choices": [], "usage": usage},
+            ]
+            sse = "".join(
+                f"data: {json.dumps({**base, 'object': 'chat.completion.chunk', **c})}\n\n" for c in chunks
+            )
+            return Response(sse + "data: [DONE]\n\n", media_type="text/event-stream")
+
+        app.add_api_route("/s/{token}/v1/chat/completions", chat, methods=["POST"])
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+
+    @contextmanager
+    def running(self) -> Iterator[StreamingLLM]:
+        """Serve in a thread for the duration of the block."""
+        thread = threading.Thread(target=self._server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            yield self
+        finally:
+            self._server.should_exit = True
+            thread.join(timeout=5)
+
+
 @pytest.mark.skipif(
     _opencode_in_usr() is None,
     reason="opencode is not installed where bubblewrap sandboxes can see it (/usr): "
-    "`npm install -g opencode-ai @ai-sdk/openai-compatible` with npm prefix /usr enables this test",
+    "`npm install -g --prefix /usr opencode-ai @ai-sdk/openai-compatible` enables this test",
 )
-async def test_opencode_talks_to_the_model_through_the_socket(make_sandbox) -> None:
-    """Real opencode in bwrap (network off) sends its chat requests to the session URL with the token."""
-    with tempfile.TemporaryDirectory() as tmp, ScriptedLLM(lambda b: {"content": "done"}).running() as llm:
-        server, sb = await _forwarded_sandbox(make_sandbox, llm, tmp)
+@requires_bwrap
+async def test_opencode_talks_to_the_model_through_the_socket() -> None:
+    """Real opencode in bwrap (network off) streams its chat requests from the session URL with the
+    token, and its final text is the answer. opencode (a Bun binary) needs more than the fixture's
+    512 MB, so this sandbox gets the default 2048 MB (see docs/rollout.md)."""
+    with tempfile.TemporaryDirectory() as tmp, StreamingLLM("done").running() as llm:
+        sock = str(Path(tmp) / "proxy.sock")
+        server = await serve_unix_socket_forwarder(sock, "127.0.0.1", llm.port)
+        spec = SandboxSpec(
+            provider="bwrap",
+            memory_mb=OPENCODE_MEMORY_MB,
+            max_processes=64,
+            proxy_socket=sock,
+            proxy_port=18080,
+        )
+        sb = await get_provider("bwrap").create("agent-test-opencode", spec)
         try:
             ctx = make_context(
-                Task(index=0, prompt="say done"),
+                Task(index=0, prompt='say "done"'),
                 sb,
                 llm.url,
                 sandbox_base_url="http://127.0.0.1:18080/s/sk-test-token/v1",
                 timeout_s=120,
             )
-            agent = OpenCodeAgent(OpenCodeAgentConfig(accept_exit_codes=[0, 1]))
-            await play(agent, ctx)
+            result = await play(OpenCodeAgent(OpenCodeAgentConfig()), ctx)
         finally:
             server.close()
-    assert llm.requests, ctx.log.text()[-3000:]
-    assert llm.auth[0] == "Bearer sk-test-token"
+            await sb.terminate()
+    log = ctx.log.text()[-3000:]
+    assert llm.requests, log
+    assert set(llm.tokens) == {"sk-test-token"} and set(llm.auth) == {"Bearer sk-test-token"}, log
+    # The agent turn: tools offered, the task's prompt as the user message, streamed.
+    turns = [r for r in llm.requests if r.get("tools")]
+    assert turns and turns[0]["stream"] is True and turns[0]["model"] == "test-model", log
+    assert turns[0]["messages"][-1] == {"role": "user", "content": 'say "done"'}  # exact, via stdin
+    assert len(llm.requests) <= 4, f"opencode retried: {len(llm.requests)} requests"
+    assert "done" in result.answer and "exit_code=0" in ctx.log.text()
