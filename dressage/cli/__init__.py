@@ -10,6 +10,7 @@ import typer
 
 from dressage.cli import store_commands
 from workers import engine as engine_worker
+from workers import loop as loop_worker
 from workers import proxy as proxy_worker
 from workers import rollout as rollout_worker
 from workers import train as train_worker
@@ -25,6 +26,7 @@ app.command("engine")(engine_worker.engine_command)
 app.command("proxy")(proxy_worker.proxy_command)
 app.command("rollout")(rollout_worker.rollout_command)
 app.command("train")(train_worker.train_command)
+app.command("loop")(loop_worker.loop_command)
 
 
 def main() -> None:

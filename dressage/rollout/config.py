@@ -148,6 +148,40 @@ class WorkerConfig(_Strict):
     poll_s: float = Field(default=0.5, gt=0, description="How often an idle worker looks for tasks.")
 
 
+class TrainConfig(_Strict):
+    """The ``train:`` section: how ``dressage-worker loop`` trains between rollouts (torch backend).
+
+    The model is the engine's (``engine.model`` with ``engine.seed``), so step 1 starts from exactly
+    the weights that sampled iteration 0. ``global_batch_size`` defaults to a whole iteration
+    (every task x ``n_samples_per_prompt``): one optimizer step and one weight push per iteration.
+    """
+
+    lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    trainable: Literal["all", "lm_head"] = Field(
+        default="all", description="lm_head: train only the output projection (random-weight demos)."
+    )
+    global_batch_size: int | None = Field(
+        default=None, ge=1, description="Trajectories per optimizer step; default: one iteration's."
+    )
+    std_normalize: bool = Field(default=False, description="Divide GRPO advantages by the group's std.")
+    eps_clip: float = Field(default=0.2, gt=0, description="PPO clip range.")
+    tis_cap: float = Field(default=2.0, gt=0, description="Cap of the truncated importance weight.")
+    max_staleness: int | None = Field(
+        default=1, ge=0, description="Mask tokens this many versions older than the trainer (async)."
+    )
+    keep_checkpoints: int = Field(default=2, ge=1, description="Newest step checkpoints kept on disk.")
+
+
+class LoopConfig(_Strict):
+    """The ``loop:`` section: defaults of ``dressage-worker loop`` (its options override them)."""
+
+    iterations: int = Field(default=6, ge=1, le=10_000)
+    mode: Literal["sync", "async"] = Field(
+        default="sync", description="async: rollout of iteration k+1 runs while iteration k trains."
+    )
+
+
 class RolloutConfig(_Strict):
     """A whole ``run.yaml``."""
 
@@ -161,6 +195,8 @@ class RolloutConfig(_Strict):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=ContainsConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    train: TrainConfig | None = Field(default=None, description="Training of `dressage-worker loop`.")
+    loop: LoopConfig | None = Field(default=None, description="Defaults of `dressage-worker loop`.")
 
     @field_validator("run")
     @classmethod
@@ -170,8 +206,9 @@ class RolloutConfig(_Strict):
         return v
 
     def snapshot(self) -> dict[str, Any]:
-        """The frozen part: everything except ``worker.concurrency`` (a per-process choice)."""
-        return self.model_dump(mode="json", exclude={"worker": {"concurrency"}})
+        """The frozen part of a rollout: all but ``worker.concurrency`` (a per-process choice) and the
+        ``train``/``loop`` sections (the loop records those in its run's config separately)."""
+        return self.model_dump(mode="json", exclude={"worker": {"concurrency"}, "train": True, "loop": True})
 
 
 def _where(loc: tuple[Any, ...]) -> str:

@@ -123,6 +123,8 @@ class TorchBackend:
         eps_clip: float = 0.2,
         tis_cap: float = 2.0,
         device: str = "cpu",
+        optimizer: str = "sgd",
+        trainable: str = "all",
         push_to: str | None = None,
         push: WeightPusher | None = None,
     ) -> None:
@@ -131,6 +133,11 @@ class TorchBackend:
                 "TorchBackend(push_to=...) cannot record policy versions (the backend has no event log); "
                 "pass push=WeightPusher(store, urls) instead, as `dressage-worker train --push-to` does"
             )
+        if optimizer not in ("sgd", "adam"):
+            raise ConfigError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
+        if trainable not in ("all", "lm_head"):
+            raise ConfigError(f"trainable must be 'all' or 'lm_head', got {trainable!r}")
+        self.optimizer_name, self.trainable = optimizer, trainable
         self.push = push
         self.out_dir = Path(out_dir)
         self.model_name, self.seed, self.lr = model, seed, lr
@@ -166,7 +173,16 @@ class TorchBackend:
             if meta.get("run") != run.name or meta.get("step") != str(checkpoint.step):
                 raise TrainingError(f"{path} belongs to run {meta.get('run')} step {meta.get('step')}")
             load_model(self.model, str(path), device=self.device)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.lr)
+        # Adam's moments are not checkpointed: a resumed trainer restarts them (SGD has no state).
+        # trainable="lm_head" trains only the output projection: on a random-weight model this moves
+        # token preferences without scrambling the hidden states (a demo of learning, not a recipe).
+        params = [
+            p for n, p in self.model.named_parameters() if self.trainable == "all" or n.startswith("lm_head.")
+        ]
+        for p in self.model.parameters():
+            p.requires_grad_(any(p is q for q in params))
+        opt_class = torch.optim.Adam if self.optimizer_name == "adam" else torch.optim.SGD
+        self.optimizer = opt_class(params, lr=self.lr)
 
     def train_step(self, batch: StepBatch) -> dict[str, float]:
         """One optimizer step over the batch (per-sample forward/backward), then a checkpoint."""

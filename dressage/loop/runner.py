@@ -1,0 +1,356 @@
+"""The RL loop in one process: rollout at policy version v -> train -> push v+1 -> next rollout.
+
+``dressage-worker loop`` starts the inference engine (the CPU dev engine as a child process, or
+existing SGLang URLs) and the TITO proxy once, then runs K iterations. Iteration ``k`` enqueues the
+dataset's tasks again as task indexes ``k * n ... k * n + n - 1`` (so group indexes stay unique in
+the run), runs them with the rollout worker's lease loop, and the replay trainer (the ``torch``
+backend, consumer ``train:loop``) trains on the newly ready groups and pushes the new weights
+through the proxy's admin API (pause, ``update_weights_from_disk`` with the new version, record
+the version, resume).
+
+* **sync**: rollout ``k`` waits until iteration ``k - 1`` is trained and pushed, so every token of
+  iteration ``k`` is sampled by policy ``k`` (with one optimizer step per iteration).
+* **async**: rollout ``k`` starts as soon as rollout ``k - 1`` ends, while the trainer trains on
+  ``k - 1`` in a thread; the push pauses the proxy with sessions in flight, and their tokens after
+  the resume carry the new version. The rollout never runs more than one iteration ahead of the
+  trainer, and ``train.max_staleness`` masks tokens older than that.
+
+Everything the loop does is in the run's log (tasks, turns with per-token versions,
+``policy_version`` events, step manifests with the consumer checkpoint), so
+``dressage-worker train --from-run RUN --consumer loop --replay`` re-checks every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+from rich.console import Console
+
+from dressage.agents import BlackboxAgent, build_agent
+from dressage.config import Settings
+from dressage.errors import ConfigError
+from dressage.loop.progress import LoopProgress
+from dressage.loop.report import IterationStats, read_iteration
+from dressage.paddock import get_provider
+from dressage.rollout.config import LoopConfig, RolloutConfig, TrainConfig, load_config
+from dressage.rollout.datasets import dataset_digest, load_tasks
+from dressage.rollout.engine_process import DevEngineProcess
+from dressage.rollout.episode import EpisodeEnv
+from dressage.rollout.rewards import build_scorer
+from dressage.rollout.worker import RolloutReport, _lease_loop, default_worker_id
+from dressage.store import EventStore, Run, TaskSpec
+
+CONSUMER = "loop"
+
+
+@dataclass
+class LoopOptions:
+    """Command-line choices of one loop; ``None`` takes the config's ``loop:``/``train:`` value."""
+
+    config_path: str
+    iterations: int | None = None
+    mode: str | None = None
+    run: str | None = None
+    out_dir: Path | None = None
+    concurrency: int | None = None
+    show_progress: bool = True
+
+
+@dataclass
+class LoopReport:
+    """What the loop did, iteration by iteration (numbers read back from the log)."""
+
+    run: str
+    mode: str
+    iterations: list[IterationStats] = field(default_factory=list)
+    out_dir: Path | None = None
+    seconds: float = 0.0
+
+
+def resolve(cfg: RolloutConfig, opts: LoopOptions) -> tuple[RolloutConfig, LoopConfig, TrainConfig, str]:
+    """The config with command-line overrides applied, its loop and train sections, the run name."""
+    loop_cfg = cfg.loop or LoopConfig()
+    updates: dict[str, Any] = {}
+    if opts.iterations is not None:
+        updates["iterations"] = opts.iterations
+    if opts.mode is not None:
+        if opts.mode not in ("sync", "async"):
+            raise ConfigError(f"--mode must be sync or async, got {opts.mode!r}")
+        updates["mode"] = opts.mode
+    loop_cfg = LoopConfig.model_validate({**loop_cfg.model_dump(), **updates})
+    train_cfg = cfg.train or TrainConfig()
+    if opts.concurrency is not None:
+        if opts.concurrency < 1:
+            raise ConfigError(f"--concurrency must be >= 1, got {opts.concurrency}")
+        cfg = cfg.model_copy(
+            update={"worker": cfg.worker.model_copy(update={"concurrency": opts.concurrency})}
+        )
+    run_name = opts.run or f"{cfg.run}-{loop_cfg.mode}"
+    cfg = cfg.model_copy(update={"run": run_name, "loop": loop_cfg, "train": train_cfg})
+    return cfg, loop_cfg, train_cfg, run_name
+
+
+def iteration_specs(tasks: list[Any], iteration: int) -> list[TaskSpec]:
+    """The dataset's tasks as iteration ``iteration``'s queue entries (indexes offset by ``k * n``)."""
+    n = len(tasks)
+    specs = []
+    for t in tasks:
+        index = iteration * n + t.index
+        specs.append(TaskSpec(task_index=index, payload={**t.to_payload(), "index": index}))
+    return specs
+
+
+class Loop:
+    """One loop's engine, proxy, trainer and schedule; :meth:`run` drives it (see the module doc)."""
+
+    def __init__(self, store: EventStore, settings: Settings, opts: LoopOptions, console: Console) -> None:
+        self.store, self.opts, self.console = store, opts, console
+        self.cfg, self.loop_cfg, self.train_cfg, self.run_name = resolve(load_config(opts.config_path), opts)
+        self.admin_token = secrets.token_urlsafe(24)
+        self.settings = settings.model_copy(update={"admin_token": SecretStr(self.admin_token)})
+        self.tasks = load_tasks(self.cfg.dataset.path, self.cfg.dataset.limit)
+        self.n_tasks = len(self.tasks)
+        self.out_dir = opts.out_dir or settings.home / "loop" / self.run_name
+        per_iteration = self.n_tasks * self.cfg.n_samples_per_prompt
+        gbs = self.train_cfg.global_batch_size or per_iteration
+        if per_iteration % gbs:
+            raise ConfigError(
+                f"train.global_batch_size {gbs} must divide one iteration's {per_iteration} trajectories "
+                f"({self.n_tasks} tasks x {self.cfg.n_samples_per_prompt} samples)"
+            )
+        self.global_batch_size = gbs
+        self.steps_per_iteration = per_iteration // gbs
+        self.engine: DevEngineProcess | None = None
+        self.proxy: Any = None
+        self.trainer: Any = None
+        self.env: EpisodeEnv | None = None
+        self.run: Run | None = None
+        self.stats: list[IterationStats] = []
+
+    def snapshot(self) -> dict[str, Any]:
+        """The run's frozen config: the rollout snapshot plus the loop's train/loop sections."""
+        return {
+            "rollout": self.cfg.snapshot(),
+            "dataset_sha256": dataset_digest(self.tasks),
+            "loop": {
+                "mode": self.loop_cfg.mode,
+                "iterations": self.loop_cfg.iterations,
+                "train": self.train_cfg.model_dump(mode="json"),
+                "global_batch_size": self.global_batch_size,
+                "consumer": CONSUMER,
+            },
+        }
+
+    async def start(self) -> None:
+        """Check the run is new, start the engine and the proxy, create the run, build the trainer."""
+        from dressage.proxy.server import ProxyServer
+
+        if self.run_name in {r.name for r in self.store.list_runs()}:
+            raise ConfigError(
+                f"run {self.run_name!r} already exists; a loop starts a new run: pass --run NEW-NAME"
+            )
+        cfg = self.cfg
+        if cfg.engine.kind == "dev":
+            self.engine = DevEngineProcess(cfg.engine.model, cfg.engine.seed, cfg.engine.threads)
+            with self.console.status(
+                f"starting the dev engine (model {cfg.engine.model}) on {self.engine.url}"
+            ):
+                urls = [await self.engine.start()]
+        else:
+            urls = list(cfg.engine.urls)
+        self.proxy = ProxyServer(
+            self.store,
+            urls,
+            settings=self.settings,
+            profile=cfg.proxy.profile,
+            host=cfg.proxy.host,
+            port=0,
+            record_experts=cfg.proxy.record_experts,
+            context_window=cfg.proxy.context_window,
+            default_sampling=cfg.sampling.engine_defaults(),
+        )
+        await self.proxy.start()
+        self.run = await self.proxy.create_run(self.run_name, self.snapshot())
+        await asyncio.to_thread(self.store.record_policy_version, self.run, 0, None)
+        await self.proxy.resume(0)  # tokens of iteration 0 carry version 0
+        agent = build_agent(cfg.agent)
+        if isinstance(agent, BlackboxAgent) and cfg.sandbox.provider == "bwrap" and not cfg.sandbox.network:
+            raise ConfigError(
+                "the loop runs whitebox agents (or sandboxes with network); for blackbox agents in "
+                "bwrap run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
+            )
+        provider = get_provider(
+            cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
+        )
+        sandbox_url = cfg.proxy.public_url or self.proxy.base_url
+        self.env = EpisodeEnv(
+            self.store,
+            self.proxy,
+            self.run,
+            cfg,
+            agent,
+            build_scorer(cfg.reward),
+            provider,
+            None,
+            sandbox_url,
+        )
+        self.trainer = self._build_trainer(urls)
+
+    def _build_trainer(self, urls: list[str]) -> Any:
+        from dressage.training.consumer import Trainer
+        from dressage.training.masking import MaskingPolicy
+        from dressage.training.steps import StepOptions
+        from dressage.training.torch_backend import TorchBackend
+        from dressage.training.weight_push import WeightPusher
+
+        tc, assert_run = self.train_cfg, self.run
+        assert assert_run is not None
+        pusher = WeightPusher(
+            self.store,
+            urls,
+            proxy_admin_url=self.proxy.base_url,
+            admin_token=self.admin_token,
+            every=self.steps_per_iteration,
+            keep_last=1,
+        )
+        backend = TorchBackend(
+            self.out_dir,
+            model=self.cfg.engine.model,
+            seed=self.cfg.engine.seed,
+            lr=tc.lr,
+            optimizer=tc.optimizer,
+            trainable=tc.trainable,
+            eps_clip=tc.eps_clip,
+            tis_cap=tc.tis_cap,
+            push=pusher,
+        )
+        options = StepOptions(
+            global_batch_size=self.global_batch_size,
+            n_samples_per_prompt=self.cfg.n_samples_per_prompt,
+            std_normalize=tc.std_normalize,
+            masking=MaskingPolicy(max_staleness=tc.max_staleness, failure_policy="keep_finished"),
+        )
+        return Trainer(self.store, assert_run, options, backend, consumer=CONSUMER)
+
+    async def stop(self) -> None:
+        """Stop the proxy and the engine (idempotent)."""
+        if self.proxy is not None:
+            with contextlib.suppress(Exception):
+                await self.proxy.stop()
+            self.proxy = None
+        if self.engine is not None:
+            self.engine.stop()
+            self.engine = None
+
+    async def rollout(self, k: int, progress: LoopProgress) -> IterationStats:
+        """Enqueue iteration ``k``'s tasks and run episodes until they are all done."""
+        assert self.env is not None and self.run is not None
+        started = time.monotonic()
+        specs = iteration_specs(self.tasks, k)
+        await asyncio.to_thread(self.store.enqueue_tasks, self.run, specs, self.cfg.n_samples_per_prompt)
+        report = RolloutReport(run=self.run_name)
+        owner = f"{default_worker_id()}-loop"
+        total = len(specs) * self.cfg.n_samples_per_prompt
+        async with progress.rollout(k, total, already_done=k * total):
+            await _lease_loop(self.env, owner, report, self.console)
+        stats = await asyncio.to_thread(read_iteration, self.store, self.run, k, self.n_tasks)
+        stats.rollout_s = time.monotonic() - started
+        return stats
+
+    async def train(self, k: int, stats: IterationStats, progress: LoopProgress) -> None:
+        """Train the steps of iteration ``k``'s groups in a thread (the event loop keeps serving)."""
+        started = time.monotonic()
+        with progress.training(k):
+            results = await asyncio.to_thread(self.trainer.run_steps, max_steps=self.steps_per_iteration)
+        stats.train_steps = len(results)
+        stats.train_s = time.monotonic() - started
+        if results:
+            stats.metrics = dict(results[-1].metrics)
+            pushed = stats.metrics.get("pushed_version")
+            stats.pushed_version = int(pushed) if pushed is not None else None
+        if len(results) < self.steps_per_iteration:
+            self.console.print(
+                f"[yellow]iteration {k}: only {len(results)} of {self.steps_per_iteration} steps could be "
+                "formed (groups without a finished session are dropped); the trainer catches up later[/]"
+            )
+        self._prune_checkpoints()
+
+    def _prune_checkpoints(self) -> None:
+        """Keep the newest ``train.keep_checkpoints`` step checkpoints (resume needs only the last)."""
+        ckpts = sorted(self.out_dir.glob("step-*.safetensors"))
+        for old in ckpts[: -self.train_cfg.keep_checkpoints]:
+            old.unlink(missing_ok=True)
+
+    async def run_iterations(self, progress: LoopProgress) -> None:
+        """The schedule: sync alternates rollout and training; async overlaps them by one iteration."""
+        k_total = self.loop_cfg.iterations
+        if self.loop_cfg.mode == "sync":
+            for k in range(k_total):
+                stats = await self.rollout(k, progress)
+                self.stats.append(stats)
+                progress.iteration_done(stats)
+                await self.train(k, stats, progress)
+            return
+        trained = [asyncio.Event() for _ in range(k_total)]
+        rolled: list[asyncio.Future[IterationStats]] = [
+            asyncio.get_running_loop().create_future() for _ in range(k_total)
+        ]
+
+        async def rollout_side() -> None:
+            for k in range(k_total):
+                if k >= 2:
+                    await trained[k - 2].wait()  # at most one iteration ahead of the trainer
+                stats = await self.rollout(k, progress)
+                progress.iteration_done(stats)
+                rolled[k].set_result(stats)
+
+        async def train_side() -> None:
+            for k in range(k_total):
+                stats = await rolled[k]
+                self.stats.append(stats)
+                await self.train(k, stats, progress)
+                trained[k].set()
+
+        await asyncio.gather(rollout_side(), train_side())
+
+    def refresh_versions(self) -> None:
+        """Re-read each iteration's token versions (async: pushes land while an iteration runs)."""
+        assert self.run is not None
+        for s in self.stats:
+            fresh = read_iteration(self.store, self.run, s.iteration, self.n_tasks)
+            s.versions, s.turns_spanning_push = fresh.versions, fresh.turns_spanning_push
+
+
+async def run_loop(settings: Settings, opts: LoopOptions, console: Console | None = None) -> LoopReport:
+    """Run the loop described by ``opts``; see the module docstring."""
+    console = console or Console(stderr=True)
+    store = EventStore.open(settings=settings)
+    started = time.monotonic()
+    try:
+        loop = Loop(store, settings, opts, console)
+        try:
+            await loop.start()
+            progress = LoopProgress(console, loop.loop_cfg.iterations, enabled=opts.show_progress)
+            assert loop.run is not None
+            progress.attach(store, loop.run)
+            with progress:
+                await loop.run_iterations(progress)
+            await asyncio.to_thread(loop.refresh_versions)
+        finally:
+            await loop.stop()
+        return LoopReport(
+            run=loop.run_name,
+            mode=loop.loop_cfg.mode,
+            iterations=loop.stats,
+            out_dir=loop.out_dir,
+            seconds=time.monotonic() - started,
+        )
+    finally:
+        store.close()

@@ -1,0 +1,160 @@
+"""``dressage-worker loop``: rollout -> train -> push -> rollout on a real dev engine, proxy and SQLite log.
+
+Tiny settings (2 tasks x 2 samples, 4 tokens) keep each loop to a few seconds of rollout; the
+assertions are about what the log and the engine must show, never about reward values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' extra)")
+
+from rich.console import Console
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+from dressage.cli import app
+from dressage.config import Settings
+from dressage.engines.sglang_client import EngineClient
+from dressage.errors import ConfigError
+from dressage.loop.progress import LoopProgress
+from dressage.loop.runner import Loop, LoopOptions
+from dressage.store import EventStore
+
+
+def write_config(tmp: Path, mode: str) -> Path:
+    """A two-task run.yaml for the local sandbox, with train:/loop: sections."""
+    (tmp / "tasks.jsonl").write_text(
+        '{"prompt": "Say a word with the letter e.", "label": "e"}\n'
+        '{"prompt": "Say a word with the letter a.", "label": "a"}\n'
+    )
+    cfg: dict[str, Any] = {
+        "run": "loop-test",
+        "dataset": {"path": "tasks.jsonl"},
+        "n_samples_per_prompt": 2,
+        "engine": {"kind": "dev", "model": "tiny", "seed": 0},
+        "sampling": {"max_tokens": 4, "enable_thinking": False},
+        "agent": {"kind": "answer"},
+        "sandbox": {"provider": "local", "timeout_s": 20},
+        "reward": {"kind": "contains"},
+        "worker": {"concurrency": 4, "lease_s": 30, "session_timeout_s": 60, "poll_s": 0.1},
+        "train": {"lr": 1.0},
+        "loop": {"iterations": 2, "mode": mode},
+    }
+    path = tmp / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def policy_versions(store: EventStore, run: str) -> list[int]:
+    """The run's recorded policy versions, in log order."""
+    return [e.payload["version"] for e in store.read_events(run, kinds=("policy_version",))]
+
+
+def token_versions(store: EventStore, run: str, min_task_index: int) -> list[int]:
+    """Per-token policy versions (``token_events``) of sessions of tasks >= ``min_task_index``."""
+    sql = text(
+        "SELECT te.policy_version FROM token_events te JOIN sessions s ON s.id = te.session_id "
+        "JOIN tasks k ON k.id = s.task_id WHERE te.run_name = :run AND k.task_index >= :i "
+        "AND te.policy_version IS NOT NULL"
+    )
+    with store.engine.connect() as conn:
+        return [int(r[0]) for r in conn.execute(sql, {"run": run, "i": min_task_index})]
+
+
+def drive(tmp: Path, mode: str) -> tuple[Loop, str | None, Settings]:
+    """Run a 2-iteration loop; return it (stopped) and the engine's weight version before the stop."""
+    settings = Settings(database_url=f"sqlite:///{tmp / 'log.db'}", home=tmp / "home")
+    store = EventStore.open(settings=settings)
+    loop = Loop(store, settings, LoopOptions(str(write_config(tmp, mode)), out_dir=tmp / "out"), Console())
+
+    async def go() -> str | None:
+        try:
+            await loop.start()
+            assert loop.run is not None and loop.engine is not None
+            progress = LoopProgress(Console(), 2, enabled=False)
+            progress.attach(store, loop.run)
+            with progress:
+                await loop.run_iterations(progress)
+            await asyncio.to_thread(loop.refresh_versions)
+            async with EngineClient(loop.engine.url) as client:
+                return (await client.model_info()).weight_version
+        finally:
+            await loop.stop()
+
+    version = asyncio.run(go())
+    return loop, version, settings
+
+
+def replay(settings: Settings, run: str) -> Any:
+    """``dressage-worker train --from-run RUN --consumer loop --replay``."""
+    url = settings.resolved_database_url()
+    args = ["train", "--from-run", run, "--consumer", "loop", "--replay", "--database-url", url]
+    return CliRunner().invoke(app, args)
+
+
+def test_sync_loop_pushes_versions_and_trains_each_iteration(tmp_path: Path) -> None:
+    loop, engine_version, settings = drive(tmp_path, "sync")
+    store, run = loop.store, loop.run_name
+    try:
+        assert run == "loop-test-sync"
+        assert policy_versions(store, run) == [0, 1, 2]
+        assert engine_version == "2"  # the engine serves the weights of the last push
+        assert [s.versions for s in loop.stats] == [(0,), (1,)]  # sync: iteration k sampled by policy k
+        assert [s.finished for s in loop.stats] == [4, 4]
+        assert min(token_versions(store, run, min_task_index=2)) >= 1  # iteration 1 = task indexes 2, 3
+        assert set(token_versions(store, run, min_task_index=0)) == {0, 1}
+        ckpt = store.get_checkpoint(run, "train:loop")
+        assert ckpt is not None and ckpt.step == 2
+        steps = store.list_steps(run, "train:loop")
+        assert [s.manifest["trainer_version"] for s in steps] == [0, 1]
+        groups = [sorted(g["task_index"] for g in s.manifest["groups"]) for s in steps]
+        assert groups == [[0, 1], [2, 3]]  # each step trained on its own iteration's groups
+        assert (tmp_path / "out" / "step-000002.safetensors").is_file()
+        result = replay(settings, run)
+        assert result.exit_code == 0, result.output
+        assert "every batch hash matches" in result.output
+    finally:
+        store.close()
+
+
+def test_async_loop_records_versions_per_token(tmp_path: Path) -> None:
+    loop, engine_version, settings = drive(tmp_path, "async")
+    store, run = loop.store, loop.run_name
+    try:
+        assert policy_versions(store, run) == [0, 1, 2] and engine_version == "2"
+        # iteration 1 rolled out while iteration 0 trained: its tokens carry version 0 or 1
+        assert set(token_versions(store, run, min_task_index=2)) <= {0, 1}
+        for turn in store.read_turns(run, with_experts=False):
+            v = turn.policy_versions[turn.policy_versions >= 0]
+            assert (v[1:] >= v[:-1]).all(), "a turn's versions only grow across a pause/resume"
+        steps = store.list_steps(run, "train:loop")
+        assert len(steps) == 2 and steps[1].manifest["options"]["masking"]["max_staleness"] == 1
+        result = replay(settings, run)
+        assert result.exit_code == 0, result.output
+    finally:
+        store.close()
+
+
+def test_a_loop_refuses_an_existing_run(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'log.db'}", home=tmp_path / "home")
+    store = EventStore.open(settings=settings)
+    try:
+        store.create_run("loop-test-sync")
+        loop = Loop(store, settings, LoopOptions(str(write_config(tmp_path, "sync"))), Console())
+        with pytest.raises(ConfigError, match="already exists"):
+            asyncio.run(loop.start())
+        with pytest.raises(ConfigError, match="must divide"):
+            cfg = write_config(tmp_path, "sync")
+            data = yaml.safe_load(cfg.read_text())
+            data["train"]["global_batch_size"] = 3
+            cfg.write_text(yaml.safe_dump(data))
+            Loop(store, settings, LoopOptions(str(cfg)), Console())
+    finally:
+        store.close()

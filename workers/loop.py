@@ -1,0 +1,75 @@
+"""``dressage-worker loop``: rollout, train and push weights for K iterations in one process.
+
+See :mod:`dressage.loop.runner` for the schedule (sync or async). Prints a table per iteration
+(policy version, sessions, mean reward), the plain numbers, and writes a plot of the mean reward.
+Heavy imports (torch, the proxy, matplotlib) happen inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dressage.cli.store_commands import DatabaseUrl, handle_errors
+
+
+@handle_errors
+def loop_command(
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="Run config (YAML) with train:/loop: sections.")
+    ],
+    iterations: Annotated[
+        int | None, typer.Option("--iterations", "-k", help="Iterations (default: loop.iterations).")
+    ] = None,
+    mode: Annotated[str | None, typer.Option("--mode", help="sync | async (default: loop.mode).")] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Name of the new run (default: <config run>-<mode>).")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Checkpoints and pushed weights (default: <home>/loop/<run>)."),
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write the mean-reward curve here (PNG).")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", "-j", help="Episodes at once (overrides worker.concurrency)."),
+    ] = None,
+    database_url: DatabaseUrl = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")] = True,
+) -> None:
+    """Alternate rollout and training on the CPU (or SGLang engines) and show the reward curve."""
+    import asyncio
+
+    from rich.console import Console
+
+    from dressage.config import load_settings
+    from dressage.loop.report import reward_line, summary_table, write_plot
+    from dressage.loop.runner import LoopOptions, run_loop
+
+    settings = load_settings(database_url=database_url)
+    opts = LoopOptions(
+        config_path=str(config),
+        iterations=iterations,
+        mode=mode,
+        run=run,
+        out_dir=out,
+        concurrency=concurrency,
+        show_progress=progress,
+    )
+    console = Console(stderr=True)
+    report = asyncio.run(run_loop(settings, opts, console))
+    title = f"run {report.run} ({report.mode}, {len(report.iterations)} iterations, {report.seconds:.0f}s)"
+    console.print(summary_table(report.iterations, title=title))
+    typer.echo(reward_line(report.iterations))
+    if plot is not None:
+        write_plot(report.iterations, plot, title=f"dressage-worker loop: {title}")
+        console.print(f"mean-reward curve written to {plot}")
+    db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
+    console.print(
+        f"check every training step against the log with:\n"
+        f"  dressage-worker train --from-run {report.run} --consumer loop --replay{db}"
+    )
