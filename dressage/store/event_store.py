@@ -64,6 +64,8 @@ from dressage.store.turn_io import PgTurnAppender, fetch_token_columns, fetch_tu
 
 PARALLEL_READ_MIN_EVENTS = 2_000
 """Runs with more events than twice this are read back over two PostgreSQL connections."""
+PARALLEL_READ_MIN_SESSIONS = 32
+"""``read_turns`` of at least twice this many sessions uses two PostgreSQL connections."""
 
 
 class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
@@ -631,7 +633,28 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         session_ids: list[str] | None = None,
         with_experts: bool = True,
     ) -> list[Turn]:
-        """Turns of a run or sessions, ordered by session then turn index, arrays as numpy."""
+        """Turns of a run or sessions, ordered by session then turn index, arrays as numpy.
+
+        On PostgreSQL a long ``session_ids`` list is read over two connections at once: the server
+        spends most of a big read encoding arrays, and two backends use both cores.
+        """
+        if (
+            self.dialect == "postgresql"
+            and session_ids is not None
+            and len(session_ids) >= 2 * PARALLEL_READ_MIN_SESSIONS
+        ):
+            half = len(session_ids) // 2
+            chunks = [session_ids[:half], session_ids[half:]]
+            with ThreadPoolExecutor(2) as pool:
+                parts = list(
+                    pool.map(
+                        lambda ids: self.read_turns(
+                            run, session_id=session_id, session_ids=ids, with_experts=with_experts
+                        ),
+                        chunks,
+                    )
+                )
+            return sorted(parts[0] + parts[1], key=lambda x: (x.session_id, x.turn_index))
         clauses: list[str] = []
         params: dict[str, Any] = {}
         if run is not None:
@@ -643,9 +666,13 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         if session_ids is not None:
             if not session_ids:
                 return []
-            names = [f"s{i}" for i in range(len(session_ids))]
-            clauses.append(f"session_id IN ({', '.join(f'%({n})s' for n in names)})")
-            params.update(zip(names, session_ids, strict=True))
+            if self.dialect == "postgresql":  # one array parameter: the same (prepared) statement each time
+                clauses.append("session_id = ANY(%(session_ids)s)")
+                params["session_ids"] = list(session_ids)
+            else:
+                names = [f"s{i}" for i in range(len(session_ids))]
+                clauses.append(f"session_id IN ({', '.join(f'%({n})s' for n in names)})")
+                params.update(zip(names, session_ids, strict=True))
         with self._read() as conn:
             rows = fetch_turn_rows(conn, " AND ".join(clauses) or "1=1", params, with_experts=with_experts)
         return [_turn(x, with_experts) for x in rows]

@@ -73,6 +73,10 @@ def check_text(value: str | None, *, what: str, max_chars: int = 65_536) -> None
         raise InvalidRecordError(f"{what} is {len(value)} characters, over the limit of {max_chars}")
 
 
+_INT32 = np.iinfo(np.int32)
+_FITS_INT32 = frozenset(np.dtype(t) for t in ("int8", "int16", "int32", "uint8", "uint16"))
+
+
 def _as_array(values: Any, dtype: str, *, what: str) -> np.ndarray:
     try:
         arr = np.asarray(values)
@@ -80,16 +84,14 @@ def _as_array(values: Any, dtype: str, *, what: str) -> np.ndarray:
         raise InvalidRecordError(f"{what} is not an array of numbers: {e}") from e
     if arr.ndim != 1:
         raise InvalidRecordError(f"{what} must be one-dimensional, got shape {arr.shape}")
-    if arr.size and dtype in ("int32",) and arr.dtype.kind not in "iu":
-        raise InvalidRecordError(f"{what} must hold integers, got {arr.dtype}")
     if arr.size > MAX_TOKENS_PER_TURN:
         raise InvalidRecordError(f"{what} has {arr.size} entries, over the limit of {MAX_TOKENS_PER_TURN}")
-    if (
-        dtype == "int32"
-        and arr.size
-        and (arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max)
-    ):
-        raise InvalidRecordError(f"{what} has values outside the int32 range")
+    if dtype == "int32" and arr.size and arr.dtype not in _FITS_INT32:
+        # Only wider or non-integer inputs need the (costly) value checks.
+        if arr.dtype.kind not in "iu":
+            raise InvalidRecordError(f"{what} must hold integers, got {arr.dtype}")
+        if arr.min() < _INT32.min or arr.max() > _INT32.max:
+            raise InvalidRecordError(f"{what} has values outside the int32 range")
     return arr.astype(dtype, copy=False)
 
 
@@ -134,6 +136,8 @@ class PreparedTurn:
     arrays: dict[str, np.ndarray]
     content_hash: str
     event_payload: dict[str, Any]
+    json_text: dict[str, str]
+    """Canonical JSON of ``sampling_params`` and ``info``, already serialised for hashing."""
 
     def row_with_lists(self) -> dict[str, Any]:
         """The row with per-token arrays as Python lists (for the generic SQLAlchemy insert)."""
@@ -231,11 +235,11 @@ def prepare_turn(
         header,
         sampling_json,
         info_json,
-        context.astype("<i4").tobytes(),
-        generated.astype("<i4").tobytes(),
-        logprobs.astype("<f4").tobytes(),
-        mask.astype("u1").tobytes(),
-        versions.astype("<i4").tobytes(),
+        _le_bytes(context, "<i4"),
+        _le_bytes(generated, "<i4"),
+        _le_bytes(logprobs, "<f4"),
+        _le_bytes(mask, "u1"),
+        _le_bytes(versions, "<i4"),
         experts_raw,
     ):
         h.update(len(part).to_bytes(8, "little"))
@@ -286,7 +290,21 @@ def prepare_turn(
         "loss_mask": mask,
         "policy_versions": versions,
     }
-    return PreparedTurn(key=key, row=row, arrays=arrays, content_hash=content_hash, event_payload=payload)
+    return PreparedTurn(
+        key=key,
+        row=row,
+        arrays=arrays,
+        content_hash=content_hash,
+        event_payload=payload,
+        json_text={"sampling_params": sampling_json.decode(), "info": info_json.decode()},
+    )
+
+
+def _le_bytes(arr: np.ndarray, dtype: str) -> memoryview | bytes:
+    """The little-endian bytes of ``arr`` as ``dtype``, without a copy when it already is."""
+    if arr.dtype == np.dtype(dtype) and arr.flags.c_contiguous:
+        return memoryview(arr).cast("B")
+    return np.ascontiguousarray(arr, dtype=dtype).tobytes()
 
 
 def decode_experts(

@@ -139,8 +139,8 @@ def pg_append_params(prep: PreparedTurn, run_id: int, now: float) -> dict[str, A
         experts_shape=PgInt4Array(np.asarray(row["experts_shape"], dtype=np.int32))
         if row["experts_shape"] is not None
         else None,
-        sampling_params=json.dumps(row["sampling_params"]),
-        info=json.dumps(row["info"]),
+        sampling_params=prep.json_text["sampling_params"],
+        info=prep.json_text["info"],
         event_payload=json.dumps(prep.event_payload),
     )
     return params
