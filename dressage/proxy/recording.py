@@ -233,7 +233,7 @@ async def record_turn(
             key=turn_id,
         )
         try:
-            await asyncio.to_thread(store.append_turn, state.run_name, record)
+            await store.append_turn_async(state.run_name, record)
         except InvalidRecordError as e:
             registry.evict(state.session_id)
             session = await asyncio.to_thread(store.get_session, state.session_id)

@@ -72,8 +72,9 @@ class ProxyService:
         self._window_lock = asyncio.Lock()
 
     async def aclose(self) -> None:
-        """Close engine connections."""
+        """Close engine connections and this loop's store connections."""
         await self.pool.aclose()
+        await self.store.aclose_async()
 
     async def context_window(self) -> int:
         """The context window: configured, else the engine's ``max_context``, else the profile's."""

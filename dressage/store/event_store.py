@@ -12,11 +12,13 @@ Task leases, consumer checkpoints and artifacts live in mixins (``leases``, ``co
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -60,11 +62,18 @@ from dressage.store.records import (
     deterministic_key,
     prepare_turn,
 )
-from dressage.store.turn_io import PgTurnAppender, fetch_token_columns, fetch_turn_rows, pg_append_params
+from dressage.store.turn_io import (
+    AsyncPgAppenderPool,
+    PgTurnAppender,
+    fetch_token_columns,
+    fetch_turn_rows,
+    pg_append_params,
+)
 
 PARALLEL_READ_MIN_EVENTS = 2_000
 """Runs with more events than twice this are read back over two PostgreSQL connections."""
 PARALLEL_READ_MIN_SESSIONS = 32
+PG_APPEND_ATTEMPTS = 3
 """``read_turns`` of at least twice this many sessions uses two PostgreSQL connections."""
 
 
@@ -91,6 +100,10 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         self._local = threading.local()
         self._appenders: list[PgTurnAppender] = []
         self._appenders_lock = threading.Lock()
+        self._async_appenders: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncPgAppenderPool] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._writer: ThreadPoolExecutor | None = None
 
     @classmethod
     def open(
@@ -126,6 +139,9 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
             for appender in self._appenders:
                 appender.reset()
             self._appenders.clear()
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
         self.engine.dispose()
 
     # --- connections ------------------------------------------------------------------------------
@@ -589,32 +605,82 @@ class EventStore(LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         replaced and the append retried; the idempotency key makes that safe.
         """
         params = pg_append_params(prep, r.id, time.time())
-        for attempt in range(3):
+        for attempt in range(PG_APPEND_ATTEMPTS):
+            appender = self._pg_appender()
             try:
-                row = self._pg_appender().append(params)
-            except psycopg.errors.UniqueViolation as e:
-                if attempt == 2:
-                    raise InvalidRecordError(
-                        f"the log refused the turn: {redact(str(e), self.secrets)}"
-                    ) from e
-                continue  # a concurrent writer recorded the same key (or turn index): look again
-            except psycopg.OperationalError as e:
-                self._pg_appender().reset()
-                if attempt == 2:
-                    raise StoreError(
-                        f"database write failed: {redact(str(e), self.secrets)}; is PostgreSQL up?"
-                    ) from e
-                continue
+                row = appender.append(params)
             except psycopg.Error as e:
-                raise StoreError(f"database write failed: {redact(str(e), self.secrets)}") from e
-            new_position, old_position, old_hash, status, session_run_id = row
-            if new_position is not None:
-                return AppendResult(position=int(new_position), key=prep.key, duplicate=False)
-            if old_position is not None:
-                return _duplicate(old_position, old_hash, prep.key, prep.content_hash)
-            _check_session(prep.row["session_id"], r, status, session_run_id)
-            raise StoreError(f"turn {prep.key} was not recorded for an unknown reason; retry the append")
+                if isinstance(e, psycopg.OperationalError):
+                    appender.reset()
+                self._retry_or_raise(e, attempt)
+                continue
+            return self._pg_outcome(row, r, prep)
         raise AssertionError("unreachable")
+
+    async def append_turn_async(self, run: str | Run, record: TurnRecord) -> AppendResult:
+        """:meth:`append_turn` for event loops (the proxy), without a thread hop on PostgreSQL.
+
+        PostgreSQL appends run on a small pool of async psycopg connections owned by the running
+        loop; SQLite appends run on one dedicated writer thread (SQLite writes serialise anyway).
+        """
+        r = self.get_run(run)
+        if self.dialect != "postgresql":
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._writer_thread(), self.append_turn, r, record)
+        prep = prepare_turn(r.name, record, max_payload_bytes=self.max_payload_bytes)
+        params = pg_append_params(prep, r.id, time.time())
+        pool = self._async_appenders.get(asyncio.get_running_loop())
+        if pool is None:
+            pool = AsyncPgAppenderPool(self.engine.url)
+            self._async_appenders[asyncio.get_running_loop()] = pool
+        for attempt in range(PG_APPEND_ATTEMPTS):
+            async with pool.appender() as appender:
+                try:
+                    row = await appender.append(params)
+                except psycopg.Error as e:
+                    if isinstance(e, psycopg.OperationalError):
+                        await appender.reset()
+                    self._retry_or_raise(e, attempt)
+                    continue
+            return self._pg_outcome(row, r, prep)
+        raise AssertionError("unreachable")
+
+    async def aclose_async(self) -> None:
+        """Close the async connections this loop opened for :meth:`append_turn_async`."""
+        pool = self._async_appenders.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.aclose()
+
+    def _writer_thread(self) -> ThreadPoolExecutor:
+        with self._appenders_lock:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="dressage-writer")
+            return self._writer
+
+    def _retry_or_raise(self, e: psycopg.Error, attempt: int) -> None:
+        """After a failed PostgreSQL append: return to retry it, or raise the translated error."""
+        last = attempt == PG_APPEND_ATTEMPTS - 1
+        if isinstance(e, psycopg.errors.UniqueViolation):
+            if last:
+                raise InvalidRecordError(f"the log refused the turn: {redact(str(e), self.secrets)}") from e
+            return  # a concurrent writer recorded the same key (or turn index): look again
+        if isinstance(e, psycopg.OperationalError):
+            if last:
+                raise StoreError(
+                    f"database write failed: {redact(str(e), self.secrets)}; is PostgreSQL up?"
+                ) from e
+            return  # the connection broke: retry on a fresh one (the key makes it safe)
+        raise StoreError(f"database write failed: {redact(str(e), self.secrets)}") from e
+
+    def _pg_outcome(self, row: tuple[Any, ...], r: Run, prep: PreparedTurn) -> AppendResult:
+        """Interpret the append statement's answer: new position, duplicate, or why nothing happened."""
+        new_position, old_position, old_hash, status, session_run_id = row
+        if new_position is not None:
+            return AppendResult(position=int(new_position), key=prep.key, duplicate=False)
+        if old_position is not None:
+            return _duplicate(old_position, old_hash, prep.key, prep.content_hash)
+        _check_session(prep.row["session_id"], r, status, session_run_id)
+        raise StoreError(f"turn {prep.key} was not recorded for an unknown reason; retry the append")
 
     def _pg_appender(self) -> PgTurnAppender:
         appender = getattr(self._local, "appender", None)

@@ -10,7 +10,10 @@ SQLite: arrays are JSON text; reads parse integer arrays with numpy's text parse
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -121,6 +124,58 @@ class PgTurnAppender:
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+class AsyncPgTurnAppender:
+    """:class:`PgTurnAppender` on an async psycopg connection (used inside event loops)."""
+
+    def __init__(self, conninfo: str) -> None:
+        self._conninfo = conninfo
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def append(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        """Run the append statement; same answer as :meth:`PgTurnAppender.append`."""
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self._conninfo, autocommit=True, options="-c synchronous_commit=on -c timezone=UTC"
+            )
+        cur = await self._conn.execute(PG_APPEND_TURN_SQL, params, prepare=True)
+        row = await cur.fetchone()
+        assert row is not None
+        return tuple(row)
+
+    async def reset(self) -> None:
+        """Close the connection; the next append opens a fresh one."""
+        if self._conn is not None:
+            try:
+                await self._conn.close()
+            finally:
+                self._conn = None
+
+
+class AsyncPgAppenderPool:
+    """A few :class:`AsyncPgTurnAppender` shared by the coroutines of one event loop."""
+
+    def __init__(self, url: URL, size: int = 4) -> None:
+        conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._all = [AsyncPgTurnAppender(conninfo) for _ in range(size)]
+        self._idle: asyncio.LifoQueue[AsyncPgTurnAppender] = asyncio.LifoQueue()  # reuse the warmest
+        for appender in self._all:
+            self._idle.put_nowait(appender)
+
+    @contextlib.asynccontextmanager
+    async def appender(self) -> AsyncIterator[AsyncPgTurnAppender]:
+        """Borrow an appender for one statement."""
+        appender = await self._idle.get()
+        try:
+            yield appender
+        finally:
+            self._idle.put_nowait(appender)
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+        for appender in self._all:
+            await appender.reset()
 
 
 def pg_append_params(prep: PreparedTurn, run_id: int, now: float) -> dict[str, Any]:

@@ -80,15 +80,17 @@ def test_async_client_bearer_header_and_models(proxy: Harness) -> None:
     s = proxy.session(run)
 
     async def main() -> tuple[Any, Any, Any]:
-        client = AsyncOpenAI(base_url=f"{proxy.server.base_url}/v1", api_key=s.token)
-        models = await client.models.list()
-        r = await client.chat.completions.create(model="m", messages=MSGS, max_tokens=5)
-        parts = [
-            c
-            async for c in await client.chat.completions.create(
-                model="m", messages=MSGS, max_tokens=5, stream=True, seed=2
-            )
-        ]
+        # Closed inside this loop: a client left for the garbage collector closes its sockets on
+        # whatever loop runs then, which breaks a later test.
+        async with AsyncOpenAI(base_url=f"{proxy.server.base_url}/v1", api_key=s.token) as client:
+            models = await client.models.list()
+            r = await client.chat.completions.create(model="m", messages=MSGS, max_tokens=5)
+            parts = [
+                c
+                async for c in await client.chat.completions.create(
+                    model="m", messages=MSGS, max_tokens=5, stream=True, seed=2
+                )
+            ]
         return models, r, parts
 
     models, r, parts = asyncio.run(main())

@@ -297,3 +297,31 @@ def test_read_token_arrays_and_drop(store: EventStore, run_name: str) -> None:
     with pytest.raises(UnknownRunError):
         store.get_run(run_name)
     assert len(store.read_turns(other)) == 1
+
+
+def test_append_turn_async_matches_the_sync_contract(store: EventStore, run_name: str) -> None:
+    import asyncio
+
+    store.create_run(run_name)
+    s = store.open_session(run_name)
+
+    async def go() -> list[object]:
+        first = await store.append_turn_async(run_name, _turn(s.id, 0))
+        again = await store.append_turn_async(run_name, _turn(s.id, 0))
+        concurrent = await asyncio.gather(
+            *(store.append_turn_async(run_name, _turn(s.id, i)) for i in range(1, 6))
+        )
+        changed = _turn(s.id, 1)
+        changed.logprobs = np.asarray(changed.logprobs) - 0.5
+        with pytest.raises(IdempotencyConflictError):
+            await store.append_turn_async(run_name, changed)
+        with pytest.raises(UnknownSessionError):
+            await store.append_turn_async(run_name, _turn("nope", 0))
+        await store.aclose_async()
+        return [first, again, *concurrent]
+
+    first, again, *rest = asyncio.run(go())
+    assert again.duplicate and again.position == first.position
+    positions = sorted([first.position, *(r.position for r in rest)])
+    assert positions == list(range(positions[0], positions[0] + 6)), "dense positions"
+    assert [t.turn_index for t in store.read_turns(run_name)] == list(range(6))
