@@ -72,11 +72,18 @@ class ProxyConfig(_Strict):
     )
 
 
+def session_seed(seed: int, task_index: int, sample_index: int, attempt: int) -> int:
+    """The sampling seed of one (task, sample, attempt) session under a run's base ``seed``."""
+    return (seed + 1_000_003 * task_index + 1_009 * sample_index + attempt) % (2**31 - 1)
+
+
 class SamplingConfig(_Strict):
     """Request parameters whitebox agents send, and the proxy's defaults for blackbox agents.
 
-    ``seed`` fixes the seed of every request, which makes all samples of a group identical: leave it
-    unset for RL (the engine then draws a distinct seed per request).
+    ``seed`` makes a run reproducible: the requests of the session for (task, sample, attempt)
+    carry the seed ``seed + 1_000_003 * task_index + 1_009 * sample_index + attempt``, so the
+    samples of a group differ from each other yet come out the same in a rerun. Unset, the engine
+    draws a seed per request.
     """
 
     max_tokens: int = Field(default=32, ge=1)
@@ -88,9 +95,14 @@ class SamplingConfig(_Strict):
         description="Chat-template switch sent by whitebox agents; false makes Qwen3.5 answer without <think>.",
     )
 
-    def request_kwargs(self) -> dict[str, Any]:
-        """Non-None fields as OpenAI request parameters."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+    def request_kwargs(
+        self, *, task_index: int = 0, sample_index: int = 0, attempt: int = 1
+    ) -> dict[str, Any]:
+        """Non-None fields as OpenAI request parameters, with the session's seed (see the class)."""
+        out = {k: v for k, v in self.model_dump().items() if v is not None}
+        if self.seed is not None:
+            out["seed"] = session_seed(self.seed, task_index, sample_index, attempt)
+        return out
 
     def engine_defaults(self) -> dict[str, Any]:
         """The proxy's defaults for requests that leave them out, in SGLang's names."""
@@ -99,8 +111,6 @@ class SamplingConfig(_Strict):
             "temperature": self.temperature,
             "top_p": self.top_p,
         }
-        if self.seed is not None:
-            out["sampling_seed"] = self.seed
         return out
 
 

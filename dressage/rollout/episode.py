@@ -153,9 +153,12 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
     renewer = asyncio.create_task(_renew(env, lease, current, lost))
     agent_log = AgentLog()
     held = _Held()
+    sampling = cfg.sampling.request_kwargs(
+        task_index=lease.task_index, sample_index=lease.sample_index, attempt=lease.attempt
+    )
     try:
         try:
-            result = await _play(env, task, handle, agent_log, held)
+            result = await _play(env, task, handle, agent_log, held, sampling)
             reward, details = await _score(env, task, result, held.sandbox)
         except _Failed as f:
             agent_log.write(f"FAILED ({f.reason}): {f}")
@@ -199,7 +202,12 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
 
 
 async def _play(
-    env: EpisodeEnv, task: Task, handle: SessionHandle, agent_log: AgentLog, held: _Held
+    env: EpisodeEnv,
+    task: Task,
+    handle: SessionHandle,
+    agent_log: AgentLog,
+    held: _Held,
+    sampling: dict[str, Any],
 ) -> AgentResult:
     """Create the sandbox and run the agent; failures raise :class:`_Failed`."""
     from openai import AsyncOpenAI
@@ -223,7 +231,7 @@ async def _play(
         session_id=handle.session_id,
         token=handle.token,
         sandbox_base_url=sandbox_session_url(env, handle.base_url),
-        sampling=cfg.sampling.request_kwargs(),
+        sampling=sampling,
         timeout_s=cfg.worker.session_timeout_s,
         log=agent_log,
     )

@@ -142,3 +142,24 @@ def test_python_reward(tmp_path: Path) -> None:
         _score(PythonRewardConfig(path="tests.rollout.rewards_for_tests:nan"), "x", None)
     with pytest.raises(ConfigError, match="cannot import module"):
         build_scorer(PythonRewardConfig(path="nowhere.mod:f"))
+
+
+def test_sampling_seed_is_distinct_per_sample_and_stable() -> None:
+    from dressage.rollout.config import SamplingConfig
+
+    cfg = SamplingConfig(seed=7, max_tokens=4)
+    seeds = {
+        cfg.request_kwargs(task_index=t, sample_index=k, attempt=a)["seed"]
+        for t in range(20)
+        for k in range(8)
+        for a in (1, 2)
+    }
+    assert len(seeds) == 20 * 8 * 2, "every (task, sample, attempt) gets its own seed"
+    assert (
+        cfg.request_kwargs(task_index=3, sample_index=1)["seed"]
+        == cfg.request_kwargs(task_index=3, sample_index=1)["seed"]
+    )
+    assert "seed" not in SamplingConfig(max_tokens=4).request_kwargs(task_index=3)
+    assert "sampling_seed" not in cfg.engine_defaults(), (
+        "a fixed engine default would make every sample alike"
+    )
