@@ -44,7 +44,7 @@ from dressage.rollout.datasets import dataset_digest, load_tasks
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv
 from dressage.rollout.rewards import build_scorer
-from dressage.rollout.worker import RolloutReport, _lease_loop, default_worker_id
+from dressage.rollout.worker import RolloutReport, _lease_loop, default_worker_id, start_engine_and_proxy
 from dressage.store import EventStore, Run, TaskSpec
 
 CONSUMER = "loop"
@@ -157,26 +157,9 @@ class Loop:
                 f"run {self.run_name!r} already exists; a loop starts a new run: pass --run NEW-NAME"
             )
         cfg = self.cfg
-        if cfg.engine.kind == "dev":
-            self.engine = DevEngineProcess(cfg.engine.model, cfg.engine.seed, cfg.engine.threads)
-            with self.console.status(
-                f"starting the dev engine (model {cfg.engine.model}) on {self.engine.url}"
-            ):
-                urls = [await self.engine.start()]
-        else:
-            urls = list(cfg.engine.urls)
-        self.proxy = ProxyServer(
-            self.store,
-            urls,
-            settings=self.settings,
-            profile=cfg.proxy.profile,
-            host=cfg.proxy.host,
-            port=0,
-            record_experts=cfg.proxy.record_experts,
-            context_window=cfg.proxy.context_window,
-            default_sampling=cfg.sampling.engine_defaults(),
+        self.engine, self.proxy, urls = await start_engine_and_proxy(
+            self.store, cfg, self.settings, self.console, ProxyServer
         )
-        await self.proxy.start()
         self.run = await self.proxy.create_run(self.run_name, self.snapshot())
         await asyncio.to_thread(self.store.record_policy_version, self.run, 0, None)
         await self.proxy.resume(0)  # tokens of iteration 0 carry version 0

@@ -13,6 +13,7 @@ caller (or a model) can never address host files through these methods.
 from __future__ import annotations
 
 import abc
+import asyncio
 import io
 import os
 import posixpath
@@ -96,6 +97,7 @@ class Sandbox(abc.ABC):
 
     session_id: str
     spec: SandboxSpec
+    _terminated: bool = False
 
     @abc.abstractmethod
     async def exec(
@@ -143,6 +145,11 @@ class Sandbox(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.terminate()
+
+    def _check(self) -> None:
+        """Refuse to work on a terminated sandbox."""
+        if self._terminated:
+            raise SandboxError(f"sandbox {self.session_id} is terminated")
 
     def _timeout(self, timeout: float | None) -> float:
         """The effective wall-clock limit for one command."""
@@ -265,3 +272,34 @@ def seed_workspace(root: Path, files: Mapping[str, bytes | str]) -> None:
     """Write ``spec.files`` into a fresh host workspace."""
     for rel, data in files.items():
         host_write_file(root, rel, data)
+
+
+class HostWorkspaceSandbox(Sandbox):
+    """A sandbox whose workspace is the host directory ``root``: files are handled host side.
+
+    The file methods go through the ``host_*`` helpers above, so escapes are refused the same way
+    for every such provider (``bwrap``, ``local``); subclasses implement :meth:`exec` and
+    :meth:`terminate`.
+    """
+
+    root: Path
+
+    async def read_file(self, path: str) -> bytes:
+        """Read a workspace file (host side, escapes refused)."""
+        self._check()
+        return host_read_file(self.root, path)
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a workspace file (host side, escapes refused)."""
+        self._check()
+        host_write_file(self.root, path, data)
+
+    async def list_files(self, path: str = ".") -> list[FileInfo]:
+        """List a workspace directory (host side, escapes refused)."""
+        self._check()
+        return host_list_files(self.root, path)
+
+    async def archive(self) -> bytes:
+        """tar.gz of the workspace."""
+        self._check()
+        return await asyncio.to_thread(host_archive, self.root)

@@ -44,14 +44,9 @@ from dressage.paddock._proc import run_capped
 from dressage.paddock.base import (
     WORKSPACE_MOUNT,
     ExecResult,
-    FileInfo,
-    Sandbox,
+    HostWorkspaceSandbox,
     SandboxProvider,
     SandboxSpec,
-    host_archive,
-    host_list_files,
-    host_read_file,
-    host_write_file,
     relative_workspace_path,
     resolve_in_workspace,
     seed_workspace,
@@ -135,7 +130,7 @@ def _sandbox_python() -> tuple[str, list[str]]:
     return os.path.join(prefix, "bin", "python3"), [prefix]
 
 
-class BwrapSandbox(Sandbox):
+class BwrapSandbox(HostWorkspaceSandbox):
     """A host workspace directory plus a bubblewrap invocation per command; see the module doc."""
 
     def __init__(
@@ -156,10 +151,6 @@ class BwrapSandbox(Sandbox):
     def limits(self) -> str:
         """Which mechanism enforces the process/memory limits: ``cgroup-v1``, ``cgroup-v2`` or ``rlimit``."""
         return f"cgroup-v{self._cgroup.version}" if self._cgroup else "rlimit"
-
-    def _check(self) -> None:
-        if self._terminated:
-            raise SandboxError(f"sandbox {self.session_id} is terminated")
 
     def _argv(self, cmd: list[str], cwd: str, env: Mapping[str, str]) -> list[str]:
         a = [
@@ -278,26 +269,6 @@ class BwrapSandbox(Sandbox):
         if self._terminated:
             raise SandboxError(f"sandbox {self.session_id} was terminated while a command ran")
         return result
-
-    async def read_file(self, path: str) -> bytes:
-        """Read a workspace file (host side, escapes refused)."""
-        self._check()
-        return host_read_file(self.root, path)
-
-    async def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a workspace file (host side, escapes refused)."""
-        self._check()
-        host_write_file(self.root, path, data)
-
-    async def list_files(self, path: str = ".") -> list[FileInfo]:
-        """List a workspace directory (host side, escapes refused)."""
-        self._check()
-        return host_list_files(self.root, path)
-
-    async def archive(self) -> bytes:
-        """tar.gz of the workspace."""
-        self._check()
-        return await asyncio.to_thread(host_archive, self.root)
 
     async def terminate(self) -> None:
         """SIGKILL every process of every exec, remove the cgroup, the workspace and state. Idempotent."""

@@ -74,10 +74,6 @@ class E2BSandbox(Sandbox):
         rel = relative_workspace_path(path, self.workdir)
         return self.workdir if rel == "." else posixpath.join(self.workdir, rel)
 
-    def _check(self) -> None:
-        if self._terminated:
-            raise SandboxError(f"sandbox {self.session_id} is terminated")
-
     async def exec(
         self,
         cmd: str | list[str],

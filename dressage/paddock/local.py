@@ -19,18 +19,12 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from dressage.errors import SandboxError
 from dressage.paddock._proc import run_capped
 from dressage.paddock.base import (
     ExecResult,
-    FileInfo,
-    Sandbox,
+    HostWorkspaceSandbox,
     SandboxProvider,
     SandboxSpec,
-    host_archive,
-    host_list_files,
-    host_read_file,
-    host_write_file,
     resolve_in_workspace,
     seed_workspace,
 )
@@ -52,7 +46,7 @@ def _killpg(proc: asyncio.subprocess.Process, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-class LocalSandbox(Sandbox):
+class LocalSandbox(HostWorkspaceSandbox):
     """A temp directory and unconfined subprocesses; see the module docstring."""
 
     def __init__(self, session_id: str, spec: SandboxSpec, root: Path) -> None:
@@ -61,10 +55,6 @@ class LocalSandbox(Sandbox):
         self.root = root
         self._procs: set[asyncio.subprocess.Process] = set()
         self._terminated = False
-
-    def _check(self) -> None:
-        if self._terminated:
-            raise SandboxError(f"sandbox {self.session_id} is terminated")
 
     async def exec(
         self,
@@ -91,26 +81,6 @@ class LocalSandbox(Sandbox):
             after_exit=lambda p: _killpg(p, signal.SIGKILL),
             on_start=self._procs.add,
         )
-
-    async def read_file(self, path: str) -> bytes:
-        """Read a workspace file."""
-        self._check()
-        return host_read_file(self.root, path)
-
-    async def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a workspace file."""
-        self._check()
-        host_write_file(self.root, path, data)
-
-    async def list_files(self, path: str = ".") -> list[FileInfo]:
-        """List a workspace directory."""
-        self._check()
-        return host_list_files(self.root, path)
-
-    async def archive(self) -> bytes:
-        """tar.gz of the workspace."""
-        self._check()
-        return await asyncio.to_thread(host_archive, self.root)
 
     async def terminate(self) -> None:
         """Kill every process group this sandbox started and delete the workspace."""

@@ -19,7 +19,6 @@ Without a configured admin token the admin routes answer 403: the Python API
 from __future__ import annotations
 
 import hmac
-import json
 from dataclasses import asdict
 from typing import Any
 
@@ -30,6 +29,7 @@ from starlette.routing import Route
 from dressage.errors import AuthError, DressageError, RequestError
 from dressage.proxy.errors import error_body, error_response
 from dressage.proxy.openai_routes import read_body
+from dressage.proxy.requests import parse_json_object
 from dressage.proxy.service import ProxyService
 
 
@@ -53,13 +53,7 @@ async def _json(svc: ProxyService, request: Request) -> dict[str, Any]:
     raw = await read_body(request, svc.settings.max_request_bytes)
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RequestError(f"the request body is not valid JSON: {e}", code="invalid_json") from e
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object", code="invalid_json")
-    return body
+    return parse_json_object(raw)
 
 
 def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], required: bool = False) -> Any:

@@ -175,14 +175,20 @@ def _stop(body: dict[str, Any]) -> list[str] | None:
     return stops
 
 
-def parse_chat_request(raw: bytes, default_sampling: dict[str, Any] | None = None) -> ChatRequest:
-    """Validate a raw request body; raises :class:`RequestError` (400) for anything wrong."""
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """Decode a request body that must be a JSON object; :class:`RequestError` (``invalid_json``) if not."""
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise RequestError(f"the request body is not valid JSON: {e}", code="invalid_json") from e
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def parse_chat_request(raw: bytes, default_sampling: dict[str, Any] | None = None) -> ChatRequest:
+    """Validate a raw request body; raises :class:`RequestError` (400) for anything wrong."""
+    body = parse_json_object(raw)
     for name, why in _UNSUPPORTED.items():
         if body.get(name) not in (None, {}, []):
             raise _unsupported(name, why)

@@ -104,6 +104,51 @@ def _proxy_class() -> Any:
     return ProxyServer
 
 
+async def start_engine_and_proxy(
+    store: EventStore,
+    cfg: RolloutConfig,
+    settings: Settings,
+    console: Console,
+    proxy_class: Any = None,
+) -> tuple[DevEngineProcess | None, Any, list[str]]:
+    """Start the inference engine and the TITO proxy in front of it; return ``(engine, proxy, urls)``.
+
+    ``engine`` is the CPU dev engine child process for ``engine.kind: dev`` (None for existing
+    SGLang URLs); the proxy listens on ``cfg.proxy.host`` on a free port. ``proxy_class`` defaults
+    to :class:`dressage.proxy.server.ProxyServer`. If anything fails, what was started is stopped
+    (proxy first, then engine) before the error propagates.
+    """
+    engine: DevEngineProcess | None = None
+    proxy: Any = None
+    try:
+        if cfg.engine.kind == "dev":
+            engine = DevEngineProcess(cfg.engine.model, cfg.engine.seed, cfg.engine.threads)
+            with console.status(f"starting the dev engine (model {cfg.engine.model}) on {engine.url}"):
+                urls = [await engine.start()]
+        else:
+            urls = list(cfg.engine.urls)
+        proxy = (proxy_class or _proxy_class())(
+            store,
+            urls,
+            settings=settings,
+            profile=cfg.proxy.profile,
+            host=cfg.proxy.host,
+            port=0,
+            record_experts=cfg.proxy.record_experts,
+            context_window=cfg.proxy.context_window,
+            default_sampling=cfg.sampling.engine_defaults(),
+        )
+        await proxy.start()
+    except BaseException:
+        if proxy is not None:
+            with contextlib.suppress(Exception):
+                await proxy.stop()
+        if engine is not None:
+            engine.stop()
+        raise
+    return engine, proxy, urls
+
+
 async def run_rollout(
     settings: Settings, opts: WorkerOptions, console: Console | None = None
 ) -> RolloutReport:
@@ -133,24 +178,7 @@ async def run_rollout(
             snapshot = {"rollout": cfg.snapshot(), "dataset_sha256": dataset_digest(tasks)}
         else:
             snapshot = stored
-        if cfg.engine.kind == "dev":
-            engine = DevEngineProcess(cfg.engine.model, cfg.engine.seed, cfg.engine.threads)
-            with console.status(f"starting the dev engine (model {cfg.engine.model}) on {engine.url}"):
-                urls = [await engine.start()]
-        else:
-            urls = list(cfg.engine.urls)
-        proxy = _proxy_class()(
-            store,
-            urls,
-            settings=settings,
-            profile=cfg.proxy.profile,
-            host=cfg.proxy.host,
-            port=0,
-            record_experts=cfg.proxy.record_experts,
-            context_window=cfg.proxy.context_window,
-            default_sampling=cfg.sampling.engine_defaults(),
-        )
-        await proxy.start()
+        engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
         run: Run = await proxy.create_run(cfg.run, snapshot)
         if tasks is not None and sum(store.task_counts(run).values()) == 0:
             store.enqueue_tasks(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)

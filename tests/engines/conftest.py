@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -35,8 +36,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(seed: int) -> Iterator[RunningEngine]:
-    loaded = load_model("tiny", seed=seed)
+@contextlib.contextmanager
+def serve_dev_engine(loaded: LoadedModel, seed: int, *, start_timeout_s: float = 30) -> Iterator[str]:
+    """Serve ``loaded`` with the dev engine on a free loopback port (uvicorn in a thread); yield its URL."""
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(loaded, seed=seed), host="127.0.0.1", port=port, log_level="warning")
@@ -44,7 +46,7 @@ def _serve(seed: int) -> Iterator[RunningEngine]:
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + start_timeout_s
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"{url}/health", timeout=1).status_code == 200:
@@ -53,9 +55,15 @@ def _serve(seed: int) -> Iterator[RunningEngine]:
             time.sleep(0.05)
     else:
         raise RuntimeError(f"dev engine at {url} did not come up")
-    yield RunningEngine(url=url, loaded=loaded)
+    yield url
     server.should_exit = True
     thread.join(timeout=10)
+
+
+def _serve(seed: int) -> Iterator[RunningEngine]:
+    loaded = load_model("tiny", seed=seed)
+    with serve_dev_engine(loaded, seed) as url:
+        yield RunningEngine(url=url, loaded=loaded)
 
 
 @pytest.fixture(scope="session", autouse=True)

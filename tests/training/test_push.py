@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,11 +13,9 @@ torch = pytest.importorskip("torch", reason="the torch backend needs the 'engine
 pytest.importorskip("transformers", reason="the torch backend needs the 'engine' extra")
 
 import httpx  # noqa: E402
-import uvicorn  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
 from dressage.config import Settings  # noqa: E402
-from dressage.engines.dev_engine import create_app  # noqa: E402
 from dressage.engines.protocol import SamplingParams  # noqa: E402
 from dressage.engines.sglang_client import EngineClient  # noqa: E402
 from dressage.engines.tiny_model import LoadedModel, load_model  # noqa: E402
@@ -29,17 +25,11 @@ from dressage.store import schema as t  # noqa: E402
 from dressage.training import StepOptions, Trainer  # noqa: E402
 from dressage.training.torch_backend import TorchBackend  # noqa: E402
 from dressage.training.weight_push import WeightPusher, parse_urls  # noqa: E402
+from tests.engines.conftest import free_port, serve_dev_engine  # noqa: E402
 from tests.training.builders import build_run, simple  # noqa: E402
 
 PROMPT = [11, 22, 33, 44, 55]
 ADMIN_TOKEN = "test-admin-token"
-
-
-def free_port() -> int:
-    """An unused loopback TCP port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -52,25 +42,8 @@ def served() -> LoadedModel:
 def engine_url(served: LoadedModel) -> Iterator[str]:
     """A dev engine serving the ``tiny`` model (seed 0, the trainer's initial weights) in a thread."""
     torch.set_num_threads(1)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(served, seed=0), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    else:
-        raise RuntimeError(f"dev engine at {url} did not come up")
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_dev_engine(served, seed=0, start_timeout_s=60) as url:
+        yield url
 
 
 def probe(url: str) -> tuple[str | None, list[float]]:
