@@ -234,6 +234,7 @@ def main() -> None:
             "p50 ms",
             "p99 ms",
             "vs bare",
+            "vs bare lists",
             "vs jsonfile",
         ):
             table.add_column(col, justify="right")
