@@ -19,7 +19,7 @@ from typing import Any
 import lz4.frame
 import numpy as np
 
-from dressage.errors import InvalidRecordError
+from dressage.errors import IdempotencyConflictError, InvalidRecordError
 
 ROUTES = ("append", "branch", "create")
 SESSION_STATUSES = ("running", "finished", "failed", "abandoned")
@@ -315,6 +315,16 @@ def decode_experts(
         return None
     raw = lz4.frame.decompress(bytes(blob)) if codec == "lz4" else bytes(blob)
     return np.frombuffer(raw, dtype=dtype).reshape(tuple(shape))
+
+
+def check_duplicate(stored_position: int, stored_hash: str, key: str, content_hash: str) -> AppendResult:
+    """The stored append for a re-sent ``key``; raises when its content differs (non-determinism)."""
+    if stored_hash != content_hash:
+        raise IdempotencyConflictError(
+            f"key {key} was already recorded at position {stored_position} with different content "
+            f"(stored hash {stored_hash[:12]}, new {content_hash[:12]}): the writer is not deterministic"
+        )
+    return AppendResult(position=int(stored_position), key=key, duplicate=True)
 
 
 @dataclass(frozen=True)
