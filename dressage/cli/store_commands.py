@@ -136,8 +136,8 @@ def runs(
     finally:
         store.close()
     if as_json:
-        rows = [s | {"created_at": r.created_at} for r, s in items]
-        typer.echo(json.dumps(rows, indent=2, sort_keys=True))
+        records = [s | {"created_at": r.created_at} for r, s in items]
+        typer.echo(json.dumps(records, indent=2, sort_keys=True))
         return
     columns = ["run", "created", *SESSION_STATUSES, "turns", "tokens", "trained", "mean reward", "position"]
     rows = [

@@ -247,13 +247,13 @@ def host_list_files(root: Path, path: str) -> list[FileInfo]:
     except OSError as e:
         raise SandboxError(f"cannot list {path!r} in the sandbox workspace: {e.strerror}") from e
     out = []
-    for e in entries:
-        st = e.stat(follow_symlinks=False)
+    for entry in entries:
+        st = entry.stat(follow_symlinks=False)
         out.append(
             FileInfo(
-                name=e.name,
-                path=str(Path(e.path).relative_to(real_root)),
-                is_dir=e.is_dir(follow_symlinks=False),
+                name=entry.name,
+                path=str(Path(entry.path).relative_to(real_root)),
+                is_dir=entry.is_dir(follow_symlinks=False),
                 size=st.st_size,
             )
         )

@@ -79,7 +79,9 @@ class ProxyServer:
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
         self.service.base_url = self.base_url
-        configs = [(uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off"), [sock])]
+        configs: list[tuple[uvicorn.Config, list[socket.socket] | None]] = [
+            (uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off"), [sock])
+        ]
         if self.uds_path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.uds_path)
@@ -93,7 +95,8 @@ class ProxyServer:
             )
         for config, sockets in configs:
             server = uvicorn.Server(config)
-            server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            # a hook of older uvicorn (current versions use capture_signals and lack the attribute)
+            server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
             self._servers.append(server)
             self._tasks.append(asyncio.create_task(server.serve(sockets=sockets)))
         while not all(s.started for s in self._servers):

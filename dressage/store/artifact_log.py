@@ -7,7 +7,7 @@ media type and URI with an ``artifact`` event. Policy versions (weight updates) 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, insert, select
 
@@ -16,14 +16,35 @@ from dressage.store import schema as t
 from dressage.store.records import AppendResult, ArtifactRef, Run, check_text, deterministic_key
 
 if TYPE_CHECKING:
-    from dressage.store.event_store import EventStore
+    from collections.abc import Callable, Mapping
+    from contextlib import AbstractContextManager
+
+    from dressage.store.artifacts import BlobStore
 
 
 class ArtifactLogMixin:
     """Artifact and policy-version methods of the event store."""
 
+    if TYPE_CHECKING:  # provided by EventStore
+        blobs: BlobStore | None
+
+        def get_run(self, run: str | Run) -> Run: ...
+        def _read(self) -> AbstractContextManager[Connection]: ...
+        def _retrying(self, fn: Callable[[Connection], Any], attempts: int = 3) -> Any: ...
+        def _append_event_tx(
+            self,
+            conn: Connection,
+            run_id: int,
+            kind: str,
+            payload: Mapping[str, Any],
+            *,
+            key: str | None = None,
+            session_id: str | None = None,
+            content_hash: str | None = None,
+        ) -> AppendResult: ...
+
     def put_artifact(
-        self: EventStore,
+        self,
         run: str | Run,
         data: bytes,
         *,
@@ -75,9 +96,7 @@ class ArtifactLogMixin:
 
         return self._retrying(tx)
 
-    def list_artifacts(
-        self: EventStore, run: str | Run, *, session_id: str | None = None
-    ) -> list[ArtifactRef]:
+    def list_artifacts(self, run: str | Run, *, session_id: str | None = None) -> list[ArtifactRef]:
         """Artifacts of a run (or one session), oldest first."""
         r = self.get_run(run)
         q = select(t.artifacts).where(t.artifacts.c.run_id == r.id)
@@ -86,14 +105,14 @@ class ArtifactLogMixin:
         with self._read() as conn:
             return [_ref(x) for x in conn.execute(q.order_by(t.artifacts.c.id)).all()]
 
-    def get_artifact(self: EventStore, ref: ArtifactRef) -> bytes:
+    def get_artifact(self, ref: ArtifactRef) -> bytes:
         """The bytes of an artifact, checked against its sha256."""
         if self.blobs is None:
             raise StoreError("this store has no blob store configured")
         return self.blobs.get(ref.uri)
 
     def record_policy_version(
-        self: EventStore, run: str | Run, version: int, checkpoint_uri: str | None = None
+        self, run: str | Run, version: int, checkpoint_uri: str | None = None
     ) -> AppendResult:
         """Record that the engines now serve weights ``version`` (idempotent per version)."""
         if not isinstance(version, int) or version < 0:
@@ -123,7 +142,7 @@ class ArtifactLogMixin:
 
         return self._retrying(tx)
 
-    def latest_policy_version(self: EventStore, run: str | Run) -> int | None:
+    def latest_policy_version(self, run: str | Run) -> int | None:
         """The newest recorded policy version of a run, or None."""
         r = self.get_run(run)
         with self._read() as conn:

@@ -19,13 +19,21 @@ from dressage.store import schema as t
 from dressage.store.records import ConsumerCheckpoint, Run, TrainStep, canonical_json, check_text
 
 if TYPE_CHECKING:
-    from dressage.store.event_store import EventStore
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
 
 
 class ConsumerMixin:
     """Consumer checkpoint and step-manifest methods of the event store."""
 
-    def get_checkpoint(self: EventStore, run: str | Run, consumer: str) -> ConsumerCheckpoint | None:
+    if TYPE_CHECKING:  # provided by EventStore
+        max_payload_bytes: int
+
+        def get_run(self, run: str | Run) -> Run: ...
+        def _read(self) -> AbstractContextManager[Connection]: ...
+        def _retrying(self, fn: Callable[[Connection], Any], attempts: int = 3) -> Any: ...
+
+    def get_checkpoint(self, run: str | Run, consumer: str) -> ConsumerCheckpoint | None:
         """The consumer's last committed checkpoint, or None before its first step."""
         r = self.get_run(run)
         c = t.consumer_checkpoints.c
@@ -36,7 +44,7 @@ class ConsumerMixin:
         return ConsumerCheckpoint(row.consumer, row.position, row.step, row.state or {}) if row else None
 
     def commit_step(
-        self: EventStore,
+        self,
         run: str | Run,
         consumer: str,
         *,
@@ -111,7 +119,7 @@ class ConsumerMixin:
 
         return self._retrying(tx)
 
-    def list_steps(self: EventStore, run: str | Run, consumer: str) -> list[TrainStep]:
+    def list_steps(self, run: str | Run, consumer: str) -> list[TrainStep]:
         """Every recorded step of ``consumer``, in order."""
         r = self.get_run(run)
         s = t.train_steps.c

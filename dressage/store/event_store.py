@@ -542,7 +542,7 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         """Counts for the ``runs`` table: sessions by status, turns, tokens, mean reward."""
         r = self.get_run(run)
         with self._read() as conn:
-            by_status = dict(
+            by_status: dict[str, int] = dict(
                 conn.execute(
                     select(t.sessions.c.status, func.count())
                     .where(t.sessions.c.run_id == r.id)

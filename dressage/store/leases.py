@@ -20,7 +20,10 @@ from dressage.store import schema as t
 from dressage.store.records import Run, TaskLease, TaskSpec, canonical_json, check_text, deterministic_key
 
 if TYPE_CHECKING:
-    from dressage.store.event_store import EventStore
+    from collections.abc import Callable, Mapping
+    from contextlib import AbstractContextManager
+
+    from dressage.store.records import AppendResult
 
 TASK_STATES = ("pending", "leased", "done", "failed")
 
@@ -28,7 +31,31 @@ TASK_STATES = ("pending", "leased", "done", "failed")
 class LeaseMixin:
     """Task-queue methods of :class:`~dressage.store.event_store.EventStore`."""
 
-    def enqueue_tasks(self: EventStore, run: str | Run, specs: Sequence[TaskSpec], n_samples: int = 1) -> int:
+    if TYPE_CHECKING:  # provided by EventStore
+
+        @property
+        def dialect(self) -> str: ...
+
+        max_payload_bytes: int
+
+        def get_run(self, run: str | Run) -> Run: ...
+        def get_run_by_id(self, run_id: int) -> Run: ...
+        def _read(self) -> AbstractContextManager[Connection]: ...
+        def _write(self) -> AbstractContextManager[Connection]: ...
+        def _retrying(self, fn: Callable[[Connection], Any], attempts: int = 3) -> Any: ...
+        def _append_event_tx(
+            self,
+            conn: Connection,
+            run_id: int,
+            kind: str,
+            payload: Mapping[str, Any],
+            *,
+            key: str | None = None,
+            session_id: str | None = None,
+            content_hash: str | None = None,
+        ) -> AppendResult: ...
+
+    def enqueue_tasks(self, run: str | Run, specs: Sequence[TaskSpec], n_samples: int = 1) -> int:
         """Add ``n_samples`` (task, sample) pairs per spec; pairs already present are left alone.
 
         Returns the number of pairs added. Idempotent, so a resumed run can enqueue again.
@@ -75,7 +102,7 @@ class LeaseMixin:
         return int(self._retrying(tx))
 
     def claim_tasks(
-        self: EventStore,
+        self,
         run: str | Run,
         owner: str,
         *,
@@ -153,9 +180,7 @@ class LeaseMixin:
 
         return list(self._retrying(tx))
 
-    def _abandon_sessions_tx(
-        self: EventStore, conn: Connection, run: Run, task_id: int, *, reason: str
-    ) -> None:
+    def _abandon_sessions_tx(self, conn: Connection, run: Run, task_id: int, *, reason: str) -> None:
         running = (
             conn.execute(
                 select(t.sessions.c.id).where(
@@ -180,7 +205,7 @@ class LeaseMixin:
                 .values(status="abandoned", finish_reason=reason, finished_at=time.time())
             )
 
-    def renew_lease(self: EventStore, lease: TaskLease, lease_s: float = 60.0) -> TaskLease:
+    def renew_lease(self, lease: TaskLease, lease_s: float = 60.0) -> TaskLease:
         """Extend a lease; raises :class:`LeaseError` if it is no longer held by its owner."""
         expires = time.time() + lease_s
         with self._write() as conn:
@@ -193,9 +218,7 @@ class LeaseMixin:
             )
         return TaskLease(**{**lease.__dict__, "expires_at": expires})
 
-    def release_task(
-        self: EventStore, lease: TaskLease, outcome: str, *, max_attempts: int | None = None
-    ) -> str:
+    def release_task(self, lease: TaskLease, outcome: str, *, max_attempts: int | None = None) -> str:
         """End a lease: ``done`` (a finished session exists), ``retry`` (back to pending) or ``failed``.
 
         ``retry`` turns into ``failed`` when the task used ``max_attempts``. Returns the new state.
@@ -229,7 +252,7 @@ class LeaseMixin:
 
         return str(self._retrying(tx))
 
-    def task_counts(self: EventStore, run: str | Run) -> dict[str, int]:
+    def task_counts(self, run: str | Run) -> dict[str, int]:
         """Number of (task, sample) pairs per state."""
         r = self.get_run(run)
         with self._read() as conn:

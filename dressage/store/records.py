@@ -303,7 +303,8 @@ def prepare_turn(
 def _le_bytes(arr: np.ndarray, dtype: str) -> memoryview | bytes:
     """The little-endian bytes of ``arr`` as ``dtype``, without a copy when it already is."""
     if arr.dtype == np.dtype(dtype) and arr.flags.c_contiguous:
-        return memoryview(arr).cast("B")
+        # numpy's stubs declare ndarray.__buffer__ only for Python >= 3.12
+        return memoryview(arr).cast("B")  # type: ignore[arg-type]
     return np.ascontiguousarray(arr, dtype=dtype).tobytes()
 
 

@@ -222,8 +222,8 @@ def fetch_turn_rows(
         return rows
     result = conn.exec_driver_sql(sql.replace("%(", ":").replace(")s", ""), params)
     out = []
-    for r in result.mappings():
-        d = dict(r)
+    for m in result.mappings():
+        d = dict(m)
         for name in ("context_ids", "generated_ids", "policy_versions"):
             d[name] = _sqlite_ints(d[name], np.int32)
         d["loss_mask"] = _sqlite_ints(d["loss_mask"], np.int8).astype(np.bool_)

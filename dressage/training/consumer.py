@@ -99,7 +99,7 @@ class Trainer:
         """Form, train and commit steps until the log runs dry (or forever with ``follow``)."""
         ckpt = self.store.get_checkpoint(self.run, self.consumer)
         step = ckpt.step if ckpt else 0
-        cursor: Cursor = tuple(ckpt.state.get("cursor", START_CURSOR)) if ckpt else START_CURSOR  # type: ignore[assignment]
+        cursor: Cursor = tuple(ckpt.state.get("cursor", START_CURSOR)) if ckpt else START_CURSOR
         self.backend.resume(self.run, ckpt)
         results: list[StepResult] = []
         while max_steps is None or len(results) < max_steps:

@@ -226,7 +226,8 @@ def pack_megatron(
 
     cu = np.zeros(len(samples) + 1, dtype=np.int64)
     cu[1:] = np.cumsum(lengths)
-    cu_real, cu_padded = list(cu), list(starts)
+    cu_real: list[np.int64 | int] = list(cu)
+    cu_padded: list[np.int64 | int] = list(starts)
     if tail:
         cu_real.append(cu_real[-1] + tail)
         cu_padded.append(total)

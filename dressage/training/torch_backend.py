@@ -205,12 +205,12 @@ class TorchBackend:
             logp_all_TV = torch.log_softmax(logits_LV[:-1], dim=-1)
             logp_T = logp_all_TV.gather(-1, tokens_L[1:, None])[:, 0]
             logprobs_R = logp_T[-s.response_length :]
-            f32 = {"dtype": torch.float32, "device": self.device}
+            f32, dev = torch.float32, self.device
             loss, stats = ppo_clip_tis_loss(
                 logprobs_R,
-                torch.as_tensor(s.rollout_log_probs, **f32),
-                torch.full((s.response_length,), s.advantage, **f32),
-                torch.as_tensor(s.loss_weights, **f32),
+                torch.as_tensor(s.rollout_log_probs, dtype=f32, device=dev),
+                torch.full((s.response_length,), s.advantage, dtype=f32, device=dev),
+                torch.as_tensor(s.loss_weights, dtype=f32, device=dev),
                 eps_clip=self.eps_clip,
                 tis_cap=self.tis_cap,
             )
