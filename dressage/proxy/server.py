@@ -13,13 +13,32 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
+
+import uvicorn
 
 from dressage.config import Settings, load_settings
 from dressage.errors import ConfigError
 from dressage.proxy.app import create_app
 from dressage.proxy.service import ProxyService, SessionHandle
 from dressage.store import EventStore, Run, Session
+
+
+class EmbeddedUvicornServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to the process embedding it (a rollout worker, the loop).
+
+    uvicorn's own ``serve()`` takes over SIGINT/SIGTERM while it runs and re-raises them when it
+    stops: inside a worker that would stop the proxy before the worker heard of the signal.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def install_signal_handlers(self) -> None:
+        """The same hook in older uvicorn versions: do nothing."""
+
 
 log = logging.getLogger("dressage.proxy")
 
@@ -64,8 +83,6 @@ class ProxyServer:
 
     async def start(self) -> None:
         """Listen on TCP (and the Unix socket if given) in the running loop."""
-        import uvicorn
-
         if self._servers:
             raise ConfigError("this ProxyServer is already started")
         self.service.profile.tokenizer  # noqa: B018 - load the tokenizer before the first request
@@ -94,9 +111,7 @@ class ProxyServer:
                 )
             )
         for config, sockets in configs:
-            server = uvicorn.Server(config)
-            # a hook of older uvicorn (current versions use capture_signals and lack the attribute)
-            server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
+            server = EmbeddedUvicornServer(config)
             self._servers.append(server)
             self._tasks.append(asyncio.create_task(server.serve(sockets=sockets)))
         while not all(s.started for s in self._servers):

@@ -39,3 +39,25 @@ def test_accepted_connections_have_tcp_nodelay(tmp_path: Path) -> None:
 
     flags = asyncio.run(probe())
     assert flags and all(flags), f"TCP_NODELAY not set on accepted proxy connections: {flags}"
+
+
+def test_embedded_proxy_leaves_signal_handlers_alone(tmp_path: Path) -> None:
+    """A worker embedding the proxy must hear SIGINT/SIGTERM itself (uvicorn would take them over)."""
+    import signal
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    async def probe() -> tuple[dict[int, object], dict[int, object]]:
+        before = {sig: signal.getsignal(sig) for sig in signals}  # asyncio.run's own SIGINT handler
+        store = EventStore.open(settings=Settings(home=tmp_path))
+        server = ProxyServer(store, ["http://127.0.0.1:9"], settings=Settings())
+        await server.start()
+        try:
+            await asyncio.sleep(0.05)  # serve() is running in the main thread's loop
+            return before, {sig: signal.getsignal(sig) for sig in signals}
+        finally:
+            await server.stop()
+            store.close()
+
+    before, during = asyncio.run(probe())
+    assert during == before
