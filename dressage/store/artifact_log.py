@@ -7,41 +7,17 @@ media type and URI with an ``artifact`` event. Policy versions (weight updates) 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, insert, select
 
 from dressage.errors import InvalidRecordError, StoreError
 from dressage.store import schema as t
+from dressage.store.members import StoreMembers
 from dressage.store.records import AppendResult, ArtifactRef, Run, check_text, deterministic_key
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from contextlib import AbstractContextManager
 
-    from dressage.store.artifacts import BlobStore
-
-
-class ArtifactLogMixin:
+class ArtifactLogMixin(StoreMembers):
     """Artifact and policy-version methods of the event store."""
-
-    if TYPE_CHECKING:  # provided by EventStore
-        blobs: BlobStore | None
-
-        def get_run(self, run: str | Run) -> Run: ...
-        def _read(self) -> AbstractContextManager[Connection]: ...
-        def _retrying(self, fn: Callable[[Connection], Any], attempts: int = 3) -> Any: ...
-        def _append_event_tx(
-            self,
-            conn: Connection,
-            run_id: int,
-            kind: str,
-            payload: Mapping[str, Any],
-            *,
-            key: str | None = None,
-            session_id: str | None = None,
-            content_hash: str | None = None,
-        ) -> AppendResult: ...
 
     def put_artifact(
         self,

@@ -10,28 +10,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
 from dressage.errors import IdempotencyConflictError, InvalidRecordError
 from dressage.store import schema as t
+from dressage.store.members import StoreMembers
 from dressage.store.records import ConsumerCheckpoint, Run, TrainStep, canonical_json, check_text
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from contextlib import AbstractContextManager
 
-
-class ConsumerMixin:
+class ConsumerMixin(StoreMembers):
     """Consumer checkpoint and step-manifest methods of the event store."""
-
-    if TYPE_CHECKING:  # provided by EventStore
-        max_payload_bytes: int
-
-        def get_run(self, run: str | Run) -> Run: ...
-        def _read(self) -> AbstractContextManager[Connection]: ...
-        def _retrying(self, fn: Callable[[Connection], Any], attempts: int = 3) -> Any: ...
 
     def get_checkpoint(self, run: str | Run, consumer: str) -> ConsumerCheckpoint | None:
         """The consumer's last committed checkpoint, or None before its first step."""

@@ -11,49 +11,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection, and_, func, insert, or_, select, update
 
 from dressage.errors import InvalidRecordError, LeaseError
 from dressage.store import schema as t
+from dressage.store.members import StoreMembers
 from dressage.store.records import Run, TaskLease, TaskSpec, canonical_json, check_text, deterministic_key
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from contextlib import AbstractContextManager
-
-    from dressage.store.records import AppendResult
 
 TASK_STATES = ("pending", "leased", "done", "failed")
 
 
-class LeaseMixin:
+class LeaseMixin(StoreMembers):
     """Task-queue methods of :class:`~dressage.store.event_store.EventStore`."""
-
-    if TYPE_CHECKING:  # provided by EventStore
-
-        @property
-        def dialect(self) -> str: ...
-
-        max_payload_bytes: int
-
-        def get_run(self, run: str | Run) -> Run: ...
-        def get_run_by_id(self, run_id: int) -> Run: ...
-        def _read(self) -> AbstractContextManager[Connection]: ...
-        def _write(self) -> AbstractContextManager[Connection]: ...
-        def _retrying(self, fn: Callable[[Connection], Any], attempts: int = 3) -> Any: ...
-        def _append_event_tx(
-            self,
-            conn: Connection,
-            run_id: int,
-            kind: str,
-            payload: Mapping[str, Any],
-            *,
-            key: str | None = None,
-            session_id: str | None = None,
-            content_hash: str | None = None,
-        ) -> AppendResult: ...
 
     def enqueue_tasks(self, run: str | Run, specs: Sequence[TaskSpec], n_samples: int = 1) -> int:
         """Add ``n_samples`` (task, sample) pairs per spec; pairs already present are left alone.

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, insert, select
 from dressage.errors import InvalidRecordError, StoreError, UnknownSessionError
 from dressage.redact import redact
 from dressage.store import schema as t
+from dressage.store.members import StoreMembers
 from dressage.store.records import (
     AppendResult,
     PreparedTurn,
@@ -41,10 +42,7 @@ from dressage.store.turn_io import (
 if TYPE_CHECKING:
     import threading
     import weakref
-    from collections.abc import Callable
-    from contextlib import AbstractContextManager
 
-    from sqlalchemy.engine import Engine
 
 PARALLEL_READ_MIN_EVENTS = 2_000
 """Runs with more events than twice this are read back over two PostgreSQL connections."""
@@ -54,27 +52,15 @@ PG_APPEND_ATTEMPTS = 3
 """How often a PostgreSQL append is tried (a lost unique-key race, a broken connection)."""
 
 
-class TurnLogMixin:
+class TurnLogMixin(StoreMembers):
     """Turn methods of :class:`~dressage.store.event_store.EventStore`."""
 
-    if TYPE_CHECKING:  # provided by EventStore
-        engine: Engine
-        max_payload_bytes: int
-        secrets: tuple[str, ...]
+    if TYPE_CHECKING:  # state of EventStore used only by the turn paths
         _local: threading.local
         _appenders: list[PgTurnAppender]
         _appenders_lock: threading.Lock
         _async_appenders: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncPgAppenderPool]
         _writer: ThreadPoolExecutor | None
-
-        @property
-        def dialect(self) -> str: ...
-
-        def get_run(self, run: str | Run) -> Run: ...
-        def last_position(self, run: str | Run) -> int: ...
-        def _read(self) -> AbstractContextManager[Connection]: ...
-        def _retrying(self, fn: Callable[[Connection], Any], attempts: int = 3) -> Any: ...
-        def _next_position(self, conn: Connection, run_id: int) -> int: ...
 
     def append_turn(self, run: str | Run, record: TurnRecord) -> AppendResult:
         """Record one LLM call: turn row + ``turn`` event in one transaction, before the agent sees it."""
