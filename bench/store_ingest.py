@@ -11,7 +11,8 @@ baselines doing the same work with the same number of processes:
 * ``jsonfile``: a per-segment atomic JSON file writer, as file-logging RL frameworks do: after every
   turn the segment's JSON file (8 turns a segment) is rewritten to a temp file, fsynced and renamed.
 
-and prints our throughput as a ratio against each, then reads a whole run back into numpy.
+and prints our throughput as a ratio against each, then reads a whole run back into numpy. Each case
+runs ``--repeat`` interleaved rounds of every kind and keeps each kind's best round.
 Targets on 2-core machines: >= 0.7x the bare INSERT; >= 1M tokens/s with 8 writers into one run
 without experts; read-back >= 5M tokens/s. The machines are shared and noisy: compare ratios.
 
@@ -188,14 +189,16 @@ def measure(kind: str, target: str, writers: int, runs: int, n: int, experts: bo
     }
 
 
-def readback(url: str, run: str) -> float:
-    """Tokens/s reading a whole run into numpy arrays."""
+def readback(url: str, run: str, rounds: int = 3) -> tuple[float, float]:
+    """Tokens/s reading a whole run into numpy arrays: (first read, best of ``rounds`` reads)."""
     store = EventStore.open(url, auto_upgrade=False)
-    t0 = time.perf_counter()
-    arrays = store.read_token_arrays(run)
-    dt = time.perf_counter() - t0
+    rates = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        arrays = store.read_token_arrays(run)
+        rates.append(arrays["token_ids"].size / (time.perf_counter() - t0))
     store.close()
-    return arrays["token_ids"].size / dt
+    return rates[0], max(rates)
 
 
 def main() -> None:
@@ -207,6 +210,7 @@ def main() -> None:
     ap.add_argument("--backends", default="postgresql,sqlite")
     ap.add_argument("--turns", type=int, default=250, help="turns per writer without experts")
     ap.add_argument("--expert-turns", type=int, default=60, help="turns per writer with experts")
+    ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds per case (best round counts)")
     opts = ap.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="dressage-bench-"))
@@ -239,18 +243,27 @@ def main() -> None:
         ):
             table.add_column(col, justify="right")
         notes: list[str] = []
-        reads: dict[str, float] = {}
+        reads: dict[str, tuple[float, float]] = {}
         for backend in opts.backends.split(","):
             upgrade(targets[backend])
             for experts in (False, True):
                 n = opts.expert_turns if experts else opts.turns
                 for writers, runs in ((1, 1), (8, 1), (8, 8)):
                     console.print(f"[dim]{backend} experts={experts} writers={writers} runs={runs} ...[/dim]")
-                    ours = measure("ours", targets[backend], writers, runs, n, experts)
                     is_pg = backend == "postgresql"
-                    bare = measure("bare", pg_bare, writers, runs, n, experts) if is_pg else None
-                    bare_lists = measure("bare_lists", pg_bare, writers, runs, n, experts) if is_pg else None
-                    jf = measure("jsonfile", str(workdir / "files"), writers, runs, n, experts)
+                    kinds = {"ours": targets[backend], "jsonfile": str(workdir / "files")}
+                    if is_pg:
+                        kinds.update(bare=pg_bare, bare_lists=pg_bare)
+                    # Interleaved rounds, best round of each kind: noise on a shared machine only
+                    # ever slows a round down, and it hits every kind alike.
+                    best: dict[str, dict[str, Any]] = {}
+                    for _ in range(opts.repeat):
+                        for kind, target in kinds.items():
+                            m = measure(kind, target, writers, runs, n, experts)
+                            if kind not in best or m["turns_s"] > best[kind]["turns_s"]:
+                                best[kind] = m
+                    ours, jf = best["ours"], best["jsonfile"]
+                    bare, bare_lists = best.get("bare"), best.get("bare_lists")
                     vs_bare = ours["turns_s"] / bare["turns_s"] if bare else None
                     table.add_row(
                         backend,
@@ -284,9 +297,10 @@ def main() -> None:
         console.print(table)
         for note in notes:
             console.print(note)
-        for backend, rate in reads.items():
+        for backend, (first, rate) in reads.items():
             console.print(
-                f"read-back {backend}: {rate / 1e6:.2f}M tokens/s (TARGET >= 5M: {'met' if rate >= 5e6 else 'NOT met'})"
+                f"read-back {backend} (the 8-writer run): first read {first / 1e6:.2f}M tokens/s, "
+                f"best of 3 {rate / 1e6:.2f}M tokens/s (TARGET >= 5M: {'met' if rate >= 5e6 else 'NOT met'})"
             )
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{bench_db}" WITH (FORCE)')

@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
+import orjson
 import psycopg
+from psycopg import pq
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
 from dressage.store.pg_arrays import (
+    BOOL_ARRAY_OID,
+    BYTEA_OID,
+    FLOAT4_ARRAY_OID,
+    INT4_ARRAY_OID,
+    PgArray,
     PgBoolArray,
     PgFloat4Array,
     PgInt4Array,
@@ -100,8 +107,54 @@ SELECT (SELECT position FROM t) AS new_position,
 """
 
 
+def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``sql`` with ``%(name)s`` placeholders turned into ``$n``, and the names in ``$n`` order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return re.sub(r"%\((\w+)\)s", number, sql), tuple(names)
+
+
+_APPEND_SQL_POSITIONAL, APPEND_PARAM_NAMES = _positional(PG_APPEND_TURN_SQL)
+_BINARY_PARAM_OIDS = {
+    "context_ids": INT4_ARRAY_OID,
+    "generated_ids": INT4_ARRAY_OID,
+    "policy_versions": INT4_ARRAY_OID,
+    "experts_shape": INT4_ARRAY_OID,
+    "logprobs": FLOAT4_ARRAY_OID,
+    "loss_mask": BOOL_ARRAY_OID,
+    "experts": BYTEA_OID,
+}
+_APPEND_PARAM_OIDS = [_BINARY_PARAM_OIDS.get(name, 0) for name in APPEND_PARAM_NAMES]
+_APPEND_PARAM_FORMATS = [1 if name in _BINARY_PARAM_OIDS else 0 for name in APPEND_PARAM_NAMES]
+_APPEND_STATEMENT = b"dressage_append_turn"
+
+
+def _text_param(value: Any) -> bytes | None:
+    """A scalar bind parameter in PostgreSQL's text format (the server infers its type)."""
+    if value is None:
+        return None
+    if value is True or value is False:
+        return b"t" if value else b"f"
+    if isinstance(value, str):
+        return value.encode()
+    return repr(value).encode()  # int and float: repr round-trips exactly
+
+
 class PgTurnAppender:
-    """A psycopg connection in autocommit mode that runs :data:`PG_APPEND_TURN_SQL` (one per thread)."""
+    """A connection in autocommit mode that runs :data:`PG_APPEND_TURN_SQL` (one per thread).
+
+    The statement is prepared once per connection and executed through psycopg's libpq binding
+    (``pgconn.exec_prepared``) with the per-token arrays already in binary wire format: on a
+    512-token turn this skips ~15 us of per-call adaptation work that psycopg's cursor layer does
+    for 34 parameters. libpq releases the GIL while it waits for the server. Errors are raised as
+    psycopg's own exception classes, so callers handle them like any psycopg error.
+    """
 
     def __init__(self, url: URL) -> None:
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
@@ -113,9 +166,42 @@ class PgTurnAppender:
             self._conn = psycopg.connect(
                 self._conninfo, autocommit=True, options="-c synchronous_commit=on -c timezone=UTC"
             )
-        row = self._conn.execute(PG_APPEND_TURN_SQL, params, prepare=True).fetchone()
-        assert row is not None
-        return tuple(row)
+            self._check(
+                self._conn.pgconn.prepare(
+                    _APPEND_STATEMENT, _APPEND_SQL_POSITIONAL.encode(), _APPEND_PARAM_OIDS
+                ),
+                pq.ExecStatus.COMMAND_OK,
+            )
+        values = [
+            (value.data if isinstance(value, PgArray) else value) if fmt else _text_param(value)
+            for value, fmt in zip(
+                (params[name] for name in APPEND_PARAM_NAMES), _APPEND_PARAM_FORMATS, strict=True
+            )
+        ]
+        res = self._check(
+            # libpq takes None for NULL; psycopg's stubs don't say so
+            self._conn.pgconn.exec_prepared(_APPEND_STATEMENT, values, _APPEND_PARAM_FORMATS),  # type: ignore[arg-type]
+            pq.ExecStatus.TUPLES_OK,
+        )
+        new_position, old_position, old_hash, status, session_run_id = (res.get_value(0, k) for k in range(5))
+        return (
+            int(new_position) if new_position is not None else None,
+            int(old_position) if old_position is not None else None,
+            old_hash.decode() if old_hash is not None else None,
+            status.decode() if status is not None else None,
+            int(session_run_id) if session_run_id is not None else None,
+        )
+
+    def _check(self, res: pq.abc.PGresult, expected: pq.ExecStatus) -> pq.abc.PGresult:
+        """Raise the psycopg exception for a failed statement (a broken connection included)."""
+        if res.status == expected:
+            return res
+        assert self._conn is not None
+        if self._conn.pgconn.status == pq.ConnStatus.BAD:
+            message = self._conn.pgconn.error_message.decode(errors="replace")
+            self._conn.close()
+            raise psycopg.OperationalError(f"the connection to PostgreSQL broke: {message}")
+        raise psycopg.errors.error_from_result(res, encoding=self._conn.info.encoding)
 
     def reset(self) -> None:
         """Close the connection; the next append opens a fresh one."""
@@ -196,7 +282,7 @@ def pg_append_params(prep: PreparedTurn, run_id: int, now: float) -> dict[str, A
         else None,
         sampling_params=prep.json_text["sampling_params"],
         info=prep.json_text["info"],
-        event_payload=json.dumps(prep.event_payload),
+        event_payload=orjson.dumps(prep.event_payload).decode(),
     )
     return params
 
@@ -227,11 +313,11 @@ def fetch_turn_rows(
         for name in ("context_ids", "generated_ids", "policy_versions"):
             d[name] = _sqlite_ints(d[name], np.int32)
         d["loss_mask"] = _sqlite_ints(d["loss_mask"], np.int8).astype(np.bool_)
-        d["logprobs"] = np.asarray(json.loads(d["logprobs"]), dtype=np.float32)
+        d["logprobs"] = _sqlite_floats(d["logprobs"])
         if d.get("experts_shape") is not None:
-            d["experts_shape"] = json.loads(d["experts_shape"])
+            d["experts_shape"] = orjson.loads(d["experts_shape"])
         for name in _JSON_COLUMNS:
-            d[name] = json.loads(d[name]) if d[name] is not None else {}
+            d[name] = orjson.loads(d[name]) if d[name] is not None else {}
         out.append(d)
     return out
 
@@ -257,12 +343,17 @@ def fetch_token_columns(conn: Connection, run_id: int, after: int, upto: int) ->
         (
             _sqlite_ints(c, np.int32),
             _sqlite_ints(g, np.int32),
-            np.asarray(json.loads(lp), dtype=np.float32),
+            _sqlite_floats(lp),
             _sqlite_ints(m, np.int8).astype(np.bool_),
             _sqlite_ints(v, np.int32),
         )
         for c, g, lp, m, v in rows
     ]
+
+
+def _sqlite_floats(text: str) -> np.ndarray:
+    """Parse a JSON float array into float32 (orjson: ~6x json.loads; exact for float32 values)."""
+    return np.asarray(orjson.loads(text), dtype=np.float32)
 
 
 def _sqlite_ints(text: str, dtype: type) -> np.ndarray:

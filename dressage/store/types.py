@@ -7,9 +7,9 @@ Both sides bind and return plain Python lists; numpy conversion happens in the s
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import orjson
 from sqlalchemy import JSON, Boolean, Integer, Text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
@@ -31,12 +31,12 @@ class _JsonListOnSqlite(TypeDecorator[list[Any]]):
     def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> Any:
         if value is None or dialect.name == "postgresql":
             return value
-        return json.dumps(value, separators=(",", ":"))
+        return orjson.dumps(value).decode()
 
     def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
         if value is None or dialect.name == "postgresql":
             return value
-        return json.loads(value)
+        return orjson.loads(value)
 
 
 class IntArray(_JsonListOnSqlite):
@@ -62,12 +62,12 @@ class BoolArray(_JsonListOnSqlite):
     def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> Any:
         if value is None or dialect.name == "postgresql":
             return value
-        return json.dumps([1 if v else 0 for v in value], separators=(",", ":"))
+        return orjson.dumps([1 if v else 0 for v in value]).decode()
 
     def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
         if value is None or dialect.name == "postgresql":
             return value
-        return [bool(v) for v in json.loads(value)]
+        return [bool(v) for v in orjson.loads(value)]
 
 
 JsonDoc = JSON().with_variant(postgresql.JSONB(), "postgresql")
