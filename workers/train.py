@@ -45,7 +45,9 @@ def train_command(
     max_steps: int | None = typer.Option(None, help="Stop after this many new steps."),
     model: str = typer.Option("tiny", help="torch: 'tiny', 'tiny-qwen3' or an HF model directory."),
     seed: int = typer.Option(0, help="torch: seed of a tiny random model."),
-    lr: float = typer.Option(1e-4, help="torch: learning rate (SGD)."),
+    lr: float = typer.Option(1e-4, help="torch: learning rate."),
+    optimizer: str = typer.Option("sgd", help="torch: sgd | adam (its state is checkpointed each step)."),
+    trainable: str = typer.Option("all", help="torch: all | lm_head (train only the output projection)."),
     push_to: str | None = typer.Option(
         None,
         help="torch: engine URL[,URL...] to push each new policy to (pause, update_weights_from_disk, resume).",
@@ -98,7 +100,16 @@ def train_command(
                 )
             elif proxy_admin_url is not None:
                 raise ConfigError("--proxy-admin-url only applies with --push-to ENGINE_URL[,URL...]")
-            chosen = _backend(backend, out, model=model, seed=seed, lr=lr, push=pusher)
+            chosen = _backend(
+                backend,
+                out,
+                model=model,
+                seed=seed,
+                lr=lr,
+                optimizer=optimizer,
+                trainable=trainable,
+                push=pusher,
+            )
             _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s)
         finally:
             store.close()
@@ -180,7 +191,17 @@ def _train(
         console.print(slime_command(str(pattern), options, total), highlight=False, soft_wrap=True)
 
 
-def _backend(kind: str, out: Path, *, model: str, seed: int, lr: float, push: WeightPusher | None) -> Backend:
+def _backend(
+    kind: str,
+    out: Path,
+    *,
+    model: str,
+    seed: int,
+    lr: float,
+    optimizer: str,
+    trainable: str,
+    push: WeightPusher | None,
+) -> Backend:
     if kind == "none":
         from dressage.training.consumer import NullBackend
 
@@ -192,5 +213,7 @@ def _backend(kind: str, out: Path, *, model: str, seed: int, lr: float, push: We
     if kind == "torch":
         from dressage.training.torch_backend import TorchBackend
 
-        return TorchBackend(out, model=model, seed=seed, lr=lr, push=push)
+        return TorchBackend(
+            out, model=model, seed=seed, lr=lr, optimizer=optimizer, trainable=trainable, push=push
+        )
     raise ConfigError(f"unknown backend {kind!r}; use torch, slime-dump or none")

@@ -9,7 +9,11 @@ Checked against THUDM/slime commit ``624b824a898ab0ec1fcb4d373004c7f3852bf515``:
   evaluation=False)`` returning ``RolloutFnTrainOutput(samples=...)``; nested
   ``list[list[list[Sample]]]`` (prompt, trajectory, segments) is accepted when siblings share
   ``rollout_id`` (``validate_rollout_id_annotated``).
-* ``--global-batch-size`` counts rollouts (trajectories), not samples (``build_dp_schedule``).
+* ``--global-batch-size`` counts rollouts (trajectories), not samples (``build_dp_schedule``); one
+  ``generate_rollout`` call returns ``--rollout-batch-size`` prompts x ``--n-samples-per-prompt``
+  trajectories, which slime splits into optimizer steps of ``--global-batch-size``.
+* slime calls the evaluation function with ``evaluation=True``, and ``--eval-function-path``
+  defaults to ``--rollout-function-path``; with ``--debug-train-only`` it never evaluates.
 * slime's reward post-processing normalises per group by reshaping rewards to
   ``[-1, n_samples_per_prompt]``, which is wrong once a trajectory has several segments. So
   dressage writes its own broadcast advantage into ``reward`` (the raw reward goes to
@@ -35,7 +39,9 @@ from dressage.training.steps import StepBatch, StepOptions
 __all__ = [
     "SLIME_COMMIT",
     "SlimeDumpBackend",
+    "SlimeRolloutBackend",
     "generate_rollout",
+    "rollout_options",
     "sample_to_slime_dict",
     "slime_command",
 ]
@@ -150,17 +156,77 @@ class SlimeDumpBackend:
         return {"samples": float(len(batch.samples))}
 
 
+class SlimeRolloutBackend:
+    """The backend recorded for steps handed to slime by :func:`generate_rollout` (slime trains them)."""
+
+    name = "slime"
+
+    def resume(self, run: Run, checkpoint: ConsumerCheckpoint | None) -> None:
+        """Nothing to restore: slime keeps its own model and optimizer checkpoints."""
+
+    def train_step(self, batch: StepBatch) -> dict[str, float]:
+        """Nothing to do before the commit: slime trains on the returned samples afterwards."""
+        return {}
+
+
 def _setting(args: Any, attr: str, env: str) -> str | None:
     return getattr(args, attr, None) or os.environ.get(env)
+
+
+def rollout_options(args: Any) -> StepOptions:
+    """The step options of one slime rollout, from slime's arguments.
+
+    One slime rollout (one ``generate_rollout`` call, one dressage step) holds
+    ``rollout_batch_size`` groups of ``n_samples_per_prompt`` trajectories (without
+    ``rollout_batch_size``: ``global_batch_size`` trajectories); slime splits it into its own
+    optimizer steps of ``global_batch_size`` trajectories. ``grpo_std_normalization`` becomes the
+    dressage advantage's std normalisation (dressage divides by the group's population std,
+    ``ddof=0``; slime's own normalisation uses the sample std). slime's own reward normalisation must be off
+    (``--disable-rewards-normalization``): dressage writes the broadcast advantage into
+    ``Sample.reward`` and slime would normalise it again over ``[-1, n_samples_per_prompt]``, which
+    is wrong once a trajectory has several segments.
+    """
+    if getattr(args, "rewards_normalization", False):
+        raise ConfigError(
+            "slime's reward normalisation is on; pass --disable-rewards-normalization (dressage already "
+            "writes the per-group advantage, broadcast to every segment, into Sample.reward)"
+        )
+    n = getattr(args, "n_samples_per_prompt", None)
+    prompts = getattr(args, "rollout_batch_size", None)
+    if n is None or (prompts is None and getattr(args, "global_batch_size", None) is None):
+        raise ConfigError(
+            "generate_rollout needs slime's args.n_samples_per_prompt and args.rollout_batch_size "
+            "(or args.global_batch_size); call it from slime or pass an args namespace that has them"
+        )
+    trajectories = int(prompts) * int(n) if prompts is not None else int(args.global_batch_size)
+    return StepOptions(
+        global_batch_size=trajectories,
+        n_samples_per_prompt=int(n),
+        std_normalize=bool(getattr(args, "grpo_std_normalization", False)),
+    )
 
 
 def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
     """slime rollout function: step ``rollout_id + 1`` of consumer ``train:slime`` from the log.
 
-    Reads run and database from ``args.dressage_run`` / ``args.dressage_database_url`` or the
-    environment (``DRESSAGE_RUN``, ``DRESSAGE_DATABASE_URL``); blocks until enough groups are
-    ready. A step that was already committed (slime restarted) is re-formed and hash-checked.
-    Returns ``RolloutFnTrainOutput(samples=[[[Sample, ...] per trajectory] per group])``.
+    For ``--rollout-function-path dressage.integrations.slime.generate_rollout`` with
+    ``--debug-train-only`` (no SGLang engines: the samples come from the log, ``data_source`` is not
+    read). Run and database come from ``args.dressage_run`` / ``args.dressage_database_url`` or the
+    environment (``DRESSAGE_RUN``, ``DRESSAGE_DATABASE_URL``); the consumer name from
+    ``args.dressage_consumer`` or ``DRESSAGE_CONSUMER`` (default ``slime``). Step size: see
+    :func:`rollout_options`.
+
+    * The next uncommitted step (``rollout_id`` = the consumer's committed step count): formed,
+      waiting (polling the log) until enough groups are ready, and committed with the consumer
+      checkpoint before it is returned; slime trains on it afterwards.
+    * An already committed step (slime restarted from a checkpoint older than the log's consumer
+      checkpoint): re-formed and checked against its recorded batch hash, not committed again.
+    * A step beyond the next one: :class:`TrainingError` (slime and the log disagree).
+
+    Returns ``RolloutFnTrainOutput(samples=[[[Sample, ...] per trajectory] per group],
+    metrics={...})``: segments of one trajectory share ``rollout_id``, ``reward`` is the broadcast
+    advantage. ``evaluation=True`` raises :class:`NotSupportedError`: evaluation needs a policy to
+    sample from, which the log does not have.
     """
     try:
         from slime.rollout.base_types import RolloutFnTrainOutput
@@ -172,7 +238,10 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         ) from e
     if evaluation:
         raise NotSupportedError(
-            "evaluation rollouts do not come from the dressage log; set --eval-function-path"
+            "evaluation rollouts cannot come from the dressage log (they sample the current policy); "
+            "slime uses --rollout-function-path for evaluation too unless --eval-function-path is set: "
+            "set --eval-function-path slime.rollout.sglang_rollout.generate_rollout, or drop "
+            "--eval-interval"
         )
     from dressage.store.event_store import EventStore
     from dressage.training.consumer import Trainer
@@ -180,30 +249,34 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     run = _setting(args, "dressage_run", "DRESSAGE_RUN")
     if not run:
         raise ConfigError("set DRESSAGE_RUN (or args.dressage_run) to the run slime should train on")
-    options = StepOptions(
-        global_batch_size=int(args.global_batch_size),
-        n_samples_per_prompt=int(args.n_samples_per_prompt),
-        std_normalize=bool(getattr(args, "grpo_std_normalization", False)),
-    )
+    options = rollout_options(args)
+    consumer = _setting(args, "dressage_consumer", "DRESSAGE_CONSUMER") or "slime"
     store = EventStore.open(_setting(args, "dressage_database_url", "DRESSAGE_DATABASE_URL"))
     try:
-        consumer = os.environ.get("DRESSAGE_CONSUMER", "slime")
-        trainer = Trainer(store, run, options, consumer=consumer)
+        trainer = Trainer(store, run, options, SlimeRolloutBackend(), consumer=consumer)
         step = rollout_id + 1
         ckpt = store.get_checkpoint(run, trainer.consumer)
-        if ckpt is not None and ckpt.step >= step:
-            batch = trainer.replay()[step - 1]
-        else:
-            if (ckpt.step if ckpt else 0) != rollout_id:
-                raise TrainingError(
-                    f"slime asks for rollout {rollout_id} but {trainer.consumer} is at step "
-                    f"{ckpt.step if ckpt else 0}; resume slime from the matching checkpoint"
-                )
+        committed = ckpt.step if ckpt else 0
+        if step <= committed:
+            batch = trainer.replay(upto=step)[-1]
+        elif step == committed + 1:
             batch = trainer.run_steps(follow=True, max_steps=1)[0].batch
+        else:
+            raise TrainingError(
+                f"slime asks for rollout {rollout_id} (step {step}) but {trainer.consumer} of run {run!r} "
+                f"has committed only {committed} steps; resume slime from a checkpoint at or before "
+                f"rollout {committed}, or point it at the consumer that trained those steps"
+            )
     finally:
         store.close()
     groups: dict[int, dict[int, list[Any]]] = {}
     for d in slime_dicts(batch.samples):
         groups.setdefault(d["group_index"], {}).setdefault(d["rollout_id"], []).append(Sample.from_dict(d))
     nested = [list(trajs.values()) for trajs in groups.values()]
-    return RolloutFnTrainOutput(samples=nested, metrics={"dressage/step": batch.step})
+    metrics = {
+        "dressage/step": batch.step,
+        "dressage/samples": batch.manifest["n_samples"],
+        "dressage/trajectories": batch.manifest["n_trajectories"],
+        "dressage/trainable_tokens": batch.manifest["n_trainable_tokens"],
+    }
+    return RolloutFnTrainOutput(samples=nested, metrics=metrics)

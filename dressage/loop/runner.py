@@ -267,9 +267,7 @@ class Loop:
 
     def _prune_checkpoints(self) -> None:
         """Keep the newest ``train.keep_checkpoints`` step checkpoints (resume needs only the last)."""
-        ckpts = sorted(self.out_dir.glob("step-*.safetensors"))
-        for old in ckpts[: -self.train_cfg.keep_checkpoints]:
-            old.unlink(missing_ok=True)
+        self.trainer.backend.prune_checkpoints(self.train_cfg.keep_checkpoints)
 
     async def run_iterations(self, progress: LoopProgress) -> None:
         """The schedule: sync alternates rollout and training; async overlaps them by one iteration."""

@@ -132,12 +132,16 @@ class Trainer:
                 time.sleep(throttle_s)
         return results
 
-    def replay(self, on_step: Callable[[StepBatch], None] | None = None) -> list[StepBatch]:
-        """Re-form every recorded step of the consumer and check its batch hash.
+    def replay(
+        self, on_step: Callable[[StepBatch], None] | None = None, *, upto: int | None = None
+    ) -> list[StepBatch]:
+        """Re-form every recorded step of the consumer (or steps ``1..upto``) and check its batch hash.
 
         Raises :class:`ReplayDriftError` naming the step, and the first differing sample and field.
         """
         recorded = self.store.list_steps(self.run, self.consumer)
+        if upto is not None:
+            recorded = [rec for rec in recorded if rec.step <= upto]
         cursor: Cursor = START_CURSOR
         checked: list[StepBatch] = []
         for rec in recorded:

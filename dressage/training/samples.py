@@ -21,7 +21,9 @@ slime field                 here                                         shape /
 ``rollout_id``              shared by every segment of one trajectory    int
 ==========================  ===========================================  ==================================
 
-The provenance fields (session, segment, token ranges, turn ids) go into the step manifest.
+The provenance fields (session, segment, token ranges, turn ids, how many generated tokens each
+policy version produced, the masking counts) go into the step manifest; the per-token versions
+themselves stay in the log (``turns.policy_versions``, the ``token_events`` view).
 """
 
 from __future__ import annotations
@@ -101,5 +103,12 @@ class TrainSample:
             "response": [self.response_start, int(self.tokens.shape[0])],
             "rollout_id": self.rollout_id,
             "group_index": self.group_index,
+            "versions": self.version_counts(),
             "masking": dict(self.masking),
         }
+
+    def version_counts(self) -> dict[str, int]:
+        """How many generated response tokens each policy version produced (``{"3": 40, "4": 12}``)."""
+        generated_R = self.policy_versions[self.policy_versions >= 0]
+        values, counts = np.unique(generated_R, return_counts=True)
+        return {str(int(v)): int(n) for v, n in zip(values, counts, strict=True)}

@@ -10,13 +10,20 @@ weight ``w_t``, trainer logprob ``logp_t``, its detached copy ``old_t`` and the 
     L       = sum_t w_t * tis_t * pg_t
 
 One optimizer step per formed step (the weights already normalise per step, so per-sample
-backward passes simply accumulate). Each step saves ``step-XXXXXX.safetensors`` whose metadata
-carries ``(run, position, step, batch_hash)``, before the log commit; resume loads the checkpoint
-of the consumer's committed step. With a :class:`~dressage.training.weight_push.WeightPusher`
-(``--push-to``), due steps also save a Hugging Face directory ``hf-vXXXXXX`` and push it to the
-engines as policy version ``trainer_version + 1``, still before the commit (a step redone after a
-crash pushes again; the version record is idempotent). torch, transformers and safetensors are
-imported lazily.
+backward passes simply accumulate). Each step saves, before the log commit, the weights
+``step-XXXXXX.safetensors`` (metadata ``(run, position, step, batch_hash)``) and the optimizer
+state ``optim-XXXXXX.safetensors`` (every state tensor, e.g. Adam's moments and step counts, plus
+the parameter groups and the trained parameters' names as metadata). Resume loads both for the
+consumer's committed step, so a resumed trainer continues the same optimisation: its weights are
+bitwise equal to an uninterrupted run's on the same hardware with the same torch thread count
+(the count decides how CPU matmuls split their sums, so it changes float rounding). The
+forward/backward of step ``k`` runs under its own random seed (derived from ``seed`` and ``k``;
+the process's global generator is left as it was), so dropout-like randomness, if a model has
+any, does not depend on where a run was resumed. With a
+:class:`~dressage.training.weight_push.WeightPusher` (``--push-to``), due steps also save a
+Hugging Face directory ``hf-vXXXXXX`` and push it to the engines as policy version
+``trainer_version + 1``, still before the commit (a step redone after a crash pushes again; the
+version record is idempotent). torch, transformers and safetensors are imported lazily.
 """
 
 from __future__ import annotations
@@ -100,6 +107,45 @@ def build_model(model: str, seed: int = 0) -> Any:
         raise ConfigError(f"could not load a causal LM from {path}: {e}") from e
 
 
+def step_seed(seed: int, step: int) -> int:
+    """The torch seed of step ``step``'s forward and backward passes."""
+    return (seed * 1_000_003 + step) % (2**63 - 1)
+
+
+def optimizer_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """An optimizer ``state_dict()`` as safetensors tensors (``state.<param>.<name>``) and metadata.
+
+    Non-tensor state values and the parameter groups go into the metadata as JSON.
+    """
+    import torch
+
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, Any] = {}
+    for idx, entries in state["state"].items():
+        for name, value in entries.items():
+            key = f"state.{idx}.{name}"
+            if isinstance(value, torch.Tensor):
+                tensors[key] = value.detach().to("cpu").contiguous()
+            else:
+                scalars[key] = value
+    meta = {"param_groups": json.dumps(state["param_groups"]), "scalars": json.dumps(scalars)}
+    return tensors, meta
+
+
+def optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> dict[str, Any]:
+    """The inverse of :func:`optimizer_tensors`: a ``state_dict`` for ``Optimizer.load_state_dict``."""
+    state: dict[int, dict[str, Any]] = {}
+    entries = {**json.loads(meta.get("scalars", "{}")), **tensors}
+    for key, value in entries.items():
+        _, idx, name = key.split(".", 2)
+        state.setdefault(int(idx), {})[name] = value
+    groups = json.loads(meta["param_groups"])
+    for group in groups:
+        if isinstance(group.get("betas"), list):
+            group["betas"] = tuple(group["betas"])
+    return {"state": state, "param_groups": groups}
+
+
 def checkpoint_metadata(path: Path) -> dict[str, str]:
     """The ``(run, position, step, batch_hash)`` metadata of a saved checkpoint."""
     from safetensors import safe_open
@@ -144,11 +190,30 @@ class TorchBackend:
         self.eps_clip, self.tis_cap, self.device = eps_clip, tis_cap, device
         self.model: Any = None
         self.optimizer: Any = None
+        self.param_names: list[str] = []
         self.run: Run | None = None
 
     def checkpoint_path(self, step: int) -> Path:
         """Where step ``step``'s weights go."""
         return self.out_dir / f"step-{step:06d}.safetensors"
+
+    def optimizer_path(self, step: int) -> Path:
+        """Where the optimizer state after step ``step`` goes."""
+        return self.out_dir / f"optim-{step:06d}.safetensors"
+
+    def prune_checkpoints(self, keep: int) -> list[Path]:
+        """Delete the weights and optimizer files of all but the newest ``keep`` steps (after a commit:
+        resume needs the files of the committed step). Returns the deleted paths."""
+        if keep < 1:
+            raise ConfigError(f"keep at least one checkpoint (resume needs the last), got {keep}")
+        steps = sorted({int(p.stem.split("-")[1]) for p in self.out_dir.glob("step-*.safetensors")})
+        deleted = []
+        for step in steps[:-keep]:
+            for path in (self.checkpoint_path(step), self.optimizer_path(step)):
+                if path.exists():
+                    path.unlink()
+                    deleted.append(path)
+        return deleted
 
     def hf_dir(self, version: int) -> Path:
         """Where the Hugging Face weights pushed as policy ``version`` go."""
@@ -162,34 +227,78 @@ class TorchBackend:
         self.run = run
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.model = build_model(self.model_name, self.seed).to(self.device)
-        if checkpoint is not None and checkpoint.step > 0:
-            path = self.checkpoint_path(checkpoint.step)
-            if not path.exists():
-                raise TrainingError(
-                    f"the log says {checkpoint.consumer} committed step {checkpoint.step}, but {path} is "
-                    "missing; restore it or train under a new --consumer name"
-                )
-            meta = checkpoint_metadata(path)
-            if meta.get("run") != run.name or meta.get("step") != str(checkpoint.step):
-                raise TrainingError(f"{path} belongs to run {meta.get('run')} step {meta.get('step')}")
+        committed = checkpoint.step if checkpoint is not None else 0
+        if committed > 0:
+            assert checkpoint is not None
+            path = self._committed_file(self.checkpoint_path(committed), checkpoint)
             load_model(self.model, str(path), device=self.device)
-        # Adam's moments are not checkpointed: a resumed trainer restarts them (SGD has no state).
         # trainable="lm_head" trains only the output projection: on a random-weight model this moves
         # token preferences without scrambling the hidden states (a demo of learning, not a recipe).
-        params = [
-            p for n, p in self.model.named_parameters() if self.trainable == "all" or n.startswith("lm_head.")
+        named = [
+            (n, p)
+            for n, p in self.model.named_parameters()
+            if self.trainable == "all" or n.startswith("lm_head.")
         ]
+        self.param_names = [n for n, _ in named]
+        params = [p for _, p in named]
         for p in self.model.parameters():
             p.requires_grad_(any(p is q for q in params))
         opt_class = torch.optim.Adam if self.optimizer_name == "adam" else torch.optim.SGD
         self.optimizer = opt_class(params, lr=self.lr)
+        if committed > 0:
+            assert checkpoint is not None
+            self._load_optimizer(self._committed_file(self.optimizer_path(committed), checkpoint))
+
+    def _committed_file(self, path: Path, checkpoint: ConsumerCheckpoint) -> Path:
+        """``path`` after checking that it exists and belongs to the committed (run, step)."""
+        assert self.run is not None
+        if not path.exists():
+            raise TrainingError(
+                f"the log says {checkpoint.consumer} committed step {checkpoint.step}, but {path} is "
+                "missing; restore it or train under a new --consumer name"
+            )
+        meta = checkpoint_metadata(path)
+        if meta.get("run") != self.run.name or meta.get("step") != str(checkpoint.step):
+            raise TrainingError(
+                f"{path} belongs to run {meta.get('run')} step {meta.get('step')}, not to run "
+                f"{self.run.name} step {checkpoint.step}; use an --out directory of this consumer"
+            )
+        return path
+
+    def _load_optimizer(self, path: Path) -> None:
+        from safetensors.torch import load_file
+
+        meta = checkpoint_metadata(path)
+        saved = (meta.get("optimizer"), json.loads(meta.get("param_names", "[]")))
+        if saved != (self.optimizer_name, self.param_names):
+            raise TrainingError(
+                f"{path} holds {saved[0]} state for {len(saved[1])} parameters, but this trainer runs "
+                f"{self.optimizer_name} on {len(self.param_names)} ({self.trainable!r}); resume with the "
+                "optimizer and trainable setting of the run, or train under a new --consumer name"
+            )
+        self.optimizer.load_state_dict(optimizer_state(load_file(str(path)), meta))
 
     def train_step(self, batch: StepBatch) -> dict[str, float]:
         """One optimizer step over the batch (per-sample forward/backward), then a checkpoint."""
         import torch
-        from safetensors.torch import save_model
 
         assert self.model is not None and self.run is not None, "call resume() first"
+        device = torch.device(self.device)
+        rng_devices = [device.index or 0] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=rng_devices):
+            torch.manual_seed(step_seed(self.seed, batch.step))
+            total, stats = self._backward(batch)
+        self.optimizer.step()
+        self._save(batch)
+        metrics = {"loss": total, **stats}
+        if self.push is not None and self.push.due(batch.step):
+            metrics.update(self._push(batch.trainer_version + 1))
+        return metrics
+
+    def _backward(self, batch: StepBatch) -> tuple[float, dict[str, float]]:
+        """Per-sample forward and backward passes; gradients accumulate over the batch."""
+        import torch
+
         vocab = int(self.model.get_input_embeddings().num_embeddings)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -218,7 +327,13 @@ class TorchBackend:
             total += float(loss.detach())
             for k in stats_sum:
                 stats_sum[k] += stats[k] / len(batch.samples)
-        self.optimizer.step()
+        return total, stats_sum
+
+    def _save(self, batch: StepBatch) -> None:
+        """Write the optimizer state, then the weights, each atomically (temp file + rename)."""
+        from safetensors.torch import save_file, save_model
+
+        assert self.run is not None
         meta = {
             "run": self.run.name,
             "position": str(batch.position),
@@ -227,13 +342,14 @@ class TorchBackend:
             "policy_version": str(batch.trainer_version + 1),
             "model": json.dumps(self.model_name),
         }
+        tensors, opt_meta = optimizer_tensors(self.optimizer.state_dict())
+        opt_meta.update(meta, optimizer=self.optimizer_name, param_names=json.dumps(self.param_names))
+        tmp = self.optimizer_path(batch.step).with_suffix(".tmp")
+        save_file(tensors, str(tmp), metadata=opt_meta)
+        tmp.replace(self.optimizer_path(batch.step))
         tmp = self.checkpoint_path(batch.step).with_suffix(".tmp")
         save_model(self.model, str(tmp), metadata=meta)
         tmp.replace(self.checkpoint_path(batch.step))
-        metrics = {"loss": total, **stats_sum}
-        if self.push is not None and self.push.due(batch.step):
-            metrics.update(self._push(batch.trainer_version + 1))
-        return metrics
 
     def _push(self, version: int) -> dict[str, float]:
         """Save the model as an HF directory (atomically renamed into place) and push it."""

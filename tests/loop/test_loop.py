@@ -28,7 +28,7 @@ from dressage.loop.runner import Loop, LoopOptions
 from dressage.store import EventStore
 
 
-def write_config(tmp: Path, mode: str) -> Path:
+def write_config(tmp: Path, mode: str, train: dict[str, Any] | None = None) -> Path:
     """A two-task run.yaml for the local sandbox, with train:/loop: sections."""
     (tmp / "tasks.jsonl").write_text(
         '{"prompt": "Say a word with the letter e.", "label": "e"}\n'
@@ -44,7 +44,7 @@ def write_config(tmp: Path, mode: str) -> Path:
         "sandbox": {"provider": "local", "timeout_s": 20},
         "reward": {"kind": "contains"},
         "worker": {"concurrency": 4, "lease_s": 30, "session_timeout_s": 60, "poll_s": 0.1},
-        "train": {"lr": 1.0},
+        "train": {"lr": 1.0, **(train or {})},
         "loop": {"iterations": 2, "mode": mode},
     }
     path = tmp / "run.yaml"
@@ -68,11 +68,12 @@ def token_versions(store: EventStore, run: str, min_task_index: int) -> list[int
         return [int(r[0]) for r in conn.execute(sql, {"run": run, "i": min_task_index})]
 
 
-def drive(tmp: Path, mode: str) -> tuple[Loop, str | None, Settings]:
+def drive(tmp: Path, mode: str, train: dict[str, Any] | None = None) -> tuple[Loop, str | None, Settings]:
     """Run a 2-iteration loop; return it (stopped) and the engine's weight version before the stop."""
     settings = Settings(database_url=f"sqlite:///{tmp / 'log.db'}", home=tmp / "home")
     store = EventStore.open(settings=settings)
-    loop = Loop(store, settings, LoopOptions(str(write_config(tmp, mode)), out_dir=tmp / "out"), Console())
+    config = write_config(tmp, mode, train)
+    loop = Loop(store, settings, LoopOptions(str(config), out_dir=tmp / "out"), Console())
 
     async def go() -> str | None:
         try:
@@ -125,17 +126,35 @@ def test_sync_loop_pushes_versions_and_trains_each_iteration(tmp_path: Path) -> 
 
 
 def test_async_loop_records_versions_per_token(tmp_path: Path) -> None:
-    loop, engine_version, settings = drive(tmp_path, "async")
+    # max_staleness 0: step 2 (trainer version 1) masks every iteration-1 token still sampled by
+    # policy 0 (how many there are depends on timing; the manifest must account for each one)
+    loop, engine_version, settings = drive(tmp_path, "async", {"max_staleness": 0})
     store, run = loop.store, loop.run_name
     try:
         assert policy_versions(store, run) == [0, 1, 2] and engine_version == "2"
         # iteration 1 rolled out while iteration 0 trained: its tokens carry version 0 or 1
-        assert set(token_versions(store, run, min_task_index=2)) <= {0, 1}
+        iteration1 = token_versions(store, run, min_task_index=2)
+        assert set(iteration1) <= {0, 1}
+        log_versions: dict[tuple[str, int], list[int]] = {}
         for turn in store.read_turns(run, with_experts=False):
             v = turn.policy_versions[turn.policy_versions >= 0]
             assert (v[1:] >= v[:-1]).all(), "a turn's versions only grow across a pause/resume"
+            log_versions.setdefault((turn.session_id, turn.segment_index), []).extend(v.tolist())
         steps = store.list_steps(run, "train:loop")
-        assert len(steps) == 2 and steps[1].manifest["options"]["masking"]["max_staleness"] == 1
+        assert len(steps) == 2 and steps[1].manifest["options"]["masking"]["max_staleness"] == 0
+        masked = []
+        for step in steps:
+            trainer_version = step.manifest["trainer_version"]
+            masked.append(0)
+            for entry in step.manifest["samples"]:
+                versions = log_versions[(entry["session"], entry["segment"])]
+                assert entry["versions"] == {str(v): versions.count(v) for v in sorted(set(versions))}
+                stale = sum(1 for v in versions if v < trainer_version)
+                m = entry["masking"]
+                assert m["recorded_trainable"] == len(versions)
+                assert (m["masked_stale"], m["trainable"]) == (stale, len(versions) - stale)
+                masked[-1] += m["masked_stale"]
+        assert masked == [0, iteration1.count(0)]
         result = replay(settings, run)
         assert result.exit_code == 0, result.output
     finally:

@@ -84,19 +84,29 @@ def simple(reward: float, version: int = 0, n_turns: int = 2) -> TrajSpec:
 
 
 def build_run(
-    store: EventStore, run: str, groups: list[list[TrajSpec | list[TrajSpec]]], *, seed: int = 0
+    store: EventStore,
+    run: str,
+    groups: list[list[TrajSpec | list[TrajSpec]]],
+    *,
+    seed: int = 0,
+    first_task: int = 0,
 ) -> dict[tuple[int, int], list[str]]:
     """Enqueue one task per group, claim and play each sample's attempts in order.
 
     An entry that is a list holds successive attempts of one (task, sample) pair (e.g. a failed
-    one, then a finished retry). Returns the session ids per (task, sample).
+    one, then a finished retry). Returns the session ids per (task, sample). With ``first_task``
+    > 0 the run must exist and the groups are appended as task indexes ``first_task, ...``.
     """
     rng = np.random.default_rng(seed)
     n = len(groups[0])
-    store.create_run(run)
-    store.enqueue_tasks(run, [TaskSpec(i, {"prompt": i}) for i in range(len(groups))], n_samples=n)
+    if first_task == 0:
+        store.create_run(run)
+    tasks = [TaskSpec(first_task + i, {"prompt": first_task + i}) for i in range(len(groups))]
+    store.enqueue_tasks(run, tasks, n_samples=n)
     attempts = {
-        (g, k): (e if isinstance(e, list) else [e]) for g, grp in enumerate(groups) for k, e in enumerate(grp)
+        (first_task + g, k): (e if isinstance(e, list) else [e])
+        for g, grp in enumerate(groups)
+        for k, e in enumerate(grp)
     }
     sessions: dict[tuple[int, int], list[str]] = {}
     while True:

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dressage.errors import NotSupportedError
+from dressage.errors import NotSupportedError, TrainingError
 from dressage.integrations.slime import SlimeDumpBackend, slime_command
 from dressage.store import EventStore
+from dressage.store.records import ConsumerCheckpoint, Run
 from dressage.training import StepOptions, Trainer
 from dressage.training.torch_backend import TorchBackend, checkpoint_metadata, ppo_clip_tis_loss
 from tests.training.builders import SegmentSpec, TrajSpec, TurnSpec, build_run, simple
@@ -46,6 +47,76 @@ def test_torch_backend_step_and_checkpoint(store: EventStore, run_name: str, tmp
     assert meta["run"] == run_name and meta["step"] == "1" and meta["batch_hash"] == result.batch.batch_hash
     with pytest.raises(NotSupportedError, match="push-to"):
         TorchBackend(tmp_path, push_to="http://127.0.0.1:30000")
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file."""
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """Same names, dtypes, shapes and bytes."""
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in a
+    )
+
+
+class ForgetfulAdam(TorchBackend):
+    """The behaviour before optimizer state was checkpointed: a resume restarts Adam's moments."""
+
+    def resume(self, run: Run, checkpoint: ConsumerCheckpoint | None) -> None:
+        super().resume(run, checkpoint)
+        self.optimizer.state.clear()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_adam_stop_and_resume_is_bitwise_identical(store: EventStore, run_name: str, tmp_path: Path) -> None:
+    """Weights after 2 + 2 steps (a new backend and model in between) equal 4 uninterrupted steps
+    bit for bit: same CPU, same batches, same weights and Adam state in, same float operations.
+    Restarting Adam's moments instead gives different weights, so the comparison can fail."""
+    build_run(store, run_name, [[simple(float(g % 2), n_turns=1), simple(0.5)] for g in range(4)])
+    opts = StepOptions(2, 2)
+
+    def backend(out: str, cls: type[TorchBackend] = TorchBackend) -> TorchBackend:
+        return cls(tmp_path / out, model="tiny-qwen3", optimizer="adam", lr=1e-2, seed=1)
+
+    straight = Trainer(store, run_name, opts, backend("straight"), consumer="straight").run_steps()
+    assert len(straight) == 4
+    first = Trainer(store, run_name, opts, backend("resumed"), consumer="resumed").run_steps(max_steps=2)
+    assert len(first) == 2
+    second = backend("resumed")
+    assert len(Trainer(store, run_name, opts, second, consumer="resumed").run_steps()) == 2
+    final = weights(tmp_path / "straight" / "step-000004.safetensors")
+    assert bitwise_equal(weights(tmp_path / "resumed" / "step-000004.safetensors"), final)
+    assert bitwise_equal(
+        weights(tmp_path / "resumed" / "optim-000004.safetensors"),
+        weights(tmp_path / "straight" / "optim-000004.safetensors"),
+    )
+    assert float(second.optimizer.state_dict()["state"][0]["step"]) == 4.0  # Adam's step count went on
+    assert not bitwise_equal(weights(tmp_path / "straight" / "step-000002.safetensors"), final)
+
+    # control: the same resume with restarted moments drifts from the uninterrupted run
+    Trainer(store, run_name, opts, backend("forgetful"), consumer="forgetful").run_steps(max_steps=2)
+    Trainer(store, run_name, opts, backend("forgetful", ForgetfulAdam), consumer="forgetful").run_steps()
+    assert not bitwise_equal(weights(tmp_path / "forgetful" / "step-000004.safetensors"), final)
+
+    # a missing or mismatched optimizer file is refused, naming what to do
+    (tmp_path / "resumed" / "optim-000004.safetensors").unlink()
+    with pytest.raises(TrainingError, match=r"optim-000004.safetensors is missing.*--consumer"):
+        Trainer(store, run_name, opts, backend("resumed"), consumer="resumed").run_steps()
+    sgd = TorchBackend(tmp_path / "straight", model="tiny-qwen3", optimizer="sgd")
+    with pytest.raises(TrainingError, match=r"holds adam state for .* this trainer runs sgd"):
+        Trainer(store, run_name, opts, sgd, consumer="straight").run_steps()
+
+    # pruning keeps the newest steps' weights and optimizer files together
+    deleted = backend("straight").prune_checkpoints(1)
+    assert sorted(p.name for p in deleted)[:2] == ["optim-000001.safetensors", "optim-000002.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "straight").iterdir()) == [
+        "optim-000004.safetensors",
+        "step-000004.safetensors",
+    ]
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

@@ -86,9 +86,9 @@ def test_retry_counts_the_finished_attempt_and_failure_policies(store: EventStor
 
 
 def test_version_window_and_staleness_are_recorded(store: EventStore, run_name: str) -> None:
-    build_run(
-        store, run_name, [[simple(1.0, version=0), simple(0.0, version=0)], [simple(1.0, 2), simple(0.0, 2)]]
-    )
+    # a turn that spans a weight push (versions 2, 3, 3), then a turn at version 3
+    spanning = TrajSpec(1.0, [SegmentSpec(0, [TurnSpec(4, 3, versions=[2, 3, 3]), TurnSpec(4, 3, 3)])])
+    build_run(store, run_name, [[simple(1.0, version=0), simple(0.0, version=0)], [spanning, simple(0.0, 2)]])
     opts = StepOptions(
         2, 2, initial_version=3, masking=MaskingPolicy(max_staleness=0, group_version_window=2)
     )
@@ -97,5 +97,13 @@ def test_version_window_and_staleness_are_recorded(store: EventStore, run_name: 
     groups = results[0].batch.manifest["groups"]
     assert groups[0]["reason"] == "outside_version_window" and groups[0]["oldest_version"] == 0
     assert groups[1]["kept"] is True
-    assert all(s.n_trainable == 0 for s in results[0].batch.samples)  # version 2 < 3 - 0
-    assert results[0].batch.manifest["samples"][0]["masking"]["masked_stale"] == 6
+    # trainer version 3, max_staleness 0: every version-2 token is masked, version 3 trains
+    assert [s.n_trainable for s in results[0].batch.samples] == [5, 0]
+    entries = results[0].batch.manifest["samples"]
+    assert [e["versions"] for e in entries] == [{"2": 1, "3": 5}, {"2": 6}]
+    assert [e["masking"] for e in entries] == [
+        {"recorded_trainable": 6, "masked_stale": 1, "trainable": 5},
+        {"recorded_trainable": 6, "masked_stale": 6, "trainable": 0},
+    ]
+    # the recorded manifest (not only the in-memory batch) carries them
+    assert store.list_steps(run_name, "train:main")[0].manifest["samples"] == entries

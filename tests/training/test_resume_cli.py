@@ -1,4 +1,5 @@
-"""Real processes: kill -9 the train command mid-run, restart it, compare every step hash."""
+"""Real processes: kill -9 the train command mid-run, restart it, compare every step hash and the
+final weights and optimizer state with an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from dressage.config import Settings
 from dressage.store import EventStore
 from dressage.training import StepOptions, Trainer
-from dressage.training.torch_backend import checkpoint_metadata
+from dressage.training.torch_backend import TorchBackend, checkpoint_metadata
 from tests.training.builders import build_run, simple
 
 WORKER = str(Path(sys.executable).with_name("dressage-worker"))
@@ -39,12 +42,22 @@ def test_kill9_resume_is_byte_identical_and_replay_detects_drift(db_url: str, tm
     run_a, run_b = f"resume-a-{suffix}", f"resume-b-{suffix}"
     build_run(store, run_a, groups(5), seed=3)
     build_run(store, run_b, groups(5), seed=3)  # a copy of the same data
-    expected = [r.batch.batch_hash for r in Trainer(store, run_a, StepOptions(2, 2)).run_steps()]
+    # the uninterrupted reference, in this process: Adam, whose moments must survive the kill. Bitwise
+    # equality needs the same intra-op thread count (it decides how CPU matmuls split their sums):
+    # one thread here and in the train processes (OMP_NUM_THREADS=1).
+    reference = TorchBackend(tmp_path / "ref", model="tiny-qwen3", optimizer="adam", lr=1e-2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        results = Trainer(store, run_a, StepOptions(2, 2), reference).run_steps()
+    finally:
+        torch.set_num_threads(threads)
+    expected = [r.batch.batch_hash for r in results]
     assert len(expected) == 5
 
-    env = {**os.environ, "DRESSAGE_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "DRESSAGE_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
     out = tmp_path / "ckpt"
-    torch_args = ("--backend", "torch", "--model", "tiny-qwen3")
+    torch_args = ("--backend", "torch", "--model", "tiny-qwen3", "--optimizer", "adam", "--lr", "0.01")
     proc = subprocess.Popen(
         train_cmd(run_b, db_url, out, *torch_args, "--throttle-s", "2"),
         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -66,6 +79,10 @@ def test_kill9_resume_is_byte_identical_and_replay_detects_drift(db_url: str, tm
     meta = checkpoint_metadata(out / "step-000005.safetensors")
     assert (meta["run"], meta["step"]) == (run_b, "5")
     assert meta["position"] == str(store.get_checkpoint(run_b, "train:main").position)
+    # same batches, same weights and Adam state carried over the kill: bitwise the reference's
+    for name in ("step-000005.safetensors", "optim-000005.safetensors"):
+        got, want = load_file(str(out / name)), load_file(str(tmp_path / "ref" / name))
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), name
 
     replay = subprocess.run(
         train_cmd(run_b, db_url, out, "--replay"), env=env, cwd=tmp_path, capture_output=True, timeout=60

@@ -1,0 +1,1 @@
+"""``slime.utils`` stand-in."""
