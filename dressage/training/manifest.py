@@ -19,38 +19,60 @@ from dressage.training.samples import TrainSample
 FIELD_HASH_CHARS = 16
 
 
-def _update(h: Any, name: str, arr: np.ndarray) -> None:
+def tensor_digest(name: str, arr: np.ndarray) -> bytes:
+    """sha256 of one named tensor: ``name | dtype | shape | little-endian bytes``, length-prefixed."""
     arr = np.ascontiguousarray(arr)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    for part in (name.encode(), arr.dtype.str.encode(), repr(tuple(arr.shape)).encode(), arr.tobytes()):
+    h = hashlib.sha256()
+    for part in (name.encode(), arr.dtype.str.encode(), repr(tuple(arr.shape)).encode()):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
+    h.update(arr.nbytes.to_bytes(8, "little"))
+    h.update(memoryview(arr.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]  # the buffer, no copy
+    return h.digest()
+
+
+def field_digests(sample: TrainSample) -> dict[str, bytes]:
+    """The full sha256 of each of the sample's tensors, in the sample's field order."""
+    return {name: tensor_digest(name, arr) for name, arr in sample.tensors().items()}
 
 
 def field_hashes(sample: TrainSample) -> dict[str, str]:
     """A short sha256 of each of the sample's tensors."""
-    out = {}
-    for name, arr in sample.tensors().items():
-        h = hashlib.sha256()
-        _update(h, name, arr)
-        out[name] = h.hexdigest()[:FIELD_HASH_CHARS]
-    return out
+    return {name: d.hex()[:FIELD_HASH_CHARS] for name, d in field_digests(sample).items()}
 
 
-def batch_hash(samples: Sequence[TrainSample]) -> str:
-    """sha256 over every tensor of every sample, in batch order."""
+def batch_hash(samples: Sequence[TrainSample], digests: Sequence[Mapping[str, bytes]] | None = None) -> str:
+    """sha256 over every tensor of every sample, in batch order.
+
+    It hashes the per-tensor digests (name and full sha256 of each tensor, in order), so every byte
+    of every tensor is covered while each tensor is read once; pass ``digests`` (from
+    :func:`field_digests`) to reuse the ones the manifest entries were built from.
+    """
+    if digests is None:
+        digests = [field_digests(s) for s in samples]
     h = hashlib.sha256()
     h.update(len(samples).to_bytes(8, "little"))
-    for s in samples:
-        for name, arr in s.tensors().items():
-            _update(h, name, arr)
+    for per_sample in digests:
+        h.update(len(per_sample).to_bytes(8, "little"))
+        for name, digest in per_sample.items():
+            h.update(len(name).to_bytes(8, "little"))
+            h.update(name.encode())
+            h.update(digest)
     return h.hexdigest()
 
 
-def sample_entries(samples: Sequence[TrainSample]) -> list[dict[str, Any]]:
+def sample_entries(
+    samples: Sequence[TrainSample], digests: Sequence[Mapping[str, bytes]] | None = None
+) -> list[dict[str, Any]]:
     """Manifest entries: provenance plus per-field hashes, one per sample."""
-    return [{**s.describe(), "hashes": field_hashes(s)} for s in samples]
+    if digests is None:
+        digests = [field_digests(s) for s in samples]
+    return [
+        {**s.describe(), "hashes": {name: d.hex()[:FIELD_HASH_CHARS] for name, d in per.items()}}
+        for s, per in zip(samples, digests, strict=True)
+    ]
 
 
 def first_drift(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> str:

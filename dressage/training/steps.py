@@ -19,7 +19,7 @@ from dressage.store.event_store import EventStore
 from dressage.store.records import Run
 from dressage.training.advantages import assign_advantages, get_estimator
 from dressage.training.groups import Cursor, ReadyGroup
-from dressage.training.manifest import batch_hash, sample_entries
+from dressage.training.manifest import batch_hash, field_digests, sample_entries
 from dressage.training.masking import MaskingPolicy, apply_version_mask, group_outside_window
 from dressage.training.materialize import Trajectory, materialize_trajectory
 from dressage.training.samples import TrainSample
@@ -186,7 +186,8 @@ class StepBuilder:
             return None
         assign_loss_weights(samples)
         last = pending[consumed - 1]
-        digest = batch_hash(samples)
+        digests = [field_digests(s) for s in samples]
+        digest = batch_hash(samples, digests)
         manifest = {
             "step": step,
             "trainer_version": version,
@@ -197,6 +198,6 @@ class StepBuilder:
             "n_samples": len(samples),
             "n_trajectories": len({s.rollout_id for s in samples}),
             "n_trainable_tokens": sum(s.n_trainable for s in samples),
-            "samples": sample_entries(samples),
+            "samples": sample_entries(samples, digests),
         }
         return StepBatch(step, version, samples, consumed, last.cursor, last.ready_position, manifest, digest)
