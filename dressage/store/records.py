@@ -334,17 +334,9 @@ def prepare_turn(
         "latency_ms": rec.latency_ms,
         "info": info,
     }
-    payload = {
-        "turn_id": key,
-        "turn_index": rec.turn_index,
-        "lineage_index": rec.lineage_index,
-        "segment_index": rec.segment_index,
-        "route": rec.route,
-        "boundary_reason": rec.boundary_reason,
-        "n_context": int(context.size),
-        "n_generated": int(n),
-        "finish_reason": rec.finish_reason,
-    }
+    # The turn row (same run and position, id = the event's key) holds everything else; a small
+    # payload keeps the append cheap (PostgreSQL parses it into jsonb: ~10 us for nine fields).
+    payload = {"turn_index": rec.turn_index, "n_generated": int(n)}
     arrays = {
         "context_ids": context,
         "generated_ids": generated,

@@ -28,7 +28,6 @@ from dressage.store.pg_arrays import (
     BYTEA_OID,
     FLOAT4_ARRAY_OID,
     INT4_ARRAY_OID,
-    PgArray,
     PgBoolArray,
     PgFloat4Array,
     PgInt4Array,
@@ -133,6 +132,11 @@ _BINARY_PARAM_OIDS = {
 _APPEND_PARAM_OIDS = [_BINARY_PARAM_OIDS.get(name, 0) for name in APPEND_PARAM_NAMES]
 _APPEND_PARAM_FORMATS = [1 if name in _BINARY_PARAM_OIDS else 0 for name in APPEND_PARAM_NAMES]
 _APPEND_STATEMENT = b"dressage_append_turn"
+_APPEND_PARAM_KINDS = tuple(
+    (name, 0 if name not in _BINARY_PARAM_OIDS else (2 if name == "experts" else 1))
+    for name in APPEND_PARAM_NAMES
+)
+"""(name, 0 = text scalar | 1 = numpy array in binary wire format | 2 = raw bytes) per ``$n``."""
 
 
 def _text_param(value: Any) -> bytes | None:
@@ -173,10 +177,9 @@ class PgTurnAppender:
                 pq.ExecStatus.COMMAND_OK,
             )
         values = [
-            (value.data if isinstance(value, PgArray) else value) if fmt else _text_param(value)
-            for value, fmt in zip(
-                (params[name] for name in APPEND_PARAM_NAMES), _APPEND_PARAM_FORMATS, strict=True
-            )
+            _text_param(value) if kind == 0 else (value.data if kind == 1 and value is not None else value)
+            for name, kind in _APPEND_PARAM_KINDS
+            for value in (params[name],)
         ]
         res = self._check(
             # libpq takes None for NULL; psycopg's stubs don't say so
