@@ -75,11 +75,32 @@ def build_tiny_model(seed: int = 0) -> Any:
     return model.eval()
 
 
+class Qwen35TextTokenizer:
+    """The Qwen3.5 vocabulary as the engine's text tokenizer (the ``tiny`` model uses its ids).
+
+    Lets the dev engine take ``text`` prompts and stop strings like SGLang does with a real model.
+    """
+
+    def __init__(self) -> None:
+        """Load the offline-built Qwen3.5 tokenizer (cached under ``~/.cache/dressage``)."""
+        from dressage.tito.tokenizer import load_qwen35_tokenizer
+
+        self._hf = load_qwen35_tokenizer().hf
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Ids of ``text`` (special tokens written in it become their ids)."""
+        return list(self._hf.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``."""
+        return str(self._hf.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+
 def load_model(model: str, seed: int = 0) -> LoadedModel:
     """Load ``"tiny"`` (built from ``seed``) or an HF model directory (``AutoModelForCausalLM``)."""
     if model == "tiny":
         lm = build_tiny_model(seed)
-        return _describe(lm, "tiny", tokenizer=None)
+        return _describe(lm, "tiny", tokenizer=Qwen35TextTokenizer())
     path = Path(model)
     if not path.is_dir():
         raise ConfigError(f"model {model!r} is neither 'tiny' nor a Hugging Face model directory")

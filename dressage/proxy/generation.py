@@ -7,6 +7,16 @@ generation is re-submitted as ``prompt + partial ids`` with the remaining token 
 new rid. The turn's tokens before and after carry the versions the engine reported for them, so
 one turn can span versions; the agent only sees latency (a stream simply pauses).
 
+Stop strings across a resume: the engine checks stop strings only in what *it* generated, so a
+stop string whose first characters came before the pause and the rest after would be missed. After
+a resume the generation checks the text around the seam itself; on a match it aborts the engine
+request and cuts the ids right after the token that completes the stop string (the record is what
+an uninterrupted engine would have produced: the matched token included, nothing after it).
+
+Client gone: :meth:`Generation.cancel` aborts the engine request; the engine's final chunk brings
+every token generated so far, and the generation ends with ``finish.type == "abort"`` instead of
+raising, so the partial turn can be recorded.
+
 Per-token versions come from the engine's ``weight_versions`` spans (numeric strings; a
 non-numeric version falls back to the version given to :meth:`Coordinator.resume`, else 0).
 Routed experts come from the last engine call, which covers every position from
@@ -17,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,12 +117,17 @@ class Generation:
     experts: np.ndarray | None = None
     resumes: int = 0
     engine_seconds: float = 0.0
+    decode: Callable[[list[int]], str] | None = None
+    """Ids -> text (the model's tokenizer); needed to find stop strings that span a resume."""
+    cancelled: bool = False
     _current_rid: str | None = None
+    _seam: int = 0
+    _cut: FinishReason | None = None
 
     def _fallback_version(self) -> int:
         return self.coordinator.version if self.coordinator.version is not None else 0
 
-    def _call_params(self) -> tuple[str, list[int], SamplingParams] | None:
+    def _call_params(self) -> tuple[str, Sequence[int], SamplingParams] | None:
         """(rid, input ids, sampling) of the next engine call; None when the budget is spent."""
         budget = self.sampling.max_new_tokens
         if budget is not None and budget - len(self.ids) <= 0:
@@ -125,7 +140,8 @@ class Generation:
                 update["max_new_tokens"] = budget - len(self.ids)
             sampling = sampling.model_copy(update=update)
         rid = self.rid if self.resumes == 0 else f"{self.rid}-r{self.resumes}"
-        return rid, [*self.prompt_ids, *self.ids], sampling
+        # The first call sends the prompt view as is: the client makes the one list the body needs.
+        return rid, [*self.prompt_ids, *self.ids] if self.ids else self.prompt_ids, sampling
 
     def _apply_spans(self, start: int, spans: list[WeightVersionSpan] | None) -> None:
         for span in spans or []:
@@ -135,7 +151,7 @@ class Generation:
 
     def _interrupted(self, finish: FinishReason, epoch: int) -> bool:
         """Whether an abort came from our pause (then the generation continues after resume)."""
-        if finish.type != "abort":
+        if finish.type != "abort" or self.cancelled:
             return False
         if self.coordinator.paused or self.coordinator.epoch != epoch:
             return True
@@ -156,13 +172,16 @@ class Generation:
         loop = asyncio.get_running_loop()
         while True:
             await self.coordinator.wait_running()
+            if self.cancelled:  # the client left during a pause: nothing more to generate
+                self.finish = FinishReason(type="abort", message="client disconnected")
+                return
             params = self._call_params()
             if params is None:
                 return
             rid, input_ids, sampling = params
             self._current_rid = rid
             epoch = self.coordinator.epoch
-            start = len(self.ids)
+            start = self._seam = len(self.ids)
             self.coordinator.track(rid, self.client)
             t0 = loop.time()
             experts = self.experts_start is not None
@@ -179,12 +198,15 @@ class Generation:
                     )
                     async for delta in deltas:
                         fallback = version_number(delta.weight_version, self._fallback_version())
-                        self._add(delta.output_ids, delta.logprobs, fallback)
+                        if self._cut is None:
+                            self._add(delta.output_ids, delta.logprobs, fallback)
                         if delta.finished:
                             finish = delta.finish_reason
                             self._apply_spans(start, delta.weight_versions)
                             self.experts = delta.routed_experts
-                        if delta.output_ids:
+                        elif self._cut is None and self._check_seam():
+                            await self._abort_current()
+                        if delta.output_ids and self._cut is None:
                             yield len(delta.output_ids)
                     if finish is None:
                         raise EngineError(f"the engine closed stream {rid} without a finish reason")
@@ -201,14 +223,57 @@ class Generation:
                     self._apply_spans(start, result.weight_versions)
                     self.experts = result.routed_experts
                     finish = result.finish_reason
+                    self._check_seam()
             finally:
                 self.coordinator.untrack(rid)
                 self.engine_seconds += loop.time() - t0
+            if self._cut is not None:
+                self.finish = self._cut
+                return
             if not self._interrupted(finish, epoch):
                 self.finish = finish
                 return
             self.resumes += 1
             log.info("generation %s interrupted after %d tokens; continuing after resume", rid, len(self.ids))
+
+    def _check_seam(self) -> bool:
+        """After a resume: cut at a stop string that spans the seam (see the module docstring).
+
+        Only an occurrence that starts before the seam and ends after it is the proxy's to find
+        (the engine found the others); it ends within ``4 * len(stop)`` tokens of the seam (a token
+        is at least one byte, a character at most four). Returns True when the generation was cut.
+        """
+        stop_param = self.sampling.stop
+        if not self._seam or not stop_param or self.decode is None:
+            return False
+        stops = (stop_param,) if isinstance(stop_param, str) else tuple(stop_param)
+        reach = 4 * max(len(x) for x in stops)
+        if len(self.ids) - self._seam > reach + 64:
+            return False  # an occurrence spanning the seam was complete long ago: checked then
+        lo = max(self._seam - reach, 0)
+        head = self.decode(self.ids[lo : self._seam])
+        text = self.decode(self.ids[lo : self._seam + reach])
+        best: tuple[int, str] | None = None
+        for stop in stops:
+            i = text.find(stop, max(len(head) - len(stop) + 1, 0))
+            if 0 <= i < len(head) and (best is None or i < best[0]):
+                best = (i, stop)
+        if best is None:
+            return False
+        i, stop = best
+        n = self._seam + 1  # the first token count whose text holds the whole stop string
+        while n < len(self.ids) and not self.decode(self.ids[lo:n]).startswith(stop, i):
+            n += 1
+        del self.ids[n:], self.logprobs[n:], self.versions[n:]
+        self._cut = FinishReason(type="stop", matched=stop)
+        return True
+
+    async def _abort_current(self) -> None:
+        if self._current_rid is not None:
+            try:
+                await self.client.abort(self._current_rid)
+            except EngineError as e:
+                log.warning("could not abort %s: %s", self._current_rid, e)
 
     def _add(self, ids: list[int], logprobs: list[float] | None, version: int) -> None:
         if not ids:
@@ -221,8 +286,10 @@ class Generation:
 
     async def abort(self) -> None:
         """Abort the current engine request (the client went away)."""
-        if self._current_rid is not None and self.finish is None:
-            try:
-                await self.client.abort(self._current_rid)
-            except EngineError as e:
-                log.warning("could not abort %s: %s", self._current_rid, e)
+        if self.finish is None:
+            await self._abort_current()
+
+    async def cancel(self) -> None:
+        """The client went away: abort the engine request; the generation ends as ``abort``."""
+        self.cancelled = True
+        await self.abort()

@@ -11,6 +11,7 @@ a URL token the header must carry it. A token that is unknown, or whose session 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,9 +28,10 @@ from dressage.proxy.replies import (
     finish_reason,
     logprobs_content,
     parse_reply,
+    reply_parse,
+    reply_text,
     think_open,
     usage,
-    visible_text,
 )
 from dressage.proxy.requests import ChatRequest, parse_chat_request
 from dressage.proxy.service import ProxyService
@@ -43,6 +45,9 @@ from dressage.proxy.streaming import (
     usage_chunk,
 )
 from dressage.redact import redact
+from dressage.tito.tool_calls import ParsedAssistant
+
+log = logging.getLogger("dressage.proxy")
 
 
 def request_token(request: Request) -> str | None:
@@ -79,6 +84,7 @@ class ChatHandler:
 
     def __init__(self, svc: ProxyService) -> None:
         self.svc = svc
+        self._background: set[asyncio.Future[None]] = set()
 
     def _error(self, exc: BaseException, stream: bool) -> Response:
         status, _, _, code = classify(exc)
@@ -98,11 +104,14 @@ class ChatHandler:
             stream = req.stream
             idem = request.headers.get("idempotency-key") or None
             prior = state.lookup(req.fingerprint, idem)
+            if isinstance(prior, asyncio.Future):
+                await asyncio.wait([prior])  # the original's outcome; its own cancellation is not ours
+                # An original whose client went away is no reply: this retry generates anew.
+                prior = None if prior.cancelled() else prior.result()
             if prior is not None:
-                reply = await asyncio.shield(prior) if isinstance(prior, asyncio.Future) else prior
                 svc.metrics.dedupe.inc()
                 svc.metrics.requests.labels(str(stream).lower(), "deduplicated").inc()
-                return self._replay(req, reply)
+                return self._replay(req, prior)
             window = await svc.context_window()
             try:
                 job = prepare_turn(
@@ -174,12 +183,31 @@ class ChatHandler:
 
     async def _record(self, job: TurnJob) -> ReplyData:
         svc = self.svc
-        text = visible_text(svc.profile, job.generation.ids, _matched(job))
-        failures = parse_reply(svc.profile, job.req, text, "probe").failures
+
+        def parse(turn_id: str) -> ParsedAssistant:
+            text = reply_text(svc.profile, job.forced_ids, job.generation.ids, _matched(job))
+            return parse_reply(svc.profile, job.req, text, turn_id)
+
         t0 = time.perf_counter()
-        reply = await record_turn(svc.store, svc.registry, job, failures, svc.secrets)
+        reply = await record_turn(svc.store, svc.registry, job, parse, svc.secrets)
         svc.metrics.append.observe(time.perf_counter() - t0)
         return reply
+
+    async def _record_abandoned(self, job: TurnJob, producer: asyncio.Task[None]) -> None:
+        """The client went away mid-stream: abort the engine request, record what was generated.
+
+        The engine's final (abort) chunk carries every token generated so far; the turn is
+        recorded as a dead-end segment (``finish_reason`` ``abort`` unless the generation had
+        already ended) and is never the reply to a retry, which generates anew.
+        """
+        gen = job.generation
+        try:
+            await gen.cancel()
+            await producer
+            await record_turn(self.svc.store, self.svc.registry, job, None, self.svc.secrets, abandoned=True)
+        except DressageError as e:
+            log.warning("could not record the turn of %s abandoned by its client: %s", gen.rid, e)
+            self.svc.metrics.errors.labels("499", "client_disconnected").inc()
 
     def _observe(self, job: TurnJob, reply: ReplyData, *, stream: bool) -> float:
         m = self.svc.metrics
@@ -192,7 +220,7 @@ class ChatHandler:
         m.requests.labels(str(stream).lower(), "ok").inc()
         if job.generation.resumes:
             m.resumes.inc(job.generation.resumes)
-        m.sessions.set(len(self.svc.registry.live_sessions()))
+        m.sessions.set(self.svc.registry.live_count())
         return overhead
 
     # --- replies ----------------------------------------------------------------------------------
@@ -224,21 +252,41 @@ class ChatHandler:
         return StreamingResponse(replay(), media_type="text/event-stream", headers=_sse_headers(headers))
 
     async def _stream(self, job: TurnJob, future: asyncio.Future[ReplyData]) -> AsyncIterator[bytes]:
-        """SSE body: deltas as the engine produces them, the turn recorded before the last chunk."""
+        """SSE body: deltas as the engine produces them, the turn recorded before the last chunk.
+
+        The generation runs in its own task, so a client that goes away (this generator is
+        cancelled) does not lose tokens: :meth:`_record_abandoned` aborts the engine request and
+        records the partial turn.
+        """
         svc, req, gen = self.svc, job.req, job.generation
         profile = svc.profile
         cid, created, model = f"chatcmpl-{gen.rid}", int(time.time()), svc.model_name
         stops = set(profile.stop_token_ids)
         decoder = IncrementalDecoder(profile.tokenizer)
         splitter = StreamSplitter(think_open(profile, req), req.parse_tools, req.sampling.get("stop") or ())
+        progress = asyncio.Event()
+
+        async def produce() -> None:
+            try:
+                async for _ in gen.stream():
+                    progress.set()
+            finally:
+                progress.set()
+
+        producer = asyncio.create_task(produce())
+        record: asyncio.Future[ReplyData] | None = None
         seen = 0
         try:
             yield sse(chunk(cid, created, model, {"role": "assistant", "content": ""}))
-            async for _ in gen.stream():
+            if job.forced_text:
+                splitter.push(job.forced_text)  # held back: tool calls leave whole, at the end
+            while True:
+                await progress.wait()
+                progress.clear()
                 new = gen.ids[seen:]
                 lp = (
                     logprobs_content(profile, new, gen.logprobs[seen : seen + len(new)])
-                    if req.logprobs
+                    if req.logprobs and new
                     else None
                 )
                 seen += len(new)
@@ -251,11 +299,14 @@ class ChatHandler:
                     delta["content"] = content
                 if delta or lp:
                     yield sse(chunk(cid, created, model, delta, logprobs=lp))
-            reply = await self._record(job)
+                if producer.done() and seen >= len(gen.ids):
+                    break
+            producer.result()  # the engine's errors
+            record = asyncio.ensure_future(self._record(job))
+            reply = await asyncio.shield(record)  # a client leaving now does not cut the append
             future.set_result(reply)
             self._unregister(job)
-            text = visible_text(profile, reply.generated_ids, reply.matched_stop)
-            parsed = parse_reply(profile, req, text, reply.turn_id)
+            parsed = reply_parse(profile, req, reply)
             reasoning, content = splitter.finish(parsed.reasoning_content, parsed.content)
             delta = {k: v for k, v in (("reasoning_content", reasoning), ("content", content)) if v}
             if delta:
@@ -274,12 +325,13 @@ class ChatHandler:
             status, type_, param, code = classify(e)
             svc.metrics.errors.labels(str(status), str(code)).inc()
             yield sse(error_body(redact(str(e), svc.secrets) or "", type_, param, code))
-        except BaseException as e:  # client went away (cancellation) or a bug: never leave it pending
+        except BaseException as e:  # the client went away (cancellation) or a bug
             self._fail(job, future, e)
+            if record is None:
+                task = asyncio.ensure_future(self._record_abandoned(job, producer))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
             raise
-        finally:
-            if gen.finish is None:
-                await asyncio.shield(gen.abort())
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: the one model this proxy serves."""

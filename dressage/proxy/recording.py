@@ -2,14 +2,31 @@
 
 :func:`prepare_turn` routes a request through the session's lineage index and sizes the
 generation to the context window; :func:`record_turn` commits the generated ids to the index and
-appends the turn to the log in one transaction (in a worker thread: the store is synchronous),
-before any reply leaves. If the append fails the session's cached state is evicted, so the next
-request rebuilds it from what the log really holds.
+appends the turn to the log in one transaction, before any reply leaves. If the append fails the
+session's cached state is evicted, so the next request rebuilds it from what the log really holds.
 
 Per-turn store fields: ``context_ids`` are the new prompt ids of an ``append`` (the TITO delta)
 or the whole prompt of a segment's first turn (``create``/``branch``); ``info["tito"]`` keeps
 what a restarted proxy needs to rebuild the lineage index (TITO lineage id, fork point, where
-the delta starts in ``context_ids``, tools key, header length, system key).
+the delta starts in ``context_ids``, tools key, header length, the conversation key of a
+``create``, the number of forced ids, ``aborted`` for a turn the client abandoned).
+
+Log lineages: a ``branch`` keeps its parent's ``lineage_index``; a ``create`` joins the lineage of
+the same *conversation* (same system prompt and same first message after it: a new user turn
+after thinking, a tools change, a compaction that keeps the task) and otherwise opens a new one:
+a subagent that shares only the system prompt (and tools) with the main agent gets its own
+lineage, so it can never become the trajectory's anchor.
+
+Forced tool calls (``tool_choice`` required / named): the profile's forced opening (Qwen3.5:
+``<tool_call>\n<function=NAME>\n``) is appended to the prompt and the engine continues from it.
+Those ids were not sampled: they are recorded at the end of the turn's ``context_ids`` (loss mask
+0, no logprob) and count as prompt tokens; the lineage index sees them as part of the turn's
+output, so the next request, whose template renders the call, appends in the same segment. The
+reply is parsed from forced text + generated text. Contract: when the model closes a well-formed
+call the reply carries it (``finish_reason`` ``tool_calls``); otherwise (``max_tokens`` reached
+inside the call, a malformed call, a stop token before ``</tool_call>``) the reply has no
+``tool_calls``, its ``content`` is the raw text from the forced opening on, ``finish_reason`` is
+``length`` or ``stop``, and the turn records ``tool_call_failures`` with the reason code.
 """
 
 from __future__ import annotations
@@ -18,7 +35,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,11 +49,19 @@ from dressage.errors import (
 )
 from dressage.proxy.generation import Coordinator, Generation
 from dressage.proxy.requests import ChatRequest
-from dressage.proxy.sessions import ReplyData, SegmentState, SessionRegistry, SessionState, system_key
+from dressage.proxy.sessions import (
+    REASON_CLIENT_DISCONNECTED,
+    ReplyData,
+    SegmentState,
+    SessionRegistry,
+    SessionState,
+    context_key,
+)
 from dressage.redact import redact
 from dressage.store import EventStore, TurnRecord, deterministic_key
 from dressage.tito import TitoPlan
-from dressage.tito.tool_calls import ToolCallFailure
+from dressage.tito.incremental import PromptIds
+from dressage.tito.tool_calls import ParsedAssistant
 
 log = logging.getLogger("dressage.proxy")
 
@@ -55,6 +80,9 @@ class TurnJob:
     capped: bool
     started: float
     plan_seconds: float
+    forced_ids: tuple[int, ...] = ()
+    """Ids the proxy wrote at the start of the model's turn (a forced tool-call opening): context."""
+    forced_text: str = ""
     dedupe_keys: list[str] = field(default_factory=list)
 
 
@@ -80,7 +108,14 @@ def prepare_turn(
     """Plan the prompt ids and size the generation; raises ContextLengthExceededError when it cannot fit."""
     t0 = time.perf_counter()
     plan = state.index.plan(req.messages, req.tools, req.enable_thinking)
-    prompt_ids = plan.prompt  # a view: the id list is built only for the engine request
+    forced_text = ""
+    forced_ids: tuple[int, ...] = ()
+    prompt_ids: Sequence[int] = plan.prompt  # a view: the id list is built only for the engine request
+    if req.force_tool is not None:
+        profile = state.index.profile
+        forced_text = profile.forced_tool_call_prefix(req.force_tool, req.enable_thinking)
+        forced_ids = tuple(profile.tokenizer.encode(forced_text))
+        prompt_ids = PromptIds(plan.prefix_ids, plan.prefix_len, plan.delta_ids + forced_ids)
     room = context_window - len(prompt_ids)
     if room <= 0:
         raise ContextLengthExceededError(
@@ -100,6 +135,7 @@ def prepare_turn(
         sampling=sampling,
         rid=f"dr-{uuid.uuid4().hex}",
         experts_start=_experts_start(state, plan) if record_experts else None,
+        decode=state.index.tokenizer.decode if req.sampling.get("stop") else None,
     )
     return TurnJob(
         state=state,
@@ -112,6 +148,8 @@ def prepare_turn(
         capped=capped,
         started=started,
         plan_seconds=time.perf_counter() - t0,
+        forced_ids=forced_ids,
+        forced_text=forced_text,
     )
 
 
@@ -126,59 +164,102 @@ async def record_overflow(store: EventStore, state: SessionState, stage: str, in
         log.warning("could not record context_overflow for session %s: %s", state.session_id, e)
 
 
-def _store_fields(state: SessionState, job: TurnJob, turn_id: str, n_gen: int) -> dict[str, Any]:
+@dataclass
+class _Placement:
+    """Where a turn lands in the log: route, segment, lineage and the ids it adds as context."""
+
+    route: str
+    parent_turn_id: str | None
+    boundary_reason: str | None
+    segment: SegmentState
+    offset: int
+    context: list[int]
+    tito: dict[str, Any]
+
+
+def _new_lineage_index(state: SessionState, job: TurnJob, route: str, parent_lineage: str | None) -> int:
+    """Log lineage of a new segment: a branch keeps its parent's; a create joins its conversation's."""
+    if route == "branch":
+        parent = state.segments.get(parent_lineage or "")
+        return parent.lineage_index if parent is not None else 0
+    return state.lineage_by_context.get(context_key(job.req.messages), state.next_lineage)
+
+
+def _place(state: SessionState, job: TurnJob, turn_id: str) -> _Placement:
     """Commit the plan to the index and derive segment/lineage fields (mutates ``state``)."""
     plan = job.plan
-    rec = state.index.record(plan, turn_id, job.generation.ids)
-    skey = system_key(job.req.messages)
+    rec = state.index.record(plan, turn_id, [*job.forced_ids, *job.generation.ids])
+    tito: dict[str, Any] = {
+        "lineage": rec.lineage_id,
+        "fork_at": rec.fork_at,
+        "delta_start": 0,
+        "tools_key": rec.tools_key,
+        "header_len": rec.header_len,
+    }
+    if job.forced_ids:
+        tito["forced"] = len(job.forced_ids)
     if rec.route == "append":
         seg = state.segments[rec.lineage_id]
-        context = list(plan.delta_ids)
-        delta_start = 0
+        context = [*plan.delta_ids, *job.forced_ids]
     else:
-        if rec.route == "branch":
-            parent = state.segments.get(plan.parent_lineage_id or "")
-            lineage = parent.lineage_index if parent is not None else 0
-        elif skey in state.lineage_by_system:
-            lineage = state.lineage_by_system[skey]
-        else:
-            lineage = max(state.lineage_by_system.values(), default=-1) + 1
-        state.lineage_by_system.setdefault(skey, lineage)
+        lineage = _new_lineage_index(state, job, rec.route, plan.parent_lineage_id)
+        if rec.route == "create":
+            key = context_key(job.req.messages)
+            tito["context_key"] = key
+            state.lineage_by_context.setdefault(key, lineage)
+        state.next_lineage = max(state.next_lineage, lineage + 1)
         seg = SegmentState(state.next_segment, lineage, 0)
         state.next_segment += 1
         state.segments[rec.lineage_id] = seg
         context = list(job.prompt_ids)
-        delta_start = len(context) - len(rec.delta_ids)
+        tito["delta_start"] = len(context) - len(job.forced_ids) - len(rec.delta_ids)
     offset = seg.length
-    seg.length = offset + len(context) + n_gen
-    return {
-        "rec": rec,
-        "segment": seg,
-        "offset": offset,
-        "context": context,
-        "tito": {
-            "lineage": rec.lineage_id,
-            "fork_at": rec.fork_at,
-            "delta_start": delta_start,
-            "tools_key": rec.tools_key,
-            "header_len": rec.header_len,
-            "system_key": skey,
-        },
-    }
+    seg.length = offset + len(context) + len(job.generation.ids)
+    return _Placement(rec.route, rec.parent_turn_id, rec.boundary_reason, seg, offset, context, tito)
+
+
+def _place_abandoned(state: SessionState, job: TurnJob) -> _Placement:
+    """A turn the client abandoned: a dead-end segment of its own, outside the lineage index.
+
+    The retry the client may send renders the same prompt; it must continue the lineage as if the
+    aborted turn had not happened (one segment), so the aborted turn is kept out of the TITO index
+    and out of retry dedupe, and recorded as a side segment (route ``branch`` from the turn it
+    would have extended, or ``create``) with ``boundary_reason`` ``client_disconnected``.
+    """
+    plan = job.plan
+    route = "create" if plan.route == "create" else "branch"
+    lineage = _new_lineage_index(state, job, route, plan.parent_lineage_id)
+    seg = SegmentState(state.next_segment, lineage, 0)
+    state.next_segment += 1
+    parent = plan.parent_turn_id if route == "branch" else None
+    tito: dict[str, Any] = {"aborted": True}
+    if job.forced_ids:
+        tito["forced"] = len(job.forced_ids)
+    context = list(job.prompt_ids)
+    seg.length = len(context) + len(job.generation.ids)
+    return _Placement(route, parent, REASON_CLIENT_DISCONNECTED, seg, 0, context, tito)
 
 
 async def record_turn(
     store: EventStore,
     registry: SessionRegistry,
     job: TurnJob,
-    failures: list[ToolCallFailure],
+    parse: Callable[[str], ParsedAssistant] | None,
     secrets: tuple[str, ...],
+    *,
+    abandoned: bool = False,
 ) -> ReplyData:
-    """Append the turn durably and index it for dedupe; returns the reply data."""
+    """Append the turn durably and index it for dedupe; returns the reply data.
+
+    ``parse(turn_id)`` parses the reply (its tool-call failures are recorded on the turn).
+    ``abandoned``: the client went away before the reply ended; the turn (partial: ``finish_reason``
+    ``abort``) is recorded as a dead-end segment (see :func:`_place_abandoned`) and is never a
+    retry's reply.
+    """
     state, gen = job.state, job.generation
     assert gen.finish is not None
     matched = gen.finish.matched if isinstance(gen.finish.matched, str) else None
-    stop_reason = "length" if gen.finish.type == "length" else "stop"
+    stop_reason = {"length": "length", "abort": "abort"}.get(gen.finish.type, "stop")
     hit_window = (
         stop_reason == "length" and job.capped and len(job.prompt_ids) + len(gen.ids) >= job.context_window
     )
@@ -189,11 +270,12 @@ async def record_turn(
             )
         turn_index = state.next_turn
         turn_id = deterministic_key(state.run_name, state.session_id, "turn", turn_index)
-        f = _store_fields(state, job, turn_id, len(gen.ids))
+        f = _place_abandoned(state, job) if abandoned else _place(state, job, turn_id)
         state.next_turn += 1
+        parsed = parse(turn_id) if parse is not None else None
         experts = gen.experts
-        expected = len(f["context"]) + len(gen.ids) - (1 if f["offset"] == 0 else 0)
-        info: dict[str, Any] = {"tito": f["tito"], "created": int(time.time()), "engine_rid": gen.rid}
+        expected = len(f.context) + len(gen.ids) - (1 if f.offset == 0 else 0)
+        info: dict[str, Any] = {"tito": f.tito, "created": int(time.time()), "engine_rid": gen.rid}
         if experts is not None and experts.shape[0] != expected:
             info["experts_dropped"] = f"engine returned {experts.shape[0]} rows, expected {expected}"
             experts = None
@@ -207,23 +289,27 @@ async def record_turn(
             info["resumes"] = gen.resumes
         if hit_window:
             info["context_capped"] = True
-        if failures:
+        if job.req.force_tool is not None:
+            info["forced_tool_call"] = job.req.force_tool or "any"
+        if abandoned:
+            info["client_disconnected"] = True
+        if parsed is not None and parsed.failures:
             info["tool_call_failures"] = [
-                {"reason": x.reason, "text": redact(x.text[:2000], secrets)} for x in failures
+                {"reason": x.reason, "text": redact(x.text[:2000], secrets)} for x in parsed.failures
             ]
         record = TurnRecord(
             session_id=state.session_id,
             turn_index=turn_index,
-            context_ids=f["context"],
+            context_ids=f.context,
             generated_ids=gen.ids,
             logprobs=gen.logprobs,
             policy_versions=gen.versions,
-            lineage_index=f["segment"].lineage_index,
-            parent_turn_id=f["rec"].parent_turn_id,
-            route=f["rec"].route,
-            segment_index=f["segment"].index,
-            segment_offset=f["offset"],
-            boundary_reason=f["rec"].boundary_reason,
+            lineage_index=f.segment.lineage_index,
+            parent_turn_id=f.parent_turn_id,
+            route=f.route,
+            segment_index=f.segment.index,
+            segment_offset=f.offset,
+            boundary_reason=f.boundary_reason,
             routed_experts=experts,
             finish_reason=stop_reason,
             sampling_params={**gen.sampling.to_body(), "model": job.req.model},
@@ -252,12 +338,16 @@ async def record_turn(
             logprobs=list(gen.logprobs),
             stop_reason=stop_reason,
             matched_stop=matched,
-            prompt_tokens=f["offset"] + len(f["context"]),
+            prompt_tokens=f.offset + len(f.context),
             created=info["created"],
             rid=gen.rid,
+            forced_ids=list(job.forced_ids),
+            parsed=parsed,
+            parsed_for=job.req.fingerprint,
         )
-        extends = f["rec"].parent_turn_id if f["rec"].fork_at == "end" else None
-        state.remember(reply, job.req.fingerprint, job.idem_key, extends)
+        if not abandoned:
+            extends = f.parent_turn_id if f.tito.get("fork_at") == "end" else None
+            state.remember(reply, job.req.fingerprint, job.idem_key, extends)
     if hit_window:
         await record_overflow(
             store,

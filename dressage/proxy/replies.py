@@ -41,6 +41,14 @@ def visible_text(profile: ModelProfile, ids: Sequence[int], matched_stop: str | 
     return text
 
 
+def reply_text(
+    profile: ModelProfile, forced_ids: Sequence[int], ids: Sequence[int], matched_stop: str | None
+) -> str:
+    """The text the reply is parsed from: the forced opening (if any), then :func:`visible_text`."""
+    text = visible_text(profile, ids, matched_stop)
+    return profile.tokenizer.decode(list(forced_ids)) + text if forced_ids else text
+
+
 def parse_reply(profile: ModelProfile, req: ChatRequest, text: str, seed: str) -> ParsedAssistant:
     """Reasoning, content and tool calls (tool calls only with ``tool_choice`` auto and tools)."""
     if req.parse_tools:
@@ -77,12 +85,19 @@ def logprobs_content(
     return out
 
 
+def reply_parse(profile: ModelProfile, req: ChatRequest, reply: ReplyData) -> ParsedAssistant:
+    """The parse of a recorded reply for ``req`` (cached when ``req`` is the request that made it)."""
+    if reply.parsed is not None and reply.parsed_for == req.fingerprint:
+        return reply.parsed
+    text = reply_text(profile, reply.forced_ids, reply.generated_ids, reply.matched_stop)
+    return parse_reply(profile, req, text, reply.turn_id)
+
+
 def completion_body(
     profile: ModelProfile, req: ChatRequest, reply: ReplyData, model: str
 ) -> tuple[dict[str, Any], ParsedAssistant]:
     """The ``chat.completion`` object of a recorded turn, and its parse."""
-    text = visible_text(profile, reply.generated_ids, reply.matched_stop)
-    parsed = parse_reply(profile, req, text, reply.turn_id)
+    parsed = reply_parse(profile, req, reply)
     choice: dict[str, Any] = {
         "index": 0,
         "message": parsed.to_message(),

@@ -10,14 +10,16 @@ after a proxy restart the agent's retried request continues the same session.
 Log lineages vs TITO lineages: a TITO lineage is one token-contiguous chain (a *segment* in the
 log). The log's ``lineage_index`` names an agent context: ``0`` for the session's first one (the
 root, whose last segment is the anchor). A ``branch`` keeps its parent's lineage; a ``create``
-joins the lineage whose system prompt is the same (a new user turn after thinking, a compaction),
-and a new system prompt (a subagent) opens a new lineage.
+joins the lineage of the same conversation (:func:`context_key`: same system prompt and same first
+message after it) and otherwise opens a new one (a subagent, even one with the main agent's system
+prompt and tools).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,19 +29,36 @@ from dressage.store import EventStore, Session, Turn
 from dressage.tito import LineageIndex
 from dressage.tito import TurnRecord as TitoRecord
 from dressage.tito.profiles import ModelProfile
+from dressage.tito.tool_calls import ParsedAssistant
 
 log = logging.getLogger("dressage.proxy")
 
 
-def system_key(messages: list[dict[str, Any]]) -> str:
-    """Short hash of the first system/developer message's text ("" without one): a context's identity."""
-    first = messages[0] if messages else {}
-    if first.get("role") not in ("system", "developer"):
-        return ""
-    content = first.get("content")
+REASON_CLIENT_DISCONNECTED = "client_disconnected"
+"""Boundary reason of the dead-end segment holding a turn whose client went away mid-generation."""
+
+
+def _text(content: Any) -> str:
     if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return hashlib.sha256(str(content or "").strip().encode()).hexdigest()[:16]
+        content = "".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return str(content or "").strip()
+
+
+def context_key(messages: list[dict[str, Any]]) -> str:
+    """Short hash of a conversation's identity: the system prompt and the first message after it.
+
+    Requests with the same key belong to one agent context (log lineage) even when their tokens
+    do not extend each other (a new user turn after thinking, a changed tools list, a compaction
+    that keeps the task); a request that shares only the system prompt does not (a subagent).
+    """
+    first = messages[0] if messages else {}
+    system = _text(first.get("content")) if first.get("role") in ("system", "developer") else None
+    rest = messages[1:] if system is not None else messages
+    head = rest[0] if rest else {}
+    ident = [system, head.get("role"), _text(head.get("content"))]
+    return hashlib.sha256(json.dumps(ident, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -64,6 +83,12 @@ class ReplyData:
     prompt_tokens: int
     created: int
     rid: str = ""
+    forced_ids: list[int] = field(default_factory=list)
+    """Ids the proxy forced at the start of the turn (a tool-call opening); part of the reply text."""
+    parsed: ParsedAssistant | None = field(default=None, compare=False, repr=False)
+    """The parse of the reply for the request that produced it (a cache; None when rebuilt)."""
+    parsed_for: str | None = field(default=None, compare=False, repr=False)
+    """The fingerprint of the request ``parsed`` belongs to."""
 
 
 @dataclass
@@ -74,7 +99,8 @@ class SessionState:
     run_name: str
     index: LineageIndex
     segments: dict[str, SegmentState] = field(default_factory=dict)
-    lineage_by_system: dict[str, int] = field(default_factory=dict)
+    lineage_by_context: dict[str, int] = field(default_factory=dict)
+    next_lineage: int = 0
     next_turn: int = 0
     next_segment: int = 0
     finished: bool = False
@@ -129,6 +155,13 @@ class SessionState:
         """Fold one recorded turn into the state (used when rebuilding from the log)."""
         tito = turn.info.get("tito") or {}
         n_ctx, n_gen = int(turn.context_ids.size), int(turn.generated_ids.size)
+        self.next_turn = max(self.next_turn, turn.turn_index + 1)
+        self.next_segment = max(self.next_segment, turn.segment_index + 1)
+        if tito.get("aborted"):
+            return  # a dead-end turn the client abandoned: not in the index, never a retry's reply
+        n_forced = int(tito.get("forced", 0))
+        ctx = [int(x) for x in turn.context_ids]
+        forced = ctx[n_ctx - n_forced :] if n_forced else []
         if tito.get("lineage"):
             rec = TitoRecord(
                 turn_id=turn.id,
@@ -137,8 +170,8 @@ class SessionState:
                 parent_lineage_id=None,
                 parent_turn_id=turn.parent_turn_id,
                 fork_at=tito.get("fork_at"),
-                delta_ids=tuple(int(x) for x in turn.context_ids[int(tito.get("delta_start", 0)) :]),
-                generated_ids=tuple(int(x) for x in turn.generated_ids),
+                delta_ids=tuple(ctx[int(tito.get("delta_start", 0)) : n_ctx - n_forced]),
+                generated_ids=(*forced, *(int(x) for x in turn.generated_ids)),
                 tools_key=tito.get("tools_key", ""),
                 header_len=int(tito.get("header_len", 0)),
                 boundary_reason=turn.boundary_reason,
@@ -147,9 +180,10 @@ class SessionState:
             self.segments[rec.lineage_id] = SegmentState(
                 turn.segment_index, turn.lineage_index, turn.segment_offset + n_ctx + n_gen
             )
-            self.lineage_by_system.setdefault(tito.get("system_key", ""), turn.lineage_index)
-        self.next_turn = max(self.next_turn, turn.turn_index + 1)
-        self.next_segment = max(self.next_segment, turn.segment_index + 1)
+            key = tito.get("context_key") or tito.get("system_key")  # system_key: older records
+            if turn.route == "create" and key is not None:
+                self.lineage_by_context.setdefault(key, turn.lineage_index)
+            self.next_lineage = max(self.next_lineage, turn.lineage_index + 1)
         reply = ReplyData(
             turn_index=turn.turn_index,
             turn_id=turn.id,
@@ -160,6 +194,7 @@ class SessionState:
             prompt_tokens=turn.segment_offset + n_ctx,
             created=int(turn.info.get("created", 0)),
             rid=str(turn.info.get("engine_rid", turn.id)),
+            forced_ids=forced,
         )
         extends = turn.parent_turn_id if tito.get("fork_at") == "end" else None
         self.remember(reply, turn.request_fingerprint, turn.info.get("idempotency_key"), extends)
@@ -238,6 +273,10 @@ class SessionRegistry:
         if digest is not None and digest in self._by_digest:
             self._by_digest[digest].finished = True
         self.evict(session_id)
+
+    def live_count(self) -> int:
+        """Number of cached live sessions (finished ones are evicted)."""
+        return len(self._by_digest)
 
     def live_sessions(self) -> list[SessionState]:
         """Every cached live session."""

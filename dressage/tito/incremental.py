@@ -16,6 +16,9 @@ full encode). Boundary reason codes (``create`` only; ``None`` when the session 
   at every new user query).
 - ``tools_changed``: the tools list differs from the closest lineage's.
 - ``new_context``: the system turn differs (subagent, another task, a new system prompt).
+- ``new_conversation``: the system turn (and tools) are the same but the first message after it
+  differs: a subagent sharing the main agent's system prompt, or a compaction that rewrote the
+  whole history. The request shares no earlier turn's prompt, so it is never a ``branch``.
 - ``template_prefix_mismatch``: any other divergence (compaction, edited history, JSON arguments
   re-serialised differently, model output not in template form).
 - ``unsafe_split``: the text matched but no matching anchor touches a special token.
@@ -47,6 +50,7 @@ Route = Literal["append", "branch", "create"]
 REASON_THINK_STRIPPED = "think_stripped"
 REASON_TOOLS_CHANGED = "tools_changed"
 REASON_NEW_CONTEXT = "new_context"
+REASON_NEW_CONVERSATION = "new_conversation"
 REASON_PREFIX_MISMATCH = "template_prefix_mismatch"
 REASON_UNSAFE_SPLIT = "unsafe_split"
 REASON_TOKENIZATION_FAILED = "tokenization_failed"
@@ -257,6 +261,10 @@ class LineageIndex:
         cpl = _common_prefix_len(best.text, text)
         if cpl < min(best.header_len, header_len):
             return REASON_NEW_CONTEXT
+        end = self.profile.turn_end_token
+        first_end = best.text.find(end, best.header_len)
+        if first_end < 0 or cpl < first_end + len(end):
+            return REASON_NEW_CONVERSATION
         opener = "<|im_start|>assistant\n"
         start = best.text.rfind(opener, 0, cpl + 1)
         if start >= 0:

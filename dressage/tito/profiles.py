@@ -108,6 +108,15 @@ class ModelProfile(ABC):
     ) -> ParsedAssistant:
         """Split generated text into reasoning, content and tool calls (never raises)."""
 
+    def forced_tool_call_prefix(self, name: str, enable_thinking: bool | None = None) -> str:
+        """Text that opens a tool call at the start of the model's turn (after the generation prompt).
+
+        Used for ``tool_choice`` required / named: the engine continues from it. ``name`` ``""``
+        leaves the function name to the model. The text must be what the chat template writes for
+        an assistant turn that only calls tools, so the forced turn re-renders exactly.
+        """
+        raise ConfigError(f"model profile {self.name!r} cannot force tool calls; use tool_choice 'auto'")
+
     def render(
         self,
         messages: Sequence[Any],
@@ -206,6 +215,17 @@ class Qwen35Profile(ModelProfile):
 
     def generation_prompt_suffix(self, enable_thinking: bool | None = None) -> str:
         return generation_prompt(self._thinking(enable_thinking))
+
+    def forced_tool_call_prefix(self, name: str, enable_thinking: bool | None = None) -> str:
+        """``<tool_call>\n<function=NAME>\n``; with thinking, an empty ``<think>`` block closes first.
+
+        The template writes an assistant turn with empty reasoning as ``<think>\n\n</think>\n\n``
+        and, without content, its first call right after: the generation prompt already holds
+        ``<think>\n``, so the forced text starts with ``\n</think>\n\n``. A forced call therefore
+        comes without reasoning (as with other providers, forced tool use and thinking do not mix).
+        """
+        opening = "<tool_call>\n<function=" + (f"{name}>\n" if name else "")
+        return ("\n</think>\n\n" + opening) if self._thinking(enable_thinking) else opening
 
     def parse_assistant(
         self,

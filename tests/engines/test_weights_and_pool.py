@@ -59,7 +59,11 @@ async def test_a_turn_can_span_weight_versions(engine_b: RunningEngine, checkpoi
             final = d
     spans = [(s.version, s.start, s.end) for s in final.weight_versions or []]
     assert spans[-1] == ("7", spans[-1][1], 12) and spans[0][1] == 0 and len(spans) == 2
-    assert 4 <= spans[1][1] <= 5  # at most one token raced the pause
+    assert spans[0][2] == spans[1][1]  # contiguous: every token has exactly one version
+    # The engine may have produced a few more tokens between the 4th reaching us and the pause
+    # (more on a loaded machine); what matters is that the switch is at or after the pause point
+    # and before the end, so the turn really spans two versions.
+    assert 4 <= spans[1][1] < 12
 
 
 async def test_pool_is_session_sticky_and_broadcasts(engine: RunningEngine, engine_b: RunningEngine) -> None:

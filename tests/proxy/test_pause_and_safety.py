@@ -74,14 +74,16 @@ BAD_BODIES: list[tuple[Any, str | None]] = [
         {"messages": MSGS, "response_format": {"type": "json_schema", "json_schema": {}}},
         "unsupported_parameter",
     ),
+    ({"messages": MSGS, "tool_choice": "required"}, "invalid_value"),  # required without tools
     (
         {
             "messages": MSGS,
-            "tool_choice": "required",
+            "tool_choice": {"type": "function", "function": {"name": "g"}},
             "tools": [{"type": "function", "function": {"name": "f"}}],
         },
-        "unsupported_parameter",
+        "invalid_value",  # a named function that is not among the tools
     ),
+    ({"messages": MSGS, "tool_choice": "sometimes"}, "invalid_value"),
     ({"messages": MSGS, "top_logprobs": 3}, "unsupported_parameter"),
     ({"messages": MSGS, "audio": {"voice": "x"}}, "unsupported_parameter"),
     ({"messages": []}, "invalid_type"),

@@ -101,9 +101,13 @@ def test_compaction_creates(nothink: Qwen35Profile) -> None:
         reply = tool_reply(i, False)
         turn(index, msgs, reply, TOOLS)
         msgs += [reply, {"role": "tool", "content": f"r{i}"}]
-    compacted = [msgs[0], {"role": "user", "content": "Task. Summary so far: ran 3 commands."}]
+    compacted = [msgs[0], msgs[1], {"role": "user", "content": "Summary so far: ran 3 commands."}]
     plan = index.plan(compacted, TOOLS)
     assert (plan.route, plan.boundary_reason) == ("create", "template_prefix_mismatch")
+    # a rewrite that shares only the system turn is a new conversation (a subagent looks the same)
+    rewritten = [msgs[0], {"role": "user", "content": "Task. Summary so far: ran 3 commands."}]
+    plan = index.plan(rewritten, TOOLS)
+    assert (plan.route, plan.boundary_reason) == ("create", "new_conversation")
 
 
 def test_subagent_interleaved(nothink: Qwen35Profile) -> None:
