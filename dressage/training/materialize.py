@@ -12,8 +12,15 @@ without experts makes the whole sample's experts ``None``.
 The response starts at the segment's first trained token (``loss_mask`` 1 as recorded); context
 tokens after it stay in the response with ``loss_mask`` 0 and ``rollout_log_probs`` 0.0.
 
-The **anchor** of a trajectory is the last segment of the root lineage (lineage 0, the main
-agent's final answer), never a subagent's segment that merely came last.
+The **anchor** of a trajectory is the main agent's final answer: the segment holding the last turn
+of the *root thread*, never a subagent's segment that merely came last. The root thread starts as
+lineage 0. A lineage the proxy opened with ``new_conversation`` (same system prompt and tools, a
+different first message: a compaction or a subagent) takes the root thread over when it starts
+after the root's last turn, i.e. the main agent never resumed: that is a compaction. A subagent
+that runs while the main agent continues never does. Dead-end segments (``client_disconnected``:
+a turn the client abandoned, retried elsewhere) are samples but never the anchor. One case stays
+ambiguous: a main agent whose very last act is to start a same-prompt subagent, with no main-agent
+call after it, reads as a compaction.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ from dressage.store.records import Turn
 from dressage.training.samples import TrainSample
 
 ROOT_LINEAGE = 0
+CONTINUATION_REASONS = frozenset({"new_conversation"})
+"""Boundary reasons of a lineage that may continue the root thread (compaction)."""
+DEAD_END_REASONS = frozenset({"client_disconnected"})
+"""Boundary reasons of segments that are never the anchor (abandoned turns)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,9 @@ class Segment:
     versions_L: np.ndarray  # int32, -1 on context tokens
     experts: np.ndarray | None  # [L-1, layers, top_k] int32
     last_finish_reason: str | None
+    first_turn_index: int = 0
+    last_turn_index: int = 0
+    boundary_reason: str | None = None  # of the segment's first turn
 
 
 def build_segments(turns: Sequence[Turn]) -> list[Segment]:
@@ -123,13 +137,29 @@ def _concat(turns: list[Turn]) -> Segment:
         versions_L=np.concatenate(versions),
         experts=experts_arr,
         last_finish_reason=turns[-1].finish_reason,
+        first_turn_index=first.turn_index,
+        last_turn_index=turns[-1].turn_index,
+        boundary_reason=first.boundary_reason,
     )
 
 
 def anchor_position(segments: Sequence[Segment]) -> int | None:
-    """Index in ``segments`` of the anchor: the last segment of the root lineage (None if absent)."""
-    root = [i for i, s in enumerate(segments) if s.lineage_index == ROOT_LINEAGE]
-    return root[-1] if root else None
+    """Index in ``segments`` of the anchor (see the module docstring); None without a root lineage."""
+    live = [(i, s) for i, s in enumerate(segments) if s.boundary_reason not in DEAD_END_REASONS]
+    start: dict[int, tuple[int, str | None]] = {}  # lineage -> (first turn, its boundary reason)
+    end: dict[int, int] = {}  # lineage -> last turn
+    for _, seg in live:
+        lineage = seg.lineage_index
+        if lineage not in start or seg.first_turn_index < start[lineage][0]:
+            start[lineage] = (seg.first_turn_index, seg.boundary_reason)
+        end[lineage] = max(end.get(lineage, -1), seg.last_turn_index)
+    if ROOT_LINEAGE not in start:
+        return None
+    root = ROOT_LINEAGE
+    for lineage, (first_turn, reason) in sorted(start.items(), key=lambda kv: kv[1][0]):
+        if lineage != root and reason in CONTINUATION_REASONS and first_turn > end[root]:
+            root = lineage  # the main agent never resumed its old context: a compaction
+    return max((seg.last_turn_index, i) for i, seg in live if seg.lineage_index == root)[1]
 
 
 def segment_to_sample(seg: Segment, traj: Trajectory, *, is_anchor: bool) -> TrainSample | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from dressage.errors import TrainingError
+from dressage.store.records import Turn
 from dressage.training.advantages import assign_advantages, grpo
 from dressage.training.masking import MaskingPolicy, apply_version_mask, group_outside_window
 from dressage.training.materialize import Trajectory, build_segments, materialize_trajectory
@@ -57,6 +60,70 @@ def test_anchor_is_last_root_segment_not_last_segment() -> None:
     assert root.response_length == 5
     assert root.loss_mask.tolist() == [1, 1, 0, 1, 1]
     np.testing.assert_allclose(root.rollout_log_probs, [-0.1, -0.2, 0.0, -0.1, -0.2], rtol=1e-6)
+
+
+def _reason(turn: Turn, reason: str) -> Turn:
+    return dataclasses.replace(turn, boundary_reason=reason)
+
+
+def _anchor(turns: list[Turn]) -> tuple[int, int]:
+    [anchor] = [s for s in materialize_trajectory(turns, traj(1.0, 0)) if s.is_anchor]
+    return anchor.segment_index, anchor.lineage_index
+
+
+def test_anchor_skips_a_same_prompt_subagent_when_the_main_agent_resumes() -> None:
+    # main (lineage 0) turns 0, 2, 4; a subagent with the main agent's system prompt (lineage 1,
+    # new_conversation) turns 1, 3, 5 -- it came last, but the main agent resumed after it started
+    turns = [
+        make_turn(0, 0, 0, 0, [1], [2]),
+        _reason(make_turn(1, 1, 1, 0, [3], [4]), "new_conversation"),
+        make_turn(2, 0, 0, 2, [5], [6]),
+        make_turn(3, 1, 1, 2, [7], [8]),
+        make_turn(4, 0, 0, 4, [9], [10]),
+        make_turn(5, 1, 1, 4, [11], [12]),
+    ]
+    assert _anchor(turns) == (0, 0)
+
+
+def test_anchor_follows_a_compaction() -> None:
+    # lineage 0 turns 0-1, then the history is rewritten (same system prompt, new first message):
+    # lineage 1 starts after lineage 0's last turn and carries the final answer
+    turns = [
+        make_turn(0, 0, 0, 0, [1], [2]),
+        make_turn(1, 0, 0, 2, [3], [4]),
+        _reason(make_turn(2, 1, 1, 0, [5], [6]), "new_conversation"),
+        make_turn(3, 1, 1, 2, [7], [8]),
+    ]
+    assert _anchor(turns) == (1, 1)
+    # a different system prompt (new_context) never takes the root thread over, even when it is last
+    turns[2] = _reason(turns[2], "new_context")
+    assert _anchor(turns) == (0, 0)
+
+
+def test_anchor_is_never_an_abandoned_turn() -> None:
+    # turn 1 was abandoned by the client (dead-end segment 1 on lineage 0); the retry continued
+    # segment 0 with turns 2 and 3
+    turns = [
+        make_turn(0, 0, 0, 0, [1], [2]),
+        _reason(make_turn(1, 1, 0, 0, [1, 2, 3], [4]), "client_disconnected"),
+        make_turn(2, 0, 0, 2, [3], [5]),
+        make_turn(3, 0, 0, 4, [6], [7]),
+    ]
+    assert _anchor(turns) == (0, 0)
+    samples = materialize_trajectory(turns, traj(1.0, 0))
+    assert sorted(s.segment_index for s in samples) == [0, 1]  # the dead end is still a sample
+
+
+def test_anchor_is_the_segment_of_the_last_root_turn() -> None:
+    # a regeneration branched the root lineage (segment 1, turns 1-2); the agent went back to
+    # segment 0 for its final turn 3: segment 0 holds the final answer although segment 1 began later
+    turns = [
+        make_turn(0, 0, 0, 0, [1], [2]),
+        make_turn(1, 1, 0, 0, [1, 9], [8]),
+        make_turn(2, 1, 0, 3, [7], [6]),
+        make_turn(3, 0, 0, 2, [3], [4]),
+    ]
+    assert _anchor(turns) == (0, 0)
 
 
 def test_broadcast_advantage_to_all_segments() -> None:
