@@ -70,6 +70,9 @@ def make_turn(session_id: str, i: int, experts: bool) -> TurnRecord:
 def _ours(url: str, run: str, n: int, experts: bool, barrier: Any) -> list[float]:
     store = EventStore.open(url, auto_upgrade=False, pool_size=1)
     store.create_run(run)
+    # Untimed warm-up, as the bare INSERT gets: connect and prepare with one append of another session.
+    warm = store.open_session(run, session_id=uuid.uuid4().hex)
+    store.append_turn(run, make_turn(warm.id, 0, experts))
     session = store.open_session(run, session_id=uuid.uuid4().hex)
     turns = [make_turn(session.id, i, experts) for i in range(n)]
     barrier.wait()
@@ -115,6 +118,7 @@ def _bare(pg_url: str, _run: str, n: int, experts: bool, barrier: Any, *, lists:
             "VALUES (%s, %s, %s, %s, %s, %s)",
             "VALUES (%s::int4[], %s::int4[], %s::float4[], %s::bool[], %s::int4[], %s)",
         )
+    conn.execute(sql, rows[0], prepare=True)  # untimed warm-up: prepare the statement
     barrier.wait()
     lat = []
     for row in rows:
