@@ -26,6 +26,9 @@ from dressage.store import schema as t
 from dressage.store.event_store import EventStore
 from dressage.store.records import Event, Run
 
+TRACKED_KINDS = ("tasks_enqueued", "session_started", "session_finalized", "task_failed", "task_released")
+"""The event kinds :meth:`GroupTracker.poll` reads: those that change a (task, sample) pair's state."""
+
 Cursor = tuple[int, int]
 """``(ready_position, task_index)`` of the last consumed group; ``(0, -1)`` before the first."""
 
@@ -115,7 +118,12 @@ class GroupTracker:
         """Read events after the tracker's position; return groups that became ready, in order."""
         ready: list[ReadyGroup] = []
         while True:
-            events = self.store.read_events(self.run, self.position, limit)
+            # Only the kinds that change a group's state are read (turn events, the bulk of a log,
+            # stay in the database). Positions are dense and commit-ordered, so every event up to
+            # the run's last position as read *before* the query is visible to the query: after a
+            # short read the tracker has seen everything it needs up to there.
+            bound = self.store.last_position(self.run)
+            events = self.store.read_events(self.run, self.position, limit, kinds=TRACKED_KINDS)
             for ev in events:
                 group = self._apply(ev)
                 if group is not None:
@@ -123,6 +131,7 @@ class GroupTracker:
             if events:
                 self.position = events[-1].position
             if len(events) < limit:
+                self.position = max(self.position, bound)
                 return ready
 
     def _apply(self, ev: Event) -> ReadyGroup | None:
