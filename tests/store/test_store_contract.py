@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import psycopg
 import pytest
 from sqlalchemy import text
 
+from dressage.config import Settings
 from dressage.errors import (
     IdempotencyConflictError,
     InvalidRecordError,
@@ -13,7 +17,7 @@ from dressage.errors import (
     UnknownRunError,
     UnknownSessionError,
 )
-from dressage.store import EventStore, TaskSpec, TurnRecord
+from dressage.store import AppendResult, EventStore, TaskSpec, TurnRecord
 
 
 def _turn(
@@ -325,3 +329,25 @@ def test_append_turn_async_matches_the_sync_contract(store: EventStore, run_name
     positions = sorted([first.position, *(r.position for r in rest)])
     assert positions == list(range(positions[0], positions[0] + 6)), "dense positions"
     assert [t.turn_index for t in store.read_turns(run_name)] == list(range(6))
+
+
+def test_postgresql_append_survives_a_dropped_connection(pg_url: str, tmp_path: Path, run_name: str) -> None:
+    """The server ends the appender's backend (restart, failover, idle timeout): the next append
+    reconnects, re-prepares and lands; a re-send of it is recognised as the same turn."""
+    store = EventStore.open(
+        settings=Settings(database_url=pg_url, home=tmp_path / "home"), auto_upgrade=False
+    )
+    try:
+        store.create_run(run_name)
+        s = store.open_session(run_name)
+        first = store.append_turn(run_name, _turn(s.id, 0))
+        pid = store._pg_appender()._conn.info.backend_pid  # type: ignore[union-attr]
+        admin = pg_url.replace("postgresql+psycopg://", "postgresql://", 1)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        second = store.append_turn(run_name, _turn(s.id, 1))
+        assert (second.position, second.duplicate) == (first.position + 1, False)
+        assert store.append_turn(run_name, _turn(s.id, 1)) == AppendResult(second.position, second.key, True)
+        assert [t.turn_index for t in store.read_turns(run_name)] == [0, 1]
+    finally:
+        store.close()
