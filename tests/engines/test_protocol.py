@@ -81,7 +81,9 @@ def test_sse_framing() -> None:
 def test_body_accepted_by_sglang_itself() -> None:
     io_struct = pytest.importorskip(
         "sglang.srt.managers.io_struct",
-        reason="sglang is not importable here (it needs its GPU dependency set)",
+        # Tried with `pip install --no-deps sglang==0.5.23`: io_struct imports schedule_batch,
+        # which needs triton, torchvision and tvm_ffi (not on these machines' package index).
+        reason="sglang's io_struct does not import here (it pulls its GPU runtime: triton, tvm_ffi)",
     )
     body = GenerateRequest(
         rid="r", input_ids=[1, 2], return_logprob=True, return_routed_experts=True
