@@ -6,6 +6,7 @@ become recorded failed attempts, retried up to max_attempts, and the rest of the
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -178,3 +179,34 @@ def test_resume_rejects_a_changed_config(tmp_path) -> None:
     with pytest.raises(ConfigError, match="differs from the frozen config of run 'frozen' in: sampling"):
         resolve_config(store, WorkerOptions(resume="frozen", config_path=str(changed)))
     store.close()
+
+
+@pytest.mark.parametrize("provider", ["local", "e2b"])
+async def test_answer_agent_run_on_other_sandbox_providers(
+    tmp_path: Path, engine_url: str, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same worker run with the ``local`` provider and with ``e2b`` (against the local fake of
+    E2B's wire protocol, reached the way a deployment configures the SDK: environment variables)."""
+    with contextlib.ExitStack() as stack:
+        if provider == "e2b":
+            from tests.paddock.fake_e2b import FakeE2B
+
+            fake = stack.enter_context(FakeE2B())
+            monkeypatch.setenv("E2B_API_KEY", "e2b_fake")
+            monkeypatch.setenv("E2B_API_URL", fake.url)
+            monkeypatch.setenv("E2B_SANDBOX_URL", fake.url)
+        write_tasks(tmp_path / "tasks.jsonl", LETTERS[:2])
+        cfg = write_config(tmp_path, engine_url, sandbox={"provider": provider})
+        db_url = f"sqlite:///{tmp_path / 'log.db'}"
+        report = await _run(tmp_path, db_url, cfg)
+        store = open_store(db_url, tmp_path / "home")
+        run = store.get_run(report.run)
+        sessions = store.list_sessions(run)
+        assert len(sessions) == 4 and {s.status for s in sessions} == {"finished"}
+        assert {s.sandbox for s in sessions} == {provider}
+        turns = store.read_turns(run, with_experts=False)
+        assert {t.session_id for t in turns} == {s.id for s in sessions}
+        names = Counter(a.name for a in store.list_artifacts(run))
+        assert names == {"agent.log": 4, "workspace.tar.gz": 4}
+        assert run.config["rollout"]["sandbox"]["provider"] == provider
+        store.close()
