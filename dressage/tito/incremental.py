@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 from dressage.errors import TokenizationError
 from dressage.tito.profiles import ModelProfile
+from dressage.tito.render_cache import common_prefix_len
 
 Route = Literal["append", "branch", "create"]
 REASON_THINK_STRIPPED = "think_stripped"
@@ -187,19 +188,6 @@ class TurnRecord:
     boundary_reason: str | None
 
 
-def _common_prefix_len(a: str, b: str) -> int:
-    """Length of the common prefix of two strings (C-speed chunk compare, then bisection)."""
-    n = min(len(a), len(b))
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 class LineageIndex:
     """Per-session lineages; routes requests (:meth:`plan`) and records turns (:meth:`record`)."""
 
@@ -255,10 +243,10 @@ class LineageIndex:
             return None
         if any_unsafe:
             return REASON_UNSAFE_SPLIT
-        best = max(self.lineages.values(), key=lambda ln: _common_prefix_len(ln.text, text))
+        best = max(self.lineages.values(), key=lambda ln: common_prefix_len(ln.text, text))
         if best.tools_key != tkey:
             return REASON_TOOLS_CHANGED
-        cpl = _common_prefix_len(best.text, text)
+        cpl = common_prefix_len(best.text, text)
         if cpl < min(best.header_len, header_len):
             return REASON_NEW_CONTEXT
         end = self.profile.turn_end_token

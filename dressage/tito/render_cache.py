@@ -86,8 +86,8 @@ def _trusted(raw: Any) -> bool:
     return True
 
 
-def _common_prefix(a: list[Any], b: list[Any]) -> int:
-    """Length of the common prefix of two lists (C-speed slice compares, then bisection)."""
+def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Length of the common prefix of two strings or lists (C-speed slice compares, then bisection)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n
@@ -128,7 +128,7 @@ class IncrementalRenderer:
         best: tuple[_Entry | None, int] = (None, 0)
         for entry in self._entries:
             try:
-                k = _common_prefix(messages, entry.raw)
+                k = common_prefix_len(messages, entry.raw)
             except (TypeError, ValueError):  # values whose == is not a bool (arrays): no reuse
                 continue
             if k > best[1]:
