@@ -73,6 +73,17 @@ class EngineError(DressageError):
     """The inference engine failed or answered something unexpected."""
 
 
+class EngineBroadcastError(EngineError):
+    """A command sent to every engine of a pool failed on some of them.
+
+    ``failures`` lists ``(engine URL, error)`` for each engine that failed.
+    """
+
+    def __init__(self, message: str, failures: list[tuple[str, EngineError]]) -> None:
+        super().__init__(message)
+        self.failures = failures
+
+
 class EngineHTTPError(EngineError):
     """The inference engine answered with an HTTP error status (``status_code``: 4xx or 5xx)."""
 

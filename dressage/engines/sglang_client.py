@@ -30,7 +30,7 @@ from dressage.engines.protocol import (
     WeightVersionSpan,
     decode_routed_experts,
 )
-from dressage.errors import EngineError, EngineHTTPError
+from dressage.errors import EngineBroadcastError, EngineError, EngineHTTPError
 
 _JSON = {"content-type": "application/json"}
 
@@ -456,16 +456,15 @@ class EnginePool:
         results = await asyncio.gather(
             *(getattr(c, method)(*args, **kwargs) for c in self.clients), return_exceptions=True
         )
-        failed = [
-            (c.base_url, r)
-            for c, r in zip(self.clients, results, strict=True)
-            if isinstance(r, BaseException)
-        ]
-        for _, r in failed:
-            if not isinstance(r, EngineError):
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, EngineError):
                 raise r
+        failed = [
+            (c.base_url, r) for c, r in zip(self.clients, results, strict=True) if isinstance(r, EngineError)
+        ]
         if failed:
-            raise EngineError(
+            raise EngineBroadcastError(
                 f"{method} failed on {len(failed)} of {len(self.clients)} engines: "
-                + "; ".join(f"{u}: {r}" for u, r in failed)
+                + "; ".join(f"{u}: {r}" for u, r in failed),
+                failed,
             )

@@ -28,13 +28,16 @@ import shutil
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from dressage.errors import ConfigError, DressageError, EngineError, TrainingError
+from dressage.errors import ConfigError, EngineBroadcastError, TrainingError
 from dressage.store.event_store import EventStore
 from dressage.store.records import Run
+
+if TYPE_CHECKING:
+    from dressage.engines.sglang_client import EnginePool
 
 T = TypeVar("T")
 
@@ -137,33 +140,24 @@ class WeightPusher:
         )
 
     async def _push(self, run: Run, version: int, path: Path) -> None:
-        from dressage.engines.sglang_client import EngineClient
+        from dressage.engines.sglang_client import EnginePool
 
-        clients = [EngineClient(u, timeout=self.timeout_s) for u in self.engine_urls]
+        pool = EnginePool(self.engine_urls, timeout=self.timeout_s)
         try:
-            await self._pause(clients)
-            results = await asyncio.gather(
-                *(c.update_weights_from_disk(str(path), weight_version=version) for c in clients),
-                return_exceptions=True,
-            )
-            failed = [
-                (c.base_url, r) for c, r in zip(clients, results, strict=True) if isinstance(r, BaseException)
-            ]
-            for _, r in failed:
-                if not isinstance(r, DressageError):
-                    raise r
-            if failed:
+            await self._pause(pool)
+            try:
+                await pool.update_weights_from_disk(str(path), version)
+            except EngineBroadcastError as e:
                 raise TrainingError(
-                    f"update_weights_from_disk({path}, version {version}) failed on "
-                    + "; ".join(f"{u}: {r}" for u, r in failed)
-                    + f". Generation is left paused ({self._paused_where()}) so no tokens are sampled from "
+                    f"update_weights_from_disk({path}, version {version}) failed on {_failed_on(e)}"
+                    f". Generation is left paused ({self._paused_where()}) so no tokens are sampled from "
                     "mixed weights; fix the engine (path visible to it? same architecture?) and restart the "
                     "trainer, which redoes this step and pushes again"
-                )
+                ) from e
             self.store.record_policy_version(run, version, path.as_uri())
-            await self._resume(clients, version)
+            await self._resume(pool, version)
         finally:
-            await asyncio.gather(*(c.aclose() for c in clients))
+            await pool.aclose()
 
     def _paused_where(self) -> str:
         return (
@@ -172,32 +166,17 @@ class WeightPusher:
             else "engines " + ", ".join(self.engine_urls)
         )
 
-    async def _pause(self, clients: list[Any]) -> None:
+    async def _pause(self, pool: EnginePool) -> None:
         if self.proxy_admin_url:
             await self._admin("/admin/pause", {})
             return
-        await self._each(clients, "pause", "pause_generation")
+        await _on_every_engine(pool.pause(), "pause_generation")
 
-    async def _resume(self, clients: list[Any], version: int) -> None:
+    async def _resume(self, pool: EnginePool, version: int) -> None:
         if self.proxy_admin_url:
             await self._admin("/admin/resume", {"version": version})
             return
-        await self._each(clients, "continue_", "continue_generation")
-
-    async def _each(self, clients: list[Any], method: str, what: str) -> None:
-        results = await asyncio.gather(*(getattr(c, method)() for c in clients), return_exceptions=True)
-        failed = [
-            (c.base_url, r) for c, r in zip(clients, results, strict=True) if isinstance(r, BaseException)
-        ]
-        for _, r in failed:
-            if not isinstance(r, EngineError):
-                raise r
-        if failed:
-            raise TrainingError(
-                f"{what} failed on " + "; ".join(f"{u}: {r}" for u, r in failed) + "; check that every "
-                "--push-to engine is running (generation on the others may be paused: call "
-                "/continue_generation on them or restart the trainer)"
-            )
+        await _on_every_engine(pool.continue_(), "continue_generation")
 
     async def _admin(self, route: str, body: dict[str, Any]) -> None:
         url = f"{self.proxy_admin_url}{route}"
@@ -228,3 +207,20 @@ class WeightPusher:
             return
         while len(self._pushed) > self.keep_last:
             shutil.rmtree(self._pushed.pop(0), ignore_errors=True)
+
+
+def _failed_on(e: EngineBroadcastError) -> str:
+    """``url: error; ...`` of the engines a broadcast failed on."""
+    return "; ".join(f"{url}: {error}" for url, error in e.failures)
+
+
+async def _on_every_engine(command: Coroutine[Any, Any, None], what: str) -> None:
+    """Await a pool-wide engine command; its failure becomes a :class:`TrainingError` saying what to do."""
+    try:
+        await command
+    except EngineBroadcastError as e:
+        raise TrainingError(
+            f"{what} failed on {_failed_on(e)}; check that every "
+            "--push-to engine is running (generation on the others may be paused: call "
+            "/continue_generation on them or restart the trainer)"
+        ) from e
