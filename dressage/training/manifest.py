@@ -38,9 +38,9 @@ def field_digests(sample: TrainSample) -> dict[str, bytes]:
     return {name: tensor_digest(name, arr) for name, arr in sample.tensors().items()}
 
 
-def field_hashes(sample: TrainSample) -> dict[str, str]:
-    """A short sha256 of each of the sample's tensors."""
-    return {name: d.hex()[:FIELD_HASH_CHARS] for name, d in field_digests(sample).items()}
+def short_hashes(digests: Mapping[str, bytes]) -> dict[str, str]:
+    """The manifest's short form of per-tensor digests (the first hex characters)."""
+    return {name: d.hex()[:FIELD_HASH_CHARS] for name, d in digests.items()}
 
 
 def batch_hash(samples: Sequence[TrainSample], digests: Sequence[Mapping[str, bytes]] | None = None) -> str:
@@ -69,10 +69,7 @@ def sample_entries(
     """Manifest entries: provenance plus per-field hashes, one per sample."""
     if digests is None:
         digests = [field_digests(s) for s in samples]
-    return [
-        {**s.describe(), "hashes": {name: d.hex()[:FIELD_HASH_CHARS] for name, d in per.items()}}
-        for s, per in zip(samples, digests, strict=True)
-    ]
+    return [{**s.describe(), "hashes": short_hashes(per)} for s, per in zip(samples, digests, strict=True)]
 
 
 def first_drift(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> str:
