@@ -108,9 +108,7 @@ def _json_dumps_bytes(value: Any, what: str) -> bytes:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise InvalidRecordError(f"{what} is not valid JSON for the log: {e}") from e
-    if "\x00" in text:
-        raise InvalidRecordError(f"{what} contains a NUL character, which the log cannot store; remove it")
-    try:
+    try:  # a NUL comes out escaped (\\u0000): canonical_json checks for it on both paths
         return text.encode("utf-8")
     except UnicodeEncodeError as e:
         raise InvalidRecordError(

@@ -44,6 +44,7 @@ def test_canonical_json_takes_values_orjson_does_not() -> None:
         ({"t": object()}, "not valid JSON"),
         ({"t": "a\x00b"}, "NUL"),
         ({"t\x00": 1}, "NUL"),
+        ({"t": np.float64(1.0), "s": "a\x00b"}, "NUL"),  # through the standard-library path
         ({"t": "\udc80"}, "invalid UTF-8"),
         ({"t": "x" * 100}, "over the limit"),
     ],
