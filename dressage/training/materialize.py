@@ -68,9 +68,9 @@ class Segment:
     versions_L: np.ndarray  # int32, -1 on context tokens
     experts: np.ndarray | None  # [L-1, layers, top_k] int32
     last_finish_reason: str | None
-    first_turn_index: int = 0
-    last_turn_index: int = 0
-    boundary_reason: str | None = None  # of the segment's first turn
+    first_turn_index: int
+    last_turn_index: int
+    boundary_reason: str | None  # of the segment's first turn
 
 
 def build_segments(turns: Sequence[Turn]) -> list[Segment]:
