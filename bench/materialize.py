@@ -23,6 +23,7 @@ torch.load. Target: >= 5M tokens/s and no slower than
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import time
@@ -30,7 +31,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import psycopg
+from bench_db import fresh_database
 from rich.console import Console
 from rich.table import Table
 
@@ -139,18 +140,6 @@ def measure(store: EventStore, run: str, args: argparse.Namespace, out: Path) ->
     }
 
 
-def pg_database(admin_url: str) -> tuple[str, str]:
-    """A fresh migrated PostgreSQL database for the bench: (SQLAlchemy URL, name)."""
-    name = f"dressage_bench_{os.getpid()}"
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    url = f"{base}/{name}"
-    upgrade(url)
-    return url, name
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -182,24 +171,19 @@ def main() -> None:
         table.add_column(col, justify="right")
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
-            pg_name = None
-            if backend == "postgresql":
-                url, pg_name = pg_database(args.pg_url)
-            else:
-                url = f"sqlite:///{tmp}/bench.db"
-                upgrade(url)
-            store = EventStore.open(url, auto_upgrade=False)
-            try:
+            with contextlib.ExitStack() as stack:
+                if backend == "postgresql":
+                    url = stack.enter_context(fresh_database(args.pg_url)).url
+                else:
+                    url = f"sqlite:///{tmp}/bench.db"
+                    upgrade(url)
+                store = EventStore.open(url, auto_upgrade=False)
+                stack.callback(store.close)
                 run = f"bench-{uuid.uuid4().hex[:8]}"
                 t0 = time.perf_counter()
                 build(store, run, args)
                 console.print(f"{backend}: built the run in {time.perf_counter() - t0:.1f}s")
                 m = measure(store, run, args, Path(tmp))
-            finally:
-                store.close()
-                if pg_name:
-                    with psycopg.connect(args.pg_url, autocommit=True) as conn:
-                        conn.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
             ours, theirs = m["tokens"] / m["t_mat"], m["tokens"] / m["t_load"]
             table.add_row(
                 backend,

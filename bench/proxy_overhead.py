@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -34,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
+from bench_db import fresh_database
 
 from dressage.config import Settings
 from dressage.proxy import ProxyServer
@@ -198,23 +200,6 @@ async def run_backend(name: str, url: str, turns: int) -> dict[str, Any]:
     }
 
 
-def pg_url() -> str | None:
-    """A fresh, migrated PostgreSQL bench database, or None when no server answers."""
-    try:
-        import psycopg
-
-        admin = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-        with psycopg.connect(admin, autocommit=True, connect_timeout=3) as conn:
-            conn.execute('DROP DATABASE IF EXISTS "dressage_bench" WITH (FORCE)')
-            conn.execute('CREATE DATABASE "dressage_bench"')
-    except Exception as e:  # top level of a benchmark: report and skip the backend
-        print(f"PostgreSQL skipped: {e}", file=sys.stderr)
-        return None
-    url = admin.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1) + "/dressage_bench"
-    upgrade(url)
-    return url
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=100)
@@ -222,17 +207,21 @@ def main() -> None:
     sqlite = f"sqlite:///{tempfile.mkdtemp()}/bench.db"
     upgrade(sqlite)
     backends = [("sqlite", sqlite)]
-    if (pg := pg_url()) is not None:
-        backends.append(("postgresql", pg))
-    print(f"{'backend':<11} {'turns':>5} {'segs':>4} {'tokens':>6} {'p50 ms':>7} {'p99 ms':>7} {'e2e p50':>8} "
-          f"{'t100/t1':>7} {'full re-tok ms':>14} {'proxy/full':>10}")  # fmt: skip
-    for name, url in backends:
-        r = asyncio.run(run_backend(name, url, args.turns))
-        print(
-            f"{r['backend']:<11} {r['turns']:>5} {r['segments']:>4} {r['tokens']:>6} {r['p50']:>7.2f} {r['p99']:>7.2f} "
-            f"{r['e2e_p50']:>8.2f} {r['growth']:>7.2f} {r['baseline_last']:>14.2f} "
-            f"{r['overhead_last'] / r['baseline_last']:>10.2f}"
-        )
+    admin = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    with contextlib.ExitStack() as stack:  # drops the PostgreSQL bench database at the end
+        try:
+            backends.append(("postgresql", stack.enter_context(fresh_database(admin, connect_timeout=3)).url))
+        except Exception as e:  # top level of a benchmark: report and skip the backend
+            print(f"PostgreSQL skipped: {e}", file=sys.stderr)
+        print(f"{'backend':<11} {'turns':>5} {'segs':>4} {'tokens':>6} {'p50 ms':>7} {'p99 ms':>7} {'e2e p50':>8} "
+              f"{'t100/t1':>7} {'full re-tok ms':>14} {'proxy/full':>10}")  # fmt: skip
+        for name, url in backends:
+            r = asyncio.run(run_backend(name, url, args.turns))
+            print(
+                f"{r['backend']:<11} {r['turns']:>5} {r['segments']:>4} {r['tokens']:>6} {r['p50']:>7.2f} "
+                f"{r['p99']:>7.2f} {r['e2e_p50']:>8.2f} {r['growth']:>7.2f} {r['baseline_last']:>14.2f} "
+                f"{r['overhead_last'] / r['baseline_last']:>10.2f}"
+            )
     print(
         "targets: p50 <= 3 ms (PostgreSQL), t100/t1 <= 1.5; proxy/full < 1 means cheaper than re-tokenizing"
     )

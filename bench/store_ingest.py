@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from bench_db import fresh_database
 from rich.console import Console
 from rich.table import Table
 
@@ -218,13 +219,9 @@ def main() -> None:
     opts = ap.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="dressage-bench-"))
-    admin = psycopg.connect(opts.pg_url, autocommit=True)
-    bench_db = f"dressage_bench_{uuid.uuid4().hex[:6]}"
-    admin.execute(f'CREATE DATABASE "{bench_db}"')
-    pg_bare = opts.pg_url.rsplit("/", 1)[0] + f"/{bench_db}"
-    pg_url = pg_bare.replace("postgresql://", "postgresql+psycopg://", 1)
-    targets = {"postgresql": pg_url, "sqlite": f"sqlite:///{workdir / 'bench.db'}"}
-    try:
+    with fresh_database(opts.pg_url) as db:
+        pg_bare = db.conninfo
+        targets = {"postgresql": db.url, "sqlite": f"sqlite:///{workdir / 'bench.db'}"}
         with psycopg.connect(pg_bare, autocommit=True) as c:
             c.execute(
                 "CREATE TABLE bench_bare_turns (id bigserial PRIMARY KEY, ctx int4[], gen int4[], lp float4[], "
@@ -306,8 +303,6 @@ def main() -> None:
                 f"read-back {backend} (the 8-writer run): first read {first / 1e6:.2f}M tokens/s, "
                 f"best of 3 {rate / 1e6:.2f}M tokens/s (TARGET >= 5M: {'met' if rate >= 5e6 else 'NOT met'})"
             )
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{bench_db}" WITH (FORCE)')
 
 
 if __name__ == "__main__":
