@@ -8,18 +8,16 @@ deterministically (tool calls, garbage, endless tool calls). Every request body 
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
+from tests.loopback import ThreadedServer
 
 Script = Callable[[dict[str, Any]], dict[str, Any]]
 """Request body -> assistant message ``{"content": ..., "tool_calls": [...]}``."""
@@ -62,29 +60,16 @@ class ScriptedLLM:
 
         app.add_api_route("/v1/chat/completions", chat, methods=["POST"])
         app.add_api_route("/s/{token}/v1/chat/completions", chat, methods=["POST"])
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.base = f"http://127.0.0.1:{self.port}"
+        self._http = ThreadedServer(app)
+        self.port = self._http.port
+        self.base = self._http.base
         self.url = f"{self.base}/v1"
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
 
     @contextmanager
     def running(self) -> Iterator[ScriptedLLM]:
         """Serve in a thread for the duration of the block."""
-        thread = threading.Thread(target=self._server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(self.base + "/docs", timeout=0.5)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+        self._http.start()
         try:
             yield self
         finally:
-            self._server.should_exit = True
-            thread.join(timeout=5)
+            self._http.stop()

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -30,6 +27,7 @@ from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwar
 from dressage.rollout.config import load_config
 from tests.agents.conftest import make_context, play, requires_bwrap
 from tests.agents.scripted_llm import ScriptedLLM
+from tests.loopback import ThreadedServer
 
 pytestmark = pytest.mark.anyio
 
@@ -161,27 +159,18 @@ class StreamingLLM:
             return Response(sse + "data: [DONE]\n\n", media_type="text/event-stream")
 
         app.add_api_route("/s/{token}/v1/chat/completions", chat, methods=["POST"])
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
+        self._http = ThreadedServer(app)
+        self.port = self._http.port
+        self.url = f"{self._http.base}/v1"
 
     @contextmanager
     def running(self) -> Iterator[StreamingLLM]:
         """Serve in a thread for the duration of the block."""
-        thread = threading.Thread(target=self._server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
+        self._http.start()
         try:
             yield self
         finally:
-            self._server.should_exit = True
-            thread.join(timeout=5)
+            self._http.stop()
 
 
 @pytest.mark.skipif(

@@ -23,15 +23,11 @@ import json
 import os
 import shutil
 import signal
-import socket
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import uvicorn
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from e2b.envd.filesystem import filesystem_pb
@@ -39,6 +35,8 @@ from e2b.envd.filesystem.filesystem_connect import FilesystemASGIApplication
 from e2b.envd.process import process_pb
 from e2b.envd.process.process_connect import ProcessASGIApplication
 from protobuf import Oneof
+
+from tests.loopback import ThreadedServer
 
 HOME = "/home/user"
 ENVD_VERSION = "0.6.0"
@@ -190,13 +188,9 @@ class FakeE2B:
         self.base = Path(tempfile.mkdtemp(prefix="fake-e2b-"))
         self._process_app = ProcessASGIApplication(_Process(self.state))
         self._fs_app = FilesystemASGIApplication(_Filesystem(self.state))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._http = ThreadedServer(self, lifespan="off")
+        self.port = self._http.port
+        self.url = self._http.base
 
     async def __call__(self, scope, receive, send) -> None:
         """ASGI entry: Connect-RPC services by path prefix, the REST routes otherwise."""
@@ -283,15 +277,9 @@ class FakeE2B:
         return (*_err(404, f"no route {method} {path}"), js)
 
     def __enter__(self) -> FakeE2B:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("fake e2b server did not start")
-            time.sleep(0.02)
+        self._http.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=5)
+        self._http.stop()
         shutil.rmtree(self.base, ignore_errors=True)

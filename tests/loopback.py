@@ -1,0 +1,38 @@
+"""Serve an ASGI app on ``127.0.0.1:<free port>`` in a daemon thread, for test harness servers."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+
+class ThreadedServer:
+    """uvicorn in a thread: :meth:`start` returns once it listens, :meth:`stop` shuts it down."""
+
+    def __init__(self, app: Any, **config: Any) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port: int = s.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", **config)
+        )
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start serving; raises when the server does not listen within ``timeout`` seconds."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"test server on {self.base} did not start within {timeout:.0f} s")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Ask the server to exit and wait for its thread (at most 5 s)."""
+        self._server.should_exit = True
+        self._thread.join(timeout=5)
