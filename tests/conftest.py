@@ -22,22 +22,27 @@ PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgr
 PG_TEST_DB = os.environ.get("DRESSAGE_TEST_PG_DB", f"dressage_test_{os.getpid()}")
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A freshly created, migrated PostgreSQL database for this test session (dropped afterwards)."""
+def create_pg_database(name: str) -> str:
+    """(Re-)create database ``name`` on the test server and migrate it; returns its SQLAlchemy URL."""
     try:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{PG_TEST_DB}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{PG_TEST_DB}"')
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.OperationalError as e:
         pytest.fail(
             f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({e}); start it (see .ci/run) "
             "or point DRESSAGE_TEST_PG_ADMIN_URL at a server"
         )
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    url = f"{base}/{PG_TEST_DB}"
+    url = f"{base}/{name}"
     upgrade(url)
-    yield url
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A freshly created, migrated PostgreSQL database for this test session (dropped afterwards)."""
+    yield create_pg_database(PG_TEST_DB)
     with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{PG_TEST_DB}" WITH (FORCE)')
 

@@ -17,18 +17,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
 
 from dressage.config import Settings
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.store import EventStore
-from dressage.store.db import upgrade
+from tests.conftest import create_pg_database
 from tests.paddock.conftest import bwrap_unavailable_reason
 
 REPO = Path(__file__).resolve().parents[2]
-PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PG_DB = "dressage_rollout_test"
 
 requires_bwrap = pytest.mark.skipif(
@@ -54,18 +52,7 @@ def engine_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def rollout_pg_url() -> str:
     """A fresh, migrated PostgreSQL database for these tests."""
-    try:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{PG_DB}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{PG_DB}"')
-    except psycopg.OperationalError as e:
-        pytest.fail(
-            f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({e}); start it or set DRESSAGE_TEST_PG_ADMIN_URL"
-        )
-    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    url = f"{base}/{PG_DB}"
-    upgrade(url)
-    return url
+    return create_pg_database(PG_DB)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
