@@ -58,9 +58,9 @@ class Cgroup:
         """Host pids of every process in this cgroup and its descendants."""
         found: set[int] = set()
         for d in self.dirs:
-            for procs in d.rglob("cgroup.procs"):
+            for group in [d, *_subgroups(d)]:
                 with contextlib.suppress(OSError, ValueError):
-                    found.update(int(x) for x in procs.read_text().split())
+                    found.update(int(x) for x in (group / "cgroup.procs").read_text().split())
         return found
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
@@ -86,10 +86,7 @@ class Cgroup:
         """Kill what is left and delete the cgroup directories (children first)."""
         self.kill(signal.SIGKILL)
         for d in self.dirs:
-            subdirs = sorted(
-                (p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-            )
-            for p in [*subdirs, d]:
+            for p in [*_subgroups(d), d]:
                 for _ in range(20):
                     try:
                         p.rmdir()
@@ -98,6 +95,15 @@ class Cgroup:
                         break
                     except OSError:
                         time.sleep(0.02)
+
+
+def _subgroups(d: Path) -> list[Path]:
+    """The child cgroups below ``d``, deepest first.
+
+    An exec's child group may be removed while this walks (its own cleanup runs concurrently);
+    ``os.walk`` skips directories that vanish, where ``Path.rglob`` raises.
+    """
+    return [Path(root) / name for root, names, _ in os.walk(d, topdown=False) for name in names]
 
 
 def join_cgroup(procs_files: list[str]) -> None:
