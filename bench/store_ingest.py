@@ -40,7 +40,7 @@ from rich.table import Table
 
 from dressage.store import EventStore, TurnRecord
 from dressage.store.db import upgrade
-from dressage.store.pg_arrays import PgBoolArray, PgFloat4Array, PgInt4Array
+from dressage.store.pg_arrays import PgBoolArray, PgFloat4Array, PgInt4Array, register_dumpers
 
 N_CTX, N_GEN = 64, 448
 LAYERS, TOP_K = 40, 8
@@ -89,6 +89,7 @@ def _ours(url: str, run: str, n: int, experts: bool, barrier: Any) -> list[float
 def _bare(pg_url: str, _run: str, n: int, experts: bool, barrier: Any, *, lists: bool = False) -> list[float]:
     """Bare INSERTs of the same bytes: binary arrays (default) or psycopg's own list adaptation."""
     conn = psycopg.connect(pg_url, autocommit=True)
+    register_dumpers(conn.adapters)
     rows = []
     for i in range(n):
         t = make_turn("bare", i, experts)
@@ -216,8 +217,17 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=250, help="turns per writer without experts")
     ap.add_argument("--expert-turns", type=int, default=60, help="turns per writer with experts")
     ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds per case (best round counts)")
+    ap.add_argument(
+        "--cases",
+        default="1x1,8x1,8x8",
+        help="WRITERSxRUNS cases to measure, comma-separated (default: all three)",
+    )
+    ap.add_argument(
+        "--experts", choices=("both", "off", "on"), default="both", help="with routed experts or not"
+    )
     opts = ap.parse_args()
 
+    cases = [tuple(int(x) for x in case.split("x")) for case in opts.cases.split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="dressage-bench-"))
     with fresh_database(opts.pg_url) as db:
         pg_bare = db.conninfo
@@ -247,9 +257,9 @@ def main() -> None:
         reads: dict[str, tuple[float, float]] = {}
         for backend in opts.backends.split(","):
             upgrade(targets[backend])
-            for experts in (False, True):
+            for experts in {"both": (False, True), "off": (False,), "on": (True,)}[opts.experts]:
                 n = opts.expert_turns if experts else opts.turns
-                for writers, runs in ((1, 1), (8, 1), (8, 8)):
+                for writers, runs in cases:
                     console.print(f"[dim]{backend} experts={experts} writers={writers} runs={runs} ...[/dim]")
                     is_pg = backend == "postgresql"
                     kinds = {"ours": targets[backend], "jsonfile": str(workdir / "files")}

@@ -58,7 +58,7 @@ from dressage.proxy.sessions import (
     context_key,
 )
 from dressage.redact import redact
-from dressage.store import EventStore, TurnRecord, deterministic_key
+from dressage.store import EventStore, TurnRecord, turn_key
 from dressage.tito import TitoPlan
 from dressage.tito.incremental import PromptIds
 from dressage.tito.tool_calls import ParsedAssistant
@@ -269,7 +269,7 @@ async def record_turn(
                 f"session {state.session_id} was finalized during generation; nothing was recorded"
             )
         turn_index = state.next_turn
-        turn_id = deterministic_key(state.run_name, state.session_id, "turn", turn_index)
+        turn_id = turn_key(state.run_name, state.session_id, turn_index)
         f = _place_abandoned(state, job) if abandoned else _place(state, job, turn_id)
         state.next_turn += 1
         parsed = parse(turn_id) if parse is not None else None

@@ -14,6 +14,7 @@ from dressage.store.records import (
     Turn,
     TurnRecord,
     deterministic_key,
+    turn_key,
 )
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "Turn",
     "TurnRecord",
     "deterministic_key",
+    "turn_key",
 ]

@@ -8,6 +8,7 @@ so a retried append can be compared with what is stored.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -21,6 +22,13 @@ import numpy as np
 import orjson
 
 from dressage.errors import IdempotencyConflictError, InvalidRecordError
+from dressage.store.pg_arrays import (
+    BOOL_ARRAY_OID,
+    FLOAT4_ARRAY_OID,
+    all_true_bool_array,
+    encode_array,
+    encode_int4_runs,
+)
 
 ROUTES = ("append", "branch", "create")
 SESSION_STATUSES = ("running", "finished", "failed", "abandoned")
@@ -39,14 +47,32 @@ def deterministic_key(*parts: object) -> str:
     The same string as ``str(uuid.uuid5(KEY_NAMESPACE, "\\x1f".join(map(str, parts))))`` (tested),
     built from the SHA-1 digest directly: ``uuid.UUID`` objects cost a third of a turn's preparation.
     """
-    digest = bytearray(
-        hashlib.sha1(
-            _KEY_NAMESPACE_BYTES + "\x1f".join(str(p) for p in parts).encode(), usedforsecurity=False
-        ).digest()[:16]
-    )
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = digest.hex()
+    name = "\x1f".join(map(str, parts)).encode()
+    return _uuid5_string(hashlib.sha1(_KEY_NAMESPACE_BYTES + name, usedforsecurity=False).digest())
+
+
+def turn_key(run_name: str, session_id: str, turn_index: int) -> str:
+    """``deterministic_key(run_name, session_id, "turn", turn_index)``: the default key of a turn.
+
+    The SHA-1 state after the session's prefix is cached, so each turn hashes only its index.
+    """
+    h = _turn_key_prefix(run_name, session_id).copy()
+    h.update(b"%d" % turn_index)
+    return _uuid5_string(h.digest())
+
+
+@functools.lru_cache(maxsize=1024)
+def _turn_key_prefix(run_name: str, session_id: str) -> Any:
+    """SHA-1 over the namespace and ``run\\x1fsession\\x1fturn\\x1f`` (one per live session)."""
+    prefix = f"{run_name}\x1f{session_id}\x1fturn\x1f".encode()
+    return hashlib.sha1(_KEY_NAMESPACE_BYTES + prefix, usedforsecurity=False)
+
+
+def _uuid5_string(sha1_digest: bytes) -> str:
+    """The RFC 4122 version-5 UUID string of a SHA-1 digest (what :func:`uuid.uuid5` formats)."""
+    n = int.from_bytes(sha1_digest[:16], "big")
+    n = (n & ~(0xF000 << 64) & ~(0xC000 << 48)) | (0x5000 << 64) | (0x8000 << 48)
+    h = f"{n:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
@@ -137,21 +163,41 @@ _FITS_INT32 = frozenset(np.dtype(t) for t in ("int8", "int16", "int32", "uint8",
 
 
 def _as_array(values: Any, dtype: str, *, what: str) -> np.ndarray:
-    try:
-        arr = np.asarray(values)
-    except (TypeError, ValueError) as e:
-        raise InvalidRecordError(f"{what} is not an array of numbers: {e}") from e
-    if arr.ndim != 1:
-        raise InvalidRecordError(f"{what} must be one-dimensional, got shape {arr.shape}")
+    """``values`` as a C-contiguous little-endian 1-D array of ``dtype`` (the hash reads its buffer)."""
+    target = _LITTLE_ENDIAN[dtype]
+    if (
+        type(values) is np.ndarray
+        and values.dtype == target
+        and values.ndim == 1
+        and values.flags.c_contiguous
+    ):
+        arr = values  # already what the log stores: no conversion, no copy
+    else:
+        try:
+            arr = np.asarray(values)
+        except (TypeError, ValueError) as e:
+            raise InvalidRecordError(f"{what} is not an array of numbers: {e}") from e
+        if arr.ndim != 1:
+            raise InvalidRecordError(f"{what} must be one-dimensional, got shape {arr.shape}")
+        if dtype == "int32" and arr.size and arr.dtype not in _FITS_INT32:
+            # Only wider or non-integer inputs need the (costly) value checks.
+            if arr.dtype.kind not in "iu":
+                raise InvalidRecordError(f"{what} must hold integers, got {arr.dtype}")
+            if arr.min() < _INT32.min or arr.max() > _INT32.max:
+                raise InvalidRecordError(f"{what} has values outside the int32 range")
+        arr = np.ascontiguousarray(arr.astype(target, copy=False))
     if arr.size > MAX_TOKENS_PER_TURN:
         raise InvalidRecordError(f"{what} has {arr.size} entries, over the limit of {MAX_TOKENS_PER_TURN}")
-    if dtype == "int32" and arr.size and arr.dtype not in _FITS_INT32:
-        # Only wider or non-integer inputs need the (costly) value checks.
-        if arr.dtype.kind not in "iu":
-            raise InvalidRecordError(f"{what} must hold integers, got {arr.dtype}")
-        if arr.min() < _INT32.min or arr.max() > _INT32.max:
-            raise InvalidRecordError(f"{what} has values outside the int32 range")
-    return arr.astype(dtype, copy=False)
+    return arr
+
+
+@functools.lru_cache(maxsize=256)
+def _all_true(n: int) -> bytes:
+    """``n`` true bytes: the default loss mask of ``n`` generated tokens."""
+    return b"\x01" * n
+
+
+_LITTLE_ENDIAN = {"int32": np.dtype("<i4"), "float32": np.dtype("<f4"), "bool": np.dtype(np.bool_)}
 
 
 @dataclass
@@ -195,8 +241,10 @@ class PreparedTurn:
     arrays: dict[str, np.ndarray]
     content_hash: str
     event_payload: dict[str, Any]
-    json_text: dict[str, str]
-    """Canonical JSON of ``sampling_params`` and ``info``, already serialised for hashing."""
+    wire: dict[str, bytes]
+    """The per-token arrays in PostgreSQL's binary array format (what the PostgreSQL append sends)."""
+    json_bytes: dict[str, bytes]
+    """Canonical JSON of ``sampling_params``, ``info`` (serialised for hashing) and ``event_payload``."""
 
     def row_with_lists(self) -> dict[str, Any]:
         """The row with per-token arrays as Python lists (for the generic SQLAlchemy insert)."""
@@ -221,22 +269,27 @@ def prepare_turn(
 
     context = _as_array(rec.context_ids, "int32", what="context_ids")
     generated = _as_array(rec.generated_ids, "int32", what="generated_ids")
-    if (context.size and context.min() < 0) or (generated.size and generated.min() < 0):
-        raise InvalidRecordError("token ids must be non-negative")
     logprobs = _as_array(rec.logprobs, "float32", what="logprobs")
     versions = _as_array(rec.policy_versions, "int32", what="policy_versions")
+    # The three int arrays in one buffer: one sign check and one wire encoding for all of them.
+    ints = np.concatenate((context, generated, versions))
+    if ints.size and ints.min() < 0:
+        if versions.size and versions.min() < 0:
+            raise InvalidRecordError("policy_versions must be non-negative")
+        raise InvalidRecordError("token ids must be non-negative")
     mask = (
-        np.ones(generated.size, dtype=np.bool_)
+        np.frombuffer(_all_true(generated.size), dtype=np.bool_)  # read-only, shared
         if rec.loss_mask is None
         else _as_array(rec.loss_mask, "bool", what="loss_mask")
     )
+    n_trained = generated.size if rec.loss_mask is None else int(np.count_nonzero(mask))
     n = generated.size
     for name, arr in (("logprobs", logprobs), ("policy_versions", versions), ("loss_mask", mask)):
         if arr.size != n:
             raise InvalidRecordError(
                 f"{name} has {arr.size} entries but generated_ids has {n}; every generated token needs one"
             )
-    if n and not (logprobs <= 1e-3).all():  # one pass; NaN fails the comparison too
+    if n and not logprobs.max() <= 1e-3:  # max propagates NaN, which fails the comparison too
         if np.isnan(logprobs).any():
             raise InvalidRecordError("logprobs contain NaN")
         raise InvalidRecordError("logprobs must be <= 0 (log-probabilities)")
@@ -270,7 +323,7 @@ def prepare_turn(
     if rec.latency_ms is not None and not math.isfinite(rec.latency_ms):
         raise InvalidRecordError("latency_ms must be finite")
 
-    key = rec.key or deterministic_key(run_name, rec.session_id, "turn", rec.turn_index)
+    key = rec.key or turn_key(run_name, rec.session_id, rec.turn_index)
     check_text(key, what="key", max_chars=128)
     # Our own fields, already validated above: plain JSON types, so orjson directly.
     header = orjson.dumps(
@@ -291,19 +344,20 @@ def prepare_turn(
         option=orjson.OPT_SORT_KEYS,
     )
     h = hashlib.sha256()
-    for part in (
-        header,
-        sampling_json,
-        info_json,
-        _le_bytes(context, _LE_I4),
-        _le_bytes(generated, _LE_I4),
-        _le_bytes(logprobs, _LE_F4),
-        _le_bytes(mask, _U1),
-        _le_bytes(versions, _LE_I4),
-        experts_raw,
-    ):
-        h.update(len(part).to_bytes(8, "little"))
+    # Each part behind its length; the arrays as little-endian bytes (hashed in place, no copies).
+    for part in (header, sampling_json, info_json, context, generated, logprobs, mask, versions, experts_raw):
+        h.update(
+            len(part).to_bytes(8, "little") if isinstance(part, bytes) else part.nbytes.to_bytes(8, "little")
+        )
         h.update(part)
+    context_wire, generated_wire, versions_wire = encode_int4_runs(ints, (context.size, n, n))
+    wire = {
+        "context_ids": context_wire,
+        "generated_ids": generated_wire,
+        "logprobs": encode_array(logprobs, FLOAT4_ARRAY_OID),
+        "loss_mask": all_true_bool_array(n) if rec.loss_mask is None else encode_array(mask, BOOL_ARRAY_OID),
+        "policy_versions": versions_wire,
+    }
     content_hash = h.hexdigest()
 
     row = {
@@ -318,7 +372,7 @@ def prepare_turn(
         "boundary_reason": rec.boundary_reason,
         "n_context": int(context.size),
         "n_generated": int(n),
-        "n_trained": int(mask.sum()),
+        "n_trained": int(n_trained),
         "min_policy_version": int(versions.min()) if n else None,
         "max_policy_version": int(versions.max()) if n else None,
         "experts": experts_blob,
@@ -346,20 +400,15 @@ def prepare_turn(
         key=key,
         row=row,
         arrays=arrays,
+        wire=wire,
         content_hash=content_hash,
         event_payload=payload,
-        json_text={"sampling_params": sampling_json.decode(), "info": info_json.decode()},
+        json_bytes={
+            "sampling_params": sampling_json,
+            "info": info_json,
+            "event_payload": orjson.dumps(payload, option=orjson.OPT_SORT_KEYS),
+        },
     )
-
-
-_LE_I4, _LE_F4, _U1 = np.dtype("<i4"), np.dtype("<f4"), np.dtype("u1")
-
-
-def _le_bytes(arr: np.ndarray, dtype: np.dtype[Any]) -> bytes:
-    """The little-endian bytes of ``arr`` as ``dtype`` (a plain copy when it already is: ~0.2 us)."""
-    if arr.dtype == dtype or (dtype is _U1 and arr.dtype == np.bool_):
-        return arr.tobytes()
-    return arr.astype(dtype).tobytes()
 
 
 def decode_experts(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +19,7 @@ import numpy as np
 import orjson
 import psycopg
 from psycopg import pq
+from psycopg.generators import execute
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
@@ -28,15 +28,10 @@ from dressage.store.pg_arrays import (
     BYTEA_OID,
     FLOAT4_ARRAY_OID,
     INT4_ARRAY_OID,
-    PgBoolArray,
-    PgFloat4Array,
-    PgInt4Array,
-    register_dumpers,
+    encode_array,
     register_numpy_loaders,
 )
 from dressage.store.records import PreparedTurn
-
-register_dumpers(psycopg.adapters)
 
 TURN_COLUMNS = (
     "id",
@@ -75,51 +70,57 @@ TURN_COLUMNS = (
 _JSON_COLUMNS = ("sampling_params", "info")
 _PG_CASTS = {"sampling_params": "::jsonb", "info": "::jsonb"}
 
+APPEND_PARAM_NAMES = (
+    "run_id",
+    "session_id",
+    "id",
+    "content_hash",
+    "event_payload",
+    "created_at",
+    *(
+        c
+        for c in TURN_COLUMNS
+        if c not in ("run_id", "session_id", "id", "content_hash", "created_at", "position")
+    ),
+)
+"""The append statement's parameters in ``$n`` order (:func:`pg_append_values` builds them)."""
+_PARAM = {name: f"${i + 1}" for i, name in enumerate(APPEND_PARAM_NAMES)}
+
 PG_APPEND_TURN_SQL = f"""
-WITH s AS (
-    SELECT status, run_id FROM sessions WHERE id = %(session_id)s
-), existing AS (
-    SELECT position, content_hash FROM events WHERE run_id = %(run_id)s AND idem_key = %(id)s
-), c AS (
+WITH c AS (
     UPDATE run_counters SET last_position = last_position + 1
-    WHERE run_id = %(run_id)s
-      AND NOT EXISTS (SELECT 1 FROM existing)
-      AND EXISTS (SELECT 1 FROM s WHERE s.status = 'running' AND s.run_id = %(run_id)s)
+    WHERE run_id = $1
+      AND EXISTS (SELECT 1 FROM sessions WHERE id = $2 AND run_id = $1 AND status = 'running')
+      AND NOT EXISTS (SELECT 1 FROM events WHERE run_id = $1 AND idem_key = $3)
     RETURNING last_position
 ), e AS (
     INSERT INTO events (run_id, position, kind, session_id, idem_key, content_hash, payload, created_at)
-    SELECT %(run_id)s, c.last_position, 'turn', %(session_id)s, %(id)s, %(content_hash)s,
-           %(event_payload)s::jsonb, %(created_at)s
+    SELECT $1, c.last_position, 'turn', $2, $3, $4, $5::jsonb, $6
     FROM c
     RETURNING position
-), t AS (
-    INSERT INTO turns ({", ".join(TURN_COLUMNS)})
-    SELECT {", ".join("e.position" if c == "position" else f"%({c})s{_PG_CASTS.get(c, '')}" for c in TURN_COLUMNS)}
-    FROM e
-    RETURNING position
 )
-SELECT (SELECT position FROM t) AS new_position,
-       (SELECT position FROM existing) AS old_position,
-       (SELECT content_hash FROM existing) AS old_hash,
-       (SELECT status FROM s) AS status,
-       (SELECT run_id FROM s) AS session_run_id
+INSERT INTO turns ({", ".join(TURN_COLUMNS)})
+SELECT {", ".join("e.position" if c == "position" else _PARAM[c] + _PG_CASTS.get(c, "") for c in TURN_COLUMNS)}
+FROM e
+RETURNING position
+"""
+"""The durable append of one turn, one autocommit statement (one round trip, one WAL flush).
+
+The counter row is bumped only when the session is running in this run and the key is new; the
+event and the turn are inserted only when it was. It returns the new position, or no row: then
+:data:`PG_APPEND_DIAGNOSIS_SQL` says why (a re-sent key, a closed or unknown session). Keeping
+those answers out of the happy path saves ~20 us of executor work per append.
 """
 
+PG_APPEND_DIAGNOSIS_SQL = """
+SELECT (SELECT position FROM events WHERE run_id = $1 AND idem_key = $3) AS old_position,
+       (SELECT content_hash FROM events WHERE run_id = $1 AND idem_key = $3) AS old_hash,
+       (SELECT status FROM sessions WHERE id = $2) AS status,
+       (SELECT run_id FROM sessions WHERE id = $2) AS session_run_id,
+       EXISTS (SELECT 1 FROM run_counters WHERE run_id = $1) AS run_exists
+"""
+"""Why an append recorded nothing: (old_position, old_hash, status, session_run_id, run_exists)."""
 
-def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
-    """``sql`` with ``%(name)s`` placeholders turned into ``$n``, and the names in ``$n`` order."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in names:
-            names.append(name)
-        return f"${names.index(name) + 1}"
-
-    return re.sub(r"%\((\w+)\)s", number, sql), tuple(names)
-
-
-_APPEND_SQL_POSITIONAL, APPEND_PARAM_NAMES = _positional(PG_APPEND_TURN_SQL)
 _BINARY_PARAM_OIDS = {
     "context_ids": INT4_ARRAY_OID,
     "generated_ids": INT4_ARRAY_OID,
@@ -132,79 +133,140 @@ _BINARY_PARAM_OIDS = {
 _APPEND_PARAM_OIDS = [_BINARY_PARAM_OIDS.get(name, 0) for name in APPEND_PARAM_NAMES]
 _APPEND_PARAM_FORMATS = [1 if name in _BINARY_PARAM_OIDS else 0 for name in APPEND_PARAM_NAMES]
 _APPEND_STATEMENT = b"dressage_append_turn"
-_APPEND_PARAM_KINDS = tuple(
-    (name, 0 if name not in _BINARY_PARAM_OIDS else (2 if name == "experts" else 1))
-    for name in APPEND_PARAM_NAMES
-)
-"""(name, 0 = text scalar | 1 = numpy array in binary wire format | 2 = raw bytes) per ``$n``."""
+_DIAGNOSIS_STATEMENT = b"dressage_append_diagnosis"
+_CONNECT_OPTIONS = "-c synchronous_commit=on -c timezone=UTC"
 
 
-def _text_param(value: Any) -> bytes | None:
+def _text(value: str | float | None) -> bytes | None:
     """A scalar bind parameter in PostgreSQL's text format (the server infers its type)."""
     if value is None:
         return None
-    if value is True or value is False:
-        return b"t" if value else b"f"
     if isinstance(value, str):
         return value.encode()
     return repr(value).encode()  # int and float: repr round-trips exactly
+
+
+def pg_append_values(prep: PreparedTurn, run_id: int, now: float) -> list[bytes | None]:
+    """Wire values of :data:`PG_APPEND_TURN_SQL`, in :data:`APPEND_PARAM_NAMES` order.
+
+    Scalars in text format, per-token arrays in PostgreSQL's binary array format (built by numpy),
+    experts as raw bytea. Written out field by field: a generic per-name loop costs ~20 us a turn.
+    """
+    row = prep.row
+    shape = row["experts_shape"]
+    values = [
+        str(run_id).encode(),
+        row["session_id"].encode(),
+        prep.key.encode(),
+        prep.content_hash.encode(),
+        prep.json_bytes["event_payload"],
+        repr(now).encode(),
+        # the turn columns, in TURN_COLUMNS order without the six above and position
+        str(row["turn_index"]).encode(),
+        str(row["lineage_index"]).encode(),
+        _text(row["parent_turn_id"]),
+        row["route"].encode(),
+        str(row["segment_index"]).encode(),
+        str(row["segment_offset"]).encode(),
+        _text(row["boundary_reason"]),
+        prep.wire["context_ids"],
+        prep.wire["generated_ids"],
+        prep.wire["logprobs"],
+        prep.wire["loss_mask"],
+        prep.wire["policy_versions"],
+        str(row["n_context"]).encode(),
+        str(row["n_generated"]).encode(),
+        str(row["n_trained"]).encode(),
+        _text(row["min_policy_version"]),
+        _text(row["max_policy_version"]),
+        row["experts"],
+        encode_array(np.asarray(shape, dtype=np.int32), INT4_ARRAY_OID) if shape is not None else None,
+        _text(row["experts_dtype"]),
+        _text(row["experts_codec"]),
+        _text(row["finish_reason"]),
+        prep.json_bytes["sampling_params"],
+        _text(row["request_fingerprint"]),
+        _text(row["latency_ms"]),
+        prep.json_bytes["info"],
+    ]
+    return values
+
+
+def _diagnosis_values(values: list[bytes | None]) -> list[bytes | None]:
+    """The parameters of :data:`PG_APPEND_DIAGNOSIS_SQL`: run id, session id and key of an append."""
+    return values[:3]
+
+
+def _diagnosis(res: pq.abc.PGresult) -> tuple[Any, ...]:
+    old_position, old_hash, status, session_run_id, run_exists = (res.get_value(0, k) for k in range(5))
+    return (
+        int(old_position) if old_position is not None else None,
+        old_hash.decode() if old_hash is not None else None,
+        status.decode() if status is not None else None,
+        int(session_run_id) if session_run_id is not None else None,
+        run_exists == b"t",
+    )
+
+
+def _new_position(res: pq.abc.PGresult) -> int | None:
+    """The position an append statement recorded, or None when it recorded nothing."""
+    return int(res.get_value(0, 0)) if res.ntuples else None  # type: ignore[arg-type]
+
+
+def _raise_for(res: pq.abc.PGresult, pgconn: pq.abc.PGconn, encoding: str) -> None:
+    """Raise the psycopg exception for a failed statement (a broken connection included)."""
+    if res.status in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+        return
+    if pgconn.status == pq.ConnStatus.BAD:
+        message = pgconn.error_message.decode(errors="replace")
+        raise psycopg.OperationalError(f"the connection to PostgreSQL broke: {message}")
+    raise psycopg.errors.error_from_result(res, encoding=encoding)
 
 
 class PgTurnAppender:
     """A connection in autocommit mode that runs :data:`PG_APPEND_TURN_SQL` (one per thread).
 
     The statement is prepared once per connection and executed through psycopg's libpq binding
-    (``pgconn.exec_prepared``) with the per-token arrays already in binary wire format: on a
-    512-token turn this skips ~15 us of per-call adaptation work that psycopg's cursor layer does
-    for 34 parameters. libpq releases the GIL while it waits for the server. Errors are raised as
-    psycopg's own exception classes, so callers handle them like any psycopg error.
+    (``pgconn.exec_prepared``) with values already in wire format (:func:`pg_append_values`):
+    psycopg's cursor layer would spend ~15 us adapting 32 parameters. libpq releases the GIL while
+    it waits for the server. Errors are raised as psycopg's own exception classes, so callers
+    handle them like any psycopg error.
     """
 
     def __init__(self, url: URL) -> None:
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._conn: psycopg.Connection[Any] | None = None
 
-    def append(self, params: dict[str, Any]) -> tuple[Any, ...]:
-        """Run the append statement; returns (new_position, old_position, old_hash, status, session_run_id)."""
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self._conninfo, autocommit=True, options="-c synchronous_commit=on -c timezone=UTC"
-            )
-            self._check(
-                self._conn.pgconn.prepare(
-                    _APPEND_STATEMENT, _APPEND_SQL_POSITIONAL.encode(), _APPEND_PARAM_OIDS
-                ),
-                pq.ExecStatus.COMMAND_OK,
-            )
-        values = [
-            _text_param(value) if kind == 0 else (value.data if kind == 1 and value is not None else value)
-            for name, kind in _APPEND_PARAM_KINDS
-            for value in (params[name],)
-        ]
-        res = self._check(
-            # libpq takes None for NULL; psycopg's stubs don't say so
-            self._conn.pgconn.exec_prepared(_APPEND_STATEMENT, values, _APPEND_PARAM_FORMATS),  # type: ignore[arg-type]
-            pq.ExecStatus.TUPLES_OK,
-        )
-        new_position, old_position, old_hash, status, session_run_id = (res.get_value(0, k) for k in range(5))
-        return (
-            int(new_position) if new_position is not None else None,
-            int(old_position) if old_position is not None else None,
-            old_hash.decode() if old_hash is not None else None,
-            status.decode() if status is not None else None,
-            int(session_run_id) if session_run_id is not None else None,
-        )
+    def append(self, values: list[bytes | None]) -> int | None:
+        """Run the append statement; the new position, or None when nothing was recorded."""
+        pgconn = self._connection().pgconn
+        # libpq takes None for NULL; psycopg's stubs don't say so
+        res = pgconn.exec_prepared(_APPEND_STATEMENT, values, _APPEND_PARAM_FORMATS)  # type: ignore[arg-type]
+        self._check(res)
+        return _new_position(res)
 
-    def _check(self, res: pq.abc.PGresult, expected: pq.ExecStatus) -> pq.abc.PGresult:
-        """Raise the psycopg exception for a failed statement (a broken connection included)."""
-        if res.status == expected:
-            return res
+    def diagnose(self, values: list[bytes | None]) -> tuple[Any, ...]:
+        """Why the append of ``values`` recorded nothing (see :data:`PG_APPEND_DIAGNOSIS_SQL`)."""
+        pgconn = self._connection().pgconn
+        res = pgconn.exec_prepared(_DIAGNOSIS_STATEMENT, _diagnosis_values(values))  # type: ignore[arg-type]
+        self._check(res)
+        return _diagnosis(res)
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self._conninfo, autocommit=True, options=_CONNECT_OPTIONS)
+            pgconn = self._conn.pgconn
+            self._check(pgconn.prepare(_APPEND_STATEMENT, PG_APPEND_TURN_SQL.encode(), _APPEND_PARAM_OIDS))
+            self._check(pgconn.prepare(_DIAGNOSIS_STATEMENT, PG_APPEND_DIAGNOSIS_SQL.encode()))
+        return self._conn
+
+    def _check(self, res: pq.abc.PGresult) -> None:
         assert self._conn is not None
-        if self._conn.pgconn.status == pq.ConnStatus.BAD:
-            message = self._conn.pgconn.error_message.decode(errors="replace")
+        try:
+            _raise_for(res, self._conn.pgconn, self._conn.info.encoding)
+        except psycopg.OperationalError:
             self._conn.close()
-            raise psycopg.OperationalError(f"the connection to PostgreSQL broke: {message}")
-        raise psycopg.errors.error_from_result(res, encoding=self._conn.info.encoding)
+            raise
 
     def reset(self) -> None:
         """Close the connection; the next append opens a fresh one."""
@@ -216,22 +278,51 @@ class PgTurnAppender:
 
 
 class AsyncPgTurnAppender:
-    """:class:`PgTurnAppender` on an async psycopg connection (used inside event loops)."""
+    """:class:`PgTurnAppender` on an async psycopg connection (used inside event loops).
+
+    The same prepared statements and wire values, sent with libpq's asynchronous calls and awaited
+    through the connection's own wait loop, so the event loop runs while the server works.
+    """
 
     def __init__(self, conninfo: str) -> None:
         self._conninfo = conninfo
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
-    async def append(self, params: dict[str, Any]) -> tuple[Any, ...]:
+    async def append(self, values: list[bytes | None]) -> int | None:
         """Run the append statement; same answer as :meth:`PgTurnAppender.append`."""
+        return _new_position(await self._run(_APPEND_STATEMENT, values, _APPEND_PARAM_FORMATS))
+
+    async def diagnose(self, values: list[bytes | None]) -> tuple[Any, ...]:
+        """Same answer as :meth:`PgTurnAppender.diagnose`."""
+        return _diagnosis(await self._run(_DIAGNOSIS_STATEMENT, _diagnosis_values(values), None))
+
+    async def _run(
+        self, statement: bytes, values: list[bytes | None], formats: list[int] | None
+    ) -> pq.abc.PGresult:
+        conn = await self._connection()
+        conn.pgconn.send_query_prepared(statement, values, formats)
+        return await self._result(conn)
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(
-                self._conninfo, autocommit=True, options="-c synchronous_commit=on -c timezone=UTC"
+            self._conn = conn = await psycopg.AsyncConnection.connect(
+                self._conninfo, autocommit=True, options=_CONNECT_OPTIONS
             )
-        cur = await self._conn.execute(PG_APPEND_TURN_SQL, params, prepare=True)
-        row = await cur.fetchone()
-        assert row is not None
-        return tuple(row)
+            conn.pgconn.send_prepare(_APPEND_STATEMENT, PG_APPEND_TURN_SQL.encode(), _APPEND_PARAM_OIDS)
+            await self._result(conn)
+            conn.pgconn.send_prepare(_DIAGNOSIS_STATEMENT, PG_APPEND_DIAGNOSIS_SQL.encode())
+            await self._result(conn)
+        return self._conn
+
+    async def _result(self, conn: psycopg.AsyncConnection[Any]) -> pq.abc.PGresult:
+        try:
+            results = await conn.wait(execute(conn.pgconn))
+            res = results[-1]
+            _raise_for(res, conn.pgconn, conn.info.encoding)
+        except psycopg.OperationalError:
+            await conn.close()
+            raise
+        return res
 
     async def reset(self) -> None:
         """Close the connection; the next append opens a fresh one."""
@@ -265,29 +356,6 @@ class AsyncPgAppenderPool:
         """Close every connection."""
         for appender in self._all:
             await appender.reset()
-
-
-def pg_append_params(prep: PreparedTurn, run_id: int, now: float) -> dict[str, Any]:
-    """Bind parameters for :data:`PG_APPEND_TURN_SQL` (arrays in binary wire format)."""
-    row = prep.row
-    params = dict(row)
-    params.update(
-        run_id=run_id,
-        position=None,
-        created_at=now,
-        context_ids=PgInt4Array(prep.arrays["context_ids"]),
-        generated_ids=PgInt4Array(prep.arrays["generated_ids"]),
-        logprobs=PgFloat4Array(prep.arrays["logprobs"]),
-        loss_mask=PgBoolArray(prep.arrays["loss_mask"]),
-        policy_versions=PgInt4Array(prep.arrays["policy_versions"]),
-        experts_shape=PgInt4Array(np.asarray(row["experts_shape"], dtype=np.int32))
-        if row["experts_shape"] is not None
-        else None,
-        sampling_params=prep.json_text["sampling_params"],
-        info=prep.json_text["info"],
-        event_payload=orjson.dumps(prep.event_payload).decode(),
-    )
-    return params
 
 
 def fetch_turn_rows(

@@ -17,7 +17,7 @@ import numpy as np
 import psycopg
 from sqlalchemy import Connection, insert, select
 
-from dressage.errors import InvalidRecordError, StoreError, UnknownSessionError
+from dressage.errors import InvalidRecordError, StoreError, UnknownRunError, UnknownSessionError
 from dressage.redact import redact
 from dressage.store import schema as t
 from dressage.store.members import StoreMembers
@@ -36,7 +36,7 @@ from dressage.store.turn_io import (
     PgTurnAppender,
     fetch_token_columns,
     fetch_turn_rows,
-    pg_append_params,
+    pg_append_values,
 )
 
 if TYPE_CHECKING:
@@ -110,21 +110,28 @@ class TurnLogMixin(StoreMembers):
         """PostgreSQL: the whole durable append is one autocommit statement (see turn_io).
 
         It runs on a per-thread psycopg connection outside the SQLAlchemy pool: no pool pre-ping,
-        no BEGIN/COMMIT round trips, a server-side prepared statement. A broken connection is
+        no BEGIN/COMMIT round trips, a server-side prepared statement. When it records nothing, a
+        second statement says why (a re-sent key, a closed session). A broken connection is
         replaced and the append retried; the idempotency key makes that safe.
         """
-        params = pg_append_params(prep, r.id, time.time())
+        values = pg_append_values(prep, r.id, time.time())
         for attempt in range(PG_APPEND_ATTEMPTS):
             appender = self._pg_appender()
             try:
-                row = appender.append(params)
+                position = appender.append(values)
+                if position is not None:
+                    return AppendResult(position=position, key=prep.key, duplicate=False)
+                result = self._pg_outcome(appender.diagnose(values), r, prep)
             except psycopg.Error as e:
                 if isinstance(e, psycopg.OperationalError):
                     appender.reset()
                 self._retry_or_raise(e, attempt)
                 continue
-            return self._pg_outcome(row, r, prep)
-        raise AssertionError("unreachable")
+            if result is not None:
+                return result
+        raise StoreError(
+            f"turn {prep.key} was not recorded after {PG_APPEND_ATTEMPTS} attempts; retry the append"
+        )
 
     async def append_turn_async(self, run: str | Run, record: TurnRecord) -> AppendResult:
         """:meth:`append_turn` for event loops (the proxy), without a thread hop on PostgreSQL.
@@ -137,7 +144,7 @@ class TurnLogMixin(StoreMembers):
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._writer_thread(), self.append_turn, r, record)
         prep = prepare_turn(r.name, record, max_payload_bytes=self.max_payload_bytes)
-        params = pg_append_params(prep, r.id, time.time())
+        values = pg_append_values(prep, r.id, time.time())
         pool = self._async_appenders.get(asyncio.get_running_loop())
         if pool is None:
             pool = AsyncPgAppenderPool(self.engine.url)
@@ -145,14 +152,20 @@ class TurnLogMixin(StoreMembers):
         for attempt in range(PG_APPEND_ATTEMPTS):
             async with pool.appender() as appender:
                 try:
-                    row = await appender.append(params)
+                    position = await appender.append(values)
+                    if position is not None:
+                        return AppendResult(position=position, key=prep.key, duplicate=False)
+                    result = self._pg_outcome(await appender.diagnose(values), r, prep)
                 except psycopg.Error as e:
                     if isinstance(e, psycopg.OperationalError):
                         await appender.reset()
                     self._retry_or_raise(e, attempt)
                     continue
-            return self._pg_outcome(row, r, prep)
-        raise AssertionError("unreachable")
+            if result is not None:
+                return result
+        raise StoreError(
+            f"turn {prep.key} was not recorded after {PG_APPEND_ATTEMPTS} attempts; retry the append"
+        )
 
     async def aclose_async(self) -> None:
         """Close the async connections this loop opened for :meth:`append_turn_async`."""
@@ -181,15 +194,18 @@ class TurnLogMixin(StoreMembers):
             return  # the connection broke: retry on a fresh one (the key makes it safe)
         raise StoreError(f"database write failed: {redact(str(e), self.secrets)}") from e
 
-    def _pg_outcome(self, row: tuple[Any, ...], r: Run, prep: PreparedTurn) -> AppendResult:
-        """Interpret the append statement's answer: new position, duplicate, or why nothing happened."""
-        new_position, old_position, old_hash, status, session_run_id = row
-        if new_position is not None:
-            return AppendResult(position=int(new_position), key=prep.key, duplicate=False)
+    def _pg_outcome(self, diagnosis: tuple[Any, ...], r: Run, prep: PreparedTurn) -> AppendResult | None:
+        """Why an append statement recorded nothing: the stored duplicate, an error, or None (retry).
+
+        None means nothing explains it any more (e.g. a concurrent writer's race): try again.
+        """
+        old_position, old_hash, status, session_run_id, run_exists = diagnosis
         if old_position is not None:
             return check_duplicate(old_position, old_hash, prep.key, prep.content_hash)
         _check_session(prep.row["session_id"], r, status, session_run_id)
-        raise StoreError(f"turn {prep.key} was not recorded for an unknown reason; retry the append")
+        if not run_exists:  # the same answer as the SQLite path's position counter
+            raise UnknownRunError(f"run id {r.id} has no position counter; was it dropped?")
+        return None
 
     def _pg_appender(self) -> PgTurnAppender:
         appender = getattr(self._local, "appender", None)

@@ -9,7 +9,22 @@ import numpy as np
 import pytest
 
 from dressage.errors import InvalidRecordError
-from dressage.store.records import KEY_NAMESPACE, canonical_json, deterministic_key
+from dressage.store.pg_arrays import (
+    BOOL_ARRAY_OID,
+    FLOAT4_ARRAY_OID,
+    INT4_ARRAY_OID,
+    decode_array,
+    encode_array,
+)
+from dressage.store.records import (
+    KEY_NAMESPACE,
+    TurnRecord,
+    canonical_json,
+    deterministic_key,
+    prepare_turn,
+    turn_key,
+)
+from dressage.store.turn_io import APPEND_PARAM_NAMES, PG_APPEND_TURN_SQL, pg_append_values
 
 
 @pytest.mark.parametrize(
@@ -52,3 +67,99 @@ def test_canonical_json_takes_values_orjson_does_not() -> None:
 def test_canonical_json_refuses_what_the_log_cannot_hold(value: object, match: str) -> None:
     with pytest.raises(InvalidRecordError, match=match):
         canonical_json(value, what="v", max_bytes=64)
+
+
+@pytest.mark.parametrize(
+    ("run", "session", "index"), [("run", "s", 0), ("ü-run", "x" * 64, 10**9), ("r\x1f", "", 7)]
+)
+def test_turn_key_is_the_turn_s_deterministic_key(run: str, session: str, index: int) -> None:
+    expected = str(uuid.uuid5(KEY_NAMESPACE, f"{run}\x1f{session}\x1fturn\x1f{index}"))
+    assert turn_key(run, session, index) == expected == deterministic_key(run, session, "turn", index)
+    assert turn_key(run, session, index + 1) != expected  # the cached prefix is not the whole key
+
+
+def _record(**kw: object) -> TurnRecord:
+    fields: dict[str, object] = {
+        "session_id": "s-1",
+        "turn_index": 7,
+        "context_ids": [1, 2, 3],
+        "generated_ids": [40, 50],
+        "logprobs": [-0.5, -0.25],
+        "policy_versions": [3, 4],
+        "loss_mask": [True, False],
+        "sampling_params": {"temperature": 0.7},
+        "info": {"a": "ü"},
+        "routed_experts": np.arange(40, dtype=np.uint8).reshape(5, 4, 2),
+        "finish_reason": "stop",
+    }
+    fields.update(kw)
+    return TurnRecord(**fields)  # type: ignore[arg-type]
+
+
+def test_content_hash_is_pinned_and_independent_of_input_layout() -> None:
+    # The hash stored with every turn: a change here makes re-sends of logged turns conflict.
+    expected = "a06d35628bc69bd86c2b1051122204924ae3b525afbfcbbb9becfa6322188598"
+    assert prepare_turn("run-x", _record()).content_hash == expected
+    strided = np.array([1, 0, 2, 0, 3, 0], dtype=np.int64)[::2]  # wider dtype, not contiguous
+    big_endian = np.array([-0.5, -0.25], dtype=">f4")
+    same = _record(context_ids=strided, logprobs=big_endian, loss_mask=np.array([1, 0], dtype=np.uint8) == 1)
+    assert prepare_turn("run-x", same).content_hash == expected
+    assert prepare_turn("run-x", _record(loss_mask=[True, True])).content_hash != expected
+    assert (
+        prepare_turn("run-x", _record(loss_mask=None)).content_hash
+        == prepare_turn("run-x", _record(loss_mask=[True, True])).content_hash
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "oid"),
+    [
+        (np.array([0, -1, 2**31 - 1, -(2**31)], dtype=np.int32), INT4_ARRAY_OID),
+        (np.array([-0.0, -1.5, np.float32(-1e-30)], dtype=np.float32), FLOAT4_ARRAY_OID),
+        (np.array([True, False, True]), BOOL_ARRAY_OID),
+        (np.empty(0, dtype=np.int32), INT4_ARRAY_OID),
+    ],
+)
+def test_binary_arrays_round_trip(values: np.ndarray, oid: int) -> None:
+    back = decode_array(encode_array(values, oid), oid)
+    assert back.dtype == values.dtype and back.tobytes() == values.tobytes()
+
+
+def test_append_values_follow_the_statement_s_parameter_order() -> None:
+    prep = prepare_turn("run-x", _record(latency_ms=12.5, boundary_reason="start"))
+    by_name = dict(zip(APPEND_PARAM_NAMES, pg_append_values(prep, 42, 1.25), strict=True))
+    row = prep.row
+    assert by_name["run_id"] == b"42" and by_name["created_at"] == b"1.25"
+    assert by_name["id"] == prep.key.encode() and by_name["content_hash"] == prep.content_hash.encode()
+    assert json.loads(by_name["event_payload"] or b"") == prep.event_payload
+    assert json.loads(by_name["sampling_params"] or b"") == {"temperature": 0.7}
+    assert json.loads(by_name["info"] or b"") == {"a": "ü"}
+    assert by_name["experts"] == row["experts"]
+    for name in ("context_ids", "generated_ids", "policy_versions"):
+        assert decode_array(by_name[name] or b"", INT4_ARRAY_OID).tolist() == prep.arrays[name].tolist()
+    assert decode_array(by_name["logprobs"] or b"", FLOAT4_ARRAY_OID).tolist() == [-0.5, -0.25]
+    assert decode_array(by_name["loss_mask"] or b"", BOOL_ARRAY_OID).tolist() == [True, False]
+    assert decode_array(by_name["experts_shape"] or b"", INT4_ARRAY_OID).tolist() == [5, 4, 2]
+    for name in (
+        "session_id",
+        "turn_index",
+        "lineage_index",
+        "route",
+        "segment_index",
+        "segment_offset",
+        "boundary_reason",
+        "n_context",
+        "n_generated",
+        "n_trained",
+        "min_policy_version",
+        "max_policy_version",
+        "experts_dtype",
+        "experts_codec",
+        "finish_reason",
+        "latency_ms",
+    ):
+        assert by_name[name] == str(row[name]).encode(), name
+    assert by_name["parent_turn_id"] is None and by_name["request_fingerprint"] is None
+    for i in range(len(APPEND_PARAM_NAMES)):
+        assert f"${i + 1}" in PG_APPEND_TURN_SQL
+    assert f"${len(APPEND_PARAM_NAMES) + 1}" not in PG_APPEND_TURN_SQL

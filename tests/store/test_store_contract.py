@@ -141,6 +141,21 @@ def test_unknown_run_or_session_and_finished_session(store: EventStore, run_name
     store.finalize_session(s.id, "finished", reward=0.5)
     with pytest.raises(InvalidRecordError, match="finished"):
         store.append_turn(run_name, _turn(s.id, 0))
+    other = store.create_run(run_name + "-other")
+    with pytest.raises(InvalidRecordError, match="another run"):
+        store.append_turn(other, _turn(s.id, 0))
+    assert store.read_turns(run_name) == [] and store.read_turns(other) == []
+
+
+def test_appending_to_a_dropped_run_records_nothing(store: EventStore, run_name: str) -> None:
+    run = store.create_run(run_name)
+    s = store.open_session(run)
+    store.append_turn(run, _turn(s.id, 0))
+    store.drop_run(run_name)
+    with pytest.raises(UnknownSessionError):  # the stale Run object still names the dropped run
+        store.append_turn(run, _turn(s.id, 1))
+    with pytest.raises(UnknownRunError):
+        store.get_run(run_name)
 
 
 def test_session_lifecycle_is_idempotent(store: EventStore, run_name: str) -> None:
