@@ -345,7 +345,18 @@ def prepare_turn(
     )
     h = hashlib.sha256()
     # Each part behind its length; the arrays as little-endian bytes (hashed in place, no copies).
-    for part in (header, sampling_json, info_json, context, generated, logprobs, mask, versions, experts_raw):
+    parts: tuple[Any, ...] = (
+        header,
+        sampling_json,
+        info_json,
+        context,
+        generated,
+        logprobs,
+        mask,
+        versions,
+        experts_raw,
+    )
+    for part in parts:
         h.update(
             len(part).to_bytes(8, "little") if isinstance(part, bytes) else part.nbytes.to_bytes(8, "little")
         )

@@ -358,11 +358,34 @@ class AsyncPgAppenderPool:
             await appender.reset()
 
 
+# Reads skip the two per-token arrays that are usually constant within a turn: the loss mask when
+# every generated token is trained, the policy versions when one version generated the whole turn.
+# The row's counts say what they hold, so the client rebuilds them; the server then encodes two
+# arrays per turn fewer, which is most of a big read's cost on PostgreSQL.
+_ELIDED = {
+    "loss_mask": "CASE WHEN n_trained = n_generated THEN NULL ELSE loss_mask END AS loss_mask",
+    "policy_versions": (
+        "CASE WHEN min_policy_version = max_policy_version THEN NULL ELSE policy_versions END AS policy_versions"
+    ),
+}
+
+
+def _restore_elided(
+    mask: np.ndarray | None, versions: np.ndarray | None, n_generated: int, min_version: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The loss mask and policy versions a read skipped (see ``_ELIDED``), rebuilt from the counts."""
+    if mask is None:
+        mask = np.ones(n_generated, dtype=np.bool_)
+    if versions is None:
+        versions = np.full(n_generated, min_version if min_version is not None else 0, dtype=np.int32)
+    return mask, versions
+
+
 def fetch_turn_rows(
     conn: Connection, where: str, params: dict[str, Any], *, with_experts: bool
 ) -> list[dict[str, Any]]:
     """Turn rows matching ``where`` (SQL over table ``turns``), per-token arrays as numpy."""
-    cols = [c for c in TURN_COLUMNS if with_experts or c not in ("experts",)]
+    cols = [_ELIDED.get(c, c) for c in TURN_COLUMNS if with_experts or c not in ("experts",)]
     sql = f"SELECT {', '.join(cols)} FROM turns WHERE {where} ORDER BY session_id, turn_index"
     if conn.dialect.name == "postgresql":
         raw = conn.connection.driver_connection
@@ -376,15 +399,23 @@ def fetch_turn_rows(
                 r["experts"] = bytes(r["experts"])
             if r.get("experts_shape") is not None:
                 r["experts_shape"] = r["experts_shape"].tolist()
+            r["loss_mask"], r["policy_versions"] = _restore_elided(
+                r["loss_mask"], r["policy_versions"], r["n_generated"], r["min_policy_version"]
+            )
         return rows
     result = conn.exec_driver_sql(sql.replace("%(", ":").replace(")s", ""), params)
     out = []
     for m in result.mappings():
         d = dict(m)
-        for name in ("context_ids", "generated_ids", "policy_versions"):
+        for name in ("context_ids", "generated_ids"):
             d[name] = _sqlite_ints(d[name], np.int32)
-        d["loss_mask"] = _sqlite_ints(d["loss_mask"], np.int8).astype(np.bool_)
         d["logprobs"] = _sqlite_floats(d["logprobs"])
+        d["loss_mask"], d["policy_versions"] = _restore_elided(
+            _sqlite_ints(d["loss_mask"], np.int8).astype(np.bool_) if d["loss_mask"] is not None else None,
+            _sqlite_ints(d["policy_versions"], np.int32) if d["policy_versions"] is not None else None,
+            d["n_generated"],
+            d["min_policy_version"],
+        )
         if d.get("experts_shape") is not None:
             d["experts_shape"] = orjson.loads(d["experts_shape"])
         for name in _JSON_COLUMNS:
@@ -399,7 +430,8 @@ def fetch_token_columns(conn: Connection, run_id: int, after: int, upto: int) ->
     Only turns with ``after < position <= upto`` are read.
     """
     sql = (
-        "SELECT context_ids, generated_ids, logprobs, loss_mask, policy_versions FROM turns "
+        "SELECT context_ids, generated_ids, logprobs, "
+        f"{_ELIDED['loss_mask']}, {_ELIDED['policy_versions']}, n_generated, min_policy_version FROM turns "
         "WHERE run_id = %(run_id)s AND position > %(after)s AND position <= %(upto)s ORDER BY position"
     )
     params = {"run_id": run_id, "after": after, "upto": upto}
@@ -408,17 +440,21 @@ def fetch_token_columns(conn: Connection, run_id: int, after: int, upto: int) ->
         with raw.cursor(binary=True) as cur:  # type: ignore[union-attr]
             register_numpy_loaders(cur)
             cur.execute(sql, params)
-            return [tuple(r) for r in cur.fetchall()]
+            return [(c, g, lp, *_restore_elided(m, v, n, low)) for c, g, lp, m, v, n, low in cur.fetchall()]
     rows = conn.exec_driver_sql(sql.replace("%(", ":").replace(")s", ""), params).all()
     return [
         (
             _sqlite_ints(c, np.int32),
             _sqlite_ints(g, np.int32),
             _sqlite_floats(lp),
-            _sqlite_ints(m, np.int8).astype(np.bool_),
-            _sqlite_ints(v, np.int32),
+            *_restore_elided(
+                _sqlite_ints(m, np.int8).astype(np.bool_) if m is not None else None,
+                _sqlite_ints(v, np.int32) if v is not None else None,
+                n,
+                low,
+            ),
         )
-        for c, g, lp, m, v in rows
+        for c, g, lp, m, v, n, low in rows
     ]
 
 

@@ -301,6 +301,36 @@ def test_views(store: EventStore, run_name: str) -> None:
     assert traj.status == "finished" and traj.reward == 0.25
 
 
+def test_reads_rebuild_the_constant_mask_and_versions_exactly(store: EventStore, run_name: str) -> None:
+    # Reads skip a loss mask that is all true and versions that are one value; the rest come as stored.
+    store.create_run(run_name)
+    s = store.open_session(run_name)
+    cases = [
+        {"loss_mask": None, "policy_versions": [7, 7, 7, 7]},  # both skipped by the read
+        {"loss_mask": [True, False, True, True], "policy_versions": [3, 3, 4, 4]},  # both read
+        {"loss_mask": [False] * 4, "policy_versions": [0, 0, 0, 0]},  # nothing trained: the mask is read
+    ]
+    for i, kw in enumerate(cases):
+        rec = _turn(s.id, i)
+        rec.loss_mask, rec.policy_versions = kw["loss_mask"], kw["policy_versions"]
+        store.append_turn(run_name, rec)
+    empty = _turn(s.id, 3, n_ctx=2, n_gen=0)
+    store.append_turn(run_name, empty)
+    turns = store.read_turns(run_name)
+    for turn, kw in zip(turns, cases, strict=False):
+        mask = [True] * 4 if kw["loss_mask"] is None else kw["loss_mask"]
+        assert turn.loss_mask.dtype == np.bool_ and turn.loss_mask.tolist() == mask
+        assert (
+            turn.policy_versions.dtype == np.int32 and turn.policy_versions.tolist() == kw["policy_versions"]
+        )
+    assert turns[3].generated_ids.size == turns[3].loss_mask.size == turns[3].policy_versions.size == 0
+    arrays = store.read_token_arrays(run_name)
+    generated = arrays["logprobs"] == arrays["logprobs"]  # not NaN: the generated tokens
+    assert arrays["loss_mask"][generated].tolist() == [True] * 4 + [True, False, True, True] + [False] * 4
+    assert arrays["policy_versions"][generated].tolist() == [7] * 4 + [3, 3, 4, 4] + [0] * 4
+    assert (arrays["policy_versions"][~generated] == -1).all() and arrays["token_ids"].size == 3 * 7 + 2
+
+
 def test_read_token_arrays_and_drop(store: EventStore, run_name: str) -> None:
     store.create_run(run_name)
     other = store.create_run(run_name + "-other")
