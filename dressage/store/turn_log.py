@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import psycopg
 from sqlalchemy import Connection, insert, select
+from sqlalchemy.exc import IntegrityError
 
 from dressage.errors import InvalidRecordError, StoreError, UnknownRunError, UnknownSessionError
 from dressage.redact import redact
@@ -32,6 +33,8 @@ from dressage.store.records import (
     prepare_turn,
 )
 from dressage.store.turn_io import (
+    KEY_CONSTRAINT,
+    TURN_INDEX_CONSTRAINT,
     AsyncPgAppenderPool,
     PgTurnAppender,
     fetch_token_columns,
@@ -97,11 +100,16 @@ class TurnLogMixin(StoreMembers):
                     created_at=now,
                 )
             )
-            conn.execute(
-                insert(t.turns).values(
-                    **prep.row_with_lists(), run_id=r.id, position=position, created_at=now
+            try:  # an error rolls the whole transaction back, the event row too
+                conn.execute(
+                    insert(t.turns).values(
+                        **prep.row_with_lists(), run_id=r.id, position=position, created_at=now
+                    )
                 )
-            )
+            except IntegrityError as e:
+                if "turns.session_id, turns.turn_index" in str(e.orig):
+                    raise _turn_index_taken(prep) from e
+                raise
             return AppendResult(position=position, key=prep.key, duplicate=False)
 
         return self._retrying(tx)
@@ -118,7 +126,11 @@ class TurnLogMixin(StoreMembers):
         for attempt in range(PG_APPEND_ATTEMPTS):
             appender = self._pg_appender()
             try:
-                position = appender.append(values)
+                try:
+                    position = appender.append(values)
+                except psycopg.errors.UniqueViolation as e:
+                    self._check_refusal(e, prep)
+                    position = None  # the key is taken: the diagnosis finds the stored append
                 if position is not None:
                     return AppendResult(position=position, key=prep.key, duplicate=False)
                 result = self._pg_outcome(appender.diagnose(values), r, prep)
@@ -152,7 +164,11 @@ class TurnLogMixin(StoreMembers):
         for attempt in range(PG_APPEND_ATTEMPTS):
             async with pool.appender() as appender:
                 try:
-                    position = await appender.append(values)
+                    try:
+                        position = await appender.append(values)
+                    except psycopg.errors.UniqueViolation as e:
+                        self._check_refusal(e, prep)
+                        position = None
                     if position is not None:
                         return AppendResult(position=position, key=prep.key, duplicate=False)
                     result = self._pg_outcome(await appender.diagnose(values), r, prep)
@@ -193,6 +209,13 @@ class TurnLogMixin(StoreMembers):
                 ) from e
             return  # the connection broke: retry on a fresh one (the key makes it safe)
         raise StoreError(f"database write failed: {redact(str(e), self.secrets)}") from e
+
+    def _check_refusal(self, e: psycopg.errors.UniqueViolation, prep: PreparedTurn) -> None:
+        """A unique index refused the append: return for a re-sent key; raise for a taken turn index."""
+        if e.diag.constraint_name == TURN_INDEX_CONSTRAINT:
+            raise _turn_index_taken(prep) from e
+        if e.diag.constraint_name != KEY_CONSTRAINT:
+            raise e
 
     def _pg_outcome(self, diagnosis: tuple[Any, ...], r: Run, prep: PreparedTurn) -> AppendResult | None:
         """Why an append statement recorded nothing: the stored duplicate, an error, or None (retry).
@@ -311,6 +334,14 @@ class TurnLogMixin(StoreMembers):
     def _token_columns(self, run_id: int, after: int, upto: int) -> list[tuple[np.ndarray, ...]]:
         with self._read() as conn:
             return fetch_token_columns(conn, run_id, after, upto)
+
+
+def _turn_index_taken(prep: PreparedTurn) -> InvalidRecordError:
+    """The error for a turn whose index its session already recorded under another key."""
+    return InvalidRecordError(
+        f"session {prep.row['session_id']} already has a turn {prep.row['turn_index']} recorded under "
+        f"another key than {prep.key}; a turn index is recorded once per session"
+    )
 
 
 def _check_session(session_id: str, run: Run, status: str | None, session_run_id: int | None) -> None:

@@ -96,6 +96,19 @@ def test_same_key_different_content_raises_and_changes_nothing(store: EventStore
         store.append_event(run_name, "note", {"x": 2}, key="k1")
 
 
+def test_a_turn_index_is_recorded_once_per_session(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    s = store.open_session(run_name)
+    first = store.append_turn(run_name, _turn(s.id, 0))
+    before = store.last_position(run_name)
+    other_key = _turn(s.id, 0, key="another-key-for-turn-0")
+    with pytest.raises(InvalidRecordError, match="already has a turn 0 recorded under another key"):
+        store.append_turn(run_name, other_key)
+    assert store.last_position(run_name) == before
+    assert [t.id for t in store.read_turns(run_name)] == [first.key]
+    assert store.append_turn(run_name, _turn(s.id, 1)).position == before + 1  # the log goes on, dense
+
+
 @pytest.mark.parametrize(
     ("change", "match"),
     [
