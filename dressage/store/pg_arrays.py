@@ -81,21 +81,23 @@ def encode_array(values: np.ndarray, array_oid: int) -> bytes:
     return header + records.tobytes()
 
 
-def encode_int4_runs(flat: np.ndarray, sizes: Sequence[int]) -> list[bytes]:
-    """``int4[]`` wire formats of consecutive runs of ``flat`` (int32) with ``sizes`` elements.
+def encode_4byte_runs(words: np.ndarray, runs: Sequence[tuple[int, int]]) -> list[bytes]:
+    """Wire formats of consecutive arrays packed in ``words`` (int32 bit patterns), one numpy pass.
 
-    One numpy pass for several arrays (the append encodes three int arrays per turn this way).
+    ``runs`` gives each array's length and element type oid (``int4`` or ``float4``: a float32's
+    bits viewed as int32 byte-swap the same way). The append encodes a turn's four 4-byte arrays
+    this way instead of four separate passes.
     """
-    pairs = np.empty((flat.size, 2), dtype=_BE_INT4)
+    pairs = np.empty((words.size, 2), dtype=_BE_INT4)
     pairs[:, 0] = 4
-    pairs[:, 1] = flat
+    pairs[:, 1] = words
     body = pairs.tobytes()
     out, start = [], 0
-    for n in sizes:
+    for n, elem_oid in runs:
         if n:
-            out.append(struct.pack(">iiiii", 1, 0, INT4_OID, n, 1) + body[start : start + 8 * n])
+            out.append(struct.pack(">iiiii", 1, 0, elem_oid, n, 1) + body[start : start + 8 * n])
         else:
-            out.append(struct.pack(">iii", 0, 0, INT4_OID))
+            out.append(struct.pack(">iii", 0, 0, elem_oid))
         start += 8 * n
     return out
 

@@ -24,10 +24,11 @@ import orjson
 from dressage.errors import IdempotencyConflictError, InvalidRecordError
 from dressage.store.pg_arrays import (
     BOOL_ARRAY_OID,
-    FLOAT4_ARRAY_OID,
+    FLOAT4_OID,
+    INT4_OID,
     all_true_bool_array,
+    encode_4byte_runs,
     encode_array,
-    encode_int4_runs,
 )
 
 ROUTES = ("append", "branch", "create")
@@ -232,7 +233,7 @@ class TurnRecord:
     key: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PreparedTurn:
     """A validated :class:`TurnRecord`: normalised arrays, compressed experts, content hash."""
 
@@ -271,8 +272,10 @@ def prepare_turn(
     generated = _as_array(rec.generated_ids, "int32", what="generated_ids")
     logprobs = _as_array(rec.logprobs, "float32", what="logprobs")
     versions = _as_array(rec.policy_versions, "int32", what="policy_versions")
-    # The three int arrays in one buffer: one sign check and one wire encoding for all of them.
-    ints = np.concatenate((context, generated, versions))
+    # The four 4-byte arrays in one buffer (logprobs as their int32 bit patterns): one sign check
+    # of the ints and one wire encoding for all four.
+    words = np.concatenate((context, generated, versions, logprobs.view(np.int32)))
+    ints = words[: words.size - logprobs.size]
     if ints.size and ints.min() < 0:
         if versions.size and versions.min() < 0:
             raise InvalidRecordError("policy_versions must be non-negative")
@@ -323,8 +326,11 @@ def prepare_turn(
     if rec.latency_ms is not None and not math.isfinite(rec.latency_ms):
         raise InvalidRecordError("latency_ms must be finite")
 
-    key = rec.key or turn_key(run_name, rec.session_id, rec.turn_index)
-    check_text(key, what="key", max_chars=128)
+    if not rec.key:
+        key = turn_key(run_name, rec.session_id, rec.turn_index)  # a uuid string: nothing to check
+    else:
+        key = rec.key
+        check_text(key, what="key", max_chars=128)
     # Our own fields, already validated above: plain JSON types, so orjson directly.
     header = orjson.dumps(
         {
@@ -361,11 +367,13 @@ def prepare_turn(
             len(part).to_bytes(8, "little") if isinstance(part, bytes) else part.nbytes.to_bytes(8, "little")
         )
         h.update(part)
-    context_wire, generated_wire, versions_wire = encode_int4_runs(ints, (context.size, n, n))
+    context_wire, generated_wire, versions_wire, logprobs_wire = encode_4byte_runs(
+        words, ((context.size, INT4_OID), (n, INT4_OID), (versions.size, INT4_OID), (n, FLOAT4_OID))
+    )
     wire = {
         "context_ids": context_wire,
         "generated_ids": generated_wire,
-        "logprobs": encode_array(logprobs, FLOAT4_ARRAY_OID),
+        "logprobs": logprobs_wire,
         "loss_mask": all_true_bool_array(n) if rec.loss_mask is None else encode_array(mask, BOOL_ARRAY_OID),
         "policy_versions": versions_wire,
     }

@@ -163,3 +163,16 @@ def test_append_values_follow_the_statement_s_parameter_order() -> None:
     for i in range(len(APPEND_PARAM_NAMES)):
         assert f"${i + 1}" in PG_APPEND_TURN_SQL
     assert f"${len(APPEND_PARAM_NAMES) + 1}" not in PG_APPEND_TURN_SQL
+
+
+def test_append_values_of_a_turn_without_generated_tokens() -> None:
+    prep = prepare_turn("run-x", _record(generated_ids=[], logprobs=[], policy_versions=[], loss_mask=None))
+    by_name = dict(zip(APPEND_PARAM_NAMES, pg_append_values(prep, 1, 0.0), strict=True))
+    assert decode_array(by_name["context_ids"] or b"", INT4_ARRAY_OID).tolist() == [1, 2, 3]
+    for name, oid in (
+        ("generated_ids", INT4_ARRAY_OID),
+        ("logprobs", FLOAT4_ARRAY_OID),
+        ("loss_mask", BOOL_ARRAY_OID),
+    ):
+        assert decode_array(by_name[name] or b"", oid).size == 0
+    assert by_name["n_trained"] == b"0" and by_name["min_policy_version"] is None
