@@ -304,7 +304,8 @@ def main() -> None:
                             )
                     if backend == "postgresql" and vs_bare is not None:
                         notes.append(
-                            f"TARGET >= 0.7x bare (experts={experts} w={writers} r={runs}): {vs_bare:.2f}x"
+                            f"TARGET >= 0.7x bare (experts={experts} w={writers} r={runs}): {vs_bare:.2f}x "
+                            f"({'met' if vs_bare >= 0.7 else 'NOT met'})"
                         )
         console.print(table)
         for note in notes:
