@@ -409,3 +409,37 @@ def test_postgresql_append_survives_a_dropped_connection(pg_url: str, tmp_path: 
         assert [t.turn_index for t in store.read_turns(run_name)] == [0, 1]
     finally:
         store.close()
+
+
+def test_postgresql_async_append_survives_a_dropped_connection(
+    pg_url: str, tmp_path: Path, run_name: str
+) -> None:
+    """The same for the proxy's async appenders: the broken connection is replaced, nothing is lost."""
+    import asyncio
+
+    store = EventStore.open(
+        settings=Settings(database_url=pg_url, home=tmp_path / "home"), auto_upgrade=False
+    )
+    admin = pg_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    try:
+        store.create_run(run_name)
+        s = store.open_session(run_name)
+
+        async def go() -> tuple[AppendResult, AppendResult, AppendResult]:
+            first = await store.append_turn_async(run_name, _turn(s.id, 0))
+            pool = store._async_appenders[asyncio.get_running_loop()]
+            pids = [a._conn.info.backend_pid for a in pool._all if a._conn is not None]
+            assert pids, "the first append opened an async connection"
+            with psycopg.connect(admin, autocommit=True) as conn:  # end every async appender's backend
+                conn.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,))
+            second = await store.append_turn_async(run_name, _turn(s.id, 1))
+            again = await store.append_turn_async(run_name, _turn(s.id, 1))
+            await store.aclose_async()
+            return first, second, again
+
+        first, second, again = asyncio.run(go())
+        assert (second.position, second.duplicate) == (first.position + 1, False)
+        assert again == AppendResult(second.position, second.key, True)
+        assert [t.turn_index for t in store.read_turns(run_name)] == [0, 1]
+    finally:
+        store.close()
