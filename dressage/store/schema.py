@@ -72,7 +72,8 @@ events = Table(
     Column("payload", JsonDoc, nullable=False),
     Column("created_at", Float, nullable=False),
     UniqueConstraint("run_id", "idem_key"),
-    Index(None, "run_id", "session_id"),
+    # Not (run_id, session_id): a generic plan then preferred it for key lookups (migration 0003).
+    Index(None, "session_id"),
 )
 
 tasks = Table(
