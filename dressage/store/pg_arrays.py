@@ -66,19 +66,16 @@ class PgBoolArray(PgArray):
 def encode_array(values: np.ndarray, array_oid: int) -> bytes:
     """The binary wire format of a 1-D array of ``values`` for ``array_oid``."""
     elem_oid, dtype, size = _ELEMENTS[array_oid]
+    if size == 4:  # int4 and float4: their int32 bit patterns, encoded as one run
+        words = values.astype(dtype.newbyteorder("="), copy=False).view(np.int32)
+        return encode_4byte_runs(words, ((int(values.size), elem_oid),))[0]
     n = int(values.size)
     if n == 0:
         return struct.pack(">iii", 0, 0, elem_oid)
-    header = struct.pack(">iiiii", 1, 0, elem_oid, n, 1)
-    if size == 4:  # (length word, value) pairs as an [n, 2] big-endian matrix: ~1.5x the record dtype
-        pairs = np.empty((n, 2), dtype=_BE_INT4)
-        pairs[:, 0] = 4
-        (pairs if dtype == _BE_INT4 else pairs.view(dtype))[:, 1] = values
-        return header + pairs.tobytes()
     records: np.ndarray[Any, Any] = np.empty(n, dtype=[("len", ">i4"), ("val", dtype)])
     records["len"] = size
     records["val"] = values
-    return header + records.tobytes()
+    return struct.pack(">iiiii", 1, 0, elem_oid, n, 1) + records.tobytes()
 
 
 def encode_4byte_runs(words: np.ndarray, runs: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -88,7 +85,7 @@ def encode_4byte_runs(words: np.ndarray, runs: Sequence[tuple[int, int]]) -> lis
     bits viewed as int32 byte-swap the same way). The append encodes a turn's four 4-byte arrays
     this way instead of four separate passes.
     """
-    pairs = np.empty((words.size, 2), dtype=_BE_INT4)
+    pairs = np.empty((words.size, 2), dtype=_BE_INT4)  # (length word, value) pairs, big-endian
     pairs[:, 0] = 4
     pairs[:, 1] = words
     body = pairs.tobytes()
@@ -113,14 +110,12 @@ def decode_array(data: Buffer, array_oid: int) -> np.ndarray:
     dtype = _ELEMENTS[array_oid][1]
     ndim = int.from_bytes(bytes(data[0:4]), "big")
     if ndim == 0:
-        return np.empty(
-            0, dtype=np.bool_ if array_oid == BOOL_ARRAY_OID else np.dtype(dtype).newbyteorder("=")
-        )
+        return np.empty(0, dtype=np.bool_ if array_oid == BOOL_ARRAY_OID else dtype.newbyteorder("="))
     n = int.from_bytes(bytes(data[12:16]), "big")
     body = np.frombuffer(data, dtype=[("len", ">i4"), ("val", dtype)], count=n, offset=20)
     if array_oid == BOOL_ARRAY_OID:
         return body["val"].astype(np.bool_)
-    return body["val"].astype(np.dtype(dtype).newbyteorder("="))
+    return body["val"].astype(dtype.newbyteorder("="))
 
 
 def _dumper(array_oid: int) -> type[Dumper]:

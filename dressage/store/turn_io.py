@@ -1,9 +1,9 @@
 """The hot paths of the log: appending a turn and reading turns back, per backend.
 
-PostgreSQL: one statement per append (a data-modifying CTE that checks the key and the session,
-takes the next position from the counter row and inserts the event and the turn), sent in autocommit
-mode so the whole durable append is one round trip, with per-token arrays in binary wire format built
-by numpy. Reads use a binary cursor that parses arrays straight into numpy.
+PostgreSQL: one statement per append (a data-modifying CTE that checks the session, takes the next
+position from the counter row and inserts the event and the turn; the unique index refuses a re-sent
+key), sent in autocommit mode so the whole durable append is one round trip, with per-token arrays in
+binary wire format built by numpy. Reads use a binary cursor that parses arrays straight into numpy.
 
 SQLite: arrays are JSON text; reads parse integer arrays with numpy's text parser.
 """
@@ -388,6 +388,18 @@ def _restore_elided(
     return mask, versions
 
 
+def _sqlite_mask_and_versions(
+    mask: str | None, versions: str | None, n_generated: int, min_version: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_restore_elided` for SQLite, whose arrays come as JSON text."""
+    return _restore_elided(
+        _sqlite_ints(mask, np.int8).astype(np.bool_) if mask is not None else None,
+        _sqlite_ints(versions, np.int32) if versions is not None else None,
+        n_generated,
+        min_version,
+    )
+
+
 def fetch_turn_rows(
     conn: Connection, where: str, params: dict[str, Any], *, with_experts: bool
 ) -> list[dict[str, Any]]:
@@ -417,11 +429,8 @@ def fetch_turn_rows(
         for name in ("context_ids", "generated_ids"):
             d[name] = _sqlite_ints(d[name], np.int32)
         d["logprobs"] = _sqlite_floats(d["logprobs"])
-        d["loss_mask"], d["policy_versions"] = _restore_elided(
-            _sqlite_ints(d["loss_mask"], np.int8).astype(np.bool_) if d["loss_mask"] is not None else None,
-            _sqlite_ints(d["policy_versions"], np.int32) if d["policy_versions"] is not None else None,
-            d["n_generated"],
-            d["min_policy_version"],
+        d["loss_mask"], d["policy_versions"] = _sqlite_mask_and_versions(
+            d["loss_mask"], d["policy_versions"], d["n_generated"], d["min_policy_version"]
         )
         if d.get("experts_shape") is not None:
             d["experts_shape"] = orjson.loads(d["experts_shape"])
@@ -454,12 +463,7 @@ def fetch_token_columns(conn: Connection, run_id: int, after: int, upto: int) ->
             _sqlite_ints(c, np.int32),
             _sqlite_ints(g, np.int32),
             _sqlite_floats(lp),
-            *_restore_elided(
-                _sqlite_ints(m, np.int8).astype(np.bool_) if m is not None else None,
-                _sqlite_ints(v, np.int32) if v is not None else None,
-                n,
-                low,
-            ),
+            *_sqlite_mask_and_versions(m, v, n, low),
         )
         for c, g, lp, m, v, n, low in rows
     ]
