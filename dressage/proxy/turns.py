@@ -222,7 +222,7 @@ class TurnHandler:
         headers = {"x-dressage-turn-id": reply.turn_id, "x-dressage-replayed": "1", **dialect.headers(reply)}
         if not conv.stream:
             return JSONResponse(dialect.respond(conv, reply, parsed), headers=headers)
-        renderer = dialect.renderer(conv, reply.rid or reply.turn_id, reply.created)
+        renderer = dialect.renderer(conv, reply.rid or reply.turn_id, reply.created, reply.prompt_tokens)
         events = [
             *renderer.start(),
             *renderer.delta(
@@ -248,7 +248,7 @@ class TurnHandler:
         """
         svc, conv, gen = self.svc, job.conv, job.generation
         profile = svc.profile
-        renderer: StreamRenderer = dialect.renderer(conv, gen.rid, int(time.time()))
+        renderer: StreamRenderer = dialect.renderer(conv, gen.rid, int(time.time()), len(job.prompt_ids))
         stops = set(profile.stop_token_ids)
         decoder = IncrementalDecoder(profile.tokenizer)
         splitter = StreamSplitter(
