@@ -1,4 +1,4 @@
-"""SGLang's and vLLM's own OpenAI-server chat-completions tests, re-expressed against the proxy.
+r"""SGLang's and vLLM's own OpenAI-server chat-completions tests, re-expressed against the proxy.
 
 Each test here re-states the request and the assertions of an upstream test (read from
 sgl-project/sglang ``test/srt/openai_server/...`` and vllm-project/vllm
@@ -124,7 +124,7 @@ def test_sglang_chat_completion_stream(client: OpenAI) -> None:
     for logprobs in (None, 5):
         for n in (1, 2):
             stream = client.chat.completions.create(
-                model="m", messages=FRANCE[:1] + [{"role": "user", "content": "What is the capital of France?"}],
+                model="m", messages=[*FRANCE[:1], {"role": "user", "content": "What is the capital of France?"}],
                 temperature=0, max_tokens=6, n=n, logprobs=logprobs is not None and logprobs > 0,
                 top_logprobs=logprobs, stream=True, stream_options={"include_usage": True}, **THINK_OFF,
             )  # fmt: skip
