@@ -1,0 +1,112 @@
+"""``dressage-worker rollout`` with agent kinds ``claude_code``, ``codex`` and ``openclaw``, end to end.
+
+The worker (a real child process, started as the CLI is) runs its in-process TITO proxy in front of a
+scripted SGLang-protocol engine (tests/agents/scripted_engine.py) and the real agent CLI in a real
+bubblewrap sandbox with the network off, reaching the proxy through the Unix-socket forwarder in
+its own dialect: Anthropic Messages, OpenAI Responses, chat completions. The scripted model calls the
+shell once, then answers with the command's output; the ``contains`` reward checks it. Every turn the
+proxy recorded must equal, id for id, a prompt the engine received and the ids it returned.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agents.scripted_engine import ScriptedEngine
+from tests.agents.test_native_clis import COMMAND, cli_in_usr
+from tests.rollout.conftest import open_store, requires_bwrap, worker_env, write_config, write_tasks
+
+pytestmark = requires_bwrap
+
+PROMPT = 'Create "made.txt" with a shell command, then tell me what the command printed.'
+CASES = {
+    "claude_code": ("claude", "Bash", {"command": COMMAND, "description": "Write a file"}, "messages"),
+    "codex": ("codex", "exec_command", {"cmd": COMMAND}, "responses"),
+    "openclaw": ("openclaw", "exec", {"command": COMMAND}, "chat"),
+}
+
+
+def run_worker(
+    tmp_path: Path, engine: ScriptedEngine, kind: str, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """``dressage-worker rollout --config run.yaml`` for one task, one sample, one attempt."""
+    write_tasks(tmp_path / "tasks.jsonl", [{"prompt": PROMPT, "label": "tool-ran-ok"}])
+    cfg = write_config(
+        tmp_path,
+        engine.url,
+        n_samples_per_prompt=1,
+        agent={"kind": kind},
+        sampling={"max_tokens": 1024, "enable_thinking": None},
+        sandbox={"network": False, "memory_mb": 2048, "max_processes": 256, "timeout_s": timeout_s},
+        worker={"session_timeout_s": timeout_s, "max_attempts": 1, "concurrency": 1},
+    )
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from dressage.cli import main; main()",
+            "rollout",
+            "--no-progress",
+            "--config",
+            str(cfg),
+        ],
+        cwd=tmp_path,
+        env=worker_env(tmp_path / "home", DRESSAGE_DATABASE_URL=db),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s + 120,
+    )
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_agent_cli_rollout_through_the_proxy_is_recorded_token_exact(tmp_path: Path, kind: str) -> None:
+    binary, tool, arguments, dialect = CASES[kind]
+    if cli_in_usr(binary):
+        pytest.skip(str(cli_in_usr(binary)))
+    timeout_s = 480.0 if kind == "openclaw" else 240.0
+    engine = ScriptedEngine(tool, arguments)
+    with engine.running():
+        proc = run_worker(tmp_path, engine, kind, timeout_s)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    store = open_store(f"sqlite:///{tmp_path / 'log.db'}", tmp_path / "home")
+    try:
+        (run,) = store.list_runs()
+        (session,) = store.list_sessions(run)
+        log = _agent_log(store, run, session.id)
+        assert session.status == "finished", f"{session.error}\n{log[-4000:]}"
+        assert session.reward == 1.0, log[-4000:]
+        turns = store.read_turns(run, with_experts=False)
+        texts = [engine.tokenizer.decode(list(t.generated_ids), skip_special_tokens=False) for t in turns]
+        prompts = [engine.tokenizer.decode(list(t.context_ids), skip_special_tokens=False) for t in turns]
+        # The tool loop: a turn that called the tool, then one that answered from its output.
+        called = [i for i, text in enumerate(texts) if f"<function={tool}>" in text]
+        answered = [i for i, text in enumerate(texts) if "final answer: tool-ran-ok" in text]
+        assert called and answered and called[0] < answered[-1], texts
+        assert "tool-ran-ok" in prompts[answered[-1]].rsplit("<tool_response>", 1)[-1]
+        assert {t.info.get("dialect") for t in turns} == {dialect}
+        _assert_token_exact(engine, turns)
+    finally:
+        store.close()
+
+
+def _assert_token_exact(engine: ScriptedEngine, turns: list[Any]) -> None:
+    """Each recorded turn is exactly one engine call: its context ids and generated ids, id for id."""
+    calls = {(tuple(c.input_ids), tuple(c.output_ids)) for c in engine.calls}
+    assert len(turns) == len(engine.calls)
+    for t in turns:
+        assert (tuple(int(i) for i in t.context_ids), tuple(int(i) for i in t.generated_ids)) in calls
+        assert t.loss_mask.all()
+
+
+def _agent_log(store: Any, run: Any, session_id: str) -> str:
+    """The session's ``agent.log`` artifact, for failure messages."""
+    for a in store.list_artifacts(run, session_id=session_id):
+        if a.name == "agent.log":
+            return store.get_artifact(a).decode(errors="replace")
+    return ""
