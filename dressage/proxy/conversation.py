@@ -204,3 +204,29 @@ def text_of(content: Any, where: str) -> str:
             )
         out.append(part["text"])
     return "".join(out)
+
+
+def hoist_system(system: list[str], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One leading system message from ``system`` texts and every system/developer message, in order.
+
+    The chat templates render a system prompt only at the start (Qwen3.5 refuses one elsewhere),
+    while Claude Code sends a ``system`` message after the first user message and Codex sends
+    ``developer`` items: their text joins the leading system prompt (blank line between parts),
+    where the model reads instructions. A client that sends them identically every request keeps
+    the prompt's prefix stable, so its turns still append.
+    """
+    texts = [t for t in system if t]
+    rest = []
+    for msg in messages:
+        if msg.get("role") in ("system", "developer"):
+            texts.append(str(msg.get("content") or ""))
+        else:
+            rest.append(msg)
+    return ([{"role": "system", "content": "\n\n".join(texts)}] if texts else []) + rest
+
+
+def thinking_token_count(ids: list[int], think_end_id: int | None) -> int:
+    """Generated tokens up to and including the think-closing token (0 when there is none)."""
+    if think_end_id is None or think_end_id not in ids:
+        return 0
+    return ids.index(think_end_id) + 1

@@ -80,17 +80,22 @@ def classify(exc: BaseException) -> tuple[int, str, str | None, str | None]:
     return 500, "api_error", None, "internal_error"
 
 
-def error_response(exc: BaseException, secrets: Iterable[str] = ()) -> JSONResponse:
-    """The JSON error response for ``exc``; unexpected errors are logged (redacted) with traceback."""
-    status, type_, param, code = classify(exc)
+def error_message(exc: BaseException, secrets: Iterable[str] = ()) -> str:
+    """The redacted message a client sees for ``exc``; server-side failures are logged here."""
+    status, _, _, code = classify(exc)
     if isinstance(exc, DressageError):
         message = str(exc)
     else:
         message = f"internal error ({type(exc).__name__}); see the proxy log"
-    message = redact(message, secrets) or ""
     if status >= 500:
         log.error("proxy error %s: %s", code, redact(str(exc), secrets), exc_info=status == 500)
-    return JSONResponse(error_body(message, type_, param, code), status_code=status)
+    return redact(message, secrets) or ""
+
+
+def error_response(exc: BaseException, secrets: Iterable[str] = ()) -> JSONResponse:
+    """The OpenAI-format JSON error response for ``exc``."""
+    status, type_, param, code = classify(exc)
+    return JSONResponse(error_body(error_message(exc, secrets), type_, param, code), status_code=status)
 
 
 def http_error(status: int, message: str) -> JSONResponse:

@@ -354,7 +354,7 @@ async def record_turn(
         if not abandoned:
             extends = f.parent_turn_id if f.tito.get("fork_at") == "end" else None
             state.remember(reply, job.conv.fingerprint, job.idem_key, extends)
-            state.link_response(turn_id, info)
+            state.link_response(turn_index, info)
     if hit_window:
         await record_overflow(
             store,

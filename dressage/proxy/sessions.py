@@ -91,16 +91,16 @@ class ReplyData:
     """The fingerprint of the request ``parsed`` belongs to."""
 
 
-def response_id(turn_id: str) -> str:
-    """The Responses-API id of a turn (derived, so a restarted proxy knows it from the log)."""
-    return "resp_" + turn_id.replace("-", "")
+def response_id(rid: str) -> str:
+    """The Responses-API id of a turn: from its engine request id (recorded, so a restarted proxy knows it)."""
+    return "resp_" + rid.removeprefix("dr-")
 
 
 @dataclass(frozen=True)
 class ResponseLink:
     """A stored response: the one before it, the messages its request added, how its reply parses."""
 
-    turn_id: str
+    turn_index: int
     previous: str | None
     input: list[dict[str, Any]]
     parse_tools: bool
@@ -169,11 +169,11 @@ class SessionState:
         if idem_key:
             self.by_idem_key[idem_key] = reply.turn_index
 
-    def link_response(self, turn_id: str, info: dict[str, Any]) -> None:
+    def link_response(self, turn_index: int, info: dict[str, Any]) -> None:
         """Index a turn recorded through the Responses API with ``store`` (its ``info["responses"]``)."""
         link = info.get("responses")
-        if isinstance(link, dict):
-            self.responses[response_id(turn_id)] = ResponseLink(turn_id=turn_id, **link)
+        if isinstance(link, dict) and info.get("engine_rid"):
+            self.responses[response_id(info["engine_rid"])] = ResponseLink(turn_index=turn_index, **link)
 
     def apply_turn(self, turn: Turn) -> None:
         """Fold one recorded turn into the state (used when rebuilding from the log)."""
@@ -222,7 +222,7 @@ class SessionState:
         )
         extends = turn.parent_turn_id if tito.get("fork_at") == "end" else None
         self.remember(reply, turn.request_fingerprint, turn.info.get("idempotency_key"), extends)
-        self.link_response(turn.id, turn.info)
+        self.link_response(turn.turn_index, turn.info)
 
 
 def token_digest(token: str) -> str:

@@ -102,9 +102,10 @@ class TurnHandler:
                 return self._replay(dialect, conv, prior)
             job = await self._prepare(state, conv, idem, started)
             future = self._register(state, job)
+            sized = {"x-dressage-prompt-tokens": str(len(job.prompt_ids))}
             if stream:
                 body = self._stream(dialect, job, future)
-                return StreamingResponse(body, media_type="text/event-stream", headers=_sse_headers())
+                return StreamingResponse(body, media_type="text/event-stream", headers=_sse_headers(sized))
             try:
                 await job.generation.run()
                 reply = await self._record(job)
@@ -118,6 +119,7 @@ class TurnHandler:
             headers = {
                 "x-dressage-turn-id": reply.turn_id,
                 "x-dressage-overhead-ms": f"{overhead * 1000:.3f}",
+                **sized,
                 **dialect.headers(reply),
             }
             return JSONResponse(body_json, headers=headers)
@@ -222,7 +224,7 @@ class TurnHandler:
         headers = {"x-dressage-turn-id": reply.turn_id, "x-dressage-replayed": "1", **dialect.headers(reply)}
         if not conv.stream:
             return JSONResponse(dialect.respond(conv, reply, parsed), headers=headers)
-        renderer = dialect.renderer(conv, reply.rid or reply.turn_id, reply.created)
+        renderer = dialect.renderer(conv, reply.rid or reply.turn_id, reply.created, reply.prompt_tokens)
         events = [
             *renderer.start(),
             *renderer.delta(
@@ -248,7 +250,7 @@ class TurnHandler:
         """
         svc, conv, gen = self.svc, job.conv, job.generation
         profile = svc.profile
-        renderer: StreamRenderer = dialect.renderer(conv, gen.rid, int(time.time()))
+        renderer: StreamRenderer = dialect.renderer(conv, gen.rid, int(time.time()), len(job.prompt_ids))
         stops = set(profile.stop_token_ids)
         decoder = IncrementalDecoder(profile.tokenizer)
         splitter = StreamSplitter(
