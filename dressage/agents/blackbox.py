@@ -97,9 +97,7 @@ class BlackboxAgent(Agent):
                 f"agent {self.name}: command not found in the sandbox (exit 127): {r.stderr.strip()[-300:]}"
             )
         if r.exit_code not in self.cfg.accept_exit_codes:
-            raise AgentError(
-                f"agent {self.name} exited with code {r.exit_code}: {r.stderr.strip()[-TAIL_CHARS:] or r.stdout.strip()[-TAIL_CHARS:]}"
-            )
+            raise AgentError(f"agent {self.name} exited with code {r.exit_code}: {failure_detail(r)}")
         answer, source = await self.collect_answer(ctx, r)
         return AgentResult(
             answer=answer.strip(),
@@ -267,6 +265,12 @@ class OpenClawAgent(BlackboxAgent):
         if not isinstance(payloads, list):
             raise AgentError(f"agent openclaw's report has no payloads: {r.stdout.strip()[-300:]!r}")
         return "\n".join(str(p.get("text", "")) for p in payloads if isinstance(p, dict)), "stdout_json"
+
+
+def failure_detail(r: ExecResult) -> str:
+    """The tail of stderr, then of stdout (CLIs such as Claude Code report API errors on stdout)."""
+    err, out = r.stderr.strip()[-TAIL_CHARS:], r.stdout.strip()[-TAIL_CHARS // 2 :]
+    return f"{err} | stdout: {out}" if err and out else err or out
 
 
 def deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

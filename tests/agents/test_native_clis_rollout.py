@@ -32,6 +32,12 @@ CASES = {
     "codex": ("codex", "exec_command", {"cmd": COMMAND}, "responses"),
     "openclaw": ("openclaw", "exec", {"command": COMMAND}, "chat"),
 }
+# What each CLI sends that the proxy accepts without effect: recorded on the turn, never silent.
+IGNORED = {
+    "claude_code": {"metadata", "output_config.effort", "context_management"},
+    "codex": {"client_metadata", "prompt_cache_key", "parallel_tool_calls"},
+    "openclaw": set(),
+}
 
 
 def scripted_policy(tool: str, arguments: dict[str, str]) -> Callable[[str, int], str]:
@@ -117,6 +123,9 @@ def test_agent_cli_rollout_through_the_proxy_is_recorded_token_exact(tmp_path: P
         assert called and answered and called[0] < answered[-1], texts
         assert "tool-ran-ok" in prompts[answered[-1]].rsplit("<tool_response>", 1)[-1]
         assert {t.info.get("dialect") for t in turns} == {dialect}
+        assert all(IGNORED[kind] <= set(t.info.get("ignored_params", [])) for t in turns), [
+            t.info for t in turns
+        ]
         _assert_token_exact(engine, script, turns)
     finally:
         store.close()
