@@ -202,9 +202,10 @@ class OpenClawAgent(BlackboxAgent):
 
     Measured with openclaw 2026.9.6 (it needs Node >= 24): onboarding exits 1 without
     ``--accept-risk`` and waits for a gateway unless ``--skip-health``; every other set-up step
-    (channels, daemon, search, UI, hooks, skills, workspace bootstrap files) is skipped. The API key
-    is stored as the reference ``${OPENAI_API_KEY}`` (openclaw substitutes it when it loads its
-    config), so the session token never lands in the workspace. After onboarding, :data:`OFFLINE`
+    (channels, daemon, search, UI, hooks, skills, workspace bootstrap files) is skipped. The base URL
+    stored is the proxy's token-less ``/v1`` URL and the API key the reference ``${OPENAI_API_KEY}``
+    (openclaw substitutes it when it loads its config; it is sent as a Bearer header), so the
+    session token never lands in the workspace. After onboarding, :data:`OFFLINE`
     is merged into ``~/.openclaw/openclaw.json`` on the host side (an ``openclaw config set`` costs
     another CLI start-up): the memory plugin slot is emptied (its vector index otherwise calls an
     external embeddings host), web search and update checks are off. The answer is the text of the
@@ -225,15 +226,21 @@ class OpenClawAgent(BlackboxAgent):
         return self.cfg.binary
 
     def env(self, ctx: AgentContext) -> dict[str, str]:
-        """Base environment plus openclaw's switches for a host without LAN discovery."""
-        return {**super().env(ctx), "OPENCLAW_DISABLE_BONJOUR": "1", **self.cfg.env}
+        """Base environment, the token-less base URL the config stores, and openclaw's switch for a
+        host without LAN discovery."""
+        return {
+            **super().env(ctx),
+            "DRESSAGE_BEARER_BASE_URL": bearer_base(ctx),
+            "OPENCLAW_DISABLE_BONJOUR": "1",
+            **self.cfg.env,
+        }
 
     def onboard_argv(self) -> str:
         """The onboarding command line (reads the session from the environment)."""
         b = shlex.quote(self.cfg.binary)
         return (
             f"{b} onboard --non-interactive --accept-risk --mode local --auth-choice custom-api-key "
-            '--custom-base-url "$OPENAI_BASE_URL" --custom-model-id "$OPENAI_MODEL" '
+            '--custom-base-url "$DRESSAGE_BEARER_BASE_URL" --custom-model-id "$OPENAI_MODEL" '
             "--custom-api-key '${OPENAI_API_KEY}' --custom-provider-id dressage "
             "--custom-compatibility openai --secret-input-mode plaintext --skip-health --skip-channels "
             "--skip-daemon --skip-search --skip-ui --skip-hooks --skip-skills --skip-bootstrap "
@@ -265,6 +272,13 @@ class OpenClawAgent(BlackboxAgent):
         if not isinstance(payloads, list):
             raise AgentError(f"agent openclaw's report has no payloads: {r.stdout.strip()[-300:]!r}")
         return "\n".join(str(p.get("text", "")) for p in payloads if isinstance(p, dict)), "stdout_json"
+
+
+def bearer_base(ctx: AgentContext) -> str:
+    """The session's OpenAI base without the token in its path (``http://h:p/v1``): for CLIs that
+    store their base URL in a config file, so the token travels only as a Bearer header from the
+    environment and never lands in the workspace."""
+    return ctx.sandbox_base_url.replace(f"/s/{ctx.token}/", "/", 1)
 
 
 def failure_detail(r: ExecResult) -> str:

@@ -4,8 +4,9 @@
   ``/v1/messages?beta=true`` to ``ANTHROPIC_BASE_URL``, so the base is the session's root
   ``http://127.0.0.1:<port>/s/<token>`` and the token goes in ``x-api-key`` (``ANTHROPIC_API_KEY``).
 - **Codex** (``codex``) speaks only the OpenAI Responses API (``wire_api = "responses"``; ``"chat"`` is
-  refused by 0.169): a ``model_provider`` in ``$CODEX_HOME/config.toml`` with the session's ``/v1``
-  URL as ``base_url`` and ``OPENAI_API_KEY`` (the token) as ``env_key``.
+  refused by 0.169): a ``model_provider`` in ``$CODEX_HOME/config.toml`` with the proxy's ``/v1``
+  URL as ``base_url`` and ``OPENAI_API_KEY`` (the token, sent as a Bearer header) as ``env_key``.
+  The URL has no token in its path: the config file lives in the workspace, which is archived.
 
 Both run with the sandbox as the only boundary (network off, the proxy reached through the
 Unix-socket forwarder) and keep their state under ``.dressage/`` in the workspace. The switches in
@@ -18,7 +19,7 @@ import json
 import shlex
 
 from dressage.agents.base import AgentContext
-from dressage.agents.blackbox import BlackboxAgent
+from dressage.agents.blackbox import BlackboxAgent, bearer_base
 from dressage.agents.config import ClaudeCodeAgentConfig, CodexAgentConfig
 from dressage.errors import AgentError
 from dressage.paddock import ExecResult
@@ -117,7 +118,8 @@ class CodexAgent(BlackboxAgent):
         return self.cfg.binary
 
     def config_toml(self, ctx: AgentContext) -> str:
-        """``$CODEX_HOME/config.toml``: provider ``dressage`` at the session URL, offline switches."""
+        """``$CODEX_HOME/config.toml``: provider ``dressage`` at the proxy's token-less ``/v1`` URL
+        (the token comes from ``OPENAI_API_KEY`` as a Bearer header), offline switches."""
         return "\n".join(
             [
                 f"model = {toml_string(ctx.model)}",
@@ -138,7 +140,7 @@ class CodexAgent(BlackboxAgent):
                 "",
                 "[model_providers.dressage]",
                 'name = "Dressage proxy"',
-                f"base_url = {toml_string(ctx.sandbox_base_url)}",
+                f"base_url = {toml_string(bearer_base(ctx))}",
                 'env_key = "OPENAI_API_KEY"',
                 'wire_api = "responses"',
                 "",

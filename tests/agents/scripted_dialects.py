@@ -2,10 +2,11 @@
 
 Like :mod:`tests.agents.scripted_llm` it is not a copy of the proxy: it answers
 ``/s/<token>/v1/messages`` (Anthropic Messages), ``/s/<token>/v1/responses`` (OpenAI Responses) and
-``/s/<token>/v1/chat/completions`` with server-sent events built from what the test's script
+``/s/<token>/v1/chat/completions`` (and the same under ``/v1`` with the token in the credential
+header) with server-sent events built from what the test's script
 returns for the request, so a CLI's tool loop can be driven deterministically. The script sees the
 request's count of tool results and returns either a tool call or a final text. Every request is
-kept (dialect, path token, credential header, body).
+kept (dialect, token, credential header, body).
 """
 
 from __future__ import annotations
@@ -230,9 +231,10 @@ class ScriptedDialects:
         def route(
             dialect: str, render: Callable[[str, Reply], list[tuple[str | None, dict[str, Any]]]]
         ) -> Any:
-            async def handle(token: str, request: Request) -> Response:
+            async def handle(request: Request, token: str = "") -> Response:
                 body = await request.json()
                 credential = request.headers.get("x-api-key") or request.headers.get("authorization")
+                token = token or (credential or "").removeprefix("Bearer ")
                 seen = Seen(dialect, token, credential, body, tool_results(dialect, body))
                 self.requests.append(seen)
                 if not body.get("stream"):
@@ -243,9 +245,10 @@ class ScriptedDialects:
 
             return handle
 
-        app.add_api_route("/s/{token}/v1/messages", route("messages", anthropic_events), methods=["POST"])
-        app.add_api_route("/s/{token}/v1/responses", route("responses", responses_events), methods=["POST"])
-        app.add_api_route("/s/{token}/v1/chat/completions", route("chat", chat_events), methods=["POST"])
+        for prefix in ("/s/{token}/v1", "/v1"):  # the token in the path, or only in the credential header
+            app.add_api_route(f"{prefix}/messages", route("messages", anthropic_events), methods=["POST"])
+            app.add_api_route(f"{prefix}/responses", route("responses", responses_events), methods=["POST"])
+            app.add_api_route(f"{prefix}/chat/completions", route("chat", chat_events), methods=["POST"])
         self._http = ThreadedServer(app)
         self.port = self._http.port
 

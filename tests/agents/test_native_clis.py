@@ -77,6 +77,9 @@ async def run_cli(
             except Exception as e:
                 raise AssertionError(f"{e}\n--- agent log ---\n{ctx.log.text()[-6000:]}") from e
             made = (await sb.read_file("made.txt")).decode()
+            # The session token is never at rest in the workspace (which is archived as an artifact).
+            leaks = await sb.exec("grep -rlF sk-test-token . || true", timeout=60)
+            assert leaks.stdout.strip() == "", f"session token written to: {leaks.stdout}"
             return result, (made, ctx.log.text())
         finally:
             server.close()
@@ -132,6 +135,7 @@ async def test_codex_runs_a_tool_loop_offline_over_openai_responses() -> None:
     assert user[-1]["content"][-1]["text"] == 'make "made.txt"'
 
 
+@pytest.mark.timeout(900)  # openclaw starts slowly (see tests/agents/test_native_clis_rollout.py)
 @pytest.mark.skipif(cli_in_usr("openclaw") is not None, reason=str(cli_in_usr("openclaw")))
 async def test_openclaw_runs_a_tool_loop_offline_over_chat_completions() -> None:
     llm = ScriptedDialects(two_step("exec", {"command": COMMAND}))

@@ -93,6 +93,9 @@ def run_worker(
     )
 
 
+# openclaw is slow to start (about 35 s of onboarding and 40 s of preparation per run on two idle
+# cores, minutes on busy ones): more than pytest-timeout's default 300 s.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("kind", list(CASES))
 def test_agent_cli_rollout_through_the_proxy_is_recorded_token_exact(tmp_path: Path, kind: str) -> None:
     binary, tool, arguments, dialect = CASES[kind]
