@@ -19,7 +19,7 @@ CODEX=@openai/codex@0.169.0
 OPENCLAW=openclaw@2026.9.6
 NODE24_DIR=/usr/local/lib/dressage-node24
 OPENCLAW_DIR=/usr/local/lib/dressage-openclaw
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-python3}  # any python with pip (.ci/run passes .venv/bin/python)
 
 if ! command -v npm >/dev/null 2>&1; then
   echo "warning: npm not found; agent CLIs (opencode, claude, codex, openclaw) not installed, their tests will skip"
