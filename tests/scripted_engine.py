@@ -42,8 +42,16 @@ def logprob_of(token_id: int) -> float:
 class ScriptedEngine:
     """The server; ``url`` is its base URL; ``prompts`` keeps each request's prompt text."""
 
-    def __init__(self, script: Script, profile: str = "qwen3.5", max_context: int = 32768) -> None:
+    def __init__(
+        self,
+        script: Script,
+        profile: str = "qwen3.5",
+        max_context: int = 32768,
+        break_after: int | None = None,
+    ) -> None:
         self.script = script
+        self.break_after = break_after
+        """Streamed replies end abruptly (no finish reason) after this many tokens: a failing engine."""
         self.profile = get_profile(profile)
         self.prompts: list[str] = []
         self.max_context = max_context
@@ -95,6 +103,9 @@ class ScriptedEngine:
             return JSONResponse(self._chunk(rid, len(input_ids), ids, finish))
 
         def events() -> Iterator[bytes]:
+            if self.break_after is not None:
+                yield f"data: {json.dumps(self._chunk(rid, len(input_ids), ids[: self.break_after], None))}\n\n".encode()
+                return
             for n in range(1, len(ids) + 1, 4):
                 yield f"data: {json.dumps(self._chunk(rid, len(input_ids), ids[:n], None))}\n\n".encode()
             yield f"data: {json.dumps(self._chunk(rid, len(input_ids), ids, finish))}\n\n".encode()

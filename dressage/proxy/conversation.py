@@ -25,6 +25,11 @@ import orjson
 from dressage.errors import RequestError
 
 DIALECTS = ("chat", "messages", "responses")
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of objects and arrays a request may have (messages, tool schemas, arguments).
+
+Real requests stay far below it (a tool schema rarely passes 10); a body built to be deep would
+otherwise reach recursive code (rendering, canonical JSON) and fail there."""
 
 
 @dataclass
@@ -65,7 +70,25 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise RequestError(f"the request body is not valid JSON: {e}", code="invalid_json") from e
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", code="invalid_json")
+    check_depth(body, "the request body")
     return body
+
+
+def check_depth(value: Any, what: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON nested deeper than ``limit``, level by level (the check itself cannot recurse)."""
+    level, depth = [value], 1
+    while level:
+        if depth > limit:
+            raise RequestError(
+                f"{what} is nested deeper than {limit} levels of objects and arrays", code="too_deep"
+            )
+        deeper = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    deeper.append(child)
+        level, depth = deeper, depth + 1
 
 
 def number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | None:
