@@ -145,6 +145,8 @@ async def test_openclaw_runs_a_tool_loop_offline_over_chat_completions() -> None
         )
     assert_two_step_loop(llm, "chat", "Bearer sk-test-token", result, made, log)
     first = llm.requests[0]
-    # The prompt reaches the model exactly as one user message (openclaw adds context messages).
+    # The prompt reaches the model verbatim inside a user message: openclaw prefixes a timestamp
+    # ("[Tue 2026-12-01 21:27 UTC] ...") and appends its runtime context.
     users = [m["content"] for m in first.body["messages"] if m["role"] == "user"]
-    assert first.body["stream"] is True and 'make "made.txt"' in users, users
+    texts = [u if isinstance(u, str) else "".join(p.get("text", "") for p in u) for u in users]
+    assert first.body["stream"] is True and any('] make "made.txt"' in t for t in texts), texts
