@@ -135,6 +135,7 @@ async def test_codex_runs_a_tool_loop_offline_over_openai_responses() -> None:
     assert user[-1]["content"][-1]["text"] == 'make "made.txt"'
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # openclaw starts slowly (see tests/agents/test_native_clis_rollout.py)
 @pytest.mark.skipif(cli_in_usr("openclaw") is not None, reason=str(cli_in_usr("openclaw")))
 async def test_openclaw_runs_a_tool_loop_offline_over_chat_completions() -> None:

@@ -24,7 +24,7 @@ from tests.agents.test_native_clis import COMMAND, cli_in_usr
 from tests.rollout.conftest import open_store, requires_bwrap, worker_env, write_config, write_tasks
 from tests.scripted_engine import ScriptedEngine, logprob_of, qwen_tool_call
 
-pytestmark = requires_bwrap
+pytestmark = [requires_bwrap, pytest.mark.slow]
 
 PROMPT = 'Create "made.txt" with a shell command, then tell me what the command printed.'
 CASES = {
