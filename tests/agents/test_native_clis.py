@@ -136,13 +136,13 @@ async def test_codex_runs_a_tool_loop_offline_over_openai_responses() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # openclaw starts slowly (see tests/agents/test_native_clis_rollout.py)
+@pytest.mark.timeout(1200)  # openclaw starts slowly (see tests/agents/test_native_clis_rollout.py)
 @pytest.mark.skipif(cli_in_usr("openclaw") is not None, reason=str(cli_in_usr("openclaw")))
 async def test_openclaw_runs_a_tool_loop_offline_over_chat_completions() -> None:
     llm = ScriptedDialects(two_step("exec", {"command": COMMAND}))
     with llm.running():
         result, (made, log) = await run_cli(
-            OpenClawAgent(OpenClawAgentConfig()), llm, 'make "made.txt"', timeout_s=420
+            OpenClawAgent(OpenClawAgentConfig()), llm, 'make "made.txt"', timeout_s=900
         )
     assert_two_step_loop(llm, "chat", "Bearer sk-test-token", result, made, log)
     first = llm.requests[0]
