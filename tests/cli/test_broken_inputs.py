@@ -174,3 +174,24 @@ def test_broken_train_options_fail_in_one_line_and_leave_no_output(
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no empty output directory left
     if (tmp_path / "afile").exists():
         assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_the_error_handler_prints_every_line_of_a_message() -> None:
+    import typer
+
+    from dressage.cli.store_commands import EXIT_MISMATCH, handle_errors
+    from dressage.errors import ConfigError, ReplayDriftError
+
+    demo = typer.Typer()
+
+    @demo.command()
+    @handle_errors
+    def fail(drift: bool = False) -> None:
+        if drift:
+            raise ReplayDriftError("step 2: batch hash differs")
+        raise ConfigError("first line names the field\nsecond line: the detail")
+
+    result = CliRunner().invoke(demo, [])
+    assert result.exit_code == EXIT_ERROR
+    assert result.stderr.splitlines() == ["error: first line names the field", "  second line: the detail"]
+    assert CliRunner().invoke(demo, ["--drift"]).exit_code == EXIT_MISMATCH
