@@ -4,8 +4,8 @@ Isolation is E2B's (a VM per sandbox); this module only maps the :class:`Sandbox
 SDK. Differences from ``bwrap`` worth knowing:
 
 - the workspace is ``/home/user`` (E2B's default user home), configurable as ``workdir``;
-- memory and process limits come from the E2B template (CPU/RAM are set when building it), not from
-  ``spec.memory_mb`` / ``spec.max_processes``;
+- memory, process and disk limits come from the E2B template (CPU/RAM/disk are set when building
+  it), not from ``spec.memory_mb`` / ``spec.max_processes`` / ``spec.disk_mb``;
 - ``spec.network=False`` maps to ``allow_internet_access=False``;
 - ``spec.proxy_socket`` is not supported: a cloud VM cannot reach a host Unix socket (expose the
   proxy on a URL the VM can reach instead) -> :class:`NotSupportedError`;
