@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import typer
 
+from dressage.cli.store_commands import handle_errors
 
+
+@handle_errors
 def engine_command(
     port: int = typer.Option(30000, help="TCP port to listen on (SGLang's default is 30000)."),
     host: str = typer.Option(
@@ -30,7 +33,7 @@ def engine_command(
     """Run the CPU dev engine until interrupted."""
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)
     with console.status(f"building model {model!r} (seed {seed})"):
         import torch
         import uvicorn

@@ -7,6 +7,8 @@ sandbox's clean one):
   inside the sandbox, e.g. ``http://127.0.0.1:18080/s/<token>/v1`` through the Unix-socket
   forwarder when the sandbox has no network;
 - ``OPENAI_API_KEY``: the session's bearer token; ``OPENAI_MODEL``: the model name to request;
+- the run's ``secrets.agent`` variables, valued from the worker's environment (see
+  :mod:`dressage.rollout.secrets`);
 - ``DRESSAGE_PROMPT`` / ``DRESSAGE_PROMPT_FILE``: the task's prompt (also written to
   ``.dressage/prompt.txt`` in the workspace); ``DRESSAGE_ANSWER_FILE``: where the program may write
   its final answer (otherwise its stdout is the answer).
@@ -65,6 +67,7 @@ class BlackboxAgent(Agent):
             "DRESSAGE_ANSWER_FILE": self.cfg.answer_file,
             "DRESSAGE_SESSION_ID": ctx.session_id,
             **self.cfg.env,
+            **ctx.secret_env,
         }
 
     async def _check_binary(self, ctx: AgentContext) -> None:
