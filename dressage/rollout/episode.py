@@ -140,11 +140,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
         attempt=lease.attempt,
         agent=env.agent.name,
         sandbox=cfg.sandbox.provider,
-        info={
-            "task_index": lease.task_index,
-            "sample_index": lease.sample_index,
-            "group_index": lease.group_index,
-        },
+        info=_session_info(lease),
     )
     sid = handle.session_id
     current = asyncio.current_task()
@@ -286,6 +282,18 @@ async def _archive(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log
             )
     except (SandboxError, DressageError) as e:
         log.warning("archiving session %s failed: %s", sid, e)
+
+
+def _session_info(lease: TaskLease) -> dict[str, Any]:
+    """The session's ``info``: its place in the queue, and for an eval session the version it evaluates."""
+    info: dict[str, Any] = {
+        "task_index": lease.task_index,
+        "sample_index": lease.sample_index,
+        "group_index": lease.group_index,
+    }
+    if lease.kind == "eval":
+        info["eval_version"] = lease.eval_version
+    return info
 
 
 def _meta(lease: TaskLease, result: AgentResult | None) -> dict[str, Any]:
