@@ -297,12 +297,7 @@ def _session_info(lease: TaskLease) -> dict[str, Any]:
 
 
 def _meta(lease: TaskLease, result: AgentResult | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "task_index": lease.task_index,
-        "sample_index": lease.sample_index,
-        "group_index": lease.group_index,
-        "attempt": lease.attempt,
-    }
+    meta: dict[str, Any] = {**_session_info(lease), "attempt": lease.attempt}
     if result is not None:
         meta.update(
             turns=result.turns,
