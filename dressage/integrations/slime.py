@@ -12,8 +12,19 @@ Checked against THUDM/slime commit ``624b824a898ab0ec1fcb4d373004c7f3852bf515``:
 * ``--global-batch-size`` counts rollouts (trajectories), not samples (``build_dp_schedule``); one
   ``generate_rollout`` call returns ``--rollout-batch-size`` prompts x ``--n-samples-per-prompt``
   trajectories, which slime splits into optimizer steps of ``--global-batch-size``.
-* slime calls the evaluation function with ``evaluation=True``, and ``--eval-function-path``
-  defaults to ``--rollout-function-path``; with ``--debug-train-only`` it never evaluates.
+* slime calls the evaluation function with ``evaluation=True`` and expects
+  ``RolloutFnEvalOutput(data={name: {"rewards", "truncated", "samples"}})``;
+  ``--eval-function-path`` defaults to ``--rollout-function-path``. ``RolloutManager.eval``
+  returns early under ``--debug-train-only``, so slime itself asks for evaluations only when it
+  runs its own (or external, ``--rollout-external-engine-addrs``) SGLang engines.
+* ``--custom-pg-loss-reducer-function-path`` is called as ``fn(total_lengths, response_lengths,
+  loss_masks, calculate_per_token_loss)`` and returns ``x -> loss``; slime multiplies the result
+  by ``num_microbatches / global_batch_size * dp_size`` (``loss_function`` in
+  ``slime/backends/megatron_utils/loss.py``).
+* slime's ``parse_args(add_custom_arguments=...)`` lets a launcher add ``--dressage-*`` options.
+* slime's plugin contract (``tests/plugin_contracts/test_plugin_rollout_contracts.py``) calls
+  ``fn(None, 2, data_source)`` and checks ``len(group) == n_samples_per_prompt`` with ``Sample``
+  members, i.e. the plain ``[group][trajectory]`` shape.
 * slime's reward post-processing normalises per group by reshaping rewards to
   ``[-1, n_samples_per_prompt]``, which is wrong once a trajectory has several segments. So
   dressage writes its own broadcast advantage into ``reward`` (the raw reward goes to

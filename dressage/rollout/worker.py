@@ -36,7 +36,7 @@ from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import dataset_digest, load_tasks, task_specs
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv, Outcome, run_episode
-from dressage.rollout.evaluation import EvalScheduler
+from dressage.rollout.evaluation import EvalScheduler, eval_line, read_eval_rounds
 from dressage.rollout.progress import RolloutProgress, Snapshot
 from dressage.rollout.rewards import build_scorer
 from dressage.store import EventStore, Run
@@ -204,9 +204,11 @@ async def run_rollout(
         finished = await asyncio.to_thread(store.list_sessions, run, status="finished")
         report.example_session = finished[0].id if finished else None
         if opts.show_progress:
-            console.print(
-                progress.summary_table(report.snapshot, {"this worker": _fmt_outcomes(report.outcomes)})
-            )
+            extra = {"this worker": _fmt_outcomes(report.outcomes)}
+            if cfg.eval is not None:
+                rounds = await asyncio.to_thread(read_eval_rounds, store, run)
+                extra[f"{cfg.eval.name} (eval)"] = eval_line(rounds).split(": ", 1)[1]
+            console.print(progress.summary_table(report.snapshot, extra))
         return report
     finally:
         if forwarder is not None:
