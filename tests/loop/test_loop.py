@@ -180,6 +180,7 @@ def test_a_loop_refuses_an_existing_run(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.timeout(600)  # one iteration plus two eval rounds; the shared CI machines can be slow
 def test_the_loop_evaluates_each_policy_version(tmp_path: Path) -> None:
     config = write_config(tmp_path, "sync")
     data = yaml.safe_load(config.read_text())

@@ -104,6 +104,7 @@ def real_log(tmp: Path) -> tuple[str, str]:
     return "contract", url
 
 
+@pytest.mark.timeout(900)  # a real rollout (dev engine start) and slime's imports in subprocesses
 def test_slimes_own_rollout_contract_passes_on_a_real_log(tmp_path: Path) -> None:
     source = slime_source_or_skip()
     run, url = real_log(tmp_path)
