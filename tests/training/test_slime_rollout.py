@@ -460,3 +460,31 @@ def test_prompt_equal_reducer_gives_the_torch_backends_loss(
     _, flat, _ = call_like_slime(args, 0)
     assert [s.reward for s in flat] == pytest.approx(rewards)
     assert [s.metadata["dressage_advantage"] for s in flat] == pytest.approx([s.advantage for s in samples])
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_train_cli_prints_eval_rewards_and_the_slime_commands(
+    store: EventStore, db_url: str, run_name: str, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from dressage.cli import app
+
+    config = {"rollout": {"n_samples_per_prompt": 2, "eval": {"name": "held-out"}}}
+    build_run(store, run_name, GROUPS[4:], seed=5, config=config)
+    play_eval(store, run_name, 0, [1.0, 0.0])
+    store.record_policy_version(run_name, 1)
+    play_eval(store, run_name, 1, [1.0, 1.0], seed=1)
+    args = ["train", "--from-run", run_name, "--backend", "slime-dump", "--out", str(tmp_path / "dump")]
+    args += ["--global-batch-size", "4", "--n-samples-per-prompt", "2", "--max-staleness", "1"]
+    result = CliRunner().invoke(app, [*args, "--database-url", db_url])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "held-out reward per policy version: v0 0.500, v1 1.000" in out
+    assert (
+        out.count(
+            "--custom-pg-loss-reducer-function-path dressage.integrations.slime.prompt_equal_pg_loss_reducer"
+        )
+        == 2
+    )
+    assert "--dressage-max-staleness 1" in out and f"--dressage-run {run_name}" in out
