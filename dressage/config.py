@@ -62,6 +62,20 @@ class Settings(BaseSettings):
     secrets: list[SecretStr] = Field(
         default_factory=list, description="Extra secret values that must never reach logs or stored errors."
     )
+    run: str | None = Field(
+        default=None,
+        description="The run slime's rollout function serves (when slime's args do not name one).",
+    )
+    consumer: str | None = Field(
+        default=None, description="The consumer slime's rollout function commits as (default: slime)."
+    )
+    slime_rollout_batch_size: int | None = Field(
+        default=None, ge=1, description="Prompts per slime rollout when slime's args do not say."
+    )
+    slime_source: Path | None = Field(
+        default=None,
+        description="A THUDM/slime checkout: the tests run slime's own rollout-plugin contract against dressage.",
+    )
 
     def resolved_database_url(self) -> str:
         """The database URL to use: the configured one, or the embedded SQLite default."""
