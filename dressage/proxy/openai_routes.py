@@ -263,7 +263,12 @@ class ChatHandler:
         cid, created, model = f"chatcmpl-{gen.rid}", int(time.time()), svc.model_name
         stops = set(profile.stop_token_ids)
         decoder = IncrementalDecoder(profile.tokenizer)
-        splitter = StreamSplitter(think_open(profile, req), req.parse_tools, req.sampling.get("stop") or ())
+        splitter = StreamSplitter(
+            think_open(profile, req),
+            req.parse_tools and profile.tool_call_marker is not None,
+            req.sampling.get("stop") or (),
+            profile.tool_call_marker or "",
+        )
         progress = asyncio.Event()
 
         async def produce() -> None:

@@ -14,14 +14,12 @@ from typing import Any
 from dressage.proxy.requests import ChatRequest
 from dressage.proxy.sessions import ReplyData
 from dressage.tito.profiles import ModelProfile
-from dressage.tito.tool_calls import ParsedAssistant, split_think
+from dressage.tito.tool_calls import ParsedAssistant
 
 
 def think_open(profile: ModelProfile, req: ChatRequest) -> bool:
     """Whether the generation prompt opened a ``<think>`` block for this request."""
-    if req.enable_thinking is not None:
-        return req.enable_thinking
-    return bool(getattr(profile, "thinking", False))
+    return profile.think_open(req.enable_thinking)
 
 
 def visible_ids(profile: ModelProfile, ids: Sequence[int]) -> list[int]:
@@ -53,7 +51,7 @@ def parse_reply(profile: ModelProfile, req: ChatRequest, text: str, seed: str) -
     """Reasoning, content and tool calls (tool calls only with ``tool_choice`` auto and tools)."""
     if req.parse_tools:
         return profile.parse_assistant(text, tools=req.tools, enable_thinking=req.enable_thinking, seed=seed)
-    reasoning, rest = split_think(text, think_open(profile, req))
+    reasoning, rest = profile.split_reasoning(text, think_open(profile, req))
     return ParsedAssistant(content=rest, reasoning_content=reasoning)
 
 

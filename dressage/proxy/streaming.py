@@ -66,9 +66,16 @@ def _holdback(text: str, markers: Sequence[str]) -> str:
 class StreamSplitter:
     """Routes streamed text to reasoning / content deltas (see the module docstring)."""
 
-    def __init__(self, think_open: bool, parse_tools: bool, stops: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        think_open: bool,
+        parse_tools: bool,
+        stops: Sequence[str] = (),
+        tool_call_marker: str = TOOL_CALL,
+    ) -> None:
         self.think_open = think_open
         self.parse_tools = parse_tools
+        self.tool_call_marker = tool_call_marker
         self.stops = tuple(stops)
         self.text = ""
         self.sent_reasoning = ""
@@ -91,8 +98,8 @@ class StreamSplitter:
         else:
             reasoning, content = "", _holdback(text, (THINK_END,))
         if self.parse_tools:
-            i = content.find(TOOL_CALL)
-            content = content[:i] if i >= 0 else _holdback(content, (TOOL_CALL,))
+            i = content.find(self.tool_call_marker)
+            content = content[:i] if i >= 0 else _holdback(content, (self.tool_call_marker,))
         content = content.rstrip()
         if not content.strip():
             content = ""
