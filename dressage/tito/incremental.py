@@ -249,9 +249,8 @@ class LineageIndex:
         cpl = common_prefix_len(best.text, text)
         if cpl < min(best.header_len, header_len):
             return REASON_NEW_CONTEXT
-        end = self.profile.turn_end_token
-        first_end = best.text.find(end, best.header_len)
-        if first_end < 0 or cpl < first_end + len(end):
+        first_end = self.profile.first_turn_end(best.text, best.header_len)
+        if first_end < 0 or cpl < first_end:
             return REASON_NEW_CONVERSATION
         if self.profile.reasoning_dropped(best.text, text, cpl):
             return REASON_THINK_STRIPPED

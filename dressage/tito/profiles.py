@@ -125,6 +125,12 @@ class ModelProfile(ABC):
         """(reasoning, rest) of generated text; families without reasoning return ``(None, text)``."""
         return None, text
 
+    def first_turn_end(self, text: str, header_len: int) -> int:
+        """Where the first turn after the header (system part) ends in ``text`` (-1 if it does not):
+        a rendering that leaves a lineage before it is a new conversation, not an edited one."""
+        end = text.find(self.turn_end_token, header_len)
+        return end + len(self.turn_end_token) if end >= 0 else -1
+
     def reasoning_dropped(self, old: str, new: str, at: int) -> bool:
         """Whether a rendering ``new`` that leaves ``old`` at ``at`` did so because the template
         dropped an earlier turn's reasoning (boundary reason ``think_stripped``)."""

