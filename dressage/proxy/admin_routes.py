@@ -27,10 +27,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dressage.errors import AuthError, DressageError, RequestError
+from dressage.proxy.conversation import parse_json_object
 from dressage.proxy.errors import error_body, error_response
-from dressage.proxy.openai_routes import read_body
-from dressage.proxy.requests import parse_json_object
 from dressage.proxy.service import ProxyService
+from dressage.proxy.turns import read_body
 
 
 def _check_admin(svc: ProxyService, request: Request) -> None:

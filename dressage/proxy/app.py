@@ -1,6 +1,6 @@
 """The app factory: a Starlette app wiring the OpenAI and admin routes of one :class:`ProxyService`.
 
-Starlette rather than FastAPI: bodies are validated by hand (see :mod:`dressage.proxy.requests`)
+Starlette rather than FastAPI: bodies are validated by hand (see :mod:`dressage.proxy.conversation`)
 so every error has OpenAI's shape, and the hot path skips dependency injection. Unknown routes,
 wrong methods and unexpected exceptions also answer in OpenAI's error format.
 """
@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from dressage.proxy.admin_routes import admin_routes
 from dressage.proxy.errors import error_response, http_error
-from dressage.proxy.openai_routes import openai_routes
+from dressage.proxy.routes import model_routes
 from dressage.proxy.service import ProxyService
 
 
@@ -30,7 +30,7 @@ def create_app(svc: ProxyService) -> Starlette:
         return error_response(exc, svc.secrets)
 
     app = Starlette(
-        routes=[*openai_routes(svc), *admin_routes(svc)],
+        routes=[*model_routes(svc), *admin_routes(svc)],
         exception_handlers={HTTPException: on_http_error, Exception: on_error},
     )
     app.state.service = svc

@@ -47,8 +47,8 @@ from dressage.errors import (
     InvalidRecordError,
     StoreError,
 )
+from dressage.proxy.conversation import Conversation
 from dressage.proxy.generation import Coordinator, Generation
-from dressage.proxy.requests import ChatRequest
 from dressage.proxy.sessions import (
     REASON_CLIENT_DISCONNECTED,
     ReplyData,
@@ -71,7 +71,7 @@ class TurnJob:
     """A request between planning and recording."""
 
     state: SessionState
-    req: ChatRequest
+    conv: Conversation
     plan: TitoPlan
     prompt_ids: Sequence[int]
     generation: Generation
@@ -96,7 +96,7 @@ def _experts_start(state: SessionState, plan: TitoPlan) -> int:
 
 def prepare_turn(
     state: SessionState,
-    req: ChatRequest,
+    conv: Conversation,
     *,
     coordinator: Coordinator,
     client: Any,
@@ -107,13 +107,13 @@ def prepare_turn(
 ) -> TurnJob:
     """Plan the prompt ids and size the generation; raises ContextLengthExceededError when it cannot fit."""
     t0 = time.perf_counter()
-    plan = state.index.plan(req.messages, req.tools, req.enable_thinking)
+    plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
     forced_text = ""
     forced_ids: tuple[int, ...] = ()
     prompt_ids: Sequence[int] = plan.prompt  # a view: the id list is built only for the engine request
-    if req.force_tool is not None:
+    if conv.force_tool is not None:
         profile = state.index.profile
-        forced_text = profile.forced_tool_call_prefix(req.force_tool, req.enable_thinking)
+        forced_text = profile.forced_tool_call_prefix(conv.force_tool, conv.enable_thinking)
         forced_ids = tuple(profile.tokenizer.encode(forced_text))
         prompt_ids = PromptIds(plan.prefix_ids, plan.prefix_len, plan.delta_ids + forced_ids)
     room = context_window - len(prompt_ids)
@@ -122,11 +122,11 @@ def prepare_turn(
             f"This model's maximum context length is {context_window} tokens. However, your messages "
             f"resulted in {len(prompt_ids)} tokens. Please reduce the length of the messages."
         )
-    max_new = room if req.max_tokens is None else min(req.max_tokens, room)
-    capped = req.max_tokens is None or req.max_tokens > room
+    max_new = room if conv.max_tokens is None else min(conv.max_tokens, room)
+    capped = conv.max_tokens is None or conv.max_tokens > room
     sampling = SamplingParams(
         max_new_tokens=max_new,
-        **req.sampling,
+        **conv.sampling,
     )
     gen = Generation(
         coordinator=coordinator,
@@ -135,11 +135,11 @@ def prepare_turn(
         sampling=sampling,
         rid=f"dr-{uuid.uuid4().hex}",
         experts_start=_experts_start(state, plan) if record_experts else None,
-        decode=state.index.tokenizer.decode if req.sampling.get("stop") else None,
+        decode=state.index.tokenizer.decode if conv.sampling.get("stop") else None,
     )
     return TurnJob(
         state=state,
-        req=req,
+        conv=conv,
         plan=plan,
         prompt_ids=prompt_ids,
         generation=gen,
@@ -182,7 +182,7 @@ def _new_lineage_index(state: SessionState, job: TurnJob, route: str, parent_lin
     if route == "branch":
         parent = state.segments.get(parent_lineage or "")
         return parent.lineage_index if parent is not None else 0
-    return state.lineage_by_context.get(context_key(job.req.messages), state.next_lineage)
+    return state.lineage_by_context.get(context_key(job.conv.messages), state.next_lineage)
 
 
 def _place(state: SessionState, job: TurnJob, turn_id: str) -> _Placement:
@@ -204,7 +204,7 @@ def _place(state: SessionState, job: TurnJob, turn_id: str) -> _Placement:
     else:
         lineage = _new_lineage_index(state, job, rec.route, plan.parent_lineage_id)
         if rec.route == "create":
-            key = context_key(job.req.messages)
+            key = context_key(job.conv.messages)
             tito["context_key"] = key
             state.lineage_by_context.setdefault(key, lineage)
         state.next_lineage = max(state.next_lineage, lineage + 1)
@@ -275,7 +275,13 @@ async def record_turn(
         parsed = parse(turn_id) if parse is not None else None
         experts = gen.experts
         expected = len(f.context) + len(gen.ids) - (1 if f.offset == 0 else 0)
-        info: dict[str, Any] = {"tito": f.tito, "created": int(time.time()), "engine_rid": gen.rid}
+        info: dict[str, Any] = {
+            "tito": f.tito,
+            "created": int(time.time()),
+            "engine_rid": gen.rid,
+            "dialect": job.conv.dialect,
+            **job.conv.info,
+        }
         if experts is not None and experts.shape[0] != expected:
             info["experts_dropped"] = f"engine returned {experts.shape[0]} rows, expected {expected}"
             experts = None
@@ -283,14 +289,14 @@ async def record_turn(
             info["matched_stop"] = matched
         if job.idem_key:
             info["idempotency_key"] = job.idem_key
-        if job.req.ignored:
-            info["ignored_params"] = job.req.ignored
+        if job.conv.ignored:
+            info["ignored_params"] = job.conv.ignored
         if gen.resumes:
             info["resumes"] = gen.resumes
         if hit_window:
             info["context_capped"] = True
-        if job.req.force_tool is not None:
-            info["forced_tool_call"] = job.req.force_tool or "any"
+        if job.conv.force_tool is not None:
+            info["forced_tool_call"] = job.conv.force_tool or "any"
         if abandoned:
             info["client_disconnected"] = True
         if parsed is not None and parsed.failures:
@@ -312,8 +318,8 @@ async def record_turn(
             boundary_reason=f.boundary_reason,
             routed_experts=experts,
             finish_reason=stop_reason,
-            sampling_params={**gen.sampling.to_body(), "model": job.req.model},
-            request_fingerprint=job.req.fingerprint,
+            sampling_params={**gen.sampling.to_body(), "model": job.conv.model},
+            request_fingerprint=job.conv.fingerprint,
             latency_ms=(time.perf_counter() - job.started) * 1000.0,
             info=info,
             key=turn_id,
@@ -343,11 +349,12 @@ async def record_turn(
             rid=gen.rid,
             forced_ids=list(job.forced_ids),
             parsed=parsed,
-            parsed_for=job.req.fingerprint,
+            parsed_for=job.conv.fingerprint,
         )
         if not abandoned:
             extends = f.parent_turn_id if f.tito.get("fork_at") == "end" else None
-            state.remember(reply, job.req.fingerprint, job.idem_key, extends)
+            state.remember(reply, job.conv.fingerprint, job.idem_key, extends)
+            state.link_response(turn_id, info)
     if hit_window:
         await record_overflow(
             store,

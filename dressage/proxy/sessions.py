@@ -91,6 +91,22 @@ class ReplyData:
     """The fingerprint of the request ``parsed`` belongs to."""
 
 
+def response_id(turn_id: str) -> str:
+    """The Responses-API id of a turn (derived, so a restarted proxy knows it from the log)."""
+    return "resp_" + turn_id.replace("-", "")
+
+
+@dataclass(frozen=True)
+class ResponseLink:
+    """A stored response: the one before it, the messages its request added, how its reply parses."""
+
+    turn_id: str
+    previous: str | None
+    input: list[dict[str, Any]]
+    parse_tools: bool
+    enable_thinking: bool | None
+
+
 @dataclass
 class SessionState:
     """The cached state of one live session."""
@@ -109,6 +125,8 @@ class SessionState:
     by_idem_key: dict[str, int] = field(default_factory=dict)
     inflight: dict[str, asyncio.Future[ReplyData]] = field(default_factory=dict)
     turn_fingerprint: dict[str, str] = field(default_factory=dict)
+    responses: dict[str, ResponseLink] = field(default_factory=dict)
+    """Stored Responses-API replies by response id (``previous_response_id`` continues them)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -150,6 +168,12 @@ class SessionState:
             self.turn_fingerprint[reply.turn_id] = fingerprint
         if idem_key:
             self.by_idem_key[idem_key] = reply.turn_index
+
+    def link_response(self, turn_id: str, info: dict[str, Any]) -> None:
+        """Index a turn recorded through the Responses API with ``store`` (its ``info["responses"]``)."""
+        link = info.get("responses")
+        if isinstance(link, dict):
+            self.responses[response_id(turn_id)] = ResponseLink(turn_id=turn_id, **link)
 
     def apply_turn(self, turn: Turn) -> None:
         """Fold one recorded turn into the state (used when rebuilding from the log)."""
@@ -198,6 +222,7 @@ class SessionState:
         )
         extends = turn.parent_turn_id if tito.get("fork_at") == "end" else None
         self.remember(reply, turn.request_fingerprint, turn.info.get("idempotency_key"), extends)
+        self.link_response(turn.id, turn.info)
 
 
 def token_digest(token: str) -> str:

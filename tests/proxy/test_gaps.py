@@ -55,8 +55,8 @@ def test_named_tool_choice_forces_the_opening_as_context(proxy: Harness) -> None
 
 def test_forced_call_parses_when_closed_and_thinking_closes_empty(proxy: Harness) -> None:
     """The reply side of the contract, on the real tokenizer and parser: a closed call parses."""
+    from dressage.proxy.dialects.chat import parse_chat_request
     from dressage.proxy.replies import parse_reply, reply_text
-    from dressage.proxy.requests import parse_chat_request
 
     profile = get_profile("qwen3.5")
     body = {"messages": MSGS, "tools": TOOLS, "tool_choice": NAMED}

@@ -1,0 +1,206 @@
+"""The one internal conversation every API dialect parses into, and the checks they share.
+
+A :class:`Conversation` is what TITO planning, generation, recording, segments and retry dedupe
+see: the messages in the shape the chat template renders (``role``, ``content``, ``tool_calls``
+with function ``name``/``arguments``, ``reasoning_content``, ``tool_call_id``), the function
+tools (``{"type": "function", "function": {"name", "description", "parameters"}}``, the shape
+the template's tools block renders), the tool choice, sampling, the thinking switch and how the
+reply must be parsed. Which dialect asked is recorded (``dialect``) and never consulted by the
+shared path: each dialect module (:mod:`dressage.proxy.dialects`) parses its own JSON into this
+and renders replies and streams back from the recorded turn.
+
+Every problem becomes a :class:`~dressage.errors.RequestError` naming the parameter, which each
+dialect's error seam turns into a 400 in its own error shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from dressage.errors import RequestError
+
+DIALECTS = ("chat", "messages", "responses")
+
+
+@dataclass
+class Conversation:
+    """A validated request, dialect-blind: what the shared turn path needs."""
+
+    dialect: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    parse_tools: bool
+    """Parse tool calls out of the output (tools given and tool choice not ``none``)."""
+    force_tool: str | None
+    """Tool choice required / named: the function whose call is forced (``""``: the model names it)."""
+    stream: bool
+    enable_thinking: bool | None
+    model: str | None
+    max_tokens: int | None
+    sampling: dict[str, Any]
+    fingerprint: str
+    logprobs: bool = False
+    include_usage: bool = False
+    ignored: list[str] = field(default_factory=list)
+    """Request fields accepted without effect on generation; recorded on the turn."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Dialect facts recorded on the turn (e.g. hosted tools dropped, a Responses chain)."""
+
+
+def fingerprint(dialect: str, raw: bytes) -> str:
+    """The retry-dedupe fingerprint of a body: sha256 over the dialect and the raw bytes."""
+    return hashlib.sha256(dialect.encode() + b"\0" + raw).hexdigest()
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """Decode a request body that must be a JSON object; :class:`RequestError` (``invalid_json``) if not."""
+    try:
+        body = orjson.loads(raw)  # several times faster than json.loads on a long conversation
+    except orjson.JSONDecodeError as e:
+        raise RequestError(f"the request body is not valid JSON: {e}", code="invalid_json") from e
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | None:
+    """``body[name]`` as a finite number in ``[lo, hi]``, None when absent."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RequestError(f"'{name}' must be a number, got {value!r}", param=name, code="invalid_type")
+    if not lo <= value <= hi:
+        raise RequestError(
+            f"'{name}' must be between {lo} and {hi}, got {value}", param=name, code="invalid_value"
+        )
+    return float(value)
+
+
+def integer(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    """``body[name]`` as an integer in ``[lo, hi]``, None when absent."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"'{name}' must be an integer, got {value!r}", param=name, code="invalid_type")
+    if not lo <= value <= hi:
+        raise RequestError(
+            f"'{name}' must be between {lo} and {hi}, got {value}", param=name, code="invalid_value"
+        )
+    return value
+
+
+def boolean(body: dict[str, Any], name: str) -> bool:
+    """``body[name]`` as a boolean (absent or null: False)."""
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RequestError(f"'{name}' must be a boolean", param=name, code="invalid_type")
+    return value
+
+
+def unsupported(name: str, why: str) -> RequestError:
+    """The 400 for a field this proxy does not honour."""
+    return RequestError(f"{why} by this proxy", param=name, code="unsupported_parameter")
+
+
+def refuse_unknown(body: dict[str, Any], known: frozenset[str], dialect: str) -> None:
+    """Refuse any top-level field the dialect does not know: nothing is silently ignored."""
+    unknown = sorted(k for k in body if k not in known)
+    if unknown:
+        raise RequestError(
+            f"unknown parameter(s) {', '.join(unknown)} for the {dialect} API are not supported by this proxy",
+            param=unknown[0],
+            code="unknown_parameter",
+        )
+
+
+def function_tool(name: Any, description: Any, parameters: Any, where: str) -> dict[str, Any]:
+    """One internal function tool, validated: a name, an optional description, an object schema."""
+    if not isinstance(name, str) or not name:
+        raise RequestError(
+            f"{where}.name must be a non-empty string", param=f"{where}.name", code="invalid_value"
+        )
+    if description is not None and not isinstance(description, str):
+        raise RequestError(
+            f"{where}.description must be a string", param=f"{where}.description", code="invalid_type"
+        )
+    if parameters is not None and not isinstance(parameters, dict):
+        raise RequestError(
+            f"{where} parameters must be a JSON Schema object, got {type(parameters).__name__}",
+            param=where,
+            code="invalid_type",
+        )
+    fn: dict[str, Any] = {"name": name}
+    if description is not None:
+        fn["description"] = description
+    if parameters is not None:
+        fn["parameters"] = parameters
+    return {"type": "function", "function": fn}
+
+
+def resolve_tool_choice(
+    mode: str, name: str | None, tools: list[dict[str, Any]] | None, param: str
+) -> tuple[bool, str | None]:
+    """(parse tool calls?, forced function) for a tool choice in dialect-neutral terms.
+
+    ``mode``: ``auto``, ``none``, ``required`` (any tool) or ``named`` (``name``). ``required`` with
+    one tool forces that tool's name; with several, the model writes the name.
+    """
+    names = [t["function"]["name"] for t in tools or ()]
+    if mode == "auto":
+        return tools is not None, None
+    if mode == "none":
+        return False, None
+    if not names:
+        raise RequestError(
+            f"{param} {mode!r} needs a non-empty tools array", param=param, code="invalid_value"
+        )
+    if mode == "required":
+        return True, names[0] if len(names) == 1 else ""
+    if name not in names:
+        raise RequestError(
+            f"{param} names function {name!r}, which is not in the tools ({', '.join(names)})",
+            param=param,
+            code="invalid_value",
+        )
+    return True, name
+
+
+def merge_defaults(
+    sampling: dict[str, Any], max_tokens: int | None, defaults: dict[str, Any] | None
+) -> int | None:
+    """Fill the run's default sampling under what the request set; returns the max-tokens cap."""
+    for key, value in (defaults or {}).items():
+        if key == "max_new_tokens":
+            max_tokens = max_tokens if max_tokens is not None else int(value)
+        else:
+            sampling.setdefault(key, value)
+    return max_tokens
+
+
+def text_of(content: Any, where: str) -> str:
+    """Plain text from a string or a list of text parts/blocks (any ``text`` field)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise RequestError(
+            f"{where} must be a string or an array of text parts", param=where, code="invalid_type"
+        )
+    out = []
+    for i, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            raise RequestError(
+                f"{where}[{i}] must be a text part with a string 'text'",
+                param=f"{where}[{i}]",
+                code="invalid_value",
+            )
+        out.append(part["text"])
+    return "".join(out)

@@ -1,0 +1,82 @@
+"""The model-facing routes of every dialect, under ``/v1`` and ``/s/{token}/v1``.
+
+=========================================  ==========================================
+route                                      dialect
+=========================================  ==========================================
+``POST /v1/chat/completions``              OpenAI chat completions (:mod:`.dialects.chat`)
+``POST /v1/messages``                      Anthropic Messages (:mod:`.dialects.messages`)
+``POST /v1/messages/count_tokens``         Anthropic token counting (exact, our tokenizer)
+``POST /v1/responses``                     OpenAI Responses (:mod:`.dialects.responses`)
+``GET /v1/models``, ``/v1/models/{id}``    the one model this proxy serves
+=========================================  ==========================================
+
+Each generate route is the same :class:`~dressage.proxy.turns.TurnHandler` with another dialect;
+the URL form ``/s/<token>/v1/...`` lets an unmodified client work by setting its base URL alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from dressage.errors import DressageError, RequestError
+from dressage.proxy.dialects.base import Dialect
+from dressage.proxy.dialects.chat import ChatDialect
+from dressage.proxy.service import ProxyService
+from dressage.proxy.turns import TurnHandler
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _generate(handler: TurnHandler, dialect: Dialect) -> Endpoint:
+    async def endpoint(request: Request) -> Response:
+        return await handler.handle(request, dialect)
+
+    return endpoint
+
+
+def _model_entry(svc: ProxyService) -> dict[str, Any]:
+    return {"id": svc.model_name, "object": "model", "created": 0, "owned_by": "dressage"}
+
+
+def _models(handler: TurnHandler, dialect: Dialect) -> tuple[Endpoint, Endpoint]:
+    svc = handler.svc
+
+    async def models(request: Request) -> Response:
+        try:
+            await handler.authenticate(request, dialect)
+        except DressageError as e:
+            return dialect.error_response(e, svc.secrets)
+        return JSONResponse({"object": "list", "data": [_model_entry(svc)]})
+
+    async def model(request: Request) -> Response:
+        try:
+            await handler.authenticate(request, dialect)
+            if request.path_params["model_id"] != svc.model_name:
+                raise RequestError(
+                    f"model {request.path_params['model_id']!r} is not served here (only {svc.model_name!r})",
+                    param="model",
+                    code="model_not_found",
+                )
+        except DressageError as e:
+            return dialect.error_response(e, svc.secrets)
+        return JSONResponse(_model_entry(svc))
+
+    return models, model
+
+
+def model_routes(svc: ProxyService) -> list[Route]:
+    """Every dialect's routes, under ``/v1`` and ``/s/{token}/v1``."""
+    handler = TurnHandler(svc)
+    chat = ChatDialect(svc.profile, svc.model_name)
+    models, model = _models(handler, chat)
+    routes = []
+    for prefix in ("/v1", "/s/{token}/v1"):
+        routes.append(Route(f"{prefix}/chat/completions", _generate(handler, chat), methods=["POST"]))
+        routes.append(Route(f"{prefix}/models", models, methods=["GET"]))
+        routes.append(Route(f"{prefix}/models/{{model_id:path}}", model, methods=["GET"]))
+    return routes
