@@ -97,3 +97,28 @@ def deepseek_reference(messages: list[Message], tools: Any, thinking: bool | Non
     bos = config["bos_token"]["content"]
     text = render_official("deepseekv3.jinja", messages, tools, bos_token=bos)
     return list(hf.encode(text, add_special_tokens=False).ids)
+
+
+@cache
+def mistral_encoder() -> Any:
+    """``mistral-common``'s own encoder for Mistral NeMo (``tekken_240718.json``, instruct v3)."""
+    from importlib import resources
+
+    pytest.importorskip("mistral_common")
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    return MistralTokenizer.from_file(str(resources.files("mistral_common") / "data" / "tekken_240718.json"))
+
+
+def mistral_tekkenizer() -> Any:
+    """The Tekken tokenizer inside :func:`mistral_encoder`."""
+    return mistral_encoder().instruct_tokenizer.tokenizer
+
+
+def mistral_reference(messages: list[Message], tools: Any, thinking: bool | None) -> list[int]:
+    """Reference ids of a Mistral request: ``mistral-common`` encodes the OpenAI request itself."""
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    openai_messages = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+    request = ChatCompletionRequest.from_openai(openai_messages, tools=tools)
+    return list(mistral_encoder().encode_chat_completion(request).tokens)
