@@ -58,6 +58,14 @@ TOOLS = [
     }
 ]
 CALL_TEXT = "<tool_call>\n<function=read_file>\n<parameter=path>\n/src/main.py\n</parameter>\n</function>\n</tool_call>"
+CALL_TEXTS = {  # the engine's fixed reply per model family (``--profile``): one read_file call
+    "qwen": CALL_TEXT,
+    "deepseek": "Read it.</think><\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>function"
+    '<\uff5ctool\u2581sep\uff5c>read_file\n```json\n{"path": "/src/main.py"}\n```<\uff5ctool\u2581call\u2581end\uff5c>'
+    "<\uff5ctool\u2581calls\u2581end\uff5c>",
+    "mistral": '[TOOL_CALLS][{"name": "read_file", "arguments": {"path": "/src/main.py"}, "id": "abcdefghi"}]',
+}
+THINKING_SWITCH = {"qwen": False, "deepseek": None, "mistral": None}  # families without one get none
 
 
 class InstantEngine:
@@ -136,15 +144,17 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
 
 
-async def run_backend(name: str, url: str, turns: int) -> dict[str, Any]:
-    profile = get_profile("qwen3.5")
+async def run_backend(name: str, url: str, turns: int, profile_name: str = "qwen3.5") -> dict[str, Any]:
+    profile = get_profile(profile_name)
+    family = profile_name.split("3")[0].split("-")[0]
+    thinking = THINKING_SWITCH[family]
     tok = profile.tokenizer
-    engine = InstantEngine([*tok.encode(CALL_TEXT), profile.stop_token_ids[0]])
+    engine = InstantEngine([*tok.encode(CALL_TEXTS[family]), profile.stop_token_ids[0]])
     engine_url = await engine.start()
     store = EventStore.open(
         settings=Settings(database_url=url, home=Path(tempfile.mkdtemp())), auto_upgrade=False
     )
-    server = ProxyServer(store, [engine_url], settings=Settings(), profile="qwen3.5")
+    server = ProxyServer(store, [engine_url], settings=Settings(), profile=profile_name)
     await server.start()
     run = f"bench-{int(time.time() * 1000)}"
     await server.create_run(run, {})
@@ -158,8 +168,9 @@ async def run_backend(name: str, url: str, turns: int) -> dict[str, Any]:
     baseline: list[float] = []
     async with httpx.AsyncClient(base_url=handle.base_url, timeout=30) as client:
         for turn in range(turns):
-            body = {"model": "m", "messages": messages, "tools": TOOLS, "max_tokens": 64,
-                    "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+            body = {"model": "m", "messages": messages, "tools": TOOLS, "max_tokens": 64}
+            if thinking is not None:
+                body["chat_template_kwargs"] = {"enable_thinking": thinking}
             t0 = time.perf_counter()
             r = await client.post("/chat/completions", json=body)
             e2e.append((time.perf_counter() - t0) * 1000)
@@ -168,8 +179,8 @@ async def run_backend(name: str, url: str, turns: int) -> dict[str, Any]:
             msg = r.json()["choices"][0]["message"]
             assert msg.get("tool_calls"), msg
             t1 = time.perf_counter()  # baseline: re-render + re-tokenize everything
-            text = profile.render(messages, TOOLS, True, False)
-            tok.encode(unicodedata.normalize("NFC", text))
+            text = profile.render(messages, TOOLS, True, thinking)
+            tok.encode(unicodedata.normalize("NFC", text) if profile.normalizes_nfc else text)
             baseline.append((time.perf_counter() - t1) * 1000)
             messages.append({"role": "assistant", "content": msg["content"], "tool_calls": msg["tool_calls"]})
             messages.append(
@@ -203,7 +214,9 @@ async def run_backend(name: str, url: str, turns: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--profile", default="qwen3.5", help="Model profile (see dressage.tito.profiles).")
     args = parser.parse_args()
+    print(f"profile {args.profile}")
     sqlite = f"sqlite:///{tempfile.mkdtemp()}/bench.db"
     upgrade(sqlite)
     backends = [("sqlite", sqlite)]
@@ -216,7 +229,7 @@ def main() -> None:
         print(f"{'backend':<11} {'turns':>5} {'segs':>4} {'tokens':>6} {'p50 ms':>7} {'p99 ms':>7} {'e2e p50':>8} "
               f"{'t100/t1':>7} {'full re-tok ms':>14} {'proxy/full':>10}")  # fmt: skip
         for name, url in backends:
-            r = asyncio.run(run_backend(name, url, args.turns))
+            r = asyncio.run(run_backend(name, url, args.turns, args.profile))
             print(
                 f"{r['backend']:<11} {r['turns']:>5} {r['segments']:>4} {r['tokens']:>6} {r['p50']:>7.2f} "
                 f"{r['p99']:>7.2f} {r['e2e_p50']:>8.2f} {r['growth']:>7.2f} {r['baseline_last']:>14.2f} "

@@ -197,6 +197,32 @@ _REGISTRY: dict[str, Callable[[], ModelProfile]] = {
 _INSTANCES: dict[str, ModelProfile] = {}
 
 
+RUN_RECORD_KEY = "tito"
+"""Key of a run's config snapshot under which the proxy records the model profile it served."""
+
+
+def profile_record(profile: ModelProfile) -> dict[str, str]:
+    """What a run records about the profile that rendered its prompts: name and template sha256."""
+    return {"model_profile": profile.name, "template_sha256": profile.template_hash}
+
+
+def check_run_profile(run_name: str, config: Mapping[str, Any], profile: ModelProfile) -> None:
+    """Refuse to serve run ``run_name`` with ``profile`` when its config recorded another one.
+
+    A run's token ids only mean something under the template and vocabulary that produced them;
+    a proxy restarted with another profile must not continue it. Runs without a record (created
+    outside a proxy) are accepted.
+    """
+    recorded = config.get(RUN_RECORD_KEY)
+    if recorded is None or recorded == profile_record(profile):
+        return
+    name = recorded.get("model_profile") if isinstance(recorded, Mapping) else recorded
+    raise ConfigError(
+        f"run {run_name!r} was recorded with model profile {name!r} ({recorded}); this proxy serves "
+        f"{profile.name!r} (template sha256 {profile.template_hash}): restart it with --profile {name}"
+    )
+
+
 def register_profile(name: str, factory: Callable[[], ModelProfile]) -> None:
     """Make a profile available to :func:`get_profile` under ``name``."""
     _REGISTRY[name] = factory
