@@ -25,16 +25,19 @@ after an assistant or tool turn, a tool result right after a user turn) are refu
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
 import string
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dressage.errors import TemplateError
 from dressage.tito.chat_template import RenderedConversation
-from dressage.tito.profiles import ModelProfile
+from dressage.tito.profiles import ModelProfile, PromptRenderer
+from dressage.tito.render_cache import PromptText
 from dressage.tito.tokenizer import Tokenizer
 from dressage.tito.tool_calls import ParsedAssistant, ToolCallFailure
 
@@ -119,35 +122,37 @@ def _merge(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _normalize_one(raw: Any, prev: str | None) -> dict[str, Any]:
+    """One OpenAI message in the encoder's shape (``prev``: the previous message's role)."""
+    m = _plain(raw)
+    if not isinstance(m, Mapping):
+        raise TemplateError(f"a chat message must be an object, got {type(m).__name__}")
+    role = "system" if m.get("role") == "developer" else m.get("role")
+    if role not in ("system", "user", "assistant", "tool"):
+        raise TemplateError(f"mistral-nemo: unexpected message role {role!r}")
+    if (prev, role) in _REFUSED_ORDER:
+        raise TemplateError(f"mistral-nemo: a {role} message cannot follow a {prev} message")
+    msg: dict[str, Any] = {"role": role, "content": _text(m.get("content"))}
+    if role == "assistant" and m.get("tool_calls"):
+        if msg["content"]:
+            raise TemplateError("mistral-nemo: an assistant turn cannot have both content and tool calls")
+        msg["tool_calls"] = [_plain(c) for c in m["tool_calls"]]
+    if role == "tool":
+        if not m.get("tool_call_id"):
+            raise TemplateError("mistral-nemo: a tool result needs its 'tool_call_id'")
+        msg["tool_call_id"] = m["tool_call_id"]
+    return msg
+
+
 def _normalize(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], str | None]:
     """OpenAI messages -> (merged messages, system prompt)."""
     norm: list[dict[str, Any]] = []
-    systems: list[str] = []
     prev: str | None = None
     for raw in messages:
-        m = _plain(raw)
-        if not isinstance(m, Mapping):
-            raise TemplateError(f"a chat message must be an object, got {type(m).__name__}")
-        role = "system" if m.get("role") == "developer" else m.get("role")
-        if role not in ("system", "user", "assistant", "tool"):
-            raise TemplateError(f"mistral-nemo: unexpected message role {role!r}")
-        if (prev, role) in _REFUSED_ORDER:
-            raise TemplateError(f"mistral-nemo: a {role} message cannot follow a {prev} message")
-        prev = role
-        text = _text(m.get("content"))
-        if role == "system":
-            if text:
-                systems.append(text)
-        msg: dict[str, Any] = {"role": role, "content": text}
-        if role == "assistant" and m.get("tool_calls"):
-            if text:
-                raise TemplateError("mistral-nemo: an assistant turn cannot have both content and tool calls")
-            msg["tool_calls"] = [_plain(c) for c in m["tool_calls"]]
-        if role == "tool":
-            if not m.get("tool_call_id"):
-                raise TemplateError("mistral-nemo: a tool result needs its 'tool_call_id'")
-            msg["tool_call_id"] = m["tool_call_id"]
+        msg = _normalize_one(raw, prev)
+        prev = msg["role"]
         norm.append(msg)
+    systems = [m["content"] for m in norm if m["role"] == "system" and m["content"]]
     return _merge(norm), (_JOIN.join(systems) if systems else None)
 
 
@@ -206,6 +211,92 @@ def render_mistral_parts(messages: Sequence[Any], tools: Sequence[Any] | None) -
     last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
     parts = tuple(_render_message(m, i == last_user, system, tools) for i, m in enumerate(msgs))
     return RenderedConversation(BOS, parts, "", last_user)
+
+
+def _trusted(raw: Any) -> bool:
+    """Whether ``==`` on this message implies an equal rendering (string content and arguments)."""
+    if type(raw) is not dict or not isinstance(raw.get("content"), str | None):
+        return False
+    for call in raw.get("tool_calls") or ():
+        fn = call.get("function") if type(call) is dict else None
+        if type(fn) is not dict or not isinstance(fn.get("arguments"), str):
+            return False
+    return True
+
+
+@dataclass
+class _Rendered:
+    """One cached rendering: copies of the raw messages and tools, its text, its last role."""
+
+    raw: list[Any]
+    tools: Any
+    text: str
+    last_role: str
+
+
+class MistralPromptRenderer:
+    """Per-session renderer that appends the pieces of new assistant / tool messages (O(new)).
+
+    The v3 layout only changes before the last user message when a user or system message
+    arrives; an agent's tool loop adds assistant and tool messages after it, whose pieces do
+    not depend on anything before them except a merge with a preceding assistant turn. So a
+    request that extends a cached one (``==`` on the messages, a C-speed walk) by such messages
+    only renders those; anything else is rendered in full.
+    """
+
+    def __init__(self, max_entries: int = 4) -> None:
+        """Keep up to ``max_entries`` renderings (main agent, subagents, branches)."""
+        self.max_entries = max_entries
+        self._entries: list[_Rendered] = []
+        self.reused = 0
+        """Messages reused by the last :meth:`render` (for tests and profiling)."""
+
+    def render(
+        self, messages: Sequence[Any], tools: Sequence[Any] | None, enable_thinking: bool | None
+    ) -> PromptText:
+        """The prompt text (equal to :func:`render_mistral_parts`' text)."""
+        if enable_thinking is not None:
+            raise TemplateError(
+                "mistral-nemo has no thinking switch; leave chat_template_kwargs.enable_thinking unset"
+            )
+        msgs = messages if isinstance(messages, list) else list(messages)
+        for entry in self._entries:
+            text = self._extend(entry, msgs, tools)
+            if text is not None:
+                self.reused = len(entry.raw)
+                self._store(entry, msgs, tools, text)
+                return PromptText(text, len(BOS))
+        self.reused = 0
+        text = render_mistral_parts(msgs, tools).text
+        self._store(None, msgs, tools, text)
+        return PromptText(text, len(BOS))
+
+    def _extend(self, entry: _Rendered, msgs: list[Any], tools: Any) -> str | None:
+        """The text of ``msgs`` built on ``entry``, or None when the fast path does not apply."""
+        k = len(entry.raw)
+        if len(msgs) <= k or entry.tools != tools or msgs[:k] != entry.raw:
+            return None
+        pieces, prev = [], entry.last_role
+        for raw in msgs[k:]:
+            if not _trusted(raw) or raw.get("role") not in ("assistant", "tool"):
+                return None
+            msg = _normalize_one(raw, prev)
+            if msg["role"] == "assistant" and prev == "assistant":
+                return None  # merges with the previous turn: render in full
+            pieces.append(_render_message(msg, False, None, None))
+            prev = msg["role"]
+        return entry.text + "".join(pieces)
+
+    def _store(self, entry: _Rendered | None, msgs: list[Any], tools: Any, text: str) -> None:
+        if not all(_trusted(m) for m in msgs[len(entry.raw) if entry else 0 :]):
+            return
+        k = len(entry.raw) if entry else 0
+        raw = [*(entry.raw if entry else []), *copy.deepcopy(msgs[k:])]
+        last = "system" if msgs[-1].get("role") == "developer" else msgs[-1].get("role")
+        if entry is not None:
+            self._entries.remove(entry)  # a prefix of the new rendering: dominated
+        self._entries.insert(0, _Rendered(raw, copy.deepcopy(tools), text, str(last)))
+        del self._entries[self.max_entries :]
 
 
 def _mistral_id(seed: str, index: int) -> str:
@@ -301,6 +392,10 @@ class MistralNemoProfile(ModelProfile):
                 "mistral-nemo has no thinking switch; leave chat_template_kwargs.enable_thinking unset"
             )
         return render_mistral_parts(messages, tools)
+
+    def prompt_renderer(self) -> PromptRenderer:
+        """A :class:`MistralPromptRenderer`: a tool loop renders only the new messages."""
+        return MistralPromptRenderer()
 
     def generation_prompt_suffix(self, enable_thinking: bool | None = None) -> str:
         return ""

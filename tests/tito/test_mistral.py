@@ -103,3 +103,18 @@ def mistral_output(
     full = profile.render([*messages, reply], tools)
     assert full.startswith(prompt)
     return full[len(prompt) :]
+
+
+def test_tool_loop_renders_only_new_messages(profile: MistralNemoProfile) -> None:
+    """The session renderer reuses earlier renderings in a tool loop and equals the full render."""
+    from tests.tito.family_corpus import agent_loop
+
+    renderer = profile.prompt_renderer()
+    msgs = agent_loop(20)
+    for k in range(2, len(msgs) + 1, 2):
+        got = renderer.render(msgs[:k], TOOLS, None).text
+        assert got == profile.render(msgs[:k], TOOLS)
+        if k > 2:
+            assert renderer.reused == k - 2  # type: ignore[attr-defined]
+    renderer.render([*msgs, user("new question")], TOOLS, None)
+    assert renderer.reused == 0  # type: ignore[attr-defined]
