@@ -34,6 +34,11 @@ class Settings(BaseSettings):
         default=8 * 1024 * 1024, description="Largest HTTP body the proxy accepts."
     )
     max_payload_bytes: int = Field(default=4 * 1024 * 1024, description="Largest JSON payload of one event.")
+    default_max_tokens: int = Field(
+        default=8192,
+        ge=1,
+        description="Generation cap of a request that names none (and whose run sets no max_new_tokens).",
+    )
     secrets: list[SecretStr] = Field(
         default_factory=list, description="Extra secret values that must never reach logs or stored errors."
     )

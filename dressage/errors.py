@@ -109,6 +109,10 @@ class RequestError(DressageError):
         self.code = code
 
 
+class ConflictError(RequestError):
+    """A request contradicts one already recorded, e.g. an ``Idempotency-Key`` reused with another body (HTTP 409)."""
+
+
 class AuthError(DressageError):
     """A bearer token is missing, unknown or belongs to a finished session (HTTP 401)."""
 

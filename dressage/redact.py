@@ -6,6 +6,7 @@ and any configured secret values from text before it is logged or written to the
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 
@@ -38,3 +39,42 @@ def redact(text: str | None, secrets: Iterable[str] = ()) -> str | None:
     for pattern in _PATTERNS:
         out = pattern.sub(lambda m: m.group("keep") + REDACTED, out)
     return out
+
+
+def db_error_text(exc: BaseException, secrets: Iterable[str] = ()) -> str:
+    """What a database error says, without the SQL statement or its parameters, redacted.
+
+    SQLAlchemy's message appends ``[SQL: ...]`` and ``[parameters: ...]`` (which can hold a token's
+    digest or a row's content): only the driver's first line is kept, and it names the problem.
+    """
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    first = lines[0] if lines else type(orig).__name__
+    first = first.split("[SQL:", 1)[0].strip() or type(orig).__name__
+    return redact(first, secrets) or ""
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts every record a handler emits: message, arguments and traceback text alike.
+
+    Installed on the handlers (not on loggers), so records of third-party loggers such as
+    ``httpx``/``httpcore`` at debug level (which print response headers) are redacted too.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        self.secrets = tuple(secrets)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage(), self.secrets) or ""
+        record.args = None
+        if record.exc_info:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info), self.secrets)
+            record.exc_info = None
+        return True
+
+
+def install_log_redaction(secrets: Iterable[str] = ()) -> None:
+    """Put a :class:`RedactingFilter` on every handler of the root logger."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter(secrets))

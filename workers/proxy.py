@@ -37,10 +37,15 @@ def proxy_command(
 
     from dressage.config import load_settings
     from dressage.proxy import ProxyServer
+    from dressage.redact import install_log_redaction
     from dressage.store import EventStore
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings(database_url=database_url, admin_token=admin_token)
+    secrets = [s.get_secret_value() for s in settings.secrets]
+    if settings.admin_token:
+        secrets.append(settings.admin_token.get_secret_value())
+    install_log_redaction(secrets)  # every handler: httpx/httpcore debug records print headers
     store = EventStore.open(settings=settings)
 
     async def main() -> None:

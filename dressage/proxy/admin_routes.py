@@ -56,6 +56,10 @@ async def _json(svc: ProxyService, request: Request) -> dict[str, Any]:
     return parse_json_object(raw)
 
 
+INT32 = (-(2**31), 2**31 - 1)
+"""The range of the log's integer columns (task ids, attempts, versions)."""
+
+
 def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], required: bool = False) -> Any:
     value = body.get(name)
     if value is None:
@@ -64,6 +68,12 @@ def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], requi
         return None
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise RequestError(f"'{name}' has the wrong type", param=name, code="invalid_type")
+    if isinstance(value, int) and not isinstance(value, bool) and not INT32[0] <= value <= INT32[1]:
+        raise RequestError(
+            f"'{name}' must be a 32-bit integer, got {value}", param=name, code="invalid_value"
+        )
+    if isinstance(value, str) and required and not value.strip():
+        raise RequestError(f"'{name}' must not be empty", param=name, code="invalid_value")
     return value
 
 

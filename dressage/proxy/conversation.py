@@ -25,6 +25,11 @@ import orjson
 from dressage.errors import RequestError
 
 DIALECTS = ("chat", "messages", "responses")
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of objects and arrays a request may have (messages, tool schemas, arguments).
+
+Real requests stay far below it (a tool schema rarely passes 10); a body built to be deep would
+otherwise reach recursive code (rendering, canonical JSON) and fail there."""
 
 
 @dataclass
@@ -65,7 +70,25 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise RequestError(f"the request body is not valid JSON: {e}", code="invalid_json") from e
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", code="invalid_json")
+    check_depth(body, "the request body")
     return body
+
+
+def check_depth(value: Any, what: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON nested deeper than ``limit``, level by level (the check itself cannot recurse)."""
+    level, depth = [value], 1
+    while level:
+        if depth > limit:
+            raise RequestError(
+                f"{what} is nested deeper than {limit} levels of objects and arrays", code="too_deep"
+            )
+        deeper = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    deeper.append(child)
+        level, depth = deeper, depth + 1
 
 
 def number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | None:
@@ -204,3 +227,29 @@ def text_of(content: Any, where: str) -> str:
             )
         out.append(part["text"])
     return "".join(out)
+
+
+def hoist_system(system: list[str], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One leading system message from ``system`` texts and every system/developer message, in order.
+
+    The chat templates render a system prompt only at the start (Qwen3.5 refuses one elsewhere),
+    while Claude Code sends a ``system`` message after the first user message and Codex sends
+    ``developer`` items: their text joins the leading system prompt (blank line between parts),
+    where the model reads instructions. A client that sends them identically every request keeps
+    the prompt's prefix stable, so its turns still append.
+    """
+    texts = [t for t in system if t]
+    rest = []
+    for msg in messages:
+        if msg.get("role") in ("system", "developer"):
+            texts.append(str(msg.get("content") or ""))
+        else:
+            rest.append(msg)
+    return ([{"role": "system", "content": "\n\n".join(texts)}] if texts else []) + rest
+
+
+def thinking_token_count(ids: list[int], think_end_id: int | None) -> int:
+    """Generated tokens up to and including the think-closing token (0 when there is none)."""
+    if think_end_id is None or think_end_id not in ids:
+        return 0
+    return ids.index(think_end_id) + 1

@@ -8,13 +8,17 @@ before they leave (they may quote request text). The mapping from the Dressage e
 error                                  status  type                        code
 =====================================  ======  ==========================  ============================
 AuthError                              401     invalid_request_error       invalid_api_key
+ConflictError                          409     invalid_request_error       its own code
 RequestError                           400     invalid_request_error       its own code (or None)
 PayloadTooLargeError                   413     invalid_request_error       request_too_large
 ContextLengthExceededError             400     invalid_request_error       context_length_exceeded
 TemplateError, TokenizationError       400     invalid_request_error       invalid_messages
 EngineHTTPError 4xx                    400     invalid_request_error       engine_rejected
 EngineError                            502     api_error                   engine_error
-StoreError                             503     api_error                   store_unavailable
+UnknownRunError, UnknownSessionError   404     invalid_request_error       not_found
+InvalidRecordError                     400     invalid_request_error       invalid_record
+IdempotencyConflictError               409     invalid_request_error       conflict
+StoreError (an outage)                 503     api_error                   store_unavailable
 anything else                          500     api_error                   internal_error
 =====================================  ======  ==========================  ============================
 """
@@ -29,14 +33,19 @@ from starlette.responses import JSONResponse
 
 from dressage.errors import (
     AuthError,
+    ConflictError,
     ContextLengthExceededError,
     DressageError,
     EngineError,
     EngineHTTPError,
+    IdempotencyConflictError,
+    InvalidRecordError,
     RequestError,
     StoreError,
     TemplateError,
     TokenizationError,
+    UnknownRunError,
+    UnknownSessionError,
 )
 from dressage.redact import redact
 
@@ -65,6 +74,8 @@ def classify(exc: BaseException) -> tuple[int, str, str | None, str | None]:
         return 401, "invalid_request_error", None, "invalid_api_key"
     if isinstance(exc, PayloadTooLargeError):
         return 413, "invalid_request_error", None, exc.code
+    if isinstance(exc, ConflictError):
+        return 409, "invalid_request_error", exc.param, exc.code
     if isinstance(exc, RequestError):
         return 400, "invalid_request_error", exc.param, exc.code
     if isinstance(exc, ContextLengthExceededError):
@@ -75,22 +86,33 @@ def classify(exc: BaseException) -> tuple[int, str, str | None, str | None]:
         return 400, "invalid_request_error", None, "engine_rejected"
     if isinstance(exc, EngineError):
         return 502, "api_error", None, "engine_error"
+    if isinstance(exc, UnknownRunError | UnknownSessionError):
+        return 404, "invalid_request_error", None, "not_found"
+    if isinstance(exc, InvalidRecordError):
+        return 400, "invalid_request_error", None, "invalid_record"
+    if isinstance(exc, IdempotencyConflictError):
+        return 409, "invalid_request_error", None, "conflict"
     if isinstance(exc, StoreError):
         return 503, "api_error", None, "store_unavailable"
     return 500, "api_error", None, "internal_error"
 
 
-def error_response(exc: BaseException, secrets: Iterable[str] = ()) -> JSONResponse:
-    """The JSON error response for ``exc``; unexpected errors are logged (redacted) with traceback."""
-    status, type_, param, code = classify(exc)
+def error_message(exc: BaseException, secrets: Iterable[str] = ()) -> str:
+    """The redacted message a client sees for ``exc``; server-side failures are logged here."""
+    status, _, _, code = classify(exc)
     if isinstance(exc, DressageError):
         message = str(exc)
     else:
         message = f"internal error ({type(exc).__name__}); see the proxy log"
-    message = redact(message, secrets) or ""
     if status >= 500:
         log.error("proxy error %s: %s", code, redact(str(exc), secrets), exc_info=status == 500)
-    return JSONResponse(error_body(message, type_, param, code), status_code=status)
+    return redact(message, secrets) or ""
+
+
+def error_response(exc: BaseException, secrets: Iterable[str] = ()) -> JSONResponse:
+    """The OpenAI-format JSON error response for ``exc``."""
+    status, type_, param, code = classify(exc)
+    return JSONResponse(error_body(error_message(exc, secrets), type_, param, code), status_code=status)
 
 
 def http_error(status: int, message: str) -> JSONResponse:

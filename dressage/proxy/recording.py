@@ -104,8 +104,12 @@ def prepare_turn(
     record_experts: bool,
     idem_key: str | None,
     started: float,
+    default_max_tokens: int,
 ) -> TurnJob:
-    """Plan the prompt ids and size the generation; raises ContextLengthExceededError when it cannot fit."""
+    """Plan the prompt ids and size the generation; raises ContextLengthExceededError when it cannot fit.
+
+    A request that names no cap (and whose run sets none) generates at most ``default_max_tokens``.
+    """
     t0 = time.perf_counter()
     plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
     forced_text = ""
@@ -122,8 +126,9 @@ def prepare_turn(
             f"This model's maximum context length is {context_window} tokens. However, your messages "
             f"resulted in {len(prompt_ids)} tokens. Please reduce the length of the messages."
         )
-    max_new = room if conv.max_tokens is None else min(conv.max_tokens, room)
-    capped = conv.max_tokens is None or conv.max_tokens > room
+    cap = default_max_tokens if conv.max_tokens is None else conv.max_tokens
+    max_new = min(cap, room)
+    capped = cap > room
     sampling = SamplingParams(
         max_new_tokens=max_new,
         **conv.sampling,
@@ -240,6 +245,19 @@ def _place_abandoned(state: SessionState, job: TurnJob) -> _Placement:
     return _Placement(route, parent, REASON_CLIENT_DISCONNECTED, seg, 0, context, tito)
 
 
+def _parse_safely(
+    parse: Callable[[str], ParsedAssistant] | None, turn_id: str
+) -> tuple[ParsedAssistant | None, Exception | None]:
+    """The reply's parse, or the exception it raised: a parser bug must not lose generated tokens."""
+    if parse is None:
+        return None, None
+    try:
+        return parse(turn_id), None
+    except Exception as e:  # a bug in a parser: the turn is still recorded, then the error is raised
+        log.error("parsing the reply of turn %s failed; recording it anyway", turn_id, exc_info=True)
+        return None, e
+
+
 async def record_turn(
     store: EventStore,
     registry: SessionRegistry,
@@ -272,7 +290,7 @@ async def record_turn(
         turn_id = turn_key(state.run_name, state.session_id, turn_index)
         f = _place_abandoned(state, job) if abandoned else _place(state, job, turn_id)
         state.next_turn += 1
-        parsed = parse(turn_id) if parse is not None else None
+        parsed, parse_error = _parse_safely(parse, turn_id)
         experts = gen.experts
         expected = len(f.context) + len(gen.ids) - (1 if f.offset == 0 else 0)
         info: dict[str, Any] = {
@@ -299,6 +317,8 @@ async def record_turn(
             info["forced_tool_call"] = job.conv.force_tool or "any"
         if abandoned:
             info["client_disconnected"] = True
+        if parse_error is not None:
+            info["reply_parse_error"] = redact(f"{type(parse_error).__name__}: {parse_error}", secrets)
         if parsed is not None and parsed.failures:
             info["tool_call_failures"] = [
                 {"reason": x.reason, "text": redact(x.text[:2000], secrets)} for x in parsed.failures
@@ -354,7 +374,9 @@ async def record_turn(
         if not abandoned:
             extends = f.parent_turn_id if f.tito.get("fork_at") == "end" else None
             state.remember(reply, job.conv.fingerprint, job.idem_key, extends)
-            state.link_response(turn_id, info)
+            state.link_response(turn_index, info)
+    if parse_error is not None:
+        raise parse_error  # recorded first: the tokens are in the log, the client gets our 500
     if hit_window:
         await record_overflow(
             store,

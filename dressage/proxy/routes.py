@@ -26,8 +26,10 @@ from starlette.routing import Route
 from dressage.errors import DressageError, RequestError
 from dressage.proxy.dialects.base import Dialect
 from dressage.proxy.dialects.chat import ChatDialect
+from dressage.proxy.dialects.messages import MessagesDialect, parse_count_tokens_request
+from dressage.proxy.dialects.responses import ResponsesDialect
 from dressage.proxy.service import ProxyService
-from dressage.proxy.turns import TurnHandler
+from dressage.proxy.turns import TurnHandler, read_body
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -69,14 +71,37 @@ def _models(handler: TurnHandler, dialect: Dialect) -> tuple[Endpoint, Endpoint]
     return models, model
 
 
+def _count_tokens(handler: TurnHandler, dialect: MessagesDialect) -> Endpoint:
+    svc = handler.svc
+
+    async def count_tokens(request: Request) -> Response:
+        """``POST /v1/messages/count_tokens``: the exact prompt length this conversation would have."""
+        try:
+            state = await handler.authenticate(request, dialect)
+            conv = parse_count_tokens_request(await read_body(request, svc.settings.max_request_bytes))
+            plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
+        except DressageError as e:
+            return dialect.error_response(e, svc.secrets)
+        return JSONResponse({"input_tokens": plan.prompt_len})
+
+    return count_tokens
+
+
 def model_routes(svc: ProxyService) -> list[Route]:
     """Every dialect's routes, under ``/v1`` and ``/s/{token}/v1``."""
     handler = TurnHandler(svc)
     chat = ChatDialect(svc.profile, svc.model_name)
+    messages = MessagesDialect(svc.profile, svc.model_name)
+    responses = ResponsesDialect(svc.profile, svc.model_name)
     models, model = _models(handler, chat)
     routes = []
     for prefix in ("/v1", "/s/{token}/v1"):
         routes.append(Route(f"{prefix}/chat/completions", _generate(handler, chat), methods=["POST"]))
+        routes.append(Route(f"{prefix}/messages", _generate(handler, messages), methods=["POST"]))
+        routes.append(
+            Route(f"{prefix}/messages/count_tokens", _count_tokens(handler, messages), methods=["POST"])
+        )
+        routes.append(Route(f"{prefix}/responses", _generate(handler, responses), methods=["POST"]))
         routes.append(Route(f"{prefix}/models", models, methods=["GET"]))
         routes.append(Route(f"{prefix}/models/{{model_id:path}}", model, methods=["GET"]))
     return routes

@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from dressage.errors import AuthError
+from dressage.errors import AuthError, ConflictError
 from dressage.store import EventStore, Session, Turn
 from dressage.tito import LineageIndex
 from dressage.tito import TurnRecord as TitoRecord
@@ -91,16 +91,16 @@ class ReplyData:
     """The fingerprint of the request ``parsed`` belongs to."""
 
 
-def response_id(turn_id: str) -> str:
-    """The Responses-API id of a turn (derived, so a restarted proxy knows it from the log)."""
-    return "resp_" + turn_id.replace("-", "")
+def response_id(rid: str) -> str:
+    """The Responses-API id of a turn: from its engine request id (recorded, so a restarted proxy knows it)."""
+    return "resp_" + rid.removeprefix("dr-")
 
 
 @dataclass(frozen=True)
 class ResponseLink:
     """A stored response: the one before it, the messages its request added, how its reply parses."""
 
-    turn_id: str
+    turn_index: int
     previous: str | None
     input: list[dict[str, Any]]
     parse_tools: bool
@@ -123,6 +123,9 @@ class SessionState:
     replies: dict[int, ReplyData] = field(default_factory=dict)
     by_fingerprint: dict[str, int] = field(default_factory=dict)
     by_idem_key: dict[str, int] = field(default_factory=dict)
+    idem_fingerprints: dict[str, str] = field(default_factory=dict)
+    """The body each ``Idempotency-Key`` answers (in flight or recorded); another body gets 409.
+    A request that ended without a reply (its client left, the engine failed) frees its key."""
     inflight: dict[str, asyncio.Future[ReplyData]] = field(default_factory=dict)
     turn_fingerprint: dict[str, str] = field(default_factory=dict)
     responses: dict[str, ResponseLink] = field(default_factory=dict)
@@ -139,8 +142,18 @@ class SessionState:
 
         An ``Idempotency-Key`` matches any turn of the session; a bare fingerprint (sha256 of the
         body) only matches a turn that nothing has extended yet, so deliberately re-sending an old
-        request after the conversation moved on generates again (a branch).
+        request after the conversation moved on generates again (a branch). A key re-used with a
+        different body raises :class:`ConflictError` (409): it never answers with another reply.
         """
+        if idem_key:
+            first = self.idem_fingerprints.get(idem_key, fingerprint)
+            if first != fingerprint:
+                raise ConflictError(
+                    f"Idempotency-Key {idem_key!r} was already used for a different request body; "
+                    "use a new key for a new request",
+                    param="Idempotency-Key",
+                    code="idempotency_key_reused",
+                )
         keys = [f"idem:{idem_key}"] if idem_key else []
         keys.append(f"fp:{fingerprint}")
         for key in keys:
@@ -168,12 +181,14 @@ class SessionState:
             self.turn_fingerprint[reply.turn_id] = fingerprint
         if idem_key:
             self.by_idem_key[idem_key] = reply.turn_index
+            if fingerprint:
+                self.idem_fingerprints.setdefault(idem_key, fingerprint)
 
-    def link_response(self, turn_id: str, info: dict[str, Any]) -> None:
+    def link_response(self, turn_index: int, info: dict[str, Any]) -> None:
         """Index a turn recorded through the Responses API with ``store`` (its ``info["responses"]``)."""
         link = info.get("responses")
-        if isinstance(link, dict):
-            self.responses[response_id(turn_id)] = ResponseLink(turn_id=turn_id, **link)
+        if isinstance(link, dict) and info.get("engine_rid"):
+            self.responses[response_id(info["engine_rid"])] = ResponseLink(turn_index=turn_index, **link)
 
     def apply_turn(self, turn: Turn) -> None:
         """Fold one recorded turn into the state (used when rebuilding from the log)."""
@@ -222,7 +237,7 @@ class SessionState:
         )
         extends = turn.parent_turn_id if tito.get("fork_at") == "end" else None
         self.remember(reply, turn.request_fingerprint, turn.info.get("idempotency_key"), extends)
-        self.link_response(turn.id, turn.info)
+        self.link_response(turn.turn_index, turn.info)
 
 
 def token_digest(token: str) -> str:

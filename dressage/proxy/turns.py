@@ -24,16 +24,16 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from dressage.engines.protocol import FinishReason
 from dressage.errors import ContextLengthExceededError, DressageError
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
-from dressage.proxy.errors import PayloadTooLargeError, classify
+from dressage.proxy.errors import PayloadTooLargeError, classify, error_message
 from dressage.proxy.recording import TurnJob, prepare_turn, record_overflow, record_turn
 from dressage.proxy.replies import parse_reply, reply_parse, reply_text, think_open
 from dressage.proxy.service import ProxyService
 from dressage.proxy.sessions import ReplyData, SessionState
 from dressage.proxy.streaming import IncrementalDecoder, StreamSplitter
-from dressage.redact import redact
 from dressage.tito.tool_calls import ParsedAssistant
 
 log = logging.getLogger("dressage.proxy")
@@ -56,6 +56,12 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def _sse_headers(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(extra or {})}
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has closed the connection (the body is already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _matched(job: TurnJob) -> str | None:
@@ -102,11 +108,14 @@ class TurnHandler:
                 return self._replay(dialect, conv, prior)
             job = await self._prepare(state, conv, idem, started)
             future = self._register(state, job)
+            sized = {"x-dressage-prompt-tokens": str(len(job.prompt_ids))}
             if stream:
                 body = self._stream(dialect, job, future)
-                return StreamingResponse(body, media_type="text/event-stream", headers=_sse_headers())
+                return StreamingResponse(body, media_type="text/event-stream", headers=_sse_headers(sized))
             try:
-                await job.generation.run()
+                if not await self._generate_unless_gone(request, job):
+                    self._fail(job, future, asyncio.CancelledError())
+                    return Response(status_code=499)  # nobody reads it: the client went away
                 reply = await self._record(job)
             except BaseException as e:
                 self._fail(job, future, e)
@@ -118,6 +127,7 @@ class TurnHandler:
             headers = {
                 "x-dressage-turn-id": reply.turn_id,
                 "x-dressage-overhead-ms": f"{overhead * 1000:.3f}",
+                **sized,
                 **dialect.headers(reply),
             }
             return JSONResponse(body_json, headers=headers)
@@ -139,6 +149,7 @@ class TurnHandler:
                 record_experts=svc.record_experts,
                 idem_key=idem,
                 started=started,
+                default_max_tokens=svc.settings.default_max_tokens,
             )
         except ContextLengthExceededError:
             n = state.index.plan(conv.messages, conv.tools, conv.enable_thinking).prompt_len
@@ -147,6 +158,32 @@ class TurnHandler:
         svc.metrics.plan.observe(job.plan_seconds)
         return job
 
+    async def _generate_unless_gone(self, request: Request, job: TurnJob) -> bool:
+        """Generate (non-streaming) while watching the connection; False when the client went away.
+
+        A client that leaves gets its engine request aborted and its partial turn recorded as a
+        dead end (as a streaming client's is), instead of generating to the end for nobody.
+        """
+        generating = asyncio.ensure_future(job.generation.run())
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({generating, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self._spawn_abandoned(job, generating)
+            raise
+        finally:
+            gone.cancel()
+        if not generating.done():
+            self._spawn_abandoned(job, generating)
+            return False
+        generating.result()  # the engine's errors
+        return True
+
+    def _spawn_abandoned(self, job: TurnJob, producer: asyncio.Future[None]) -> None:
+        task = asyncio.ensure_future(self._record_abandoned(job, producer))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     # --- in-flight registry (a retry that arrives mid-generation waits for the original) ----------
 
     def _register(self, state: SessionState, job: TurnJob) -> asyncio.Future[ReplyData]:
@@ -154,12 +191,21 @@ class TurnHandler:
         keys = [f"fp:{job.conv.fingerprint}"] + ([f"idem:{job.idem_key}"] if job.idem_key else [])
         for key in keys:
             state.inflight[key] = future
+        if job.idem_key:
+            state.idem_fingerprints.setdefault(job.idem_key, job.conv.fingerprint)
         job.dedupe_keys = keys
         return future
 
     def _unregister(self, job: TurnJob) -> None:
         for key in job.dedupe_keys:
             job.state.inflight.pop(key, None)
+        idem, state = job.idem_key, job.state
+        if (
+            idem
+            and idem not in state.by_idem_key
+            and state.idem_fingerprints.get(idem) == job.conv.fingerprint
+        ):
+            del state.idem_fingerprints[idem]  # no reply was recorded under it: the key is free again
 
     def _fail(self, job: TurnJob, future: asyncio.Future[ReplyData], exc: BaseException) -> None:
         if not future.done():
@@ -184,7 +230,7 @@ class TurnHandler:
         svc.metrics.append.observe(time.perf_counter() - t0)
         return reply
 
-    async def _record_abandoned(self, job: TurnJob, producer: asyncio.Task[None]) -> None:
+    async def _record_abandoned(self, job: TurnJob, producer: asyncio.Future[None]) -> None:
         """The client went away mid-stream: abort the engine request, record what was generated.
 
         The engine's final (abort) chunk carries every token generated so far; the turn is
@@ -194,7 +240,13 @@ class TurnHandler:
         gen = job.generation
         try:
             await gen.cancel()
-            await producer
+            try:
+                await producer
+            except DressageError as e:  # the engine failed as well: record what it had generated
+                log.warning("generation %s ended with an error after its client left: %s", gen.rid, e)
+                gen.finish = gen.finish or FinishReason(type="abort", message="engine error")
+            if gen.finish is None:
+                return  # it never reached the engine: nothing was generated
             await record_turn(self.svc.store, self.svc.registry, job, None, self.svc.secrets, abandoned=True)
         except DressageError as e:
             log.warning("could not record the turn of %s abandoned by its client: %s", gen.rid, e)
@@ -222,7 +274,7 @@ class TurnHandler:
         headers = {"x-dressage-turn-id": reply.turn_id, "x-dressage-replayed": "1", **dialect.headers(reply)}
         if not conv.stream:
             return JSONResponse(dialect.respond(conv, reply, parsed), headers=headers)
-        renderer = dialect.renderer(conv, reply.rid or reply.turn_id, reply.created)
+        renderer = dialect.renderer(conv, reply.rid or reply.turn_id, reply.created, reply.prompt_tokens)
         events = [
             *renderer.start(),
             *renderer.delta(
@@ -248,7 +300,7 @@ class TurnHandler:
         """
         svc, conv, gen = self.svc, job.conv, job.generation
         profile = svc.profile
-        renderer: StreamRenderer = dialect.renderer(conv, gen.rid, int(time.time()))
+        renderer: StreamRenderer = dialect.renderer(conv, gen.rid, int(time.time()), len(job.prompt_ids))
         stops = set(profile.stop_token_ids)
         decoder = IncrementalDecoder(profile.tokenizer)
         splitter = StreamSplitter(
@@ -297,16 +349,16 @@ class TurnHandler:
             self._observe(job, reply, stream=True)
             for event in events:
                 yield event
-        except DressageError as e:
+        except Exception as e:  # ours or the engine's: the stream still ends with an error event
             self._fail(job, future, e)
+            if record is None and gen.ids:
+                self._spawn_abandoned(job, producer)  # tokens were generated: they are recorded
             status, _, _, code = classify(e)
             svc.metrics.errors.labels(str(status), str(code)).inc()
-            for event in renderer.error(e, redact(str(e), svc.secrets) or ""):
+            for event in renderer.error(e, error_message(e, svc.secrets)):
                 yield event
-        except BaseException as e:  # the client went away (cancellation) or a bug
+        except BaseException as e:  # the client went away (cancellation, generator closed)
             self._fail(job, future, e)
             if record is None:
-                task = asyncio.ensure_future(self._record_abandoned(job, producer))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                self._spawn_abandoned(job, producer)
             raise

@@ -37,7 +37,7 @@ from dressage.errors import (
     UnknownRunError,
     UnknownSessionError,
 )
-from dressage.redact import redact
+from dressage.redact import db_error_text, redact
 from dressage.store import schema as t
 from dressage.store.artifact_log import ArtifactLogMixin
 from dressage.store.artifacts import BlobStore, LocalBlobStore
@@ -142,7 +142,7 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         except IntegrityError:
             raise  # the callers decide: a lost race on a unique key, or bad input
         except SQLAlchemyError as e:
-            raise StoreError(f"database write failed: {redact(str(e), self.secrets)}") from e
+            raise StoreError(f"database write failed: {db_error_text(e, self.secrets)}") from e
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -158,7 +158,7 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
                     with conn.begin():
                         yield conn
         except SQLAlchemyError as e:
-            raise StoreError(f"database read failed: {redact(str(e), self.secrets)}") from e
+            raise StoreError(f"database read failed: {db_error_text(e, self.secrets)}") from e
 
     # --- runs -------------------------------------------------------------------------------------
 
@@ -328,7 +328,7 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
             except IntegrityError as e:
                 if i == attempts - 1:
                     raise InvalidRecordError(
-                        f"the log refused the record: {redact(str(e.orig), self.secrets)}"
+                        f"the log refused the record: {db_error_text(e, self.secrets)}"
                     ) from e
         raise AssertionError("unreachable")
 

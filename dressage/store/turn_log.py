@@ -19,7 +19,7 @@ from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from dressage.errors import InvalidRecordError, StoreError, UnknownRunError, UnknownSessionError
-from dressage.redact import redact
+from dressage.redact import db_error_text
 from dressage.store import schema as t
 from dressage.store.members import StoreMembers
 from dressage.store.records import (
@@ -200,15 +200,15 @@ class TurnLogMixin(StoreMembers):
         last = attempt == PG_APPEND_ATTEMPTS - 1
         if isinstance(e, psycopg.errors.UniqueViolation):
             if last:
-                raise InvalidRecordError(f"the log refused the turn: {redact(str(e), self.secrets)}") from e
+                raise InvalidRecordError(f"the log refused the turn: {db_error_text(e, self.secrets)}") from e
             return  # a concurrent writer recorded the same key (or turn index): look again
         if isinstance(e, psycopg.OperationalError):
             if last:
                 raise StoreError(
-                    f"database write failed: {redact(str(e), self.secrets)}; is PostgreSQL up?"
+                    f"database write failed: {db_error_text(e, self.secrets)}; is PostgreSQL up?"
                 ) from e
             return  # the connection broke: retry on a fresh one (the key makes it safe)
-        raise StoreError(f"database write failed: {redact(str(e), self.secrets)}") from e
+        raise StoreError(f"database write failed: {db_error_text(e, self.secrets)}") from e
 
     def _check_refusal(self, e: psycopg.errors.UniqueViolation, prep: PreparedTurn) -> None:
         """A unique index refused the append: return for a re-sent key; raise for a taken turn index."""

@@ -87,6 +87,8 @@ def _decode_arguments(args: Any) -> Any:
         decoded = json.loads(args)
     except json.JSONDecodeError as e:
         raise TemplateError(f"tool-call arguments are not valid JSON ({e}): {args[:200]!r}") from e
+    except RecursionError as e:
+        raise TemplateError("tool-call arguments are nested too deeply to render") from e
     if not isinstance(decoded, dict):
         raise TemplateError(f"tool-call arguments must be a JSON object, got {type(decoded).__name__}")
     return decoded

@@ -76,7 +76,7 @@ class Dialect(ABC):
         """The non-streamed reply body of a recorded turn."""
 
     @abstractmethod
-    def renderer(self, conv: Conversation, rid: str, created: int) -> StreamRenderer:
+    def renderer(self, conv: Conversation, rid: str, created: int, prompt_tokens: int) -> StreamRenderer:
         """A renderer for one streamed reply."""
 
     @abstractmethod

@@ -370,7 +370,7 @@ class ChatDialect(Dialect):
     def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, Any]:
         return completion_body(self.profile, conv, reply, self.model_name)[0]
 
-    def renderer(self, conv: Conversation, rid: str, created: int) -> StreamRenderer:
+    def renderer(self, conv: Conversation, rid: str, created: int, prompt_tokens: int) -> StreamRenderer:
         return ChatStream(self.profile, conv, f"chatcmpl-{rid}", created, self.model_name)
 
     def error_response(self, exc: BaseException, secrets: Iterable[str]) -> JSONResponse:

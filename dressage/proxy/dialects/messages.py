@@ -1,0 +1,504 @@
+"""The Anthropic Messages dialect: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+Served at ``/s/<token>/v1/messages`` (Claude Code appends ``/v1/messages?beta=true`` to
+``ANTHROPIC_BASE_URL``, so a session's base is ``http://host:port/s/<token>``) and at
+``/v1/messages`` with the token in ``x-api-key`` or ``Authorization: Bearer``.
+
+Request -> shared conversation:
+
+- ``system`` (a string or text blocks) and every ``role: "system"`` message inside ``messages``
+  become the one leading system prompt (:func:`~dressage.proxy.conversation.hoist_system`);
+  ``cache_control`` is accepted anywhere and has no effect (the engine's prefix cache is automatic).
+- user content: text blocks are the user message; ``tool_result`` blocks (string or text-block
+  content) become tool messages in their order, answering the ``tool_use`` with their id.
+  ``is_error`` is accepted; the chat template has no slot for it, so the result's text (Claude Code
+  writes ``<tool_use_error>`` into it) is what the model reads. Images and documents are refused.
+- assistant content: ``thinking`` blocks are the reasoning, ``text`` blocks the content,
+  ``tool_use`` blocks the tool calls (``input`` rendered by the template exactly as a chat
+  completions call would be): the same message a chat-completions client sends back, so a turn is
+  token-exact under the same rules.
+- ``tools`` (custom tools: ``name``, ``description``, ``input_schema``; other fields such as
+  ``defer_loading`` or ``cache_control`` accepted without effect); server tools (``type`` other
+  than ``custom``) are refused: this proxy runs no tools.
+- ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none``; ``thinking`` ``enabled`` / ``adaptive``
+  turn the template's thinking switch on, ``disabled`` off, absent leaves the template default;
+  ``budget_tokens`` is not enforced (recorded as ignored).
+- ``max_tokens`` (required), ``stop_sequences``, ``temperature`` (0-1), ``top_p``, ``top_k``,
+  ``metadata`` (recorded as ignored), ``stream``.
+
+Replies are ``Message`` objects (``thinking`` block with a signature, ``text`` block, ``tool_use``
+blocks; ``stop_reason`` ``end_turn`` / ``tool_use`` / ``max_tokens`` / ``stop_sequence``) or
+the event stream ``message_start``, ``ping``, ``content_block_start`` / ``_delta``
+(``thinking_delta``, ``text_delta``, ``input_json_delta``) / ``_stop``, ``message_delta``,
+``message_stop``; errors in Anthropic's shape (``{"type": "error", "error": {type, message}}``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from dressage.errors import RequestError
+from dressage.proxy.conversation import (
+    Conversation,
+    boolean,
+    fingerprint,
+    function_tool,
+    hoist_system,
+    integer,
+    merge_defaults,
+    number,
+    parse_json_object,
+    refuse_unknown,
+    resolve_tool_choice,
+    text_of,
+    unsupported,
+)
+from dressage.proxy.dialects.base import Dialect, StreamRenderer, url_or_bearer_token
+from dressage.proxy.errors import classify, error_message
+from dressage.proxy.sessions import ReplyData, SessionState
+from dressage.tito.tool_calls import ParsedAssistant
+
+_HANDLED = frozenset(
+    {"model", "messages", "system", "max_tokens", "stop_sequences", "stream", "temperature", "top_p",
+     "top_k", "tools", "tool_choice", "thinking"}
+)  # fmt: skip
+_IGNORED = frozenset({"metadata", "service_tier"})
+_COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking"})
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+}
+
+
+def _text_blocks(content: Any, where: str) -> str:
+    """Text from a string or text blocks (``cache_control`` and ``citations`` allowed)."""
+    if isinstance(content, list):
+        for i, block in enumerate(content):
+            if not isinstance(block, dict) or block.get("type", "text") != "text":
+                kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+                raise RequestError(
+                    f"{where}[{i}] must be a text block, got {kind!r}",
+                    param=f"{where}[{i}]",
+                    code="invalid_value",
+                )
+    return text_of(content, where)
+
+
+def _user_messages(content: Any, where: str) -> list[dict[str, Any]]:
+    """A user turn's blocks as tool messages (``tool_result``) and user messages (text), in order."""
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}]
+    if not isinstance(content, list):
+        raise RequestError(
+            f"{where} must be a string or an array of blocks", param=where, code="invalid_type"
+        )
+    out: list[dict[str, Any]] = []
+    for i, block in enumerate(content):
+        at = f"{where}[{i}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            text = _text_blocks([block], at)
+            if out and out[-1]["role"] == "user":
+                out[-1]["content"] += text
+            else:
+                out.append({"role": "user", "content": text})
+        elif kind == "tool_result":
+            call_id = block.get("tool_use_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise RequestError(
+                    f"{at}.tool_use_id must be a string", param=f"{at}.tool_use_id", code="invalid_value"
+                )
+            result = block.get("content")
+            text = "" if result is None else _text_blocks(result, f"{at}.content")
+            if block.get("is_error") not in (None, True, False):
+                raise RequestError(
+                    f"{at}.is_error must be a boolean", param=f"{at}.is_error", code="invalid_type"
+                )
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        elif kind in ("image", "document", "search_result"):
+            raise unsupported(at, f"{kind} blocks are not supported (text models only)")
+        else:
+            raise RequestError(f"{at} has an unknown block type {kind!r}", param=at, code="invalid_value")
+    return out
+
+
+def _assistant_message(content: Any, where: str) -> dict[str, Any]:
+    """An assistant turn's blocks as one message: reasoning, content, tool calls."""
+    if isinstance(content, str):
+        return {"role": "assistant", "content": content}
+    if not isinstance(content, list):
+        raise RequestError(
+            f"{where} must be a string or an array of blocks", param=where, code="invalid_type"
+        )
+    reasoning, text, calls = [], [], []
+    for i, block in enumerate(content):
+        at = f"{where}[{i}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            text.append(_text_blocks([block], at))
+        elif kind == "thinking":
+            if not isinstance(block.get("thinking"), str):
+                raise RequestError(
+                    f"{at}.thinking must be a string", param=f"{at}.thinking", code="invalid_type"
+                )
+            reasoning.append(block["thinking"])
+        elif kind == "tool_use":
+            call_id, name, args = block.get("id"), block.get("name"), block.get("input")
+            if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(args, dict):
+                raise RequestError(
+                    f"{at} must have a string id and name and an object input", param=at, code="invalid_value"
+                )
+            calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
+        elif kind == "redacted_thinking":
+            raise unsupported(
+                at, "redacted_thinking blocks (another provider's encrypted reasoning) are not supported"
+            )
+        else:
+            raise RequestError(f"{at} has an unknown block type {kind!r}", param=at, code="invalid_value")
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    if reasoning:
+        msg["reasoning_content"] = "".join(reasoning)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty array", param="messages", code="invalid_type")
+    system = body.get("system")
+    system_texts = [] if system is None else [_text_blocks(system, "system")]
+    out: list[dict[str, Any]] = []
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise RequestError(f"{where} must be an object", param=where, code="invalid_type")
+        role, content = msg.get("role"), msg.get("content")
+        if role == "user":
+            out.extend(_user_messages(content, f"{where}.content"))
+        elif role == "assistant":
+            out.append(_assistant_message(content, f"{where}.content"))
+        elif role == "system":
+            out.append({"role": "system", "content": _text_blocks(content, f"{where}.content")})
+        else:
+            raise RequestError(
+                f"{where}.role must be user, assistant or system, got {role!r}",
+                param=f"{where}.role",
+                code="invalid_value",
+            )
+    return hoist_system(system_texts, out)
+
+
+def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    if tools is None or tools == []:
+        return None
+    if not isinstance(tools, list):
+        raise RequestError("'tools' must be an array", param="tools", code="invalid_type")
+    out = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise RequestError(f"tools[{i}] must be an object", param=f"tools[{i}]", code="invalid_type")
+        if tool.get("type", "custom") != "custom":
+            raise unsupported(
+                f"tools[{i}]",
+                f"server tool {tool.get('type')!r} (run by Anthropic's servers) is not supported",
+            )
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            raise RequestError(
+                f"tools[{i}].input_schema must be a JSON Schema object",
+                param=f"tools[{i}].input_schema",
+                code="invalid_type",
+            )
+        out.append(function_tool(tool.get("name"), tool.get("description"), schema, f"tools[{i}]"))
+    return out
+
+
+def _tool_choice(
+    body: dict[str, Any], tools: list[dict[str, Any]] | None, ignored: list[str]
+) -> tuple[bool, str | None]:
+    choice = body.get("tool_choice")
+    if choice is None:
+        return resolve_tool_choice("auto", None, tools, "tool_choice")
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    mode = {"auto": "auto", "none": "none", "any": "required", "tool": "named"}.get(str(kind))
+    if mode is None:
+        raise RequestError(
+            "tool_choice must be {'type': 'auto' | 'any' | 'tool' | 'none'}",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if "disable_parallel_tool_use" in choice:
+        ignored.append("tool_choice.disable_parallel_tool_use")
+    return resolve_tool_choice(mode, choice.get("name"), tools, "tool_choice.name")
+
+
+def _thinking(body: dict[str, Any], ignored: list[str]) -> bool | None:
+    thinking = body.get("thinking")
+    if thinking is None:
+        return None
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind not in ("enabled", "adaptive", "disabled"):
+        raise RequestError(
+            "thinking must be {'type': 'enabled' | 'adaptive' | 'disabled'}",
+            param="thinking.type",
+            code="invalid_value",
+        )
+    if thinking.get("budget_tokens") is not None:
+        integer(thinking, "budget_tokens", 0, 1 << 24)
+        ignored.append("thinking.budget_tokens")
+    return kind != "disabled"
+
+
+def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+    sampling: dict[str, Any] = {}
+    for name, lo, hi in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
+        value = number(body, name, lo, hi)
+        if value is not None:
+            sampling[name] = value
+    top_k = integer(body, "top_k", 1, 1 << 20)
+    if top_k is not None:
+        sampling["top_k"] = top_k
+    stops = body.get("stop_sequences")
+    if stops is not None:
+        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+            raise RequestError(
+                "'stop_sequences' must be an array of non-empty strings",
+                param="stop_sequences",
+                code="invalid_value",
+            )
+        if stops:
+            sampling["stop"] = stops
+    return sampling
+
+
+def parse_messages_request(raw: bytes, default_sampling: dict[str, Any] | None = None) -> Conversation:
+    """Validate a raw Messages body into the shared conversation; :class:`RequestError` for anything wrong."""
+    body = parse_json_object(raw)
+    refuse_unknown(body, _HANDLED | _IGNORED, "Anthropic Messages")
+    ignored = sorted(k for k in body if k in _IGNORED)
+    messages = _messages(body)
+    tools = _tools(body)
+    parse_tools, force_tool = _tool_choice(body, tools, ignored)
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError("'model' must be a string", param="model", code="invalid_type")
+    max_tokens = integer(body, "max_tokens", 1, 1 << 24)
+    if max_tokens is None:
+        raise RequestError("'max_tokens' is required", param="max_tokens", code="missing_required_parameter")
+    sampling = _sampling(body)
+    return Conversation(
+        dialect="messages",
+        messages=messages,
+        tools=tools,
+        parse_tools=parse_tools,
+        force_tool=force_tool,
+        stream=boolean(body, "stream"),
+        enable_thinking=_thinking(body, ignored),
+        model=model,
+        max_tokens=merge_defaults(sampling, max_tokens, default_sampling),
+        sampling=sampling,
+        fingerprint=fingerprint("messages", raw),
+        include_usage=True,
+        ignored=ignored,
+    )
+
+
+def parse_count_tokens_request(raw: bytes) -> Conversation:
+    """A ``count_tokens`` body: the conversation part of a Messages request."""
+    body = parse_json_object(raw)
+    refuse_unknown(body, _COUNT_FIELDS, "Anthropic count_tokens")
+    tools = _tools(body)
+    ignored: list[str] = []
+    parse_tools, force_tool = _tool_choice(body, tools, ignored)
+    return Conversation(
+        dialect="messages",
+        messages=_messages(body),
+        tools=tools,
+        parse_tools=parse_tools,
+        force_tool=force_tool,
+        stream=False,
+        enable_thinking=_thinking(body, ignored),
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
+        max_tokens=None,
+        sampling={},
+        fingerprint=fingerprint("count_tokens", raw),
+    )
+
+
+# --- replies ----------------------------------------------------------------------------------------
+
+
+def stop_reason(reply: ReplyData, parsed: ParsedAssistant) -> str:
+    """``tool_use`` when calls were parsed, ``max_tokens``, ``stop_sequence`` or ``end_turn``."""
+    if parsed.tool_calls and reply.stop_reason == "stop":
+        return "tool_use"
+    if reply.stop_reason == "length":
+        return "max_tokens"
+    return "stop_sequence" if reply.matched_stop else "end_turn"
+
+
+def signature(thinking: str) -> str:
+    """The ``signature`` of a thinking block: a digest of its text (clients keep it, we never need it)."""
+    return "dressage-sha256:" + hashlib.sha256(thinking.encode()).hexdigest()
+
+
+def tool_use_blocks(parsed: ParsedAssistant) -> list[dict[str, Any]]:
+    """The parsed tool calls as ``tool_use`` blocks (arguments decoded into ``input``)."""
+    return [
+        {
+            "type": "tool_use",
+            "id": call["id"],
+            "name": call["function"]["name"],
+            "input": json.loads(call["function"]["arguments"] or "{}"),
+        }
+        for call in parsed.tool_calls
+    ]
+
+
+def message_body(reply: ReplyData, parsed: ParsedAssistant, model: str) -> dict[str, Any]:
+    """The ``Message`` object of a recorded turn."""
+    content: list[dict[str, Any]] = []
+    if parsed.reasoning_content:
+        thinking = parsed.reasoning_content
+        content.append({"type": "thinking", "thinking": thinking, "signature": signature(thinking)})
+    if parsed.content:
+        content.append({"type": "text", "text": parsed.content})
+    content.extend(tool_use_blocks(parsed))
+    return {
+        "id": f"msg_{reply.rid or reply.turn_id}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason(reply, parsed),
+        "stop_sequence": reply.matched_stop,
+        "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": len(reply.generated_ids)},
+    }
+
+
+def event(name: str, data: dict[str, Any]) -> bytes:
+    """One ``event:``/``data:`` server-sent event."""
+    return f"event: {name}\ndata: {json.dumps({'type': name, **data}, ensure_ascii=False)}\n\n".encode()
+
+
+def error_object(exc: BaseException, message: str) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, Anthropic error body) for an exception."""
+    status = classify(exc)[0]
+    kind = _ERROR_TYPES.get(status, "api_error")
+    return status, {"type": "error", "error": {"type": kind, "message": message}}
+
+
+class MessagesStream(StreamRenderer):
+    """Anthropic's streaming events: one content block at a time, tool calls whole at the end."""
+
+    def __init__(self, message_id: str, model: str, prompt_tokens: int) -> None:
+        self.message_id, self.model, self.prompt_tokens = message_id, model, prompt_tokens
+        self.index = -1
+        self.open: str | None = None
+        self._thinking = ""
+
+    def start(self) -> list[bytes]:
+        message: dict[str, Any] = {
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": self.prompt_tokens, "output_tokens": 0},
+        }
+        return [event("message_start", {"message": message}), event("ping", {})]
+
+    def _close(self) -> list[bytes]:
+        if self.open is None:
+            return []
+        out = []
+        if self.open == "thinking":
+            delta = {"type": "signature_delta", "signature": signature(self._thinking)}
+            out.append(event("content_block_delta", {"index": self.index, "delta": delta}))
+        out.append(event("content_block_stop", {"index": self.index}))
+        self.open = None
+        return out
+
+    def _open(self, kind: str, block: dict[str, Any]) -> list[bytes]:
+        out = self._close()
+        self.index += 1
+        self.open = kind
+        out.append(event("content_block_start", {"index": self.index, "content_block": block}))
+        return out
+
+    def delta(self, reasoning: str, content: str, ids: list[int], logprobs: list[float]) -> list[bytes]:
+        out: list[bytes] = []
+        if reasoning:
+            if self.open != "thinking":
+                out += self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            self._thinking += reasoning
+            delta = {"type": "thinking_delta", "thinking": reasoning}
+            out.append(event("content_block_delta", {"index": self.index, "delta": delta}))
+        if content:
+            if self.open != "text":
+                out += self._open("text", {"type": "text", "text": ""})
+            delta = {"type": "text_delta", "text": content}
+            out.append(event("content_block_delta", {"index": self.index, "delta": delta}))
+        return out
+
+    def finish(self, reply: ReplyData, parsed: ParsedAssistant, reasoning: str, content: str) -> list[bytes]:
+        out = self.delta(reasoning, content, [], [])
+        for block in tool_use_blocks(parsed):
+            out += self._open("tool_use", {**block, "input": {}})
+            delta = {
+                "type": "input_json_delta",
+                "partial_json": json.dumps(block["input"], ensure_ascii=False),
+            }
+            out.append(event("content_block_delta", {"index": self.index, "delta": delta}))
+        out += self._close()
+        end = {"stop_reason": stop_reason(reply, parsed), "stop_sequence": reply.matched_stop}
+        usage = {"output_tokens": len(reply.generated_ids)}
+        out.append(event("message_delta", {"delta": end, "usage": usage}))
+        out.append(event("message_stop", {}))
+        return out
+
+    def error(self, exc: BaseException, message: str) -> list[bytes]:
+        _, body = error_object(exc, message)
+        return [event("error", {"error": body["error"]})]
+
+
+class MessagesDialect(Dialect):
+    """Anthropic Messages."""
+
+    name = "messages"
+
+    def token(self, request: Request) -> str | None:
+        """The URL token, else ``x-api-key``, else the bearer header."""
+        if request.path_params.get("token"):
+            return url_or_bearer_token(request)
+        return request.headers.get("x-api-key") or url_or_bearer_token(request)
+
+    def parse(self, raw: bytes, state: SessionState, default_sampling: dict[str, Any] | None) -> Conversation:
+        return parse_messages_request(raw, default_sampling)
+
+    def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, Any]:
+        return message_body(reply, parsed, self.model_name)
+
+    def renderer(self, conv: Conversation, rid: str, created: int, prompt_tokens: int) -> StreamRenderer:
+        return MessagesStream(f"msg_{rid}", self.model_name, prompt_tokens)
+
+    def error_response(self, exc: BaseException, secrets: Iterable[str]) -> JSONResponse:
+        status, body = error_object(exc, error_message(exc, secrets))
+        return JSONResponse(body, status_code=status)
