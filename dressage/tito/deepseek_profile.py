@@ -287,6 +287,12 @@ class DeepSeekV3Profile(ModelProfile):
         self._check_thinking(enable_thinking)
         return GENERATION_PROMPT
 
+    def forced_tool_call_prefix(self, name: str, enable_thinking: bool | None = None) -> str:
+        """Closes the (empty) reasoning and opens a call: ``</think><｜tool▁calls▁begin｜>...NAME\n```json\n``."""
+        self._check_thinking(enable_thinking)
+        opening = f"</think>{CALLS_BEGIN}{CALL_BEGIN}function{TOOL_SEP}"
+        return opening + (f"{name}\n```json\n" if name else "")
+
     def parse_assistant(
         self,
         text: str,

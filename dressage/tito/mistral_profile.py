@@ -400,6 +400,15 @@ class MistralNemoProfile(ModelProfile):
     def generation_prompt_suffix(self, enable_thinking: bool | None = None) -> str:
         return ""
 
+    def forced_tool_call_prefix(self, name: str, enable_thinking: bool | None = None) -> str:
+        """``[TOOL_CALLS][{"name": "NAME", "arguments": `` (the encoder's key order; ``name`` ``""``:
+        up to the name's opening quote)."""
+        if enable_thinking is not None:
+            raise TemplateError(
+                "mistral-nemo has no thinking switch; leave chat_template_kwargs.enable_thinking unset"
+            )
+        return TOOL_CALLS + '[{"name": "' + (f'{name}", "arguments": ' if name else "")
+
     def parse_assistant(
         self,
         text: str,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, Protocol
 
-from dressage.errors import ConfigError
+from dressage.errors import ConfigError, RequestError
 from dressage.tito.chat_template import RenderedConversation
 from dressage.tito.render_cache import PromptText
 from dressage.tito.tokenizer import Tokenizer
@@ -115,7 +115,10 @@ class ModelProfile(ABC):
         leaves the function name to the model. The text must be what the chat template writes for
         an assistant turn that only calls tools, so the forced turn re-renders exactly.
         """
-        raise ConfigError(f"model profile {self.name!r} cannot force tool calls; use tool_choice 'auto'")
+        raise RequestError(
+            f"model profile {self.name!r} cannot force tool calls; use tool_choice 'auto'",
+            param="tool_choice",
+        )
 
     def think_open(self, enable_thinking: bool | None = None) -> bool:
         """Whether the generation prompt opens a reasoning block (the model starts by thinking)."""

@@ -130,3 +130,12 @@ def deepseek_output(
     base = profile.render(messages, tools, False)
     piece = full[len(base) :] if full.startswith(base) else full
     return reasoning + "</think>" + piece.removeprefix(ASSISTANT)
+
+
+def test_forced_call_prefix_opens_the_generated_form(profile: DeepSeekV3Profile) -> None:
+    msg = calls(("bash", {"cmd": "ls"}))
+    text = (
+        profile.forced_tool_call_prefix("bash") + '{"cmd": "ls"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    )
+    parsed = profile.parse_assistant(text, TOOLS, seed="s")
+    assert [c["function"] for c in parsed.tool_calls] == [c["function"] for c in msg["tool_calls"]]

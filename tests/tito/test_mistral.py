@@ -118,3 +118,10 @@ def test_tool_loop_renders_only_new_messages(profile: MistralNemoProfile) -> Non
             assert renderer.reused == k - 2  # type: ignore[attr-defined]
     renderer.render([*msgs, user("new question")], TOOLS, None)
     assert renderer.reused == 0  # type: ignore[attr-defined]
+
+
+def test_forced_call_prefix_is_the_rendered_form(profile: MistralNemoProfile) -> None:
+    msg = calls(("bash", {"cmd": "ls"}))
+    out = mistral_output(profile, [user("Go")], msg, TOOLS, None)
+    assert out.startswith(profile.forced_tool_call_prefix("bash"))
+    assert out.startswith(profile.forced_tool_call_prefix(""))
