@@ -18,7 +18,7 @@ from dressage.tito.tool_calls import ParsedAssistant
 
 def think_open(profile: ModelProfile, conv: Conversation) -> bool:
     """Whether the generation prompt opened a ``<think>`` block for this request."""
-    return profile.think_open(conv.enable_thinking)
+    return profile.think_open(conv.enable_thinking, conv.messages)
 
 
 def visible_ids(profile: ModelProfile, ids: Sequence[int]) -> list[int]:

@@ -72,8 +72,10 @@ class StreamSplitter:
         parse_tools: bool,
         stops: Sequence[str] = (),
         tool_call_marker: str = TOOL_CALL,
+        reasoning: bool = True,
     ) -> None:
         self.think_open = think_open
+        self.reasoning = reasoning  # False: the family has no <think> blocks, all text is content
         self.parse_tools = parse_tools
         self.tool_call_marker = tool_call_marker
         self.stops = tuple(stops)
@@ -89,7 +91,9 @@ class StreamSplitter:
             if i >= 0:
                 text = text[:i]
         text = _holdback(text, self.stops)
-        if THINK_END in text:
+        if not self.reasoning:
+            reasoning, content = "", text
+        elif THINK_END in text:
             head, _, rest = text.partition(THINK_END)
             head = head.split("<think>", 1)[1] if "<think>" in head else head
             reasoning, content = head.strip("\n"), rest.lstrip("\n")

@@ -308,6 +308,7 @@ class TurnHandler:
             conv.parse_tools and profile.tool_call_marker is not None,
             conv.sampling.get("stop") or (),
             profile.tool_call_marker or "",
+            profile.has_reasoning,
         )
         progress = asyncio.Event()
 

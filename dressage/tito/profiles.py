@@ -58,6 +58,8 @@ class ModelProfile(ABC):
     context_window: int
     normalizes_nfc: bool = False
     """Whether the tokenizer NFC-normalises text (the prompt text is then kept in NFC too)."""
+    has_reasoning: bool = False
+    """Whether the model writes ``<think>...</think>`` reasoning (see :meth:`split_reasoning`)."""
 
     @property
     @abstractmethod
@@ -120,8 +122,9 @@ class ModelProfile(ABC):
             param="tool_choice",
         )
 
-    def think_open(self, enable_thinking: bool | None = None) -> bool:
-        """Whether the generation prompt opens a reasoning block (the model starts by thinking)."""
+    def think_open(self, enable_thinking: bool | None = None, messages: Sequence[Any] | None = None) -> bool:
+        """Whether the generation prompt of a request with ``messages`` opens a reasoning block
+        (the model starts by thinking)."""
         return False
 
     def split_reasoning(self, text: str, think_open: bool) -> tuple[str | None, str]:

@@ -35,6 +35,7 @@ class _QwenProfile(ModelProfile):
     """What Qwen3.5 and Qwen3.6 share; subclasses set the flavor, name and template hash."""
 
     normalizes_nfc = True
+    has_reasoning = True
     flavor: QwenFlavor = QWEN35
 
     def __init__(self, thinking: bool, tokenizer: Tokenizer | None, context_window: int) -> None:
@@ -82,7 +83,7 @@ class _QwenProfile(ModelProfile):
     def _thinking(self, enable_thinking: bool | None) -> bool:
         return self.thinking if enable_thinking is None else enable_thinking
 
-    def think_open(self, enable_thinking: bool | None = None) -> bool:
+    def think_open(self, enable_thinking: bool | None = None, messages: Sequence[Any] | None = None) -> bool:
         return self._thinking(enable_thinking)
 
     def split_reasoning(self, text: str, think_open: bool) -> tuple[str | None, str]:

@@ -84,3 +84,30 @@ def test_corpus_through_the_proxy_is_token_exact(
             assert mismatches == 0 and requests >= 50 and tokens > 10_000
         finally:
             loop_thread.call(proxy.server.stop())
+
+
+def test_streaming_follows_the_family_reasoning_rules(
+    loop_thread: LoopThread, sqlite_store: EventStore
+) -> None:
+    """Mistral has no reasoning: '</think>' in its text is content, streamed or not; a DeepSeek
+    stream splits reasoning at '</think>' and holds its tool calls back for the final chunk."""
+    replies = {"mistral-nemo": "a </think> b", "deepseek-v3": "why</think>so"}
+    for name, text in replies.items():
+        with ScriptedEngine(lambda prompt, n, text=text: text, profile=name).running() as eng:
+            proxy = Harness(loop_thread, sqlite_store, eng.url, profile=name)
+            try:
+                client = OpenAI(base_url=proxy.session(proxy.run()).base_url, api_key="x", max_retries=0)
+                msgs: list[Any] = [{"role": "user", "content": "Hi"}]
+                whole = client.chat.completions.create(model="m", messages=msgs).choices[0].message
+                chunks = list(client.chat.completions.create(model="m", messages=msgs, stream=True))
+                streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                reasoning = "".join(
+                    getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices
+                )
+                assert streamed == whole.content
+                if name == "mistral-nemo":
+                    assert whole.content == "a </think> b" and reasoning == ""
+                else:
+                    assert whole.content == "so" and reasoning == "why"
+            finally:
+                loop_thread.call(proxy.server.stop())
