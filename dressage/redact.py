@@ -2,6 +2,9 @@
 
 Removes bearer tokens, API-key-like strings, ``Authorization`` headers, passwords in database URLs
 and any configured secret values from text before it is logged or written to the event log.
+:func:`redact_json` does the same for every string of a JSON-like value (session metadata, reward
+details). The secret values are the settings' ``secrets`` plus a run's declared secrets (see
+:mod:`dressage.rollout.secrets`), which the worker adds to its store's list.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from typing import Any
 
 REDACTED = "[REDACTED]"
 
@@ -26,6 +30,18 @@ _PATTERNS = [
     ),
     re.compile(r"(?P<keep>[a-z][a-z0-9+.-]*://[^:/\s@]+:)[^@\s/]+(?=@)"),
 ]
+
+
+def redact_json(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """``value`` (JSON-like: dicts, lists, scalars) with every string, keys included, redacted."""
+    secrets = tuple(secrets)
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {redact_json(k, secrets): redact_json(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_json(v, secrets) for v in value]
+    return value
 
 
 def redact(text: str | None, secrets: Iterable[str] = ()) -> str | None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up Dressage in ./.venv: Python >= 3.11, the CPU build of torch 2.13.0 (a looser pin would pull a
-# multi-GB CUDA build), and the package with all extras. Safe to run again.
+# Set up Dressage in ./.venv: Python >= 3.11, torch 2.13.0 (see install_torch: the CPU build unless
+# a GPU is visible), and the package with all extras. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,8 +21,30 @@ if [ ! -x .venv/bin/python ]; then
   "$(find_python)" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
+TORCH_VERSION=2.13.0
+CPU_INDEX=${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}
+
+# torch==X from PyPI is the multi-GB CUDA build. In order: a wheel already in a local wheel folder
+# (pip's find-links; works offline), the CUDA build from PyPI when nvidia-smi sees a GPU, else the
+# CPU build from PyTorch's CPU index.
+install_torch() {
+  local pip=(.venv/bin/python -m pip install -q) local_wheels
+  local_wheels=$(mktemp -d)
+  if .venv/bin/python -m pip download -q --no-index --no-deps "torch==$TORCH_VERSION" -d "$local_wheels" 2>/dev/null; then
+    echo "torch $TORCH_VERSION: from the local wheel folder ($(basename "$local_wheels"/torch-*.whl))"
+    "${pip[@]}" "$local_wheels"/torch-*.whl
+  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "torch $TORCH_VERSION: GPU found (nvidia-smi), installing the CUDA build from PyPI"
+    "${pip[@]}" "torch==$TORCH_VERSION"
+  else
+    echo "torch $TORCH_VERSION: no GPU found, installing the CPU build from $CPU_INDEX"
+    "${pip[@]}" "torch==$TORCH_VERSION" --index-url "$CPU_INDEX" --extra-index-url https://pypi.org/simple
+  fi
+  rm -rf "$local_wheels"
+}
+
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
-  .venv/bin/python -m pip install -q torch==2.13.0
+  install_torch
 fi
 .venv/bin/python -m pip install -q -e '.[all]'
 echo "Dressage is installed in .venv (dressage-worker: .venv/bin/dressage-worker)"

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import typer
 
+from dressage.cli.store_commands import handle_errors
 
+
+@handle_errors
 def engine_command(
     port: int = typer.Option(30000, help="TCP port to listen on (SGLang's default is 30000)."),
     host: str = typer.Option(
@@ -20,12 +23,17 @@ def engine_command(
     ),
     weight_version: str = typer.Option("0", help="Initial weight version reported in every response."),
     threads: int = typer.Option(1, help="torch CPU threads."),
+    constrained_json_disable_any_whitespace: bool = typer.Option(
+        False,
+        "--constrained-json-disable-any-whitespace",
+        help="JSON-schema output without free whitespace (SGLang's flag of the same name).",
+    ),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
     """Run the CPU dev engine until interrupted."""
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)
     with console.status(f"building model {model!r} (seed {seed})"):
         import torch
         import uvicorn
@@ -35,7 +43,12 @@ def engine_command(
 
         torch.set_num_threads(threads)
         loaded = load_model(model, seed=seed)
-        app = create_app(loaded, seed=seed, weight_version=weight_version)
+        app = create_app(
+            loaded,
+            seed=seed,
+            weight_version=weight_version,
+            constrained_json_disable_any_whitespace=constrained_json_disable_any_whitespace,
+        )
     console.print(
         f"dev engine: model {loaded.model_path}, vocab {loaded.vocab_size}, listening on http://{host}:{port}"
     )

@@ -60,7 +60,7 @@ def loop_command(
         concurrency=concurrency,
         show_progress=progress,
     )
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)
     report = asyncio.run(run_loop(settings, opts, console))
     title = f"run {report.run} ({report.mode}, {len(report.iterations)} iterations, {report.seconds:.0f}s)"
     console.print(summary_table(report.iterations, title=title))

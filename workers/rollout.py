@@ -36,6 +36,7 @@ def rollout_command(
     import asyncio
 
     from rich.console import Console
+    from rich.markup import escape
 
     from dressage.config import load_settings
     from dressage.rollout.worker import WorkerOptions, run_rollout
@@ -48,12 +49,12 @@ def rollout_command(
         worker_id=worker_id,
         show_progress=progress,
     )
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)
     report = asyncio.run(run_rollout(settings, opts, console))
     url = settings.resolved_database_url()
     db = "" if database_url is None else f" --database-url {url}"
     console.print(
-        f"\nrun [bold]{report.run}[/] done. Look at it with:\n"
+        f"\nrun [bold]{escape(report.run)}[/] done. Look at it with:\n"
         f"  dressage-worker runs{db}\n"
         f"  dressage-worker show {report.example_session or '<session-id>'}{db} --tokens\n"
         f'  dressage-worker sql{db} "select status, count(*), avg(reward) from sessions group by status"'

@@ -8,12 +8,15 @@ checks its hash. torch and transformers are imported inside the command.
 
 from __future__ import annotations
 
+import contextlib
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from dressage.errors import ConfigError, DressageError, ReplayDriftError
+from dressage.cli.store_commands import handle_errors
+from dressage.errors import ConfigError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from dressage.training.weight_push import WeightPusher
 
 
+@handle_errors
 def train_command(
     from_run: str = typer.Option(..., "--from-run", help="Run whose log to train on."),
     consumer: str = typer.Option("main", help="Consumer name; the checkpoint is kept as train:<name>."),
@@ -61,64 +65,73 @@ def train_command(
     throttle_s: float = typer.Option(0.0, help="Pause between steps (demos, crash tests)."),
 ) -> None:
     """Train on a run's log, or replay its recorded steps."""
-    from rich.console import Console
-
+    from dressage.cli.render import console as make_console
     from dressage.config import load_settings
     from dressage.store import EventStore
     from dressage.training.masking import MaskingPolicy
     from dressage.training.steps import StepOptions
 
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
+    check_train_options(out=out, lr=lr, global_batch_size=global_batch_size, n_samples=n_samples_per_prompt)
+    store = EventStore.open(settings=load_settings(database_url=database_url))
+    out_existed = out.exists()
     try:
-        store = EventStore.open(settings=load_settings(database_url=database_url))
-        try:
-            if replay:
-                _replay(console, store, from_run, consumer)
-                return
-            options = StepOptions(
-                global_batch_size=global_batch_size,
-                n_samples_per_prompt=n_samples_per_prompt,
-                advantage_estimator=advantage_estimator,
-                std_normalize=std_normalize,
-                initial_version=initial_version,
-                masking=MaskingPolicy(max_staleness, last_version_only, group_version_window, failure_policy),
-            )
-            pusher = None
-            if push_to is not None:
-                if backend != "torch":
-                    raise ConfigError(
-                        f"--push-to needs --backend torch (the {backend!r} backend trains nothing)"
-                    )
-                from dressage.training.weight_push import WeightPusher, parse_urls
+        store.get_run(from_run)  # an unknown run fails before any output is written
+        if replay:
+            _replay(console, store, from_run, consumer)
+            return
+        options = StepOptions(
+            global_batch_size=global_batch_size,
+            n_samples_per_prompt=n_samples_per_prompt,
+            advantage_estimator=advantage_estimator,
+            std_normalize=std_normalize,
+            initial_version=initial_version,
+            masking=MaskingPolicy(max_staleness, last_version_only, group_version_window, failure_policy),
+        )
+        pusher = None
+        if push_to is not None:
+            if backend != "torch":
+                raise ConfigError(f"--push-to needs --backend torch (the {backend!r} backend trains nothing)")
+            from dressage.training.weight_push import WeightPusher, parse_urls
 
-                pusher = WeightPusher(
-                    store,
-                    parse_urls(push_to),
-                    proxy_admin_url=proxy_admin_url,
-                    every=push_every,
-                    keep_last=push_keep,
-                )
-            elif proxy_admin_url is not None:
-                raise ConfigError("--proxy-admin-url only applies with --push-to ENGINE_URL[,URL...]")
-            chosen = _backend(
-                backend,
-                out,
-                model=model,
-                seed=seed,
-                lr=lr,
-                optimizer=optimizer,
-                trainable=trainable,
-                push=pusher,
+            pusher = WeightPusher(
+                store,
+                parse_urls(push_to),
+                proxy_admin_url=proxy_admin_url,
+                every=push_every,
+                keep_last=push_keep,
             )
-            _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s)
-        finally:
-            store.close()
-    except ReplayDriftError as e:
-        console.print(f"[red]replay drift:[/red] {e}")
-        raise typer.Exit(3) from e
-    except DressageError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
+        elif proxy_admin_url is not None:
+            raise ConfigError("--proxy-admin-url only applies with --push-to ENGINE_URL[,URL...]")
+        chosen = _backend(
+            backend, out, model=model, seed=seed, lr=lr, optimizer=optimizer, trainable=trainable, push=pusher
+        )
+        _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s)
+    except BaseException:
+        if not out_existed:
+            remove_if_empty(out)
+        raise
+    finally:
+        store.close()
+
+
+def check_train_options(*, out: Path, lr: float, global_batch_size: int, n_samples: int) -> None:
+    """Refuse option values that cannot work, before the log is opened or anything is written."""
+    if not math.isfinite(lr) or lr <= 0:
+        raise ConfigError(f"--lr must be a positive number, got {lr}")
+    if global_batch_size < 1:
+        raise ConfigError(f"--global-batch-size must be >= 1, got {global_batch_size}")
+    if n_samples < 1:
+        raise ConfigError(f"--n-samples-per-prompt must be >= 1, got {n_samples}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is an existing file; give a directory (it is created if missing)")
+
+
+def remove_if_empty(path: Path) -> None:
+    """Remove ``path`` when it is an empty directory (a failed run leaves no empty output folder)."""
+    with contextlib.suppress(OSError):
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
 
 
 def _progress(console: Console) -> Progress:
@@ -134,7 +147,9 @@ def _replay(console: Console, store: EventStore, run: str, consumer: str) -> Non
 
     steps = store.list_steps(run, consumer_name(consumer))
     if not steps:
-        console.print(f"nothing to replay: no recorded steps for {consumer_name(consumer)} of run {run!r}")
+        console.print(
+            f"nothing to replay: no recorded steps for {consumer_name(consumer)} of run {run!r}", markup=False
+        )
         return
     trainer = Trainer(store, run, StepOptions.from_dict(steps[0].manifest["options"]), consumer=consumer)
     with _progress(console) as bar:
@@ -144,7 +159,9 @@ def _replay(console: Console, store: EventStore, run: str, consumer: str) -> Non
             bar.update(task, advance=1, description=f"replay step {batch.step}: hash matches")
 
         trainer.replay(on_step=replayed)
-    console.print(f"replayed {len(steps)} steps of {trainer.consumer}: every batch hash matches")
+    console.print(
+        f"replayed {len(steps)} steps of {trainer.consumer}: every batch hash matches", markup=False
+    )
 
 
 def _train(
@@ -158,11 +175,13 @@ def _train(
     max_steps: int | None,
     throttle_s: float,
 ) -> None:
+    from rich.markup import escape
+
     from dressage.training.consumer import StepResult, Trainer, manifest_summary
 
     trainer = Trainer(store, run, options, backend, consumer=consumer)
     with _progress(console) as bar:
-        task = bar.add_task(f"{trainer.consumer} on {run}", total=max_steps)
+        task = bar.add_task(escape(f"{trainer.consumer} on {run}"), total=max_steps)
 
         def stepped(result: StepResult) -> None:
             s = manifest_summary(result.batch)
@@ -182,7 +201,7 @@ def _train(
         results = trainer.run_steps(
             follow=follow, max_steps=max_steps, throttle_s=throttle_s, on_step=stepped
         )
-    console.print(f"{len(results)} new steps committed for {trainer.consumer}")
+    console.print(f"{len(results)} new steps committed for {trainer.consumer}", markup=False)
     pattern = getattr(backend, "pattern", None)
     if pattern is not None:
         from dressage.integrations.slime import slime_command

@@ -12,12 +12,15 @@ from dressage.agents.config import (
     WHITEBOX_KINDS,
     AgentConfig,
     AnswerAgentConfig,
+    ClaudeCodeAgentConfig,
+    CodexAgentConfig,
     CodingAgentConfig,
     CommandAgentConfig,
     OpenClawAgentConfig,
     OpenCodeAgentConfig,
     PythonAgentConfig,
 )
+from dressage.agents.native_clis import ClaudeCodeAgent, CodexAgent
 from dressage.agents.whitebox import AnswerAgent, CodingAgent, FunctionAgent, load_python_agent
 from dressage.errors import NotSupportedError
 
@@ -36,6 +39,10 @@ def build_agent(cfg: AgentConfig) -> Agent:
         return OpenCodeAgent(cfg)
     if isinstance(cfg, OpenClawAgentConfig):
         return OpenClawAgent(cfg)
+    if isinstance(cfg, ClaudeCodeAgentConfig):
+        return ClaudeCodeAgent(cfg)
+    if isinstance(cfg, CodexAgentConfig):
+        return CodexAgent(cfg)
     raise NotSupportedError(f"agent kind {getattr(cfg, 'kind', cfg)!r} is not supported yet")
 
 
@@ -49,6 +56,8 @@ __all__ = [
     "AgentResult",
     "AnswerAgent",
     "BlackboxAgent",
+    "ClaudeCodeAgent",
+    "CodexAgent",
     "CodingAgent",
     "CommandAgent",
     "FunctionAgent",

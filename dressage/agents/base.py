@@ -122,6 +122,8 @@ class AgentContext:
     sampling: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 600.0
     log: AgentLog = field(default_factory=AgentLog)
+    secret_env: dict[str, str] = field(default_factory=dict)
+    """The run's declared ``secrets.agent`` values, set in a blackbox agent's environment (never stored)."""
 
 
 @dataclass

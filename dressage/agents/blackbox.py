@@ -7,6 +7,8 @@ sandbox's clean one):
   inside the sandbox, e.g. ``http://127.0.0.1:18080/s/<token>/v1`` through the Unix-socket
   forwarder when the sandbox has no network;
 - ``OPENAI_API_KEY``: the session's bearer token; ``OPENAI_MODEL``: the model name to request;
+- the run's ``secrets.agent`` variables, valued from the worker's environment (see
+  :mod:`dressage.rollout.secrets`);
 - ``DRESSAGE_PROMPT`` / ``DRESSAGE_PROMPT_FILE``: the task's prompt (also written to
   ``.dressage/prompt.txt`` in the workspace); ``DRESSAGE_ANSWER_FILE``: where the program may write
   its final answer (otherwise its stdout is the answer).
@@ -22,8 +24,14 @@ import shlex
 from typing import Any
 
 from dressage.agents.base import Agent, AgentContext, AgentResult
-from dressage.agents.config import CommandAgentConfig, OpenClawAgentConfig, OpenCodeAgentConfig
+from dressage.agents.config import (
+    BlackboxConfig,
+    CommandAgentConfig,
+    OpenClawAgentConfig,
+    OpenCodeAgentConfig,
+)
 from dressage.errors import AgentError, SandboxError
+from dressage.paddock import ExecResult
 
 PROMPT_FILE = ".dressage/prompt.txt"
 TAIL_CHARS = 2000
@@ -32,7 +40,7 @@ TAIL_CHARS = 2000
 class BlackboxAgent(Agent):
     """Shared machinery: binary check, environment, one sandboxed exec, answer collection."""
 
-    def __init__(self, cfg: CommandAgentConfig | OpenCodeAgentConfig | OpenClawAgentConfig) -> None:
+    def __init__(self, cfg: BlackboxConfig) -> None:
         self.cfg = cfg
         self.name = cfg.kind
 
@@ -59,6 +67,7 @@ class BlackboxAgent(Agent):
             "DRESSAGE_ANSWER_FILE": self.cfg.answer_file,
             "DRESSAGE_SESSION_ID": ctx.session_id,
             **self.cfg.env,
+            **ctx.secret_env,
         }
 
     async def _check_binary(self, ctx: AgentContext) -> None:
@@ -91,19 +100,34 @@ class BlackboxAgent(Agent):
                 f"agent {self.name}: command not found in the sandbox (exit 127): {r.stderr.strip()[-300:]}"
             )
         if r.exit_code not in self.cfg.accept_exit_codes:
-            raise AgentError(
-                f"agent {self.name} exited with code {r.exit_code}: {r.stderr.strip()[-TAIL_CHARS:] or r.stdout.strip()[-TAIL_CHARS:]}"
-            )
-        try:
-            answer = (await ctx.sandbox.read_file(self.cfg.answer_file)).decode("utf-8", errors="replace")
-            source = "answer_file"
-        except SandboxError:
-            answer, source = r.stdout, "stdout"
+            raise AgentError(f"agent {self.name} exited with code {r.exit_code}: {failure_detail(r)}")
+        answer, source = await self.collect_answer(ctx, r)
         return AgentResult(
             answer=answer.strip(),
             finish_reason="exited",
             info={"exit_code": r.exit_code, "answer_source": source, "duration_s": r.duration_s},
         )
+
+    async def collect_answer(self, ctx: AgentContext, r: ExecResult) -> tuple[str, str]:
+        """``(answer, source)``: the answer file if the program wrote it, else its stdout."""
+        try:
+            answer = (await ctx.sandbox.read_file(self.cfg.answer_file)).decode("utf-8", errors="replace")
+            return answer, "answer_file"
+        except SandboxError:
+            return r.stdout, "stdout"
+
+    async def exec_step(self, ctx: AgentContext, argv: str, what: str) -> ExecResult:
+        """Run a set-up step (not the agent's turn) with the agent's environment; fail loudly."""
+        ctx.log.write(f"$ {argv}")
+        r = await ctx.sandbox.exec(argv, env=self.env(ctx), timeout=ctx.timeout_s)
+        ctx.log.write(f"{what}: exit_code={r.exit_code} duration={r.duration_s:.2f}s")
+        if r.timed_out or r.exit_code != 0:
+            tail = (r.stderr.strip() or r.stdout.strip())[-TAIL_CHARS:]
+            ctx.log.write(tail)
+            raise AgentError(
+                f"agent {self.name}: {what} failed (exit {r.exit_code}, timed_out={r.timed_out}): {tail}"
+            )
+        return r
 
 
 class CommandAgent(BlackboxAgent):
@@ -177,23 +201,101 @@ class OpenCodeAgent(BlackboxAgent):
 
 
 class OpenClawAgent(BlackboxAgent):
-    """openclaw: non-interactive onboarding of a custom OpenAI-compatible provider, then one local turn."""
+    """openclaw: non-interactive onboarding of a custom OpenAI-compatible provider, then one local turn.
+
+    Measured with openclaw 2026.9.6 (it needs Node >= 24): onboarding exits 1 without
+    ``--accept-risk`` and waits for a gateway unless ``--skip-health``; every other set-up step
+    (channels, daemon, search, UI, hooks, skills, workspace bootstrap files) is skipped. The base URL
+    stored is the proxy's token-less ``/v1`` URL and the API key the reference ``${OPENAI_API_KEY}``
+    (openclaw substitutes it when it loads its config; it is sent as a Bearer header), so the
+    session token never lands in the workspace. After onboarding, :data:`OFFLINE`
+    is merged into ``~/.openclaw/openclaw.json`` on the host side (an ``openclaw config set`` costs
+    another CLI start-up): the memory plugin slot is emptied (its vector index otherwise calls an
+    external embeddings host), web search and update checks are off. The answer is the text of the
+    ``payloads`` in ``openclaw agent --local --json``'s report.
+    """
 
     cfg: OpenClawAgentConfig
+
+    CONFIG = ".openclaw/openclaw.json"
+    OFFLINE: dict[str, Any] = {
+        "plugins": {"slots": {"memory": "none"}},
+        "tools": {"web": {"search": {"enabled": False}}},
+        "update": {"checkOnStart": False},
+    }
 
     def binary(self) -> str | None:
         """The openclaw executable."""
         return self.cfg.binary
 
-    def argv(self, ctx: AgentContext) -> str:
-        """A shell line: ``openclaw onboard ... && openclaw agent --local --message "$DRESSAGE_PROMPT"``."""
+    def env(self, ctx: AgentContext) -> dict[str, str]:
+        """Base environment, the token-less base URL the config stores, and openclaw's switch for a
+        host without LAN discovery."""
+        return {
+            **super().env(ctx),
+            "DRESSAGE_BEARER_BASE_URL": bearer_base(ctx),
+            "OPENCLAW_DISABLE_BONJOUR": "1",
+            **self.cfg.env,
+        }
+
+    def onboard_argv(self) -> str:
+        """The onboarding command line (reads the session from the environment)."""
         b = shlex.quote(self.cfg.binary)
-        extra = shlex.join(self.cfg.extra_args)
         return (
-            f"{b} onboard --non-interactive --mode local --auth-choice custom-api-key "
-            '--custom-base-url "$OPENAI_BASE_URL" --custom-model-id "$OPENAI_MODEL" '
-            '--custom-api-key "$OPENAI_API_KEY" --custom-provider-id dressage '
-            "--custom-compatibility openai --secret-input-mode plaintext --skip-skills "
-            f'--workspace "$PWD" >.dressage/onboard.log 2>&1 && '
-            f'exec {b} agent --local --message "$DRESSAGE_PROMPT" {extra}'
-        ).strip()
+            f"{b} onboard --non-interactive --accept-risk --mode local --auth-choice custom-api-key "
+            '--custom-base-url "$DRESSAGE_BEARER_BASE_URL" --custom-model-id "$OPENAI_MODEL" '
+            "--custom-api-key '${OPENAI_API_KEY}' --custom-provider-id dressage "
+            "--custom-compatibility openai --secret-input-mode plaintext --skip-health --skip-channels "
+            "--skip-daemon --skip-search --skip-ui --skip-hooks --skip-skills --skip-bootstrap "
+            '--workspace "$PWD"'
+        )
+
+    async def prepare(self, ctx: AgentContext) -> None:
+        """Onboard, then merge :data:`OFFLINE` into the config it wrote."""
+        await self.exec_step(ctx, self.onboard_argv(), "openclaw onboarding")
+        try:
+            config = json.loads(await ctx.sandbox.read_file(self.CONFIG))
+        except (SandboxError, json.JSONDecodeError) as e:
+            raise AgentError(f"agent openclaw: onboarding left no readable {self.CONFIG}: {e}") from e
+        await ctx.sandbox.write_file(self.CONFIG, json.dumps(deep_merge(config, self.OFFLINE), indent=2))
+
+    def argv(self, ctx: AgentContext) -> str:
+        """``exec openclaw agent --local --json --message "$DRESSAGE_PROMPT" [extra]``."""
+        argv = [self.cfg.binary, "agent", "--local", "--json", *self.cfg.extra_args]
+        return f'exec {shlex.join(argv)} --message "$DRESSAGE_PROMPT"'
+
+    async def collect_answer(self, ctx: AgentContext, r: ExecResult) -> tuple[str, str]:
+        """The texts of the JSON report's ``payloads`` (the report is the last JSON object printed)."""
+        start = r.stdout.find("{")
+        try:
+            report, _ = json.JSONDecoder().raw_decode(r.stdout[start:]) if start >= 0 else ({}, 0)
+        except json.JSONDecodeError as e:
+            raise AgentError(f"agent openclaw printed no JSON report: {r.stdout.strip()[-300:]!r}") from e
+        payloads = report.get("payloads") if isinstance(report, dict) else None
+        if not isinstance(payloads, list):
+            raise AgentError(f"agent openclaw's report has no payloads: {r.stdout.strip()[-300:]!r}")
+        return "\n".join(str(p.get("text", "")) for p in payloads if isinstance(p, dict)), "stdout_json"
+
+
+def bearer_base(ctx: AgentContext) -> str:
+    """The session's OpenAI base without the token in its path (``http://h:p/v1``): for CLIs that
+    store their base URL in a config file, so the token travels only as a Bearer header from the
+    environment and never lands in the workspace."""
+    return ctx.sandbox_base_url.replace(f"/s/{ctx.token}/", "/", 1)
+
+
+def failure_detail(r: ExecResult) -> str:
+    """The tail of stderr, then of stdout (CLIs such as Claude Code report API errors on stdout)."""
+    err, out = r.stderr.strip()[-TAIL_CHARS:], r.stdout.strip()[-TAIL_CHARS // 2 :]
+    return f"{err} | stdout: {out}" if err and out else err or out
+
+
+def deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``patch`` merged in: nested objects merge, anything else is replaced."""
+    out = dict(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

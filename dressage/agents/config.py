@@ -1,8 +1,7 @@
 """Configuration models of agents: the ``agent:`` section of a rollout config.
 
 One model per ``kind``, joined in a discriminated union (:data:`AgentConfig`), so a typo in a field
-or an unknown kind is reported with the exact path of the mistake. ``claude_code`` is a reserved
-kind: it parses, then fails with a clear "not supported yet" message.
+or an unknown kind is reported with the exact path of the mistake.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DOTTED_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
 
@@ -90,26 +89,40 @@ class OpenCodeAgentConfig(_BlackboxBase):
 
 
 class OpenClawAgentConfig(_BlackboxBase):
-    """openclaw (``npm i -g openclaw``): onboards a custom OpenAI-compatible provider, then one local turn."""
+    """openclaw (needs Node >= 24; ``scripts/install-agents.sh`` installs it with its own node): onboards
+    a custom OpenAI-compatible provider, switches memory/search/updates off, then one local turn."""
 
     kind: Literal["openclaw"] = "openclaw"
     binary: str = "openclaw"
     extra_args: list[str] = Field(default_factory=list)
 
 
-class ClaudeCodeAgentConfig(BaseModel):
-    """Reserved: selecting it fails at config load."""
+class ClaudeCodeAgentConfig(_BlackboxBase):
+    """Claude Code (``@anthropic-ai/claude-code``): ``claude -p`` against the proxy's Anthropic Messages route."""
 
-    model_config = ConfigDict(extra="allow")
     kind: Literal["claude_code"] = "claude_code"
+    binary: str = "claude"
+    allowed_tools: list[str] = Field(
+        default_factory=lambda: ["Bash", "Read", "Write", "Edit", "Glob", "Grep"],
+        min_length=1,
+        description="Tools Claude Code may use without asking (--allowedTools); others are denied.",
+    )
+    max_turns: int | None = Field(default=None, ge=1, description="--max-turns: agentic turns at most.")
+    extra_args: list[str] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _reserved(self) -> ClaudeCodeAgentConfig:
-        raise ValueError(
-            "agent kind 'claude_code' is reserved and not supported yet (it speaks the Anthropic API, "
-            "which the proxy does not serve); use kind 'command', 'opencode' or 'openclaw'"
-        )
 
+class CodexAgentConfig(_BlackboxBase):
+    """Codex CLI (``@openai/codex``): ``codex exec`` against the proxy's OpenAI Responses route."""
+
+    kind: Literal["codex"] = "codex"
+    binary: str = "codex"
+    extra_args: list[str] = Field(default_factory=list)
+
+
+BlackboxConfig = (
+    CommandAgentConfig | OpenCodeAgentConfig | OpenClawAgentConfig | ClaudeCodeAgentConfig | CodexAgentConfig
+)
+"""Any blackbox adapter's config."""
 
 AgentConfig = Annotated[
     AnswerAgentConfig
@@ -118,10 +131,11 @@ AgentConfig = Annotated[
     | CommandAgentConfig
     | OpenCodeAgentConfig
     | OpenClawAgentConfig
-    | ClaudeCodeAgentConfig,
+    | ClaudeCodeAgentConfig
+    | CodexAgentConfig,
     Field(discriminator="kind"),
 ]
 """The ``agent:`` section: pick one ``kind``."""
 
 WHITEBOX_KINDS = ("answer", "coding", "python")
-BLACKBOX_KINDS = ("command", "opencode", "openclaw")
+BLACKBOX_KINDS = ("command", "opencode", "openclaw", "claude_code", "codex")

@@ -24,16 +24,23 @@ __all__ = ["cell", "console", "escape", "legend", "print_error", "table", "times
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A console on stdout (or stderr); wide enough that tables are not squeezed when piped."""
-    c = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    """A console on stdout (or stderr); wide enough that tables are not squeezed when piped.
+
+    Emoji codes are off: user text such as the consumer name ``train:loop:`` must print as written.
+    """
+    c = Console(stderr=stderr, highlight=False, soft_wrap=False, emoji=False)
     if not c.is_terminal:
         c.width = max(c.width, 160)
     return c
 
 
 def print_error(message: str) -> None:
-    """One red line on stderr: ``error: <message>``."""
-    console(stderr=True).print(Text.assemble(("error: ", "bold red"), (message, "red")), soft_wrap=True)
+    """``error: <first line>`` in red on stderr; further lines of the message follow, indented."""
+    first, *rest = message.splitlines() or [""]
+    out = console(stderr=True)
+    out.print(Text.assemble(("error: ", "bold red"), (first, "red")), soft_wrap=True)
+    for line in rest:
+        out.print(Text("  " + line), soft_wrap=True)
 
 
 def cell(value: Any, digits: int = 4) -> str:

@@ -4,8 +4,8 @@
 ``verify-export`` and ``drop`` to the app. Every command takes ``--database-url`` (default:
 ``DRESSAGE_DATABASE_URL``, else the embedded SQLite file). Inspection commands never migrate the
 schema: a database behind head gets a message telling to run ``dressage-worker db upgrade``.
-:func:`handle_errors` turns a :class:`~dressage.errors.DressageError` into one red line and exit
-code 1; other commands of the CLI can reuse it.
+:func:`handle_errors` turns a :class:`~dressage.errors.DressageError` into one red line and the
+CLI's exit code (1, or 3 for a failed check); every command of the CLI uses it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from dressage.cli import render
 from dressage.config import Settings, load_settings
-from dressage.errors import DressageError, InvalidRecordError, StoreError
+from dressage.errors import DressageError, InvalidRecordError, StoreError, VerificationError
 from dressage.redact import redact
 from dressage.store import EventStore, schema
 from dressage.store import db as dbm
@@ -47,16 +47,29 @@ DatabaseUrl = Annotated[
 ]
 
 
+EXIT_ERROR = 1
+"""Exit code of a command that failed with an error Dressage reports (config, input, store, engine)."""
+EXIT_USAGE = 2
+"""Exit code of a command-line usage error (unknown option, value of the wrong type): click's own."""
+EXIT_MISMATCH = 3
+"""Exit code of a check that found a mismatch (``train --replay`` drift, ``verify-export``)."""
+
+
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Decorate a command: a :class:`DressageError` prints one red line and exits with code 1."""
+    """Decorate a command with the CLI's error convention (see ``docs/architecture.md``, exit codes).
+
+    A :class:`DressageError` prints ``error: <message>`` on stderr (the whole message: errors are
+    one line by convention, any further lines are printed indented under it) and exits with
+    :data:`EXIT_ERROR`, or :data:`EXIT_MISMATCH` for a :class:`VerificationError`.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except DressageError as e:
-            render.print_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
-            raise typer.Exit(1) from None
+            render.print_error(str(e) or type(e).__name__)
+            raise typer.Exit(EXIT_MISMATCH if isinstance(e, VerificationError) else EXIT_ERROR) from None
 
     return wrapper
 
@@ -179,14 +192,22 @@ def _segments(turns: list[Turn]) -> list[list[Any]]:
 
 def _decoder(run_config: dict[str, Any]) -> Callable[[list[int]], str] | None:
     """``decode`` of the model profile the run recorded (Qwen3.5 for runs without a record) when
-    available, else None (ids are shown)."""
+    available, else None (ids are shown, and a note on stderr says why, so the fallback is never
+    silent)."""
     try:
         from dressage.tito.profiles import RUN_RECORD_KEY, get_profile
 
         recorded = run_config.get(RUN_RECORD_KEY)
         name = recorded.get("model_profile") if isinstance(recorded, dict) else None
         return get_profile(name or "qwen3.5").tokenizer.decode
-    except Exception:  # optional: any failure (missing package, no cache dir) falls back to ids
+    except Exception as e:  # optional: any failure (missing package, no cache dir) falls back to ids
+        reason = (str(e).splitlines() or [""])[0]
+        render.console(stderr=True).print(
+            f"note: showing token ids, not text: the run's tokenizer could not be loaded "
+            f"({type(e).__name__}: {reason})",
+            markup=False,
+            style="yellow",
+        )
         return None
 
 

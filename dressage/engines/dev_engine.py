@@ -5,10 +5,17 @@ GPU SGLang server (see :mod:`dressage.engines.protocol` for the facts pinned). R
 ``/generate`` (JSON or SSE), ``/abort_request``, ``/pause_generation``, ``/continue_generation``,
 ``/update_weights_from_disk``, ``/update_weight_version``, ``/model_info``, ``/health``.
 
+Sampling follows SGLang (:mod:`dressage.engines.sampling`): temperature, top-p/k, min-p, the
+frequency / presence / repetition penalties, ``top_logprobs_num``, and constrained decoding with
+``json_schema`` / ``regex`` / ``ebnf`` by xgrammar token masks (:mod:`dressage.engines.grammar`),
+deferred past ``</think>`` with ``require_reasoning``.
+
 Differences from SGLang, on purpose: requests without ``sampling_seed`` are still deterministic
 (seeded from the engine seed and the rid); routed experts are always capturable (no server flag);
-input-token logprobs (``logprob_start_len >= 0``), top logprobs and batched requests are refused
-with 400.
+input-token logprobs (``logprob_start_len >= 0``), batched requests, parallel sampling (``n > 1``:
+send n requests), ``top_logprobs_num`` without ``return_logprob``, and the sampling params it does
+not implement (``structural_tag``, ``logit_bias``, ``min_new_tokens``, ``stop_regex``,
+``custom_params``) are refused with 400 instead of being ignored.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from dressage.engines.dev_runtime import DevRequest, DevScheduler, check_prompt
+from dressage.engines.grammar import CompiledConstraint, GrammarBackend, GrammarSpec
 from dressage.engines.protocol import (
     SSE_DONE,
     AbortRequest,
@@ -42,9 +50,25 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": {"message": message}}, status_code=status)
 
 
-def create_app(loaded: LoadedModel, *, seed: int = 0, weight_version: str = "0") -> FastAPI:
-    """Build the FastAPI app serving ``loaded``; the scheduler thread stops with the app."""
+def create_app(
+    loaded: LoadedModel,
+    *,
+    seed: int = 0,
+    weight_version: str = "0",
+    constrained_json_disable_any_whitespace: bool = False,
+) -> FastAPI:
+    """Build the FastAPI app serving ``loaded``; the scheduler thread stops with the app.
+
+    ``constrained_json_disable_any_whitespace`` is SGLang's server flag of that name: JSON-schema
+    output without free whitespace between tokens (a random model otherwise fills it with spaces).
+    """
     scheduler = DevScheduler(loaded, seed=seed, weight_version=weight_version)
+    grammars = GrammarBackend(
+        loaded.tokenizer,
+        loaded.vocab_size,
+        loaded.eos_token_ids,
+        json_any_whitespace=not constrained_json_disable_any_whitespace,
+    )
     app = FastAPI(title="dressage dev engine", docs_url=None, redoc_url=None)
     app.state.scheduler = scheduler
     app.router.add_event_handler("shutdown", scheduler.stop)
@@ -60,7 +84,9 @@ def create_app(loaded: LoadedModel, *, seed: int = 0, weight_version: str = "0")
     @app.api_route("/generate", methods=["POST", "PUT"], response_model=None)
     async def generate(body: GenerateRequest) -> Response:
         """Generate from token ids (or text, when the model has a tokenizer)."""
-        req, queue = _admit(loaded, scheduler, body)
+        _check_supported(body)
+        constraint = await _constraint(grammars, body)
+        req, queue = _admit(loaded, scheduler, body, constraint)
         if not body.stream:
             while True:
                 chunk, final = await queue.get()
@@ -148,16 +174,45 @@ def create_app(loaded: LoadedModel, *, seed: int = 0, weight_version: str = "0")
     return app
 
 
-def _admit(
-    loaded: LoadedModel, scheduler: DevScheduler, body: GenerateRequest
-) -> tuple[DevRequest, asyncio.Queue[Any]]:
+_UNIMPLEMENTED_SAMPLING: dict[str, tuple[Any, str]] = {
+    "n": (1, "parallel sampling (n > 1) is not implemented by the dev engine; send n requests"),
+    "structural_tag": (
+        None,
+        "structural_tag is not implemented by the dev engine; use json_schema, regex or ebnf",
+    ),
+    "logit_bias": (None, "logit_bias is not implemented by the dev engine"),
+    "min_new_tokens": (0, "min_new_tokens is not implemented by the dev engine"),
+    "stop_regex": (None, "stop_regex is not implemented by the dev engine; use stop strings"),
+    "custom_params": (None, "custom logit processors are not implemented by the dev engine"),
+}
+"""Sampling params SGLang has and the dev engine does not: (neutral value, why refused otherwise)."""
+
+
+async def _constraint(grammars: GrammarBackend, body: GenerateRequest) -> CompiledConstraint | None:
+    """The request's compiled grammar (compiled off the event loop), or None."""
+    spec = GrammarSpec.from_sampling(body.sampling_params)
+    if spec is None:
+        return None
+    return await asyncio.to_thread(grammars.compile, spec, require_reasoning=bool(body.require_reasoning))
+
+
+def _check_supported(body: GenerateRequest) -> None:
     if body.logprob_start_len not in (-1, None):
         raise RequestError(
             "the dev engine returns output logprobs only; leave logprob_start_len at -1",
             param="logprob_start_len",
         )
-    if getattr(body, "top_logprobs_num", None):
-        raise RequestError("top_logprobs_num is not supported by the dev engine", param="top_logprobs_num")
+    if body.top_logprobs_num and not body.return_logprob:
+        raise RequestError("top_logprobs_num needs return_logprob", param="top_logprobs_num")
+    extra = body.sampling_params.model_extra or {}
+    for name, (neutral, why) in _UNIMPLEMENTED_SAMPLING.items():
+        if extra.get(name) not in (None, neutral):
+            raise RequestError(why, param=f"sampling_params.{name}")
+
+
+def _admit(
+    loaded: LoadedModel, scheduler: DevScheduler, body: GenerateRequest, constraint: CompiledConstraint | None
+) -> tuple[DevRequest, asyncio.Queue[Any]]:
     if body.input_ids is None:
         if body.text is None:
             raise RequestError("either input_ids or text is required", param="input_ids")
@@ -191,6 +246,8 @@ def _admit(
         routed_experts_start_len=body.routed_experts_start_len,
         stream=body.stream,
         emit=emit,
+        top_logprobs_num=body.top_logprobs_num or 0,
+        grammar=constraint.start() if constraint is not None else None,
     )
     scheduler.submit(req)
     return req, queue

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from dressage.engines.grammar import GrammarState
 from dressage.engines.protocol import PauseMode, encode_routed_experts
-from dressage.engines.sampling import ResolvedSampling, request_seed, sample_token
+from dressage.engines.sampling import ResolvedSampling, apply_penalties, request_seed, sample_token
 from dressage.engines.tiny_model import LoadedModel, RouterCapture, load_weights_from_disk
 from dressage.errors import RequestError
 
@@ -40,8 +41,11 @@ class DevRequest:
     routed_experts_start_len: int
     stream: bool
     emit: Emit
+    top_logprobs_num: int = 0
+    grammar: GrammarState | None = None
     output_ids: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = dataclasses.field(default_factory=list)
     experts: list[np.ndarray] = dataclasses.field(default_factory=list)
     version_events: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     finish_reason: dict[str, Any] | None = None
@@ -252,10 +256,17 @@ class DevScheduler:
         finally:
             self.capture.end()
         req.cache = getattr(out, "past_key_values", None)
-        token, logprob = sample_token(out.logits[0, -1], req.sampling, req.generator)
-        req.output_ids.append(token)
-        req.logprobs.append(logprob)
-        req.finish_reason = self._check_finish(req, token)
+        logits_V = apply_penalties(out.logits[0, -1].float(), req.sampling, req.output_ids)
+        if req.grammar is not None:
+            req.grammar.mask(logits_V)
+        sampled = sample_token(logits_V, req.sampling, req.generator, req.top_logprobs_num)
+        req.output_ids.append(sampled.token)
+        req.logprobs.append(sampled.logprob)
+        if sampled.top is not None:
+            req.top_logprobs.append(sampled.top)
+        if req.grammar is not None:
+            req.grammar.accept(sampled.token)
+        req.finish_reason = self._check_finish(req, sampled.token)
 
     def _check_finish(self, req: DevRequest, token: int) -> dict[str, Any] | None:
         stop_ids = set(req.sampling.stop_token_ids)
@@ -272,6 +283,8 @@ class DevScheduler:
             return {"type": "length", "length": len(req.output_ids)}
         if len(req.input_ids) + len(req.output_ids) >= self.loaded.max_context:
             return {"type": "length", "length": len(req.output_ids)}
+        if req.grammar is not None and req.grammar.terminated:
+            return {"type": "stop", "matched": token}
         return None
 
     def _chunk(self, req: DevRequest) -> dict[str, Any]:
@@ -290,6 +303,10 @@ class DevScheduler:
             meta["output_token_logprobs"] = [
                 [lp, tid, None] for lp, tid in zip(req.logprobs, req.output_ids, strict=True)
             ]
+            if req.top_logprobs_num:
+                meta["output_top_logprobs"] = [
+                    [[lp, tid, None] for tid, lp in row] for row in req.top_logprobs
+                ]
         if req.finish_reason is not None:
             meta["weight_versions"] = _version_spans(req.version_events, self.weight_version, n)
             if req.return_routed_experts and self.capture.supported:

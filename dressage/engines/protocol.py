@@ -35,6 +35,18 @@ Facts pinned from that source:
   ``temperature`` (1.0), ``top_p`` (1.0), ``top_k`` (-1 = all), ``min_p``, ``ignore_eos``,
   ``skip_special_tokens`` (True), ``no_stop_trim`` (False), ``sampling_seed`` (the seed's real name).
   ``temperature < 1e-6`` is normalised to ``temperature=1, top_k=1`` (greedy).
+* More sampling params: ``frequency_penalty`` / ``presence_penalty`` (0.0, in [-2, 2]) and
+  ``repetition_penalty`` (1.0, in (0, 2]) count **output tokens only** (``penaltylib``: additive
+  ``logits -= freq * count + presence * (count > 0)``, then scaling: a seen token's logit is
+  multiplied by the penalty when negative, divided when positive); they apply before the grammar
+  mask and temperature. ``json_schema`` (a JSON string; ``"$$ANY$$"`` = any JSON), ``regex`` and
+  ``ebnf`` select constrained decoding (at most one; ``n`` is parallel sampling, which Dressage
+  does not send: the proxy issues one request per choice).
+* ``top_logprobs_num`` (request field, with ``return_logprob``) adds ``meta_info.output_top_logprobs``:
+  per output token a list of ``[logprob, token_id, text_or_null]``, best first, from the same
+  distribution as ``output_token_logprobs``; cumulative while streaming like the latter.
+* ``require_reasoning`` (request field): with a reasoning parser on the server, the grammar is
+  deferred until the output has closed its thinking block.
 * Returned logprobs (default, ``SGLANG_RETURN_ORIGINAL_LOGPROB`` unset): greedy ⇒
   ``log_softmax(logits)``; sampling ⇒ ``log(softmax(logits / temperature))`` over the full
   vocabulary, i.e. after temperature but before top-k/top-p truncation.
@@ -92,6 +104,12 @@ class SamplingParams(BaseModel):
     skip_special_tokens: bool | None = None
     no_stop_trim: bool | None = None
     sampling_seed: int | None = None
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
 
     def to_body(self) -> dict[str, Any]:
         """The JSON object to send as ``sampling_params`` (unset fields omitted)."""
@@ -110,6 +128,8 @@ class GenerateRequest(BaseModel):
     return_logprob: bool = False
     logprob_start_len: int = -1
     return_text_in_logprobs: bool = False
+    top_logprobs_num: int | None = Field(default=None, ge=0)
+    require_reasoning: bool | None = None
     stream: bool = False
     return_routed_experts: bool = False
     routed_experts_start_len: int = Field(default=0, ge=0)
@@ -151,6 +171,7 @@ class MetaInfo(_Lenient):
     weight_version: str | None = None
     weight_versions: list[WeightVersionSpan] | None = None
     output_token_logprobs: list[tuple[float | None, int, str | None]] | None = None
+    output_top_logprobs: list[list[tuple[float | None, int, str | None]] | None] | None = None
     routed_experts: str | None = None
 
 

@@ -7,7 +7,13 @@ SGLang 0.5.23 (``sglang/srt/layers/sampler.py``, default settings):
   ``log_softmax(logits)``;
 * otherwise logits are divided by ``temperature``, the returned logprob is
   ``log(softmax(logits / T))[token]`` over the full vocabulary (before top-k/top-p/min-p), and the
-  token is drawn from the top-k/top-p/min-p renormalised distribution.
+  token is drawn from the top-k/top-p/min-p renormalised distribution;
+* before either, the penalties (``sglang/srt/sampling/penaltylib``, output tokens only) change the
+  logits: additive ``- frequency_penalty * count - presence_penalty * (count > 0)``, then the
+  repetition penalty scales a seen token's logit (times the penalty when negative, divided when
+  positive); a grammar mask (:mod:`dressage.engines.grammar`) comes after the penalties;
+* top logprobs (``top_logprobs_num``) are the ``k`` best entries of the same logprob vector the
+  sampled token's logprob comes from.
 """
 
 from __future__ import annotations
@@ -36,11 +42,28 @@ class ResolvedSampling:
     stop_strs: tuple[str, ...]
     ignore_eos: bool
     seed: int | None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
 
     @property
     def greedy(self) -> bool:
         """Whether the next token is the argmax."""
         return self.top_k == 1
+
+    @property
+    def penalised(self) -> bool:
+        """Whether any penalty changes the logits."""
+        return bool(self.frequency_penalty or self.presence_penalty or self.repetition_penalty != 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampledToken:
+    """One sampled token, its logprob, and the best alternatives (``(token_id, logprob)``) when asked."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]] | None = None
 
 
 def resolve_sampling(params: SamplingParams) -> ResolvedSampling:
@@ -66,6 +89,9 @@ def resolve_sampling(params: SamplingParams) -> ResolvedSampling:
         stop_strs=stop_strs,
         ignore_eos=bool(params.ignore_eos),
         seed=params.sampling_seed,
+        frequency_penalty=params.frequency_penalty or 0.0,
+        presence_penalty=params.presence_penalty or 0.0,
+        repetition_penalty=1.0 if params.repetition_penalty is None else params.repetition_penalty,
     )
 
 
@@ -80,16 +106,47 @@ def request_seed(engine_seed: int, rid: str, sampling_seed: int | None) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+def apply_penalties(logits_V: torch.Tensor, params: ResolvedSampling, output_ids: list[int]) -> torch.Tensor:
+    """The logits after SGLang's frequency, presence and repetition penalties over ``output_ids``."""
+    import torch
+
+    if not params.penalised or not output_ids:
+        return logits_V
+    counts_V = torch.bincount(torch.tensor(output_ids), minlength=logits_V.numel())[: logits_V.numel()]
+    seen_V = counts_V > 0
+    logits_V = (
+        logits_V - params.frequency_penalty * counts_V.float() - params.presence_penalty * seen_V.float()
+    )
+    if params.repetition_penalty != 1.0:
+        scaled_V = torch.where(
+            logits_V < 0, logits_V * params.repetition_penalty, logits_V / params.repetition_penalty
+        )
+        logits_V = torch.where(seen_V, scaled_V, logits_V)
+    return logits_V
+
+
+def _top(logprobs_V: torch.Tensor, k: int) -> list[tuple[int, float]] | None:
+    """The ``k`` best ``(token_id, logprob)``, masked (``-inf``) entries floored to float32's min as SGLang clamps."""
+    import torch
+
+    if k <= 0:
+        return None
+    values, ids = torch.topk(logprobs_V, min(k, logprobs_V.numel()))
+    floor = torch.finfo(torch.float32).min
+    return [(int(i), max(float(v), floor)) for v, i in zip(values.tolist(), ids.tolist(), strict=True)]
+
+
 def sample_token(
-    logits_V: torch.Tensor, params: ResolvedSampling, generator: torch.Generator
-) -> tuple[int, float]:
-    """Pick the next token from one row of logits; return ``(token_id, logprob)`` as SGLang does."""
+    logits_V: torch.Tensor, params: ResolvedSampling, generator: torch.Generator, top_logprobs_num: int = 0
+) -> SampledToken:
+    """Pick the next token from one row of (penalised, masked) logits, with its logprob as SGLang computes it."""
     import torch
 
     logits_V = logits_V.float()
     if params.greedy:
         token = int(torch.argmax(logits_V))
-        return token, float(torch.log_softmax(logits_V, dim=-1)[token])
+        greedy_V = torch.log_softmax(logits_V, dim=-1)
+        return SampledToken(token, float(greedy_V[token]), _top(greedy_V, top_logprobs_num))
     logprobs_V = torch.log_softmax(logits_V / params.temperature, dim=-1)
     probs_V = logprobs_V.exp()
     keep_V = torch.ones_like(probs_V, dtype=torch.bool)
@@ -105,4 +162,4 @@ def sample_token(
         keep_V &= probs_V >= probs_V.max() * params.min_p
     filtered_V = torch.where(keep_V, probs_V, torch.zeros_like(probs_V))
     token = int(torch.multinomial(filtered_V / filtered_V.sum(), 1, generator=generator))
-    return token, float(logprobs_V[token])
+    return SampledToken(token, float(logprobs_V[token]), _top(logprobs_V, top_logprobs_num))

@@ -34,6 +34,15 @@ from dressage.errors import EngineBroadcastError, EngineError, EngineHTTPError
 
 _JSON = {"content-type": "application/json"}
 
+TopLogprobs = list[list[tuple[int, float]]]
+"""Per output token, the ``(token_id, logprob)`` alternatives the engine reported, best first."""
+
+
+def _top_entries(rows: list[list[tuple[float | None, int, str | None]] | None]) -> TopLogprobs:
+    return [
+        [(int(e[1]), float(e[0]) if e[0] is not None else float("-inf")) for e in row or ()] for row in rows
+    ]
+
 
 @dataclasses.dataclass(frozen=True)
 class GenerateResult:
@@ -48,6 +57,7 @@ class GenerateResult:
     weight_versions: list[WeightVersionSpan]
     routed_experts: np.ndarray | None  # int32 [prompt + output - 1 - start, layers, top_k]
     text: str | None
+    top_logprobs: TopLogprobs | None = None
 
     @property
     def aborted(self) -> bool:
@@ -67,6 +77,7 @@ class GenerateDelta:
     finish_reason: FinishReason | None = None
     weight_versions: list[WeightVersionSpan] | None = None
     routed_experts: np.ndarray | None = None
+    top_logprobs: TopLogprobs | None = None
 
     @property
     def finished(self) -> bool:
@@ -113,6 +124,8 @@ class EngineClient:
         return_routed_experts: bool,
         stream: bool,
         routed_experts_start_len: int = 0,
+        top_logprobs_num: int = 0,
+        require_reasoning: bool = False,
     ) -> dict[str, Any]:
         if routed_experts_start_len < 0 or routed_experts_start_len > len(input_ids):
             raise ValueError(
@@ -125,6 +138,8 @@ class EngineClient:
             return_logprob=return_logprob,
             return_routed_experts=return_routed_experts,
             routed_experts_start_len=routed_experts_start_len,
+            top_logprobs_num=top_logprobs_num or None,
+            require_reasoning=require_reasoning or None,
             stream=stream,
         ).to_body()
         # The ids (tens of thousands) skip pydantic: one list copy, serialised by orjson.
@@ -140,15 +155,27 @@ class EngineClient:
         return_logprob: bool = True,
         return_routed_experts: bool = False,
         routed_experts_start_len: int = 0,
+        top_logprobs_num: int = 0,
+        require_reasoning: bool = False,
     ) -> GenerateResult:
         """Generate to completion. An abort is a result (``aborted``) carrying the partial output.
 
         With ``return_routed_experts``, ``routed_experts_start_len`` (SGLang's field) skips the
         routing of the first positions: rows start at that position, so a caller that already
         holds the routing of a prompt prefix asks only for the new positions.
+        ``top_logprobs_num`` > 0 (with ``return_logprob``) fills ``top_logprobs``;
+        ``require_reasoning`` defers a grammar until the output closes its thinking block.
         """
         body = self._request(
-            input_ids, sampling, rid, return_logprob, return_routed_experts, False, routed_experts_start_len
+            input_ids,
+            sampling,
+            rid,
+            return_logprob,
+            return_routed_experts,
+            False,
+            routed_experts_start_len,
+            top_logprobs_num,
+            require_reasoning,
         )
         data = await self._post_json("/generate", body)
         response = self._parse(GenerateResponse, data, "/generate")
@@ -175,6 +202,9 @@ class EngineClient:
             weight_versions=meta.weight_versions or [],
             routed_experts=experts,
             text=response.text,
+            top_logprobs=(
+                _top_entries(meta.output_top_logprobs) if meta.output_top_logprobs is not None else None
+            ),
         )
 
     async def generate_stream(
@@ -186,12 +216,22 @@ class EngineClient:
         return_logprob: bool = True,
         return_routed_experts: bool = False,
         routed_experts_start_len: int = 0,
+        top_logprobs_num: int = 0,
+        require_reasoning: bool = False,
     ) -> AsyncIterator[GenerateDelta]:
         """Stream a generation as incremental deltas, whether the server streams cumulatively
         (SGLang's default) or incrementally (``--incremental-streaming-output``).
-        ``routed_experts_start_len`` as in :meth:`generate` (the rows come with the last delta)."""
+        Other arguments as in :meth:`generate` (routed experts come with the last delta)."""
         body = self._request(
-            input_ids, sampling, rid, return_logprob, return_routed_experts, True, routed_experts_start_len
+            input_ids,
+            sampling,
+            rid,
+            return_logprob,
+            return_routed_experts,
+            True,
+            routed_experts_start_len,
+            top_logprobs_num,
+            require_reasoning,
         )
         seen = 0
         try:
@@ -227,6 +267,10 @@ class EngineClient:
             if len(entries) == total:  # cumulative, like output_ids
                 entries = entries[seen:]
             logprobs = [float(e[0]) for e in entries]
+        top = None
+        if meta.output_top_logprobs is not None:
+            rows = meta.output_top_logprobs
+            top = _top_entries(rows[seen:] if len(rows) == total else rows)
         experts = await self._decode_experts(meta.routed_experts) if meta.routed_experts is not None else None
         return GenerateDelta(
             rid=meta.id,
@@ -237,6 +281,7 @@ class EngineClient:
             finish_reason=meta.finish_reason,
             weight_versions=meta.weight_versions,
             routed_experts=experts,
+            top_logprobs=top,
         )
 
     async def _decode_experts(self, data: str) -> np.ndarray:
@@ -402,6 +447,8 @@ class EnginePool:
         return_logprob: bool = True,
         return_routed_experts: bool = False,
         routed_experts_start_len: int = 0,
+        top_logprobs_num: int = 0,
+        require_reasoning: bool = False,
     ) -> GenerateResult:
         """:meth:`EngineClient.generate` on the session's engine."""
         return await self.client_for(session_key).generate(
@@ -411,6 +458,8 @@ class EnginePool:
             return_logprob=return_logprob,
             return_routed_experts=return_routed_experts,
             routed_experts_start_len=routed_experts_start_len,
+            top_logprobs_num=top_logprobs_num,
+            require_reasoning=require_reasoning,
         )
 
     def generate_stream(
@@ -423,6 +472,8 @@ class EnginePool:
         return_logprob: bool = True,
         return_routed_experts: bool = False,
         routed_experts_start_len: int = 0,
+        top_logprobs_num: int = 0,
+        require_reasoning: bool = False,
     ) -> AsyncIterator[GenerateDelta]:
         """:meth:`EngineClient.generate_stream` on the session's engine."""
         return self.client_for(session_key).generate_stream(
@@ -432,6 +483,8 @@ class EnginePool:
             return_logprob=return_logprob,
             return_routed_experts=return_routed_experts,
             routed_experts_start_len=routed_experts_start_len,
+            top_logprobs_num=top_logprobs_num,
+            require_reasoning=require_reasoning,
         )
 
     async def abort(self, rid: str) -> None:

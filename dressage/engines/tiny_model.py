@@ -200,6 +200,12 @@ class ProfileTextTokenizer:
         """Text of ``ids``."""
         return str(self._hf.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
+    def transformers_tokenizer(self) -> Any:
+        """The same vocabulary as a ``transformers`` fast tokenizer (what xgrammar's ``from_huggingface`` reads)."""
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast(tokenizer_object=self._hf)
+
 
 def load_model(model: str, seed: int = 0) -> LoadedModel:
     """Load a tiny model (``tiny``, ``tiny-qwen3.6``, ... built from ``seed``) or an HF model directory."""

@@ -25,12 +25,12 @@ Checked against THUDM/slime commit ``624b824a898ab0ec1fcb4d373004c7f3852bf515``:
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dressage.config import environment_values
 from dressage.errors import ConfigError, NotSupportedError, TrainingError
 from dressage.store.records import ConsumerCheckpoint, Run
 from dressage.training.samples import SLIME_COMMIT, TrainSample
@@ -170,7 +170,7 @@ class SlimeRolloutBackend:
 
 
 def _setting(args: Any, attr: str, env: str) -> str | None:
-    return getattr(args, attr, None) or os.environ.get(env)
+    return getattr(args, attr, None) or environment_values([env])[env]
 
 
 def rollout_options(args: Any) -> StepOptions:

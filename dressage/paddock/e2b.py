@@ -4,8 +4,8 @@ Isolation is E2B's (a VM per sandbox); this module only maps the :class:`Sandbox
 SDK. Differences from ``bwrap`` worth knowing:
 
 - the workspace is ``/home/user`` (E2B's default user home), configurable as ``workdir``;
-- memory and process limits come from the E2B template (CPU/RAM are set when building it), not from
-  ``spec.memory_mb`` / ``spec.max_processes``;
+- memory, process and disk limits come from the E2B template (CPU/RAM/disk are set when building
+  it), not from ``spec.memory_mb`` / ``spec.max_processes`` / ``spec.disk_mb``;
 - ``spec.network=False`` maps to ``allow_internet_access=False``;
 - ``spec.proxy_socket`` is not supported: a cloud VM cannot reach a host Unix socket (expose the
   proxy on a URL the VM can reach instead) -> :class:`NotSupportedError`;
@@ -19,7 +19,6 @@ control plane / envd (the tests use a local fake speaking E2B's wire protocol).
 
 from __future__ import annotations
 
-import os
 import posixpath
 import shlex
 import time
@@ -27,6 +26,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from dressage.config import load_settings
 from dressage.errors import NotSupportedError, SandboxError, SandboxUnavailableError
 from dressage.paddock.base import (
     ExecResult,
@@ -240,7 +240,8 @@ class E2BProvider(SandboxProvider):
                 "spec.proxy_socket is bubblewrap-only: an E2B VM cannot reach a host Unix socket; "
                 "give the agent a proxy URL reachable from the internet instead"
             )
-        api_key = self.api_key or os.environ.get("E2B_API_KEY")
+        configured = load_settings().e2b_api_key
+        api_key = self.api_key or (configured.get_secret_value() if configured else None)
         if not api_key:
             raise SandboxUnavailableError("E2B_API_KEY is not set: export it or pass api_key to E2BProvider")
         opts: dict[str, Any] = {"api_key": api_key}

@@ -4,7 +4,8 @@ For development and tests on machines without bubblewrap. Commands see the host 
 and environment variables given to them (the environment is still cleaned like bwrap's, so secrets in
 the worker's environment do not leak by accident). Each command runs in its own process group, which
 is killed at the timeout and when the command's main process exits, so background children do not
-outlive their ``exec`` (the same semantics as the bwrap provider).
+outlive their ``exec`` (the same semantics as the bwrap provider). No limit of the spec is enforced
+(``memory_mb``, ``max_processes``, ``disk_mb``): that is what ``bwrap`` is for.
 """
 
 from __future__ import annotations

@@ -55,6 +55,10 @@ class Conversation:
     """Request fields accepted without effect on generation; recorded on the turn."""
     info: dict[str, Any] = field(default_factory=dict)
     """Dialect facts recorded on the turn (e.g. hosted tools dropped, a Responses chain)."""
+    n: int = 1
+    """Choices to generate from the one prompt (chat ``n``); each is recorded as its own turn."""
+    top_logprobs: int = 0
+    """Alternatives per generated token to return with the logprobs (SGLang's ``top_logprobs_num``)."""
 
 
 def fingerprint(dialect: str, raw: bytes) -> str:

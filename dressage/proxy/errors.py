@@ -76,6 +76,8 @@ def classify(exc: BaseException) -> tuple[int, str, str | None, str | None]:
         return 413, "invalid_request_error", None, exc.code
     if isinstance(exc, ConflictError):
         return 409, "invalid_request_error", exc.param, exc.code
+    if isinstance(exc, RequestError) and exc.code == "model_not_found":
+        return 404, "invalid_request_error", exc.param, exc.code
     if isinstance(exc, RequestError):
         return 400, "invalid_request_error", exc.param, exc.code
     if isinstance(exc, ContextLengthExceededError):

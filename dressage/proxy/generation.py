@@ -17,6 +17,11 @@ Client gone: :meth:`Generation.cancel` aborts the engine request; the engine's f
 every token generated so far, and the generation ends with ``finish.type == "abort"`` instead of
 raising, so the partial turn can be recorded.
 
+Constrained decoding and penalties across a resume: the engine restarts the grammar and the
+penalty counts on the re-submitted request (it cannot be given the tokens before the seam as
+output), so a constrained or penalised generation that a weight update interrupts continues
+unconstrained by what came before; the turn records ``resumes`` so such turns can be found.
+
 Per-token versions come from the engine's ``weight_versions`` spans (numeric strings; a
 non-numeric version falls back to the version given to :meth:`Coordinator.resume`, else 0).
 Routed experts come from the last engine call, which covers every position from
@@ -119,6 +124,13 @@ class Generation:
     engine_seconds: float = 0.0
     decode: Callable[[list[int]], str] | None = None
     """Ids -> text (the model's tokenizer); needed to find stop strings that span a resume."""
+    top_logprobs_num: int = 0
+    """Alternatives per token to ask the engine for (``top`` grows with ``ids``)."""
+    require_reasoning: bool = False
+    """The grammar waits for the end of the thinking block (SGLang's ``require_reasoning``)."""
+    think_end_id: int | None = None
+    """The think-closing token id (with ``require_reasoning``: the gate is off once it was generated)."""
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
     cancelled: bool = False
     _current_rid: str | None = None
     _seam: int = 0
@@ -195,11 +207,12 @@ class Generation:
                         rid,
                         return_routed_experts=experts,
                         routed_experts_start_len=start_len,
+                        **self._options(),
                     )
                     async for delta in deltas:
                         fallback = version_number(delta.weight_version, self._fallback_version())
                         if self._cut is None:
-                            self._add(delta.output_ids, delta.logprobs, fallback)
+                            self._add(delta.output_ids, delta.logprobs, fallback, delta.top_logprobs)
                         if delta.finished:
                             finish = delta.finish_reason
                             self._apply_spans(start, delta.weight_versions)
@@ -217,9 +230,10 @@ class Generation:
                         rid,
                         return_routed_experts=experts,
                         routed_experts_start_len=start_len,
+                        **self._options(),
                     )
                     fallback = version_number(result.weight_version, self._fallback_version())
-                    self._add(result.output_ids, result.logprobs, fallback)
+                    self._add(result.output_ids, result.logprobs, fallback, result.top_logprobs)
                     self._apply_spans(start, result.weight_versions)
                     self.experts = result.routed_experts
                     finish = result.finish_reason
@@ -264,7 +278,7 @@ class Generation:
         n = self._seam + 1  # the first token count whose text holds the whole stop string
         while n < len(self.ids) and not self.decode(self.ids[lo:n]).startswith(stop, i):
             n += 1
-        del self.ids[n:], self.logprobs[n:], self.versions[n:]
+        del self.ids[n:], self.logprobs[n:], self.versions[n:], self.top[n:]
         self._cut = FinishReason(type="stop", matched=stop)
         return True
 
@@ -275,14 +289,33 @@ class Generation:
             except EngineError as e:
                 log.warning("could not abort %s: %s", self._current_rid, e)
 
-    def _add(self, ids: list[int], logprobs: list[float] | None, version: int) -> None:
+    def _options(self) -> dict[str, Any]:
+        """Top logprobs and the reasoning gate (dropped once the thinking closed before a resume)."""
+        gate = self.require_reasoning and not (self.ids and self.think_closed_in(self.ids))
+        return {"top_logprobs_num": self.top_logprobs_num, "require_reasoning": gate}
+
+    def think_closed_in(self, ids: list[int]) -> bool:
+        """Whether ``ids`` hold the think-closing token."""
+        return self.think_end_id is not None and self.think_end_id in ids
+
+    def _add(
+        self,
+        ids: list[int],
+        logprobs: list[float] | None,
+        version: int,
+        top: list[list[tuple[int, float]]] | None,
+    ) -> None:
         if not ids:
             return
         if logprobs is None or len(logprobs) != len(ids):
             raise EngineError(f"engine request {self._current_rid} returned no logprobs for its tokens")
+        if self.top_logprobs_num and (top is None or len(top) != len(ids)):
+            raise EngineError(f"engine request {self._current_rid} returned no top logprobs for its tokens")
         self.ids.extend(ids)
         self.logprobs.extend(logprobs)
         self.versions.extend([version] * len(ids))
+        if self.top_logprobs_num and top is not None:
+            self.top.extend(top)
 
     async def abort(self) -> None:
         """Abort the current engine request (the client went away)."""

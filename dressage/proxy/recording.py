@@ -27,11 +27,22 @@ call the reply carries it (``finish_reason`` ``tool_calls``); otherwise (``max_t
 inside the call, a malformed call, a stop token before ``</tool_call>``) the reply has no
 ``tool_calls``, its ``content`` is the raw text from the forced opening on, ``finish_reason`` is
 ``length`` or ``stop``, and the turn records ``tool_call_failures`` with the reason code.
+
+Several choices (chat ``n > 1``): one plan, one engine request per choice (rid ``<rid>-c<i>``;
+with a seed, choice ``i`` samples with ``seed + i``), generated concurrently. Choice 0 is recorded
+on the plan's route; every other choice is re-planned after it and so lands as a ``branch`` that
+forks at choice 0's prompt: its own segment, the same prompt ids, the same log lineage, trainable
+like any segment. Each turn records ``info["choice"] = {"index", "n", "first"}`` (``first``: the
+turn index of choice 0), which is how a retry, even after a restart, gets all n replies back.
+
+Top logprobs (``top_logprobs``) are recorded in ``info["top_logprobs"]`` (per generated token a
+list of ``[token_id, logprob]``), so a retried request's reply carries them too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -40,6 +51,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dressage.engines import SamplingParams
+from dressage.engines.grammar import GRAMMAR_KINDS as GRAMMAR_PARAMS
+from dressage.engines.grammar import THINK_END
 from dressage.errors import (
     AuthError,
     ContextLengthExceededError,
@@ -49,6 +62,7 @@ from dressage.errors import (
 )
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.generation import Coordinator, Generation
+from dressage.proxy.replies import think_open
 from dressage.proxy.sessions import (
     REASON_CLIENT_DISCONNECTED,
     ReplyData,
@@ -84,6 +98,10 @@ class TurnJob:
     """Ids the proxy wrote at the start of the model's turn (a forced tool-call opening): context."""
     forced_text: str = ""
     dedupe_keys: list[str] = field(default_factory=list)
+    choice_index: int = 0
+    """Which of the request's ``n`` choices this job generates (0 is recorded first, on the plan's route)."""
+    first_turn_index: int | None = None
+    """The turn index of choice 0 (set once it is recorded; siblings point at it)."""
 
 
 def _experts_start(state: SessionState, plan: TitoPlan) -> int:
@@ -141,6 +159,8 @@ def prepare_turn(
         rid=f"dr-{uuid.uuid4().hex}",
         experts_start=_experts_start(state, plan) if record_experts else None,
         decode=state.index.tokenizer.decode if conv.sampling.get("stop") else None,
+        top_logprobs_num=conv.top_logprobs,
+        **_reasoning_gate(state, conv),
     )
     return TurnJob(
         state=state,
@@ -156,6 +176,43 @@ def prepare_turn(
         forced_ids=forced_ids,
         forced_text=forced_text,
     )
+
+
+def _reasoning_gate(state: SessionState, conv: Conversation) -> dict[str, Any]:
+    """With a grammar and an open thinking block: constrain only the answer (SGLang's ``require_reasoning``)."""
+    if not any(conv.sampling.get(k) is not None for k in GRAMMAR_PARAMS):
+        return {}
+    profile = state.index.profile
+    if not think_open(profile, conv):
+        return {}
+    end = profile.tokenizer.encode(THINK_END)
+    return {"require_reasoning": True, "think_end_id": end[0] if len(end) == 1 else None}
+
+
+def sibling_job(job: TurnJob, index: int) -> TurnJob:
+    """The job of choice ``index`` of ``job``'s request: same plan and prompt, its own engine request."""
+    gen = job.generation
+    sampling = gen.sampling
+    if sampling.sampling_seed is not None:
+        sampling = sampling.model_copy(update={"sampling_seed": sampling.sampling_seed + index})
+    sibling = dataclasses.replace(
+        gen,
+        sampling=sampling,
+        rid=f"{gen.rid}-c{index}",
+        ids=[],
+        logprobs=[],
+        versions=[],
+        top=[],
+        finish=None,
+        experts=None,
+        resumes=0,
+        engine_seconds=0.0,
+        cancelled=False,
+    )
+    # The sibling forks at choice 0's prompt: its routed experts cover the whole prompt.
+    if sibling.experts_start is not None:
+        sibling.experts_start = 0
+    return dataclasses.replace(job, generation=sibling, choice_index=index, dedupe_keys=[])
 
 
 async def record_overflow(store: EventStore, state: SessionState, stage: str, info: dict[str, Any]) -> None:
@@ -286,6 +343,9 @@ async def record_turn(
             raise AuthError(
                 f"session {state.session_id} was finalized during generation; nothing was recorded"
             )
+        if job.choice_index and not abandoned:
+            # A sibling choice: planned now, after choice 0 is indexed, it forks at choice 0's prompt.
+            job.plan = state.index.plan(job.conv.messages, job.conv.tools, job.conv.enable_thinking)
         turn_index = state.next_turn
         turn_id = turn_key(state.run_name, state.session_id, turn_index)
         f = _place_abandoned(state, job) if abandoned else _place(state, job, turn_id)
@@ -319,6 +379,11 @@ async def record_turn(
             info["client_disconnected"] = True
         if parse_error is not None:
             info["reply_parse_error"] = redact(f"{type(parse_error).__name__}: {parse_error}", secrets)
+        if job.conv.n > 1:
+            first = turn_index if job.choice_index == 0 else job.first_turn_index
+            info["choice"] = {"index": job.choice_index, "n": job.conv.n, "first": first}
+        if job.conv.top_logprobs:
+            info["top_logprobs"] = [[[t, lp] for t, lp in row] for row in gen.top]
         if parsed is not None and parsed.failures:
             info["tool_call_failures"] = [
                 {"reason": x.reason, "text": redact(x.text[:2000], secrets)} for x in parsed.failures
@@ -370,8 +435,12 @@ async def record_turn(
             forced_ids=list(job.forced_ids),
             parsed=parsed,
             parsed_for=job.conv.fingerprint,
+            top_logprobs=[list(row) for row in gen.top] if job.conv.top_logprobs else None,
+            choice_index=job.choice_index,
         )
-        if not abandoned:
+        if not abandoned and job.choice_index:
+            state.remember_sibling(reply, job.first_turn_index)
+        elif not abandoned:
             extends = f.parent_turn_id if f.tito.get("fork_at") == "end" else None
             state.remember(reply, job.conv.fingerprint, job.idem_key, extends)
             state.link_response(turn_index, info)

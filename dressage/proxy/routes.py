@@ -41,8 +41,17 @@ def _generate(handler: TurnHandler, dialect: Dialect) -> Endpoint:
     return endpoint
 
 
-def _model_entry(svc: ProxyService) -> dict[str, Any]:
-    return {"id": svc.model_name, "object": "model", "created": 0, "owned_by": "dressage"}
+async def _model_entry(svc: ProxyService) -> dict[str, Any]:
+    """The served model as OpenAI lists it, with vLLM's ``root`` / ``parent`` / ``max_model_len`` (the context window)."""
+    return {
+        "id": svc.model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "dressage",
+        "root": svc.model_name,
+        "parent": None,
+        "max_model_len": await svc.context_window(),
+    }
 
 
 def _models(handler: TurnHandler, dialect: Dialect) -> tuple[Endpoint, Endpoint]:
@@ -53,7 +62,7 @@ def _models(handler: TurnHandler, dialect: Dialect) -> tuple[Endpoint, Endpoint]
             await handler.authenticate(request, dialect)
         except DressageError as e:
             return dialect.error_response(e, svc.secrets)
-        return JSONResponse({"object": "list", "data": [_model_entry(svc)]})
+        return JSONResponse({"object": "list", "data": [await _model_entry(svc)]})
 
     async def model(request: Request) -> Response:
         try:
@@ -66,7 +75,7 @@ def _models(handler: TurnHandler, dialect: Dialect) -> tuple[Endpoint, Endpoint]
                 )
         except DressageError as e:
             return dialect.error_response(e, svc.secrets)
-        return JSONResponse(_model_entry(svc))
+        return JSONResponse(await _model_entry(svc))
 
     return models, model
 

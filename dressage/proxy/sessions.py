@@ -89,6 +89,17 @@ class ReplyData:
     """The parse of the reply for the request that produced it (a cache; None when rebuilt)."""
     parsed_for: str | None = field(default=None, compare=False, repr=False)
     """The fingerprint of the request ``parsed`` belongs to."""
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    """Per generated token, the engine's best ``(token_id, logprob)`` alternatives (when asked)."""
+    choice_index: int = 0
+    """Which choice of an ``n > 1`` request this turn is."""
+    siblings: list[ReplyData] = field(default_factory=list, compare=False, repr=False)
+    """Choice 0 of an ``n > 1`` request: the replies of choices 1..n-1, in order."""
+
+    @property
+    def choices(self) -> list[ReplyData]:
+        """Every choice of the request this reply answers (itself first)."""
+        return [self, *self.siblings]
 
 
 def response_id(rid: str) -> str:
@@ -184,6 +195,13 @@ class SessionState:
             if fingerprint:
                 self.idem_fingerprints.setdefault(idem_key, fingerprint)
 
+    def remember_sibling(self, reply: ReplyData, first_turn_index: int | None) -> None:
+        """Index choice ``i > 0`` of an ``n > 1`` request under its choice 0 (a retry replays all)."""
+        self.replies[reply.turn_index] = reply
+        first = self.replies.get(first_turn_index) if first_turn_index is not None else None
+        if first is not None:
+            first.siblings = sorted([*first.siblings, reply], key=lambda r: r.choice_index)
+
     def link_response(self, turn_index: int, info: dict[str, Any]) -> None:
         """Index a turn recorded through the Responses API with ``store`` (its ``info["responses"]``)."""
         link = info.get("responses")
@@ -235,6 +253,14 @@ class SessionState:
             rid=str(turn.info.get("engine_rid", turn.id)),
             forced_ids=forced,
         )
+        top = turn.info.get("top_logprobs")
+        if isinstance(top, list):
+            reply.top_logprobs = [[(int(t), float(lp)) for t, lp in row] for row in top]
+        choice = turn.info.get("choice") or {}
+        reply.choice_index = int(choice.get("index", 0))
+        if reply.choice_index:
+            self.remember_sibling(reply, choice.get("first"))
+            return
         extends = turn.parent_turn_id if tito.get("fork_at") == "end" else None
         self.remember(reply, turn.request_fingerprint, turn.info.get("idempotency_key"), extends)
         self.link_response(turn.turn_index, turn.info)

@@ -8,6 +8,10 @@ durably, and only then hand the recorded turn to the dialect to render. Streamin
 line: the generation runs in its own task, stable text leaves as the engine produces it, and the
 turn is recorded before the dialect's last events.
 
+Several choices (``n > 1``): the engine requests of all choices run concurrently; their turns are
+recorded in choice order (see :mod:`dressage.proxy.recording`), and a stream sends choice 0 as it
+is generated, then each further choice (by then mostly generated) before the end of the stream.
+
 **Token rule:** when the URL carries a token (``/s/<token>/...``) it is the session's token and
 headers are ignored (clients always send some key); without a URL token the dialect's header
 carries it. A token that is unknown, or whose session is finished, gets 401 and nothing is
@@ -19,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -29,7 +34,7 @@ from dressage.errors import ContextLengthExceededError, DressageError
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
 from dressage.proxy.errors import PayloadTooLargeError, classify, error_message
-from dressage.proxy.recording import TurnJob, prepare_turn, record_overflow, record_turn
+from dressage.proxy.recording import TurnJob, prepare_turn, record_overflow, record_turn, sibling_job
 from dressage.proxy.replies import parse_reply, reply_parse, reply_text, think_open
 from dressage.proxy.service import ProxyService
 from dressage.proxy.sessions import ReplyData, SessionState
@@ -107,16 +112,18 @@ class TurnHandler:
                 svc.metrics.requests.labels(str(stream).lower(), "deduplicated").inc()
                 return self._replay(dialect, conv, prior)
             job = await self._prepare(state, conv, idem, started)
+            jobs = [job, *(sibling_job(job, i) for i in range(1, conv.n))]
             future = self._register(state, job)
             sized = {"x-dressage-prompt-tokens": str(len(job.prompt_ids))}
             if stream:
-                body = self._stream(dialect, job, future)
+                renderers = dialect.renderers(conv, job.generation.rid, int(time.time()), len(job.prompt_ids))
+                body = self._stream(jobs, renderers, future)
                 return StreamingResponse(body, media_type="text/event-stream", headers=_sse_headers(sized))
             try:
-                if not await self._generate_unless_gone(request, job):
+                if not await self._generate_unless_gone(request, jobs):
                     self._fail(job, future, asyncio.CancelledError())
                     return Response(status_code=499)  # nobody reads it: the client went away
-                reply = await self._record(job)
+                reply = await self._record_choices(jobs)
             except BaseException as e:
                 self._fail(job, future, e)
                 raise
@@ -158,31 +165,30 @@ class TurnHandler:
         svc.metrics.plan.observe(job.plan_seconds)
         return job
 
-    async def _generate_unless_gone(self, request: Request, job: TurnJob) -> bool:
-        """Generate (non-streaming) while watching the connection; False when the client went away.
+    async def _generate_unless_gone(self, request: Request, jobs: list[TurnJob]) -> bool:
+        """Generate every choice (non-streaming) while watching the connection; False when the client left.
 
-        A client that leaves gets its engine request aborted and its partial turn recorded as a
-        dead end (as a streaming client's is), instead of generating to the end for nobody.
+        A client that leaves gets its engine requests aborted and their partial turns recorded as
+        dead ends (as a streaming client's are), instead of generating to the end for nobody. The
+        choices generate concurrently; the first engine failure is raised once all have ended.
         """
-        generating = asyncio.ensure_future(job.generation.run())
-        gone = asyncio.ensure_future(_disconnected(request))
+        generating = [asyncio.ensure_future(j.generation.run()) for j in jobs]
+        everything: asyncio.Future[Any] = asyncio.gather(*generating, return_exceptions=True)
+        gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
         try:
-            await asyncio.wait({generating, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([everything, gone], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            self._spawn_abandoned(job, generating)
+            self._abandon(jobs, generating)
             raise
         finally:
             gone.cancel()
-        if not generating.done():
-            self._spawn_abandoned(job, generating)
+        if not everything.done():
+            self._abandon(jobs, generating)
             return False
-        generating.result()  # the engine's errors
+        for result in everything.result():
+            if isinstance(result, BaseException):
+                raise result
         return True
-
-    def _spawn_abandoned(self, job: TurnJob, producer: asyncio.Future[None]) -> None:
-        task = asyncio.ensure_future(self._record_abandoned(job, producer))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     # --- in-flight registry (a retry that arrives mid-generation waits for the original) ----------
 
@@ -216,6 +222,14 @@ class TurnHandler:
                 future.cancel()
         self._unregister(job)
 
+    async def _record_choices(self, jobs: list[TurnJob]) -> ReplyData:
+        """Record choice 0, then its siblings (branches at its prompt); choice 0's reply holds them all."""
+        first = await self._record(jobs[0])
+        for sibling in jobs[1:]:
+            sibling.first_turn_index = first.turn_index
+            await self._record(sibling)
+        return first
+
     # --- recording --------------------------------------------------------------------------------
 
     async def _record(self, job: TurnJob) -> ReplyData:
@@ -243,7 +257,9 @@ class TurnHandler:
             try:
                 await producer
             except DressageError as e:  # the engine failed as well: record what it had generated
-                log.warning("generation %s ended with an error after its client left: %s", gen.rid, e)
+                log.warning("generation %s ended with an error: %s", gen.rid, e)
+                if not gen.ids:
+                    return
                 gen.finish = gen.finish or FinishReason(type="abort", message="engine error")
             if gen.finish is None:
                 return  # it never reached the engine: nothing was generated
@@ -274,14 +290,21 @@ class TurnHandler:
         headers = {"x-dressage-turn-id": reply.turn_id, "x-dressage-replayed": "1", **dialect.headers(reply)}
         if not conv.stream:
             return JSONResponse(dialect.respond(conv, reply, parsed), headers=headers)
-        renderer = dialect.renderer(conv, reply.rid or reply.turn_id, reply.created, reply.prompt_tokens)
-        events = [
-            *renderer.start(),
-            *renderer.delta(
-                parsed.reasoning_content or "", parsed.content or "", reply.generated_ids, reply.logprobs
-            ),
-            *renderer.finish(reply, parsed, "", ""),
-        ]
+        renderers = dialect.renderers(conv, reply.rid or reply.turn_id, reply.created, reply.prompt_tokens)
+        events: list[bytes] = []
+        for choice, renderer in zip(reply.choices, renderers, strict=True):
+            choice_parsed = reply_parse(self.svc.profile, conv, choice)
+            events += [
+                *renderer.start(),
+                *self._replay_alternatives(renderer, conv, choice),
+                *renderer.delta(
+                    choice_parsed.reasoning_content or "",
+                    choice_parsed.content or "",
+                    choice.generated_ids,
+                    choice.logprobs,
+                ),
+                *renderer.finish(choice, choice_parsed, "", ""),
+            ]
 
         async def replay() -> AsyncIterator[bytes]:
             for event in events:
@@ -289,18 +312,83 @@ class TurnHandler:
 
         return StreamingResponse(replay(), media_type="text/event-stream", headers=_sse_headers(headers))
 
-    async def _stream(
-        self, dialect: Dialect, job: TurnJob, future: asyncio.Future[ReplyData]
-    ) -> AsyncIterator[bytes]:
-        """SSE body: text as the engine produces it, the turn recorded before the last events.
+    @staticmethod
+    def _replay_alternatives(renderer: StreamRenderer, conv: Conversation, reply: ReplyData) -> list[bytes]:
+        if conv.top_logprobs and reply.top_logprobs is not None:
+            renderer.alternatives(reply.top_logprobs)
+        return []
 
-        The generation runs in its own task, so a client that goes away (this generator is
+    async def _stream(
+        self, jobs: list[TurnJob], renderers: list[StreamRenderer], future: asyncio.Future[ReplyData]
+    ) -> AsyncIterator[bytes]:
+        """SSE body: text as the engine produces it, each turn recorded before its last events.
+
+        Every generation runs in its own task, so a client that goes away (this generator is
         cancelled or closed) does not lose tokens: :meth:`_record_abandoned` aborts the engine
-        request and records the partial turn.
+        requests not yet recorded and records their partial turns.
         """
-        svc, conv, gen = self.svc, job.conv, job.generation
-        profile = svc.profile
-        renderer: StreamRenderer = dialect.renderer(conv, gen.rid, int(time.time()), len(job.prompt_ids))
+        svc = self.svc
+        progress = [asyncio.Event() for _ in jobs]
+
+        async def produce(job: TurnJob, event: asyncio.Event) -> None:
+            try:
+                async for _ in job.generation.stream():
+                    event.set()
+            finally:
+                event.set()
+
+        producers = [asyncio.create_task(produce(j, e)) for j, e in zip(jobs, progress, strict=True)]
+        recorded = claimed = 0  # turns recorded / whose recording has started
+        first: ReplyData | None = None
+        renderer = renderers[0]
+        try:
+            for i, (job, renderer) in enumerate(zip(jobs, renderers, strict=True)):
+                for event in renderer.start():
+                    yield event
+                splitter, text_events = self._choice_text(job, renderer, producers[i], progress[i])
+                async for event in text_events:
+                    yield event
+                if first is not None:
+                    job.first_turn_index = first.turn_index
+                record = asyncio.ensure_future(self._record(job))
+                claimed += 1
+                reply = await asyncio.shield(record)  # a client leaving now does not cut the append
+                recorded += 1
+                first = first or reply
+                if recorded == len(jobs):
+                    future.set_result(first)
+                    self._unregister(jobs[0])
+                parsed = reply_parse(svc.profile, job.conv, reply)
+                reasoning, content = splitter.finish(parsed.reasoning_content, parsed.content)
+                events = renderer.finish(reply, parsed, reasoning, content)
+                if recorded == len(jobs):
+                    self._observe(jobs[0], first, stream=True)
+                for event in events:
+                    yield event
+        except Exception as e:  # ours or the engine's: the stream still ends with an error event
+            self._fail(jobs[0], future, e)
+            self._abandon(jobs[claimed:], producers[claimed:])  # generated tokens are recorded
+            status, _, _, code = classify(e)
+            svc.metrics.errors.labels(str(status), str(code)).inc()
+            for event in renderer.error(e, error_message(e, svc.secrets)):
+                yield event
+        except BaseException as e:  # the client went away (cancellation) or a bug
+            self._fail(jobs[0], future, e)
+            self._abandon(jobs[claimed:], producers[claimed:])
+            raise
+
+    def _abandon(self, jobs: Sequence[TurnJob], producers: Sequence[asyncio.Future[None]]) -> None:
+        """Record the partial turns of choices nobody will receive (in the background)."""
+        for job, producer in zip(jobs, producers, strict=True):
+            task = asyncio.ensure_future(self._record_abandoned(job, producer))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    def _choice_text(
+        self, job: TurnJob, renderer: StreamRenderer, producer: asyncio.Task[None], progress: asyncio.Event
+    ) -> tuple[StreamSplitter, AsyncIterator[bytes]]:
+        """One choice's splitter and its text events until its generation ends (engine errors raised)."""
+        profile, conv, gen = self.svc.profile, job.conv, job.generation
         stops = set(profile.stop_token_ids)
         decoder = IncrementalDecoder(profile.tokenizer)
         splitter = StreamSplitter(
@@ -310,21 +398,9 @@ class TurnHandler:
             profile.tool_call_marker or "",
             profile.has_reasoning,
         )
-        progress = asyncio.Event()
 
-        async def produce() -> None:
-            try:
-                async for _ in gen.stream():
-                    progress.set()
-            finally:
-                progress.set()
-
-        producer = asyncio.create_task(produce())
-        record: asyncio.Future[ReplyData] | None = None
-        seen = 0
-        try:
-            for event in renderer.start():
-                yield event
+        async def events() -> AsyncIterator[bytes]:
+            seen = 0
             if job.forced_text:
                 splitter.push(job.forced_text)  # held back: tool calls leave whole, at the end
             while True:
@@ -335,31 +411,12 @@ class TurnHandler:
                 seen += len(new)
                 text = decoder.feed([i for i in new if i not in stops])
                 reasoning, content = splitter.push(text) if text else ("", "")
+                if conv.top_logprobs and new:
+                    renderer.alternatives(gen.top[seen - len(new) : seen])
                 for event in renderer.delta(reasoning, content, list(new), list(new_lp)):
                     yield event
                 if producer.done() and seen >= len(gen.ids):
                     break
             producer.result()  # the engine's errors
-            record = asyncio.ensure_future(self._record(job))
-            reply = await asyncio.shield(record)  # a client leaving now does not cut the append
-            future.set_result(reply)
-            self._unregister(job)
-            parsed = reply_parse(profile, conv, reply)
-            reasoning, content = splitter.finish(parsed.reasoning_content, parsed.content)
-            events = renderer.finish(reply, parsed, reasoning, content)
-            self._observe(job, reply, stream=True)
-            for event in events:
-                yield event
-        except Exception as e:  # ours or the engine's: the stream still ends with an error event
-            self._fail(job, future, e)
-            if record is None and gen.ids:
-                self._spawn_abandoned(job, producer)  # tokens were generated: they are recorded
-            status, _, _, code = classify(e)
-            svc.metrics.errors.labels(str(status), str(code)).inc()
-            for event in renderer.error(e, error_message(e, svc.secrets)):
-                yield event
-        except BaseException as e:  # the client went away (cancellation, generator closed)
-            self._fail(job, future, e)
-            if record is None:
-                self._spawn_abandoned(job, producer)
-            raise
+
+        return splitter, events()

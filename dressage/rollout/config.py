@@ -13,12 +13,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dressage.agents.config import AgentConfig, AnswerAgentConfig
 from dressage.errors import ConfigError
 from dressage.paddock import SandboxSpec
 from dressage.rollout.rewards import ContainsConfig, RewardConfig
+from dressage.rollout.secrets import SecretsConfig, check_no_cleartext_secrets, resolve_secrets
 
 
 class _Strict(BaseModel):
@@ -41,6 +50,16 @@ class EngineConfig(_Strict):
     threads: int = Field(default=1, ge=1, description="dev: torch CPU threads.")
     urls: list[str] = Field(default_factory=list, description="sglang: base URLs of the engines.")
     served_model_name: str | None = Field(default=None, description="The model name agents request.")
+
+    @field_validator("model")
+    @classmethod
+    def _model_exists(cls, v: str, info: ValidationInfo) -> str:
+        """A dev engine's model is checked here, so a typo fails before anything starts."""
+        if info.data.get("kind", "dev") == "dev" and v != "tiny" and not (Path(v) / "config.json").is_file():
+            raise ValueError(
+                f"{v!r} is neither 'tiny' nor a Hugging Face model directory (a folder with config.json)"
+            )
+        return v
 
     @model_validator(mode="after")
     def _urls(self) -> EngineConfig:
@@ -122,14 +141,19 @@ class SandboxConfig(_Strict):
     max_timeout_s: float = Field(default=600.0, gt=0)
     memory_mb: int | None = Field(default=2048, ge=16)
     max_processes: int | None = Field(default=256, ge=1)
+    disk_mb: int | None = Field(
+        default=1024, ge=1, description="bwrap: disk quota of the workspace and of /tmp (MiB); null: none."
+    )
     output_cap_bytes: int = Field(default=64 * 1024, ge=1024)
     env: dict[str, str] = Field(default_factory=dict)
     template: str | None = Field(default=None, description="e2b: sandbox template.")
     proxy_port: int = Field(default=18080, ge=1, le=65535, description="Loopback port of the proxy inside.")
     root_dir: str | None = Field(default=None, description="bwrap: where workspaces are created.")
 
-    def spec(self, files: dict[str, str], proxy_socket: str | None) -> SandboxSpec:
-        """A :class:`SandboxSpec` for one session."""
+    def spec(
+        self, files: dict[str, str], proxy_socket: str | None, secret_env: dict[str, str] | None = None
+    ) -> SandboxSpec:
+        """A :class:`SandboxSpec` for one session; ``secret_env`` (run time only) joins ``env``."""
         return SandboxSpec(
             provider=self.provider,
             network=self.network,
@@ -137,8 +161,9 @@ class SandboxConfig(_Strict):
             max_timeout_s=self.max_timeout_s,
             memory_mb=self.memory_mb,
             max_processes=self.max_processes,
+            disk_mb=self.disk_mb,
             output_cap_bytes=self.output_cap_bytes,
-            env=dict(self.env),
+            env={**self.env, **(secret_env or {})},
             files=dict(files),
             template=self.template,
             proxy_socket=proxy_socket,
@@ -208,6 +233,9 @@ class RolloutConfig(_Strict):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=ContainsConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    secrets: SecretsConfig = Field(
+        default_factory=SecretsConfig, description="Names of secrets valued from the worker's environment."
+    )
     train: TrainConfig | None = Field(default=None, description="Training of `dressage-worker loop`.")
     loop: LoopConfig | None = Field(default=None, description="Defaults of `dressage-worker loop`.")
 
@@ -244,7 +272,10 @@ class RolloutConfig(_Strict):
     def snapshot(self) -> dict[str, Any]:
         """The frozen part of a rollout: all but ``worker.concurrency`` (a per-process choice) and the
         ``train``/``loop`` sections (the loop records those in its run's config separately)."""
-        return self.model_dump(mode="json", exclude={"worker": {"concurrency"}, "train": True, "loop": True})
+        exclude: dict[str, Any] = {"worker": {"concurrency"}, "train": True, "loop": True}
+        if self.secrets == SecretsConfig():
+            exclude["secrets"] = True  # snapshots of runs from before the section compare equal
+        return self.model_dump(mode="json", exclude=exclude)
 
 
 def _where(loc: tuple[Any, ...]) -> str:
@@ -284,6 +315,12 @@ def parse_config(data: Any, *, source: str = "config", base_dir: Path | None = N
         cfg = RolloutConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"{source}: {format_validation_error(e)}") from None
+    try:
+        check_no_cleartext_secrets(cfg.sandbox.env, "sandbox.env")
+        check_no_cleartext_secrets(getattr(cfg.agent, "env", {}), "agent.env")
+        resolve_secrets(cfg.secrets)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
     if base_dir is not None and not Path(cfg.dataset.path).is_absolute():
         path = str((base_dir / cfg.dataset.path).resolve())
         cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"path": path})})

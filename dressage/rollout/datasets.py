@@ -9,7 +9,10 @@ Fields of a row (unknown fields are errors, so a typo never silently drops data)
 - ``tests``: ``{path: text}`` written only when the ``tests`` reward runs (hidden from the agent);
 - ``id``: optional stable identifier.
 
-Blank lines and lines starting with ``//`` are skipped. Every error names the file and line.
+Blank lines and lines starting with ``//`` are skipped. Every error names the file, line and field.
+The whole file is checked before a run is created: message roles must be ones the proxy serves,
+``files``/``tests`` paths must stay inside the workspace (no ``..``, no absolute paths), and no text
+may hold a NUL character or a lone surrogate (the log cannot store them).
 """
 
 from __future__ import annotations
@@ -17,18 +20,19 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dressage.agents.base import Task
-from dressage.errors import ConfigError
+from dressage.errors import ConfigError, SandboxError
+from dressage.paddock.base import relative_workspace_path
 from dressage.store import TaskSpec
 
 
 class _Message(BaseModel):
     model_config = ConfigDict(extra="allow")
-    role: str
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = None
 
 
@@ -43,6 +47,16 @@ class TaskRow(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)
     tests: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("files", "tests")
+    @classmethod
+    def _inside_workspace(cls, files: dict[str, str]) -> dict[str, str]:
+        for path in files:
+            try:
+                relative_workspace_path(path)
+            except SandboxError as e:
+                raise ValueError(str(e)) from None
+        return files
 
     @model_validator(mode="after")
     def _one_input(self) -> TaskRow:
@@ -74,12 +88,14 @@ def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
             raise ConfigError(f"{p} line {lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{p} line {lineno}: each line must be a JSON object")
+        unstorable = find_unstorable_text(data)
+        if unstorable is not None:
+            raise ConfigError(f"{p} line {lineno}: {unstorable}")
         try:
             row = TaskRow.model_validate(data)
         except ValidationError as e:
             msgs = "; ".join(
-                f"{'.'.join(str(x) for x in err['loc']) or 'row'}: {err['msg'].removeprefix('Value error, ')}"
-                for err in e.errors()
+                f"{_field(err['loc'])}: {err['msg'].removeprefix('Value error, ')}" for err in e.errors()
             )
             raise ConfigError(f"{p} line {lineno}: {msgs}") from None
         tasks.append(
@@ -99,6 +115,41 @@ def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
     if not tasks:
         raise ConfigError(f"dataset {p} has no tasks")
     return tasks
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    """``('messages', 0, 'role')`` -> ``messages[0].role``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "row"
+
+
+def find_unstorable_text(value: Any, where: str = "") -> str | None:
+    """``field: problem`` for the first NUL character or lone surrogate in a row, else None.
+
+    Checked at load (not at enqueue) so a bad row stops the command before the run is created.
+    """
+    if isinstance(value, str):
+        if "\x00" in value:
+            return f"{where or 'row'}: contains a NUL character, which the log cannot store; remove it"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{where or 'row'}: contains invalid UTF-8 (a lone surrogate); fix the text"
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{where}.{k}" if where else str(k)
+            found = find_unstorable_text(k, f"{sub} (the key)") or find_unstorable_text(v, sub)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = find_unstorable_text(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
 
 
 def dataset_digest(tasks: list[Task]) -> str:

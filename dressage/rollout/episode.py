@@ -7,7 +7,7 @@ Order of effects (each one durable before the next):
 2. open a proxy session (``session_started``), start renewing the lease every ``lease_s / 3``;
 3. create the sandbox, run the agent under ``session_timeout_s``;
 4. score; append the ``reward`` event (value + details);
-5. archive the workspace and the agent log as artifacts;
+5. archive the workspace and the agent log (redacted: see :mod:`dressage.redact`) as artifacts;
 6. finalize the session (``finished`` with its reward, or ``failed`` with the error), then release
    the lease (``done``, or ``retry`` until ``max_attempts``).
 
@@ -23,16 +23,19 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sqlalchemy import select
 
 from dressage.agents import Agent, AgentContext, AgentLog, AgentResult, BlackboxAgent, Task
+from dressage.cleanup import logged_failures
 from dressage.errors import AgentError, DressageError, LeaseError, RewardError, SandboxError, StoreError
 from dressage.paddock import Sandbox, SandboxProvider, SandboxTools
+from dressage.redact import redact, redact_json
 from dressage.rollout.config import RolloutConfig
 from dressage.rollout.rewards import RewardInput, Scorer
+from dressage.rollout.secrets import RunSecrets
 from dressage.store import EventStore, Run, TaskLease, deterministic_key
 from dressage.store import schema as t
 
@@ -72,6 +75,7 @@ class EpisodeEnv:
     provider: SandboxProvider
     proxy_socket: str | None
     sandbox_proxy_url: str
+    secrets: RunSecrets = field(default_factory=RunSecrets)
 
 
 @dataclass
@@ -161,26 +165,31 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             result = await _play(env, task, handle, agent_log, held, sampling)
             reward, details = await _score(env, task, result, held.sandbox)
         except _Failed as f:
-            agent_log.write(f"FAILED ({f.reason}): {f}")
+            error = redact(str(f), store.secrets) or ""
+            agent_log.write(f"FAILED ({f.reason}): {error}")
             await _archive(env, sid, held.sandbox, agent_log)
             renewer.cancel()
             await env.proxy.finalize_session(
-                sid, "failed", finish_reason=f.reason, error=str(f), metadata=_meta(lease, None)
+                sid, "failed", finish_reason=f.reason, error=error, metadata=_meta(lease, None)
             )
             await asyncio.to_thread(store.release_task, lease, "retry", max_attempts=cfg.worker.max_attempts)
-            return Outcome("failed", error=str(f))
+            return Outcome("failed", error=error)
         await asyncio.to_thread(
             store.append_event,
             run,
             "reward",
-            {"reward": reward, "details": details},
+            redact_json({"reward": reward, "details": details}, store.secrets),
             key=deterministic_key(run.name, sid, "reward"),
             session_id=sid,
         )
         await _archive(env, sid, held.sandbox, agent_log)
         renewer.cancel()
         await env.proxy.finalize_session(
-            sid, "finished", reward=reward, finish_reason=result.finish_reason, metadata=_meta(lease, result)
+            sid,
+            "finished",
+            reward=reward,
+            finish_reason=result.finish_reason,
+            metadata=redact_json(_meta(lease, result), store.secrets),
         )
         await asyncio.to_thread(store.release_task, lease, "done")
         return Outcome("finished", reward=reward)
@@ -194,10 +203,10 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
     finally:
         renewer.cancel()
         if held.client is not None:
-            with contextlib.suppress(Exception):
+            with logged_failures(log, f"closing the OpenAI client of session {sid}"):
                 await held.client.close()
         if held.sandbox is not None:
-            with contextlib.suppress(SandboxError):
+            with logged_failures(log, f"terminating the sandbox of session {sid}"):
                 await held.sandbox.terminate()
 
 
@@ -214,7 +223,7 @@ async def _play(
 
     cfg = env.cfg
     socket_path = env.proxy_socket if isinstance(env.agent, BlackboxAgent) else None
-    spec = cfg.sandbox.spec(task.files, socket_path)
+    spec = cfg.sandbox.spec(task.files, socket_path, env.secrets.sandbox)
     try:
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, OSError) as e:
@@ -234,6 +243,7 @@ async def _play(
         sampling=sampling,
         timeout_s=cfg.worker.session_timeout_s,
         log=agent_log,
+        secret_env=dict(env.secrets.agent),
     )
     try:
         result = await asyncio.wait_for(env.agent.run(ctx), timeout=cfg.worker.session_timeout_s + 5)
@@ -269,7 +279,7 @@ async def _archive(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log
         await asyncio.to_thread(
             store.put_artifact,
             run,
-            agent_log.text().encode(),
+            (redact(agent_log.text(), store.secrets) or "").encode(),
             name="agent.log",
             media_type="text/plain",
             session_id=sid,

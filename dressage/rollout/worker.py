@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -23,20 +24,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
 from rich.console import Console
 from rich.markup import escape
 
-from dressage.agents import BlackboxAgent, build_agent
+from dressage.agents import BlackboxAgent, Task, build_agent
+from dressage.cleanup import logged_failures
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError, NotSupportedError
 from dressage.paddock import get_provider, serve_unix_socket_forwarder
+from dressage.redact import redact
 from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import dataset_digest, load_tasks, task_specs
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv, Outcome, run_episode
 from dressage.rollout.progress import RolloutProgress, Snapshot
 from dressage.rollout.rewards import build_scorer
+from dressage.rollout.secrets import RunSecrets, resolve_secrets
 from dressage.store import EventStore, Run
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -96,6 +103,25 @@ def resolve_config(store: EventStore, opts: WorkerOptions) -> tuple[RolloutConfi
     return cfg, run.config
 
 
+@dataclass
+class NewRun:
+    """A new run's validated config and tasks, loaded before anything is created."""
+
+    cfg: RolloutConfig
+    tasks: list[Task]
+
+
+def load_new_run(config_path: str) -> NewRun:
+    """Load and check everything a new run needs (config, agent, reward, every dataset row).
+
+    Raises :class:`ConfigError` (or the agent's/reward's own error) before the log is touched.
+    """
+    cfg = load_config(config_path)
+    build_agent(cfg.agent)
+    build_scorer(cfg.reward)
+    return NewRun(cfg, load_tasks(cfg.dataset.path, cfg.dataset.limit))
+
+
 def _proxy_class() -> Any:
     try:
         from dressage.proxy.server import ProxyServer
@@ -141,7 +167,7 @@ async def start_engine_and_proxy(
         await proxy.start()
     except BaseException:
         if proxy is not None:
-            with contextlib.suppress(Exception):
+            with logged_failures(log, "stopping the proxy"):
                 await proxy.stop()
         if engine is not None:
             engine.stop()
@@ -154,30 +180,35 @@ async def run_rollout(
 ) -> RolloutReport:
     """Run a worker until the run's queue is empty; see the module docstring."""
     console = console or Console(stderr=True)
+    if opts.concurrency is not None and opts.concurrency < 1:
+        raise ConfigError(f"--concurrency must be >= 1, got {opts.concurrency}")
+    # A new run's config and dataset are checked whole before the log is opened: a mistake creates nothing.
+    fresh = load_new_run(opts.config_path) if opts.resume is None and opts.config_path else None
     store = EventStore.open(settings=settings)
     engine: DevEngineProcess | None = None
     proxy: Any = None
     forwarder: asyncio.Server | None = None
     socket_dir: str | None = None
     try:
-        cfg, stored = resolve_config(store, opts)
+        cfg, stored = (fresh.cfg, None) if fresh is not None else resolve_config(store, opts)
         if opts.concurrency is not None:
-            if opts.concurrency < 1:
-                raise ConfigError(f"--concurrency must be >= 1, got {opts.concurrency}")
             cfg = cfg.model_copy(
                 update={"worker": cfg.worker.model_copy(update={"concurrency": opts.concurrency})}
             )
+        secrets = resolve_secrets(cfg.secrets)
+        store.secrets = (*store.secrets, *secrets.values())
+        settings = with_secrets(settings, secrets)
         agent = build_agent(cfg.agent)
         scorer = build_scorer(cfg.reward)
         provider = get_provider(
             cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
         )
-        tasks = None
-        if stored is None:
-            tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit)
+        tasks = fresh.tasks if fresh is not None else None
+        snapshot: dict[str, Any] | None = stored
+        if tasks is not None:
             snapshot = {"rollout": cfg.snapshot(), "dataset_sha256": dataset_digest(tasks)}
-        else:
-            snapshot = stored
+            if secrets.values():
+                snapshot["secret_digests"] = secrets.digests()
         engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
         run: Run = await proxy.create_run(cfg.run, snapshot)
         if tasks is not None and sum(store.task_counts(run).values()) == 0:
@@ -190,7 +221,7 @@ async def run_rollout(
             host, port = _host_port(proxy.base_url)
             forwarder = await serve_unix_socket_forwarder(proxy_socket, host, port)
             sandbox_url = f"http://127.0.0.1:{cfg.sandbox.proxy_port}"
-        env = EpisodeEnv(store, proxy, run, cfg, agent, scorer, provider, proxy_socket, sandbox_url)
+        env = EpisodeEnv(store, proxy, run, cfg, agent, scorer, provider, proxy_socket, sandbox_url, secrets)
         owner = opts.worker_id or default_worker_id()
         report = RolloutReport(run=run.name)
         progress = RolloutProgress(store, run, console=console, enabled=opts.show_progress)
@@ -210,11 +241,19 @@ async def run_rollout(
         if socket_dir is not None:
             shutil.rmtree(socket_dir, ignore_errors=True)
         if proxy is not None:
-            with contextlib.suppress(Exception):
+            with logged_failures(log, "stopping the proxy"):
                 await proxy.stop()
         if engine is not None:
             engine.stop()
         store.close()
+
+
+def with_secrets(settings: Settings, secrets: RunSecrets) -> Settings:
+    """``settings`` whose redaction list also holds the run's declared secret values."""
+    if not secrets.values():
+        return settings
+    extra = [SecretStr(v) for v in secrets.values()]
+    return settings.model_copy(update={"secrets": [*settings.secrets, *extra]})
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -258,7 +297,7 @@ async def _lease_loop(env: EpisodeEnv, owner: str, report: RolloutReport, consol
                 try:
                     out = task.result()
                 except DressageError as e:  # e.g. the proxy could not open a session; the lease will expire
-                    out = Outcome("error", error=str(e))
+                    out = Outcome("error", error=redact(str(e), store.secrets))
                 report.outcomes[out.status] = report.outcomes.get(out.status, 0) + 1
                 if out.status in ("failed", "error"):
                     console.print(f"[yellow]{out.status}[/]: {escape(out.error or '')}", highlight=False)

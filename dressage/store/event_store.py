@@ -468,8 +468,10 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         }
 
         def tx(conn: Connection) -> None:
-            current = conn.execute(
-                select(t.sessions.c.status, t.sessions.c.reward).where(t.sessions.c.id == session_id)
+            current = conn.execute(  # the session row first, then the counter (as the turn append)
+                select(t.sessions.c.status, t.sessions.c.reward)
+                .where(t.sessions.c.id == session_id)
+                .with_for_update()
             ).one()
             if current.status in TERMINAL_STATUSES:
                 if current.status == status and current.reward == reward:

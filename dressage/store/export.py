@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from dressage.errors import StoreError
+from dressage.errors import StoreError, VerificationError
 from dressage.store import schema as t
 from dressage.store.db import READONLY_OPTION, current_revision
 from dressage.store.event_store import EventStore
@@ -59,7 +59,7 @@ _TURN_SCALARS = (
 )
 
 
-class ExportVerificationError(StoreError):
+class ExportVerificationError(StoreError, VerificationError):
     """An export directory does not match its manifest (missing, extra or altered files)."""
 
 

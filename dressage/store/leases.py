@@ -103,7 +103,9 @@ class LeaseMixin(StoreMembers):
             if self.dialect == "postgresql":
                 q = q.with_for_update(skip_locked=True)
             leases: list[TaskLease] = []
-            for row in conn.execute(q).all():
+            rows = conn.execute(q).all()
+            self._lock_running_sessions_tx(conn, [row.id for row in rows if row.state == "leased"])
+            for row in rows:
                 if row.state == "leased":
                     self._abandon_sessions_tx(conn, r, row.id, reason="lease_expired")
                 if max_attempts is not None and row.attempts >= max_attempts:
@@ -150,6 +152,16 @@ class LeaseMixin(StoreMembers):
             return leases
 
         return list(self._retrying(tx))
+
+    def _lock_running_sessions_tx(self, conn: Connection, task_ids: list[int]) -> None:
+        """Lock the running sessions of expired leases before any event takes the run's counter row
+        (the turn append locks a session, then the counter: the same order never deadlocks)."""
+        if task_ids:
+            conn.execute(
+                select(t.sessions.c.id)
+                .where(t.sessions.c.task_id.in_(task_ids), t.sessions.c.status == "running")
+                .with_for_update()
+            ).all()
 
     def _abandon_sessions_tx(self, conn: Connection, run: Run, task_id: int, *, reason: str) -> None:
         running = (

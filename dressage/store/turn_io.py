@@ -90,7 +90,7 @@ PG_APPEND_TURN_SQL = f"""
 WITH c AS (
     UPDATE run_counters SET last_position = last_position + 1
     WHERE run_id = $1
-      AND (SELECT s.run_id = $1 AND s.status = 'running' FROM sessions s WHERE s.id = $2)
+      AND (SELECT s.run_id = $1 AND s.status = 'running' FROM sessions s WHERE s.id = $2 FOR SHARE)
     RETURNING last_position
 ), e AS (
     INSERT INTO events (run_id, position, kind, session_id, idem_key, content_hash, payload, created_at)
@@ -106,7 +106,11 @@ RETURNING position
 """The durable append of one turn, one autocommit statement (one round trip, one WAL flush).
 
 The counter row is bumped only when the session is running in this run; then the event and the
-turn are inserted and the new position comes back. The session is looked up by its primary key
+turn are inserted and the new position comes back. The session row is read ``FOR SHARE``: a
+finalize that changed it and committed while this statement waited is seen (the locked row is
+re-read at its newest version), so no turn lands after its session's ``session_finalized``. Every
+transaction that changes a session's status locks the session row before the run's counter row,
+in the same order as this statement, so the two never deadlock. The session is looked up by its primary key
 alone (a lookup the planner cannot turn into a scan of the run's sessions). A re-sent key is not
 looked up first: the unique index on ``(run_id, idem_key)`` refuses the event, the statement rolls
 back whole, and :data:`PG_APPEND_DIAGNOSIS_SQL` then finds the stored position. It also says why

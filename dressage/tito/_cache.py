@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dressage.config import load_settings
+
 
 def cache_root() -> Path:
     """Return the Dressage cache root (``$DRESSAGE_CACHE_DIR`` or ``~/.cache/dressage``)."""
-    env = os.environ.get("DRESSAGE_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
+    configured = load_settings().cache_dir
+    if configured:
+        return configured.expanduser()
     return Path.home() / ".cache" / "dressage"
 
 

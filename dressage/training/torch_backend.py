@@ -29,6 +29,7 @@ version record is idempotent). torch, transformers and safetensors are imported 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -180,6 +181,8 @@ class TorchBackend:
                 "TorchBackend(push_to=...) cannot record policy versions (the backend has no event log); "
                 "pass push=WeightPusher(store, urls) instead, as `dressage-worker train --push-to` does"
             )
+        if not math.isfinite(lr) or lr <= 0:
+            raise ConfigError(f"lr must be a positive number, got {lr}")
         if optimizer not in ("sgd", "adam"):
             raise ConfigError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
         if trainable not in ("all", "lm_head"):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import shutil
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from dressage.config import load_settings
 from dressage.errors import ConfigError, EngineBroadcastError, TrainingError
 from dressage.store.event_store import EventStore
 from dressage.store.records import Run
@@ -105,7 +105,10 @@ class WeightPusher:
         self.store = store
         self.engine_urls = [u.rstrip("/") for u in engine_urls]
         self.proxy_admin_url = proxy_admin_url.rstrip("/") if proxy_admin_url else None
-        self.admin_token = admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV)
+        if admin_token is None:
+            configured = load_settings().admin_token
+            admin_token = configured.get_secret_value() if configured else None
+        self.admin_token = admin_token
         if self.proxy_admin_url and not self.admin_token:
             raise ConfigError(
                 f"--proxy-admin-url {self.proxy_admin_url} needs the proxy's admin token: set "

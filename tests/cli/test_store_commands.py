@@ -153,3 +153,15 @@ def test_console_script_error_exit(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
     assert "Traceback" not in proc.stderr
+
+
+def test_show_says_why_it_falls_back_to_token_ids(
+    cli: CliRunner, db_url: str, populated: Populated, tmp_path, monkeypatch
+) -> None:
+    not_a_folder = tmp_path / "cache-is-a-file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("DRESSAGE_CACHE_DIR", str(not_a_folder))
+    result = invoke(cli, db_url, "show", populated.sessions["s1"], "--tokens")
+    assert result.exit_code == 0, result.output
+    assert "[248045]" in result.stdout  # ids, not text
+    assert "note: showing token ids, not text: the Qwen3.5 tokenizer could not be loaded" in result.stderr

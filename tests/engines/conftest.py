@@ -38,11 +38,14 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serve_dev_engine(loaded: LoadedModel, seed: int, *, start_timeout_s: float = 30) -> Iterator[str]:
-    """Serve ``loaded`` with the dev engine on a free loopback port (uvicorn in a thread); yield its URL."""
+    """Serve ``loaded`` with the dev engine on a free loopback port (uvicorn in a thread); yield its URL.
+
+    JSON-schema output is compact (SGLang's ``--constrained-json-disable-any-whitespace``): the
+    random tiny model would otherwise spend its token budget on whitespace the grammar allows.
+    """
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(loaded, seed=seed), host="127.0.0.1", port=port, log_level="warning")
-    )
+    app = create_app(loaded, seed=seed, constrained_json_disable_any_whitespace=True)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

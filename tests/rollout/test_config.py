@@ -34,10 +34,8 @@ def test_examples_load_with_their_datasets(name: str) -> None:
 @pytest.mark.parametrize(
     ("patch", "message"),
     [
-        (
-            {"agent": {"kind": "claude_code"}},
-            "agent: agent kind 'claude_code' is reserved and not supported yet",
-        ),
+        ({"agent": {"kind": "claude_code", "max_turns": 0}}, "agent.max_turns: Input should be greater than"),
+        ({"agent": {"kind": "codex", "model": "x"}}, "agent.model: unknown field"),
         ({"agent": {"kind": "gpt-agent"}}, "agent: unknown kind 'gpt-agent'; expected one of 'answer'"),
         ({"agent": {"kind": "coding", "max_turn": 3}}, "agent.max_turn: unknown field"),
         ({"agent": {"kind": "command"}}, "agent.command: Field required"),

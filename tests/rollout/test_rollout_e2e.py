@@ -140,7 +140,7 @@ async def test_blackbox_curl_through_the_proxy_without_network(tmp_path, engine_
 
 def test_cli_reports_bad_config_and_unknown_resume_in_one_line(tmp_path) -> None:
     bad = tmp_path / "run.yaml"
-    bad.write_text("run: x\ndataset: {path: t.jsonl}\nagent: {kind: claude_code}\n")
+    bad.write_text("run: x\ndataset: {path: t.jsonl}\nagent: {kind: gpt-agent}\n")
     for args in (["--config", str(bad)], ["--resume", "no-such-run"], []):
         r = subprocess.run(
             [sys.executable, "-c", "from dressage.cli import main; main()", "rollout", *args],
@@ -153,7 +153,7 @@ def test_cli_reports_bad_config_and_unknown_resume_in_one_line(tmp_path) -> None
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1, r.stderr
     assert (
-        "not supported yet"
+        "unknown kind 'gpt-agent'"
         in subprocess.run(
             [sys.executable, "-c", "from dressage.cli import main; main()", "rollout", "--config", str(bad)],
             env=worker_env(tmp_path / "home"),

@@ -17,6 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from dressage.errors import NotSupportedError
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.sessions import ReplyData, SessionState
 from dressage.tito.profiles import ModelProfile
@@ -43,6 +44,14 @@ class StreamRenderer(ABC):
     @abstractmethod
     def delta(self, reasoning: str, content: str, ids: list[int], logprobs: list[float]) -> list[bytes]:
         """Newly stable reasoning and content text, and the ids (with logprobs) generated since."""
+
+    def alternatives(self, top: list[list[tuple[int, float]]]) -> None:
+        """The top ``(token_id, logprob)`` alternatives of the ids the next :meth:`delta` brings.
+
+        Called before that delta when the request asked for top logprobs; dialects without them
+        keep the default, which drops them.
+        """
+        return None
 
     @abstractmethod
     def finish(self, reply: ReplyData, parsed: ParsedAssistant, reasoning: str, content: str) -> list[bytes]:
@@ -78,6 +87,19 @@ class Dialect(ABC):
     @abstractmethod
     def renderer(self, conv: Conversation, rid: str, created: int, prompt_tokens: int) -> StreamRenderer:
         """A renderer for one streamed reply."""
+
+    def renderers(
+        self, conv: Conversation, rid: str, created: int, prompt_tokens: int
+    ) -> list[StreamRenderer]:
+        """One renderer per choice (``conv.n``), streamed one after the other; the last one ends the stream.
+
+        Dialects without several choices per request never parse ``n > 1``; this default serves ``n == 1``.
+        """
+        if conv.n != 1:
+            raise NotSupportedError(
+                f"the {self.name} dialect has no several choices per request (n={conv.n})"
+            )
+        return [self.renderer(conv, rid, created, prompt_tokens)]
 
     @abstractmethod
     def error_response(self, exc: BaseException, secrets: Iterable[str]) -> JSONResponse:

@@ -3,10 +3,31 @@
 What is honoured: ``messages``, ``tools``, ``tool_choice`` (see below), ``temperature``,
 ``top_p``, ``top_k`` and ``min_p`` (extra body, SGLang names), ``max_tokens`` /
 ``max_completion_tokens``, ``stop``, ``seed``, ``stream`` + ``stream_options.include_usage``,
-``logprobs`` (without top alternatives), ``chat_template_kwargs.enable_thinking``. What is refused
-with 400: ``n > 1``, ``logit_bias``, ``response_format`` other than text, ``audio`` / non-text
-``modalities``, ``top_logprobs > 0``, non-zero penalties, legacy ``functions``. Other unknown keys
-are accepted and their names recorded on the turn (``info.ignored_params``).
+``logprobs`` + ``top_logprobs`` (0-20; sent to the engine as SGLang's ``top_logprobs_num``),
+``n`` (1-16 choices from one prompt, each recorded as its own turn: see
+:mod:`dressage.proxy.recording`), ``frequency_penalty`` / ``presence_penalty`` ([-2, 2]) and
+``repetition_penalty`` ((0, 2], extra body) as SGLang sampling params,
+``chat_template_kwargs.enable_thinking``, and one output constraint for SGLang's constrained
+decoding: ``response_format`` ``json_object`` (SGLang's ``json_schema`` ``{"type": "object"}``) or
+``json_schema`` (its ``schema``), SGLang's ``regex`` / ``ebnf`` (extra body), or vLLM's
+``structured_outputs`` (``json``, ``regex``, ``choice`` (an EBNF alternation of the literal
+strings), ``grammar`` (EBNF)). With thinking on, the grammar applies after ``</think>`` (SGLang's
+``require_reasoning``). A constraint together with a forced tool call (``tool_choice`` required or
+named) is refused, as SGLang refuses it.
+
+What is refused with 400: ``logit_bias``, ``response_format`` ``structural_tag``, ``audio`` /
+non-text ``modalities``, legacy ``functions``, ``stream_options`` without ``stream``,
+``stream_options.continuous_usage_stats``, ``top_logprobs`` without ``logprobs``. Other unknown
+keys are accepted and their names recorded on the turn (``info.ignored_params``).
+
+The reply: ``choices`` in choice order; a message's reasoning under both ``reasoning_content``
+(SGLang) and ``reasoning`` (vLLM), and in a stream both keys are in every delta (``null`` when the
+delta has no reasoning); a forced tool call's ``content`` is ``""`` (vLLM's shape), an automatic
+one's ``null``. ``logprobs.content`` has one entry per generated token, *including* the
+think-closing ``</think>`` and the final end token (``<|im_end|>``), which ``completion_tokens``
+counts too, so ``len(logprobs.content) == completion_tokens``; a forced tool call's opening is
+not generated (it counts as prompt) and has no entry. Logprobs below OpenAI's floor (``-9999.0``,
+e.g. tokens a grammar masked) are reported as ``-9999.0``.
 
 ``tool_choice``: ``auto`` (default) parses tool calls out of the output; ``none`` keeps the tools in
 the prompt (the lineage is not cut) but never parses a call: what the model writes stays content;
@@ -17,6 +38,7 @@ the model writes the name.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -55,14 +77,16 @@ _UNSUPPORTED = {
     "prediction": "predicted outputs are not supported",
     "web_search_options": "web search is not supported",
     "logit_bias": "logit_bias is not supported",
-    "repetition_penalty": "repetition_penalty is not supported",
 }
 _HANDLED = frozenset(
     {"messages", "tools", "tool_choice", "temperature", "top_p", "top_k", "min_p", "max_tokens",
      "max_completion_tokens", "stop", "seed", "stream", "stream_options", "logprobs", "top_logprobs",
      "chat_template_kwargs", "n", "response_format", "modalities", "presence_penalty",
-     "frequency_penalty"}
+     "frequency_penalty", "repetition_penalty", "regex", "ebnf", "structured_outputs"}
 )  # fmt: skip
+MAX_CHOICES = 16
+LOGPROB_FLOOR = -9999.0
+"""OpenAI's smallest reported logprob (vLLM clamps to it too)."""
 
 
 def _check_messages(messages: Any) -> list[dict[str, Any]]:
@@ -94,7 +118,15 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
                 param=f"messages[{i}].tool_calls",
                 code="invalid_type",
             )
-    return messages
+    # vLLM clients send an assistant's reasoning back as ``reasoning``; the template reads ``reasoning_content``.
+    return [
+        {**m, "reasoning_content": m["reasoning"]}
+        if m.get("role") == "assistant"
+        and m.get("reasoning") is not None
+        and m.get("reasoning_content") is None
+        else m
+        for m in messages
+    ]
 
 
 def _check_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -150,20 +182,146 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     for name, why in _UNSUPPORTED.items():
         if body.get(name) not in (None, {}, []):
             raise unsupported(name, why)
-    if body.get("n") not in (None, 1):
-        raise unsupported("n", "n > 1 (several choices per request) is not supported; send n requests")
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise unsupported(
-            "response_format", "response_format other than text (JSON mode, json_schema) is not supported"
-        )
     if body.get("modalities") not in (None, ["text"]):
         raise unsupported("modalities", "only the 'text' modality is supported")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if number(body, name, -2.0, 2.0):
-            raise unsupported(name, f"a non-zero {name} is not supported")
-    if integer(body, "top_logprobs", 0, 20):
-        raise unsupported("top_logprobs", "top_logprobs > 0 is not supported")
+
+
+def _string(value: Any, param: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"'{param}' must be a non-empty string", param=param, code="invalid_type")
+    return value
+
+
+def _response_format(fmt: Any) -> tuple[str, str] | None:
+    """OpenAI ``response_format`` as an SGLang grammar param (None for ``text``)."""
+    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
+        raise RequestError(
+            "'response_format' must be an object with a 'type'", param="response_format", code="invalid_type"
+        )
+    kind = fmt["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return "json_schema", '{"type": "object"}'
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise RequestError(
+                "response_format json_schema needs 'json_schema.schema' (a JSON Schema object)",
+                param="response_format.json_schema.schema",
+                code="invalid_value",
+            )
+        return "json_schema", json.dumps(schema, ensure_ascii=False)
+    if kind == "structural_tag":
+        raise unsupported("response_format", "response_format 'structural_tag' is not supported")
+    raise RequestError(
+        f"response_format.type must be text, json_object or json_schema, got {kind!r}",
+        param="response_format.type",
+        code="invalid_value",
+    )
+
+
+def _structured_outputs(spec: Any) -> tuple[str, str]:
+    """vLLM's ``structured_outputs`` (one of json / regex / choice / grammar) as an SGLang grammar param."""
+    param = "structured_outputs"
+    if not isinstance(spec, dict):
+        raise RequestError(f"'{param}' must be an object", param=param, code="invalid_type")
+    given = {k: v for k, v in spec.items() if v not in (None, False)}
+    known = {"json", "regex", "choice", "grammar", "json_object"}
+    for key in given:
+        if key not in known:
+            raise unsupported(
+                f"{param}.{key}", f"{param}.{key} is not supported (use json, regex, choice, grammar)"
+            )
+    if len(given) != 1:
+        raise RequestError(
+            f"'{param}' must set exactly one of {', '.join(sorted(known))}", param=param, code="invalid_value"
+        )
+    key, value = next(iter(given.items()))
+    if key == "json":
+        try:
+            schema = json.loads(value) if isinstance(value, str) else value
+        except ValueError as e:
+            raise RequestError(
+                f"'{param}.json' is not valid JSON: {e}", param=f"{param}.json", code="invalid_value"
+            ) from e
+        if not isinstance(schema, dict):
+            raise RequestError(
+                f"'{param}.json' must be a JSON Schema object", param=f"{param}.json", code="invalid_type"
+            )
+        return "json_schema", json.dumps(schema, ensure_ascii=False)
+    if key == "json_object":
+        return "json_schema", '{"type": "object"}'
+    if key == "choice":
+        if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
+            raise RequestError(
+                f"'{param}.choice' must be a non-empty array of non-empty strings",
+                param=f"{param}.choice",
+                code="invalid_value",
+            )
+        return "ebnf", "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in value)
+    return ("regex" if key == "regex" else "ebnf"), _string(value, f"{param}.{key}")
+
+
+def _constraint(body: dict[str, Any], force_tool: str | None) -> dict[str, str]:
+    """The one output constraint of the request as SGLang sampling params (``json_schema``/``regex``/``ebnf``)."""
+    found: list[tuple[str, tuple[str, str]]] = []
+    if body.get("response_format") is not None:
+        fmt = _response_format(body["response_format"])
+        if fmt is not None:
+            found.append(("response_format", fmt))
+    for name in ("regex", "ebnf"):
+        if body.get(name) is not None:
+            found.append((name, (name, _string(body[name], name))))
+    if body.get("structured_outputs") is not None:
+        found.append(("structured_outputs", _structured_outputs(body["structured_outputs"])))
+    if not found:
+        return {}
+    if len(found) > 1:
+        raise RequestError(
+            f"only one output constraint may be set, got {', '.join(name for name, _ in found)}",
+            param=found[1][0],
+            code="invalid_value",
+        )
+    name, (kind, source) = found[0]
+    if force_tool is not None:
+        raise RequestError(
+            f"tool_choice 'required' or a named tool cannot be combined with {name}: the tool-call "
+            "constraint and the output constraint cannot both be honoured",
+            param=name,
+            code="invalid_value",
+        )
+    return {kind: source}
+
+
+def _logprobs(body: dict[str, Any]) -> tuple[bool, int]:
+    """(``logprobs``, ``top_logprobs``); alternatives without ``logprobs: true`` are refused."""
+    logprobs = boolean(body, "logprobs")
+    top = integer(body, "top_logprobs", 0, 20) or 0
+    if top and not logprobs:
+        raise RequestError(
+            "'top_logprobs' needs 'logprobs': true", param="top_logprobs", code="invalid_value"
+        )
+    return logprobs, top
+
+
+def _stream_options(body: dict[str, Any], stream: bool) -> bool:
+    """``stream_options.include_usage``; stream options without ``stream`` are refused, as OpenAI does."""
+    opts = body.get("stream_options")
+    if opts is None:
+        return False
+    if not isinstance(opts, dict):
+        raise RequestError("'stream_options' must be an object", param="stream_options", code="invalid_type")
+    if not stream:
+        raise RequestError(
+            "'stream_options' is only allowed when 'stream' is true",
+            param="stream_options",
+            code="invalid_value",
+        )
+    if opts.get("continuous_usage_stats"):
+        raise unsupported("stream_options.continuous_usage_stats", "usage in every chunk is not supported")
+    return bool(opts.get("include_usage"))
 
 
 def _thinking(body: dict[str, Any]) -> bool | None:
@@ -198,6 +356,19 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
     seed = integer(body, "seed", -(1 << 63), (1 << 63) - 1)
     if seed is not None:
         sampling["sampling_seed"] = seed
+    for name in ("frequency_penalty", "presence_penalty"):
+        value = number(body, name, -2.0, 2.0)
+        if value:
+            sampling[name] = value
+    repetition = number(body, "repetition_penalty", 0.0, 2.0)
+    if repetition == 0.0:
+        raise RequestError(
+            "'repetition_penalty' must be in (0, 2] (1 = none)",
+            param="repetition_penalty",
+            code="invalid_value",
+        )
+    if repetition is not None and repetition != 1.0:
+        sampling["repetition_penalty"] = repetition
     stops = _stop(body)
     if stops:
         sampling["stop"] = stops
@@ -211,13 +382,15 @@ def parse_chat_request(raw: bytes, default_sampling: dict[str, Any] | None = Non
     messages = _check_messages(body.get("messages"))
     tools = _check_tools(body.get("tools"))
     parse_tools, force_tool = _tool_choice(body, tools)
-    opts = body.get("stream_options") or {}
-    if not isinstance(opts, dict):
-        raise RequestError("'stream_options' must be an object", param="stream_options", code="invalid_type")
+    stream = boolean(body, "stream")
+    include_usage = _stream_options(body, stream)
+    logprobs, top_logprobs = _logprobs(body)
+    n = integer(body, "n", 1, MAX_CHOICES) or 1
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string", param="model", code="invalid_type")
     sampling = _sampling(body)
+    sampling.update(_constraint(body, force_tool))
     max_tokens = integer(body, "max_completion_tokens", 1, 1 << 24)
     if max_tokens is None:
         max_tokens = integer(body, "max_tokens", 1, 1 << 24)
@@ -231,9 +404,11 @@ def parse_chat_request(raw: bytes, default_sampling: dict[str, Any] | None = Non
         tools=tools,
         parse_tools=parse_tools,
         force_tool=force_tool,
-        stream=boolean(body, "stream"),
-        include_usage=bool(opts.get("include_usage")),
-        logprobs=boolean(body, "logprobs"),
+        stream=stream,
+        include_usage=include_usage,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        n=n,
         enable_thinking=_thinking(body),
         model=model,
         max_tokens=max_tokens,
@@ -262,45 +437,73 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+def choices_usage(replies: Sequence[ReplyData]) -> dict[str, int]:
+    """Usage of a request's choices: the prompt once (they share it), every choice's generated tokens."""
+    return usage(replies[0].prompt_tokens, sum(len(r.generated_ids) for r in replies))
+
+
+def _entry(profile: ModelProfile, token_id: int, lp: float) -> dict[str, Any]:
+    text = profile.tokenizer.decode([token_id])
+    return {"token": text, "logprob": max(lp, LOGPROB_FLOOR), "bytes": list(text.encode())}
+
+
 def logprobs_content(
-    profile: ModelProfile, ids: Sequence[int], logprobs: Sequence[float]
+    profile: ModelProfile,
+    ids: Sequence[int],
+    logprobs: Sequence[float],
+    top: Sequence[Sequence[tuple[int, float]]] | None = None,
 ) -> list[dict[str, Any]]:
-    """OpenAI ``logprobs.content``: one entry per generated token (stop token included)."""
-    tok = profile.tokenizer
+    """OpenAI ``logprobs.content``: one entry per generated token (``</think>`` and the stop token included)."""
     out = []
-    for token_id, lp in zip(ids, logprobs, strict=True):
-        text = tok.decode([token_id])
-        out.append({"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []})
+    for i, (token_id, lp) in enumerate(zip(ids, logprobs, strict=True)):
+        entry = _entry(profile, token_id, lp)
+        entry["top_logprobs"] = [_entry(profile, t, v) for t, v in top[i]] if top is not None else []
+        out.append(entry)
     return out
 
 
-def completion_body(
-    profile: ModelProfile, conv: Conversation, reply: ReplyData, model: str
-) -> tuple[dict[str, Any], ParsedAssistant]:
-    """The ``chat.completion`` object of a recorded turn, and its parse."""
+def assistant_message(conv: Conversation, parsed: ParsedAssistant) -> dict[str, Any]:
+    """The OpenAI assistant message: reasoning under both keys; a forced call's content ``""``."""
+    msg = parsed.to_message()
+    if "reasoning_content" in msg:
+        msg["reasoning"] = msg["reasoning_content"]
+    if conv.force_tool is not None and parsed.tool_calls and msg.get("content") is None:
+        msg["content"] = ""
+    return msg
+
+
+def _choice(profile: ModelProfile, conv: Conversation, reply: ReplyData, index: int) -> dict[str, Any]:
     parsed = reply_parse(profile, conv, reply)
     choice: dict[str, Any] = {
-        "index": 0,
-        "message": parsed.to_message(),
+        "index": index,
+        "message": assistant_message(conv, parsed),
         "finish_reason": finish_reason(reply.stop_reason, parsed),
         "logprobs": None,
     }
     if conv.logprobs:
-        choice["logprobs"] = {"content": logprobs_content(profile, reply.generated_ids, reply.logprobs)}
-    body = {
+        top = reply.top_logprobs if conv.top_logprobs else None
+        choice["logprobs"] = {"content": logprobs_content(profile, reply.generated_ids, reply.logprobs, top)}
+    return choice
+
+
+def completion_body(
+    profile: ModelProfile, conv: Conversation, reply: ReplyData, model: str
+) -> dict[str, Any]:
+    """The ``chat.completion`` object of a recorded request: one choice per recorded turn."""
+    replies = reply.choices
+    return {
         "id": f"chatcmpl-{reply.rid or reply.turn_id}",
         "object": "chat.completion",
         "created": reply.created,
         "model": model,
-        "choices": [choice],
-        "usage": usage(reply.prompt_tokens, len(reply.generated_ids)),
+        "choices": [_choice(profile, conv, r, i) for i, r in enumerate(replies)],
+        "usage": choices_usage(replies),
     }
-    return body, parsed
 
 
 def chunk(
     completion_id: str, created: int, model: str, delta: dict[str, Any], finish_reason: str | None = None,
-    logprobs: list[dict[str, Any]] | None = None,
+    logprobs: list[dict[str, Any]] | None = None, index: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """A ``chat.completion.chunk`` with one choice."""
     return {
@@ -310,7 +513,7 @@ def chunk(
         "model": model,
         "choices": [
             {
-                "index": 0,
+                "index": index,
                 "delta": delta,
                 "logprobs": {"content": logprobs} if logprobs is not None else None,
                 "finish_reason": finish_reason,
@@ -319,37 +522,94 @@ def chunk(
     }
 
 
-def tool_call_deltas(tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``delta`` carrying every parsed tool call, whole, with its index."""
-    return {"tool_calls": [{"index": i, **call} for i, call in enumerate(tool_calls)]}
+def tool_call_deltas(tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every parsed tool call, whole, with its index (the ``tool_calls`` of a delta)."""
+    return [{"index": i, **call} for i, call in enumerate(tool_calls)]
 
 
 class ChatStream(StreamRenderer):
-    """``chat.completion.chunk`` events, ``[DONE]`` last."""
+    """``chat.completion.chunk`` events of one choice; the last choice's renderer ends the stream.
 
-    def __init__(self, profile: ModelProfile, conv: Conversation, cid: str, created: int, model: str) -> None:
+    A text delta has ``content``, ``reasoning_content`` and ``reasoning`` (``null`` when absent).
+    The latest text delta is held until the next one (or the end), so the chunk with the
+    ``finish_reason`` carries the last text, as vLLM's does; logprobs of tokens whose text is not
+    stable yet ride on the next text delta.
+    """
+
+    def __init__(
+        self,
+        profile: ModelProfile,
+        conv: Conversation,
+        cid: str,
+        created: int,
+        model: str,
+        index: int = 0,
+        ended: list[ReplyData] | None = None,
+    ) -> None:
         self.profile, self.conv = profile, conv
         self.cid, self.created, self.model = cid, created, model
+        self.index = index
+        self.ended = ended if ended is not None else []
+        """Replies of the request's choices streamed so far (shared by its renderers, for usage)."""
+        self._held: tuple[str, str, list[dict[str, Any]] | None] | None = None
+        self._lp: list[dict[str, Any]] = []
+        self._pending_top: list[list[tuple[int, float]]] | None = None
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None, lp: Any = None) -> bytes:
-        return sse(chunk(self.cid, self.created, self.model, delta, finish, logprobs=lp))
+        return sse(chunk(self.cid, self.created, self.model, delta, finish, logprobs=lp, index=self.index))
+
+    @staticmethod
+    def _text_delta(reasoning: str, content: str) -> dict[str, Any]:
+        return {
+            "content": content or None,
+            "reasoning_content": reasoning or None,
+            "reasoning": reasoning or None,
+        }
 
     def start(self) -> list[bytes]:
         return [self._chunk({"role": "assistant", "content": ""})]
 
     def delta(self, reasoning: str, content: str, ids: list[int], logprobs: list[float]) -> list[bytes]:
-        lp = logprobs_content(self.profile, ids, logprobs) if self.conv.logprobs and ids else None
-        delta = {k: v for k, v in (("reasoning_content", reasoning), ("content", content)) if v}
-        return [self._chunk(delta, lp=lp)] if delta or lp else []
+        if self.conv.logprobs and ids:
+            top, self._pending_top = self._pending_top, None
+            self._lp += logprobs_content(self.profile, ids, logprobs, top)
+        if not (reasoning or content):
+            return []
+        out = self._release()
+        self._held = (reasoning, content, self._take_lp())
+        return out
+
+    def alternatives(self, top: list[list[tuple[int, float]]]) -> None:
+        self._pending_top = top
+
+    def _take_lp(self) -> list[dict[str, Any]] | None:
+        lp, self._lp = (self._lp or None), []
+        return lp if self.conv.logprobs else None
+
+    def _release(self) -> list[bytes]:
+        if self._held is None:
+            return []
+        reasoning, content, lp = self._held
+        self._held = None
+        return [self._chunk(self._text_delta(reasoning, content), lp=lp)]
 
     def finish(self, reply: ReplyData, parsed: ParsedAssistant, reasoning: str, content: str) -> list[bytes]:
-        out = self.delta(reasoning, content, [], [])
+        held_r, held_c, held_lp = self._held or ("", "", None)
+        self._held = None
+        lp = [*(held_lp or []), *self._lp] if self.conv.logprobs else None
+        self._lp = []
+        delta = self._text_delta(held_r + reasoning, held_c + content)
         if parsed.tool_calls:
-            out.append(self._chunk(tool_call_deltas(parsed.tool_calls)))
-        out.append(self._chunk({}, finish_reason(reply.stop_reason, parsed)))
+            delta["tool_calls"] = tool_call_deltas(parsed.tool_calls)
+            if self.conv.force_tool is not None and delta["content"] is None:
+                delta["content"] = ""
+        out = [self._chunk(delta, finish_reason(reply.stop_reason, parsed), lp=lp or None)]
+        self.ended.append(reply)
+        if len(self.ended) < self.conv.n:
+            return out
         if self.conv.include_usage:
             body = chunk(self.cid, self.created, self.model, {})
-            body["choices"], body["usage"] = [], usage(reply.prompt_tokens, len(reply.generated_ids))
+            body["choices"], body["usage"] = [], choices_usage(self.ended)
             out.append(sse(body))
         out.append(sse("[DONE]"))
         return out
@@ -368,10 +628,19 @@ class ChatDialect(Dialect):
         return parse_chat_request(raw, default_sampling)
 
     def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, Any]:
-        return completion_body(self.profile, conv, reply, self.model_name)[0]
+        return completion_body(self.profile, conv, reply, self.model_name)
 
     def renderer(self, conv: Conversation, rid: str, created: int, prompt_tokens: int) -> StreamRenderer:
         return ChatStream(self.profile, conv, f"chatcmpl-{rid}", created, self.model_name)
+
+    def renderers(
+        self, conv: Conversation, rid: str, created: int, prompt_tokens: int
+    ) -> list[StreamRenderer]:
+        ended: list[ReplyData] = []
+        return [
+            ChatStream(self.profile, conv, f"chatcmpl-{rid}", created, self.model_name, index=i, ended=ended)
+            for i in range(conv.n)
+        ]
 
     def error_response(self, exc: BaseException, secrets: Iterable[str]) -> JSONResponse:
         return error_response(exc, secrets)

@@ -25,6 +25,12 @@ Request -> shared conversation:
   ``budget_tokens`` is not enforced (recorded as ignored).
 - ``max_tokens`` (required), ``stop_sequences``, ``temperature`` (0-1), ``top_p``, ``top_k``,
   ``metadata`` (recorded as ignored), ``stream``.
+- Claude Code 2.1 also sends ``output_config: {effort}`` (adaptive thinking's effort: the template's
+  thinking switch has no effort, so it is recorded as ignored; any other ``output_config`` key, such
+  as a structured-output ``format``, is refused) and ``context_management: {edits: [...]}``.
+  ``clear_thinking_*`` edits are accepted and recorded as ignored (the Qwen3.5 template already
+  renders reasoning only for the turns after the last user message, whatever the edit keeps);
+  other edits (``clear_tool_uses_*``, which would drop tool results) are refused.
 
 Replies are ``Message`` objects (``thinking`` block with a signature, ``text`` block, ``tool_use``
 blocks; ``stop_reason`` ``end_turn`` / ``tool_use`` / ``max_tokens`` / ``stop_sequence``) or
@@ -66,7 +72,7 @@ from dressage.tito.tool_calls import ParsedAssistant
 
 _HANDLED = frozenset(
     {"model", "messages", "system", "max_tokens", "stop_sequences", "stream", "temperature", "top_p",
-     "top_k", "tools", "tool_choice", "thinking"}
+     "top_k", "tools", "tool_choice", "thinking", "output_config", "context_management"}
 )  # fmt: skip
 _IGNORED = frozenset({"metadata", "service_tier"})
 _COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking"})
@@ -264,6 +270,48 @@ def _thinking(body: dict[str, Any], ignored: list[str]) -> bool | None:
     return kind != "disabled"
 
 
+def _output_config(body: dict[str, Any], ignored: list[str]) -> None:
+    """``output_config``: ``effort`` is recorded as ignored; any other key is refused."""
+    config = body.get("output_config")
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise RequestError("'output_config' must be an object", param="output_config", code="invalid_type")
+    refuse_unknown(config, frozenset({"effort"}), "Anthropic Messages output_config")
+    if config.get("effort") not in (None, "low", "medium", "high", "xhigh", "max"):
+        raise RequestError(
+            "output_config.effort must be 'low', 'medium', 'high', 'xhigh' or 'max'",
+            param="output_config.effort",
+            code="invalid_value",
+        )
+    if "effort" in config:
+        ignored.append("output_config.effort")
+
+
+def _context_management(body: dict[str, Any], ignored: list[str]) -> None:
+    """``context_management.edits``: ``clear_thinking_*`` recorded as ignored, other edits refused."""
+    cm = body.get("context_management")
+    if cm is None:
+        return
+    edits = cm.get("edits") if isinstance(cm, dict) else None
+    if not isinstance(edits, list) or not all(isinstance(e, dict) for e in edits):
+        raise RequestError(
+            "'context_management' must be {'edits': [objects]}",
+            param="context_management",
+            code="invalid_type",
+        )
+    for i, edit in enumerate(edits):
+        kind = str(edit.get("type", ""))
+        if not kind.startswith("clear_thinking_"):
+            raise unsupported(
+                f"context_management.edits[{i}].type",
+                f"context edit {kind!r} is not supported (only clear_thinking_* edits, which the template's "
+                "reasoning rendering already covers, are accepted)",
+            )
+    if edits:
+        ignored.append("context_management")
+
+
 def _sampling(body: dict[str, Any]) -> dict[str, Any]:
     sampling: dict[str, Any] = {}
     for name, lo, hi in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
@@ -294,6 +342,8 @@ def parse_messages_request(raw: bytes, default_sampling: dict[str, Any] | None =
     messages = _messages(body)
     tools = _tools(body)
     parse_tools, force_tool = _tool_choice(body, tools, ignored)
+    _output_config(body, ignored)
+    _context_management(body, ignored)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string", param="model", code="invalid_type")

