@@ -45,7 +45,10 @@ class EngineConfig(_Strict):
     """Where tokens come from: the CPU dev engine started by the worker, or running SGLang servers."""
 
     kind: Literal["dev", "sglang"] = "dev"
-    model: str = Field(default="tiny", description="dev: 'tiny' or a Hugging Face model directory.")
+    model: str = Field(
+        default="tiny",
+        description="dev: a tiny model (tiny, tiny-qwen3.6, tiny-deepseek-v3, tiny-mistral-nemo) or a Hugging Face model directory.",
+    )
     seed: int = 0
     threads: int = Field(default=1, ge=1, description="dev: torch CPU threads.")
     urls: list[str] = Field(default_factory=list, description="sglang: base URLs of the engines.")
@@ -55,9 +58,16 @@ class EngineConfig(_Strict):
     @classmethod
     def _model_exists(cls, v: str, info: ValidationInfo) -> str:
         """A dev engine's model is checked here, so a typo fails before anything starts."""
-        if info.data.get("kind", "dev") == "dev" and v != "tiny" and not (Path(v) / "config.json").is_file():
+        from dressage.engines.tiny_model import TINY_MODELS
+
+        if (
+            info.data.get("kind", "dev") == "dev"
+            and v not in TINY_MODELS
+            and not (Path(v) / "config.json").is_file()
+        ):
             raise ValueError(
-                f"{v!r} is neither 'tiny' nor a Hugging Face model directory (a folder with config.json)"
+                f"{v!r} is neither a tiny model ({', '.join(sorted(TINY_MODELS))}) nor a Hugging Face "
+                "model directory (a folder with config.json)"
             )
         return v
 

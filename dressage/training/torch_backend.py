@@ -99,7 +99,8 @@ def build_model(model: str, seed: int = 0) -> Any:
     path = Path(model)
     if not path.is_dir():
         raise ConfigError(
-            f"model {model!r} is neither 'tiny', 'tiny-qwen3' nor a Hugging Face model directory"
+            f"model {model!r} is neither a tiny model ({', '.join(sorted(TINY_MODELS))}), 'tiny-qwen3' "
+            "nor a Hugging Face model directory"
         )
     from transformers import AutoModelForCausalLM
 
