@@ -60,6 +60,15 @@ TOOLS = [
     }
 ]
 CALL_TEXT = "<tool_call>\n<function=read_file>\n<parameter=path>\n/src/main.py\n</parameter>\n</function>\n</tool_call>"
+CALL_TEXTS = {  # ``--profile``: the engine's fixed reply in each family's form (one read_file call)
+    "qwen": CALL_TEXT,
+    "deepseek": "Read it.</think><\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>function"
+    '<\uff5ctool\u2581sep\uff5c>read_file\n```json\n{"path": "/src/main.py"}\n```<\uff5ctool\u2581call\u2581end\uff5c>'
+    "<\uff5ctool\u2581calls\u2581end\uff5c>",
+    "mistral": '[TOOL_CALLS][{"name": "read_file", "arguments": {"path": "/src/main.py"}, "id": "abcdefghi"}]',
+}
+PROFILE = {"name": "qwen3.5", "family": "qwen"}
+"""The model profile under test (``--profile``); families other than Qwen have no thinking switch."""
 
 
 class InstantEngine:
@@ -172,8 +181,10 @@ class ChatLoop:
         ]
 
     def body(self, stream: bool) -> dict[str, Any]:
-        return {"model": "m", "messages": self.messages, "tools": TOOLS, "max_tokens": 64, "stream": stream,
-                "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+        body = {"model": "m", "messages": self.messages, "tools": TOOLS, "max_tokens": 64, "stream": stream}
+        if PROFILE["family"] == "qwen":
+            body["chat_template_kwargs"] = {"enable_thinking": False}
+        return body
 
     def extend(self, raw: str, stream: bool, turn: int) -> None:
         if stream:
@@ -318,13 +329,14 @@ async def run_loop(
 
 
 async def run_backend(url: str, turns: int, dialects: list[str]) -> list[dict[str, Any]]:
-    profile = get_profile("qwen3.5")
-    engine = InstantEngine([*profile.tokenizer.encode(CALL_TEXT), profile.stop_token_ids[0]])
+    profile = get_profile(PROFILE["name"])
+    call_text = CALL_TEXTS[PROFILE["family"]]
+    engine = InstantEngine([*profile.tokenizer.encode(call_text), profile.stop_token_ids[0]])
     engine_url = await engine.start()
     store = EventStore.open(
         settings=Settings(database_url=url, home=Path(tempfile.mkdtemp())), auto_upgrade=False
     )
-    server = ProxyServer(store, [engine_url], settings=Settings(), profile="qwen3.5")
+    server = ProxyServer(store, [engine_url], settings=Settings(), profile=PROFILE["name"])
     await server.start()
     run = f"bench-{int(time.time() * 1000)}"
     await server.create_run(run, {})
@@ -343,9 +355,20 @@ async def run_backend(url: str, turns: int, dialects: list[str]) -> list[dict[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=100)
-    parser.add_argument("--dialects", default="chat,messages,responses")
+    parser.add_argument(
+        "--dialects", default=None, help="Default: chat,messages,responses (Qwen), chat (others)."
+    )
+    parser.add_argument(
+        "--profile", default="qwen3.5", help="Model profile (qwen3.5, qwen3.6, deepseek-v3, ...)."
+    )
     args = parser.parse_args()
-    dialects = [d for d in args.dialects.split(",") if d]
+    family = next((f for f in CALL_TEXTS if args.profile.startswith(f)), None)
+    if family is None:
+        parser.error(f"no fixed reply for profile {args.profile!r}; add one to CALL_TEXTS")
+    PROFILE.update(name=args.profile, family=family)
+    default = "chat,messages,responses" if family == "qwen" else "chat"  # the others turn thinking off
+    dialects = [d for d in (args.dialects or default).split(",") if d]
+    print(f"profile {args.profile}")
     unknown = set(dialects) - set(LOOPS)
     if unknown:
         parser.error(f"unknown dialect(s) {', '.join(sorted(unknown))}; choose from {', '.join(LOOPS)}")

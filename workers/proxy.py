@@ -18,7 +18,12 @@ def proxy_command(
     admin_token: str | None = typer.Option(
         None, help="Bearer token of the admin API (default: DRESSAGE_ADMIN_TOKEN; none disables it)."
     ),
-    profile: str = typer.Option("qwen3.5", help="Model profile (qwen3.5, qwen3.5-nothink)."),
+    profile: str = typer.Option(
+        "qwen3.5",
+        "--profile",
+        "--model-profile",
+        help="TITO model profile: qwen3.5, qwen3.5-nothink, qwen3.6, qwen3.6-preserve, deepseek-v3, mistral-nemo.",
+    ),
     uds: str | None = typer.Option(None, help="Also listen on this Unix socket."),
     record_experts: bool = typer.Option(False, help="Record MoE routed experts per token."),
     context_window: int | None = typer.Option(

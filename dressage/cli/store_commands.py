@@ -190,17 +190,20 @@ def _segments(turns: list[Turn]) -> list[list[Any]]:
     return rows
 
 
-def _decoder() -> Callable[[list[int]], str] | None:
-    """The Qwen3.5 tokenizer's ``decode`` when available, else None (ids are shown, and a note on
-    stderr says why, so the fallback is never silent)."""
+def _decoder(run_config: dict[str, Any]) -> Callable[[list[int]], str] | None:
+    """``decode`` of the model profile the run recorded (Qwen3.5 for runs without a record) when
+    available, else None (ids are shown, and a note on stderr says why, so the fallback is never
+    silent)."""
     try:
-        from dressage.tito.tokenizer import load_qwen35_tokenizer
+        from dressage.tito.profiles import RUN_RECORD_KEY, get_profile
 
-        return load_qwen35_tokenizer().decode
+        recorded = run_config.get(RUN_RECORD_KEY)
+        name = recorded.get("model_profile") if isinstance(recorded, dict) else None
+        return get_profile(name or "qwen3.5").tokenizer.decode
     except Exception as e:  # optional: any failure (missing package, no cache dir) falls back to ids
         reason = (str(e).splitlines() or [""])[0]
         render.console(stderr=True).print(
-            f"note: showing token ids, not text: the Qwen3.5 tokenizer could not be loaded "
+            f"note: showing token ids, not text: the run's tokenizer could not be loaded "
             f"({type(e).__name__}: {reason})",
             markup=False,
             style="yellow",
@@ -268,7 +271,7 @@ def show(
     out.print(render.table(seg_columns, _segments(turns), title="segments"))
     if tokens:
         out.print(render.legend())
-        out.print(render.token_stream(shown, None if ids else _decoder()))
+        out.print(render.token_stream(shown, None if ids else _decoder(run.config)))
 
 
 def _event_kinds(store: EventStore, run_id: int, session_id: str) -> dict[str, int]:

@@ -1,9 +1,12 @@
-"""Models for the CPU dev engine: a tiny random Qwen3.5-MoE, any HF causal LM, router capture.
+"""Models for the CPU dev engine: tiny random models per family, any HF causal LM, router capture.
 
 The ``tiny`` model has the real Qwen3.5 architecture (one Gated DeltaNet linear-attention layer,
 one full-attention layer, a sparse MoE in every layer) and the real vocabulary size, so token ids
 from the Qwen3.5 tokenizer are valid and routed-experts capture has the production shape, but it
-is small enough to build in well under a second and run token by token on one core.
+is small enough to build in well under a second and run token by token on one core. One tiny
+model per other model profile (:data:`TINY_MODELS`: ``tiny-qwen3.6``, ``tiny-deepseek-v3``,
+``tiny-mistral-nemo``) has that family's architecture from ``transformers`` and its vocabulary
+size, so ``dressage-worker loop`` runs on every profile.
 
 ``torch`` and ``transformers`` are imported lazily so that importing this module stays cheap.
 """
@@ -64,28 +67,130 @@ def tiny_qwen3_5_moe_config() -> Any:
     )
 
 
-def build_tiny_model(seed: int = 0) -> Any:
-    """A random-weight tiny ``Qwen3_5MoeForCausalLM``, identical for identical ``seed``."""
+def build_tiny_model(seed: int = 0, model: str = "tiny") -> Any:
+    """A random-weight tiny model of ``model``'s family (see :data:`TINY_MODELS`), identical for
+    identical ``seed``; ``tiny`` is the Qwen3.5-MoE of the quickstart."""
     import torch
-    from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeForCausalLM
 
+    if model not in TINY_MODELS:
+        raise ConfigError(f"unknown tiny model {model!r}; known: {', '.join(sorted(TINY_MODELS))}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen3_5MoeForCausalLM(tiny_qwen3_5_moe_config())
-    return model.eval()
+        lm = _TINY_BUILDERS[model]()
+    return lm.eval()
 
 
-class Qwen35TextTokenizer:
-    """The Qwen3.5 vocabulary as the engine's text tokenizer (the ``tiny`` model uses its ids).
+def _tiny_qwen35_moe() -> Any:
+    from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeForCausalLM
+
+    return Qwen3_5MoeForCausalLM(tiny_qwen3_5_moe_config())
+
+
+def _tiny_qwen36_dense() -> Any:
+    """Qwen3.6-27B's architecture (dense Qwen3.5: Gated DeltaNet + full attention), shrunk."""
+    from transformers.models.qwen3_5 import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    config = Qwen3_5TextConfig(
+        vocab_size=QWEN3_5_VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        max_position_embeddings=32768,
+        eos_token_id=list(QWEN3_5_EOS_IDS),
+    )
+    return Qwen3_5ForCausalLM(config)
+
+
+def _tiny_deepseek_v3() -> Any:
+    """DeepSeek-V3's architecture (MLA attention, one dense then one MoE layer), shrunk."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    config = DeepseekV3Config(
+        vocab_size=129_280,
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        first_k_dense_replace=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        n_routed_experts=8,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        kv_lora_rank=16,
+        q_lora_rank=32,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=16,
+        v_head_dim=16,
+        max_position_embeddings=32768,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    return DeepseekV3ForCausalLM(config)
+
+
+def _tiny_mistral_nemo() -> Any:
+    """Mistral NeMo's architecture (dense Mistral, 131072 Tekken ids), shrunk."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(
+        vocab_size=131_072,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=32768,
+        sliding_window=None,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return MistralForCausalLM(config)
+
+
+TINY_MODELS: dict[str, str] = {
+    "tiny": "qwen3.5",
+    "tiny-qwen3.6": "qwen3.6",
+    "tiny-deepseek-v3": "deepseek-v3",
+    "tiny-mistral-nemo": "mistral-nemo",
+}
+"""Tiny random-weight models of the dev engine -> the model profile whose vocabulary they use."""
+
+_TINY_BUILDERS = {
+    "tiny": _tiny_qwen35_moe,
+    "tiny-qwen3.6": _tiny_qwen36_dense,
+    "tiny-deepseek-v3": _tiny_deepseek_v3,
+    "tiny-mistral-nemo": _tiny_mistral_nemo,
+}
+
+
+def tiny_model_profile(model: str) -> str | None:
+    """The model profile of tiny model ``model`` (``None`` when ``model`` is not a tiny model)."""
+    return TINY_MODELS.get(model)
+
+
+class ProfileTextTokenizer:
+    """A model profile's vocabulary as the engine's text tokenizer (tiny models use its ids).
 
     Lets the dev engine take ``text`` prompts and stop strings like SGLang does with a real model.
     """
 
-    def __init__(self) -> None:
-        """Load the offline-built Qwen3.5 tokenizer (cached under ``~/.cache/dressage``)."""
-        from dressage.tito.tokenizer import load_qwen35_tokenizer
+    def __init__(self, profile: str = "qwen3.5") -> None:
+        """Load the profile's tokenizer (built offline and cached under ``~/.cache/dressage``)."""
+        from dressage.tito.profiles import get_profile
 
-        self._hf = load_qwen35_tokenizer().hf
+        self._hf = get_profile(profile).tokenizer.hf
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Ids of ``text`` (special tokens written in it become their ids)."""
@@ -103,13 +208,15 @@ class Qwen35TextTokenizer:
 
 
 def load_model(model: str, seed: int = 0) -> LoadedModel:
-    """Load ``"tiny"`` (built from ``seed``) or an HF model directory (``AutoModelForCausalLM``)."""
-    if model == "tiny":
-        lm = build_tiny_model(seed)
-        return _describe(lm, "tiny", tokenizer=Qwen35TextTokenizer())
+    """Load a tiny model (``tiny``, ``tiny-qwen3.6``, ... built from ``seed``) or an HF model directory."""
+    if model in TINY_MODELS:
+        lm = build_tiny_model(seed, model)
+        return _describe(lm, model, tokenizer=ProfileTextTokenizer(TINY_MODELS[model]))
     path = Path(model)
     if not path.is_dir():
-        raise ConfigError(f"model {model!r} is neither 'tiny' nor a Hugging Face model directory")
+        raise ConfigError(
+            f"model {model!r} is neither a tiny model ({', '.join(sorted(TINY_MODELS))}) nor a Hugging Face model directory"
+        )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -128,7 +235,11 @@ def _describe(lm: Any, model_path: str, tokenizer: Any | None) -> LoadedModel:
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     eos = getattr(text_config, "eos_token_id", None) or getattr(config, "eos_token_id", None)
     eos_ids = tuple(eos) if isinstance(eos, list | tuple) else ((eos,) if eos is not None else ())
-    if model_path == "tiny" or getattr(text_config, "model_type", "").startswith("qwen3_5"):
+    if model_path in TINY_MODELS:
+        from dressage.tito.profiles import get_profile
+
+        eos_ids = tuple(dict.fromkeys((*eos_ids, *get_profile(TINY_MODELS[model_path]).stop_token_ids)))
+    elif getattr(text_config, "model_type", "").startswith("qwen3_5"):
         eos_ids = tuple(dict.fromkeys((*eos_ids, *QWEN3_5_EOS_IDS)))
     return LoadedModel(
         model=lm,

@@ -13,14 +13,12 @@ from collections.abc import Sequence
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.sessions import ReplyData
 from dressage.tito.profiles import ModelProfile
-from dressage.tito.tool_calls import ParsedAssistant, split_think
+from dressage.tito.tool_calls import ParsedAssistant
 
 
 def think_open(profile: ModelProfile, conv: Conversation) -> bool:
     """Whether the generation prompt opened a ``<think>`` block for this request."""
-    if conv.enable_thinking is not None:
-        return conv.enable_thinking
-    return bool(getattr(profile, "thinking", False))
+    return profile.think_open(conv.enable_thinking, conv.messages)
 
 
 def visible_ids(profile: ModelProfile, ids: Sequence[int]) -> list[int]:
@@ -54,7 +52,7 @@ def parse_reply(profile: ModelProfile, conv: Conversation, text: str, seed: str)
         return profile.parse_assistant(
             text, tools=conv.tools, enable_thinking=conv.enable_thinking, seed=seed
         )
-    reasoning, rest = split_think(text, think_open(profile, conv))
+    reasoning, rest = profile.split_reasoning(text, think_open(profile, conv))
     return ParsedAssistant(content=rest, reasoning_content=reasoning)
 
 

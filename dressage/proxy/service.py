@@ -21,7 +21,7 @@ from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
 from dressage.store import EventStore, Run, Session
 from dressage.tito import get_profile
-from dressage.tito.profiles import ModelProfile
+from dressage.tito.profiles import RUN_RECORD_KEY, ModelProfile, check_run_profile, profile_record
 
 log = logging.getLogger("dressage.proxy")
 TOKEN_PREFIX = "sk-dressage-"
@@ -101,8 +101,14 @@ class ProxyService:
     # --- admin operations -------------------------------------------------------------------------
 
     async def create_run(self, name: str, config: dict[str, Any] | None = None) -> Run:
-        """Create run ``name`` (or get it when it exists with the same config)."""
-        return await asyncio.to_thread(self.store.create_run, name, config or {})
+        """Create run ``name`` (or get it when it exists with the same config); the config records
+        this proxy's model profile, and an existing run recorded with another one is refused."""
+        return await asyncio.to_thread(self._create_run, name, config or {})
+
+    def _create_run(self, name: str, config: dict[str, Any]) -> Run:
+        if name in {r.name for r in self.store.list_runs()}:
+            check_run_profile(name, self.store.get_run(name).config, self.profile)
+        return self.store.create_run(name, {**config, RUN_RECORD_KEY: profile_record(self.profile)})
 
     async def open_session(
         self,
@@ -117,6 +123,8 @@ class ProxyService:
     ) -> SessionHandle:
         """Open a session with a fresh bearer token (only its sha256 is stored)."""
         token = TOKEN_PREFIX + pysecrets.token_urlsafe(24)
+        found = await asyncio.to_thread(self.store.get_run, run)
+        check_run_profile(found.name, found.config, self.profile)
         session = await asyncio.to_thread(
             self.store.open_session,
             run,

@@ -28,7 +28,7 @@ from dressage.errors import AuthError, ConflictError
 from dressage.store import EventStore, Session, Turn
 from dressage.tito import LineageIndex
 from dressage.tito import TurnRecord as TitoRecord
-from dressage.tito.profiles import ModelProfile
+from dressage.tito.profiles import ModelProfile, check_run_profile
 from dressage.tito.tool_calls import ParsedAssistant
 
 log = logging.getLogger("dressage.proxy")
@@ -287,6 +287,7 @@ class SessionRegistry:
         if session is None or session.status != "running":
             return None
         run = self.store.get_run_by_id(session.run_id)
+        check_run_profile(run.name, run.config, self.profile)
         state = SessionState(session=session, run_name=run.name, index=LineageIndex(self.profile))
         turns = self.store.read_turns(session_id=session.id, with_experts=False)
         for turn in turns:

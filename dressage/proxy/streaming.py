@@ -66,9 +66,18 @@ def _holdback(text: str, markers: Sequence[str]) -> str:
 class StreamSplitter:
     """Routes streamed text to reasoning / content deltas (see the module docstring)."""
 
-    def __init__(self, think_open: bool, parse_tools: bool, stops: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        think_open: bool,
+        parse_tools: bool,
+        stops: Sequence[str] = (),
+        tool_call_marker: str = TOOL_CALL,
+        reasoning: bool = True,
+    ) -> None:
         self.think_open = think_open
+        self.reasoning = reasoning  # False: the family has no <think> blocks, all text is content
         self.parse_tools = parse_tools
+        self.tool_call_marker = tool_call_marker
         self.stops = tuple(stops)
         self.text = ""
         self.sent_reasoning = ""
@@ -82,7 +91,9 @@ class StreamSplitter:
             if i >= 0:
                 text = text[:i]
         text = _holdback(text, self.stops)
-        if THINK_END in text:
+        if not self.reasoning:
+            reasoning, content = "", text
+        elif THINK_END in text:
             head, _, rest = text.partition(THINK_END)
             head = head.split("<think>", 1)[1] if "<think>" in head else head
             reasoning, content = head.strip("\n"), rest.lstrip("\n")
@@ -91,8 +102,8 @@ class StreamSplitter:
         else:
             reasoning, content = "", _holdback(text, (THINK_END,))
         if self.parse_tools:
-            i = content.find(TOOL_CALL)
-            content = content[:i] if i >= 0 else _holdback(content, (TOOL_CALL,))
+            i = content.find(self.tool_call_marker)
+            content = content[:i] if i >= 0 else _holdback(content, (self.tool_call_marker,))
         content = content.rstrip()
         if not content.strip():
             content = ""

@@ -392,7 +392,11 @@ class TurnHandler:
         stops = set(profile.stop_token_ids)
         decoder = IncrementalDecoder(profile.tokenizer)
         splitter = StreamSplitter(
-            think_open(profile, conv), conv.parse_tools, conv.sampling.get("stop") or ()
+            think_open(profile, conv),
+            conv.parse_tools and profile.tool_call_marker is not None,
+            conv.sampling.get("stop") or (),
+            profile.tool_call_marker or "",
+            profile.has_reasoning,
         )
 
         async def events() -> AsyncIterator[bytes]:

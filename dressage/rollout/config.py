@@ -45,7 +45,10 @@ class EngineConfig(_Strict):
     """Where tokens come from: the CPU dev engine started by the worker, or running SGLang servers."""
 
     kind: Literal["dev", "sglang"] = "dev"
-    model: str = Field(default="tiny", description="dev: 'tiny' or a Hugging Face model directory.")
+    model: str = Field(
+        default="tiny",
+        description="dev: a tiny model (tiny, tiny-qwen3.6, tiny-deepseek-v3, tiny-mistral-nemo) or a Hugging Face model directory.",
+    )
     seed: int = 0
     threads: int = Field(default=1, ge=1, description="dev: torch CPU threads.")
     urls: list[str] = Field(default_factory=list, description="sglang: base URLs of the engines.")
@@ -55,9 +58,16 @@ class EngineConfig(_Strict):
     @classmethod
     def _model_exists(cls, v: str, info: ValidationInfo) -> str:
         """A dev engine's model is checked here, so a typo fails before anything starts."""
-        if info.data.get("kind", "dev") == "dev" and v != "tiny" and not (Path(v) / "config.json").is_file():
+        from dressage.engines.tiny_model import TINY_MODELS
+
+        if (
+            info.data.get("kind", "dev") == "dev"
+            and v not in TINY_MODELS
+            and not (Path(v) / "config.json").is_file()
+        ):
             raise ValueError(
-                f"{v!r} is neither 'tiny' nor a Hugging Face model directory (a folder with config.json)"
+                f"{v!r} is neither a tiny model ({', '.join(sorted(TINY_MODELS))}) nor a Hugging Face "
+                "model directory (a folder with config.json)"
             )
         return v
 
@@ -81,7 +91,6 @@ class EngineConfig(_Strict):
 class ProxyConfig(_Strict):
     """The TITO proxy the worker runs in-process."""
 
-    profile: str = "qwen3.5"
     host: str = Field(default="127.0.0.1", description="Interface the in-process proxy binds (port is free).")
     context_window: int | None = Field(default=None, ge=16)
     record_experts: bool = False
@@ -237,6 +246,10 @@ class RolloutConfig(_Strict):
     """A whole ``run.yaml``."""
 
     run: str = Field(description="Run name: creates the run, or continues it when the config matches.")
+    model_profile: str = Field(
+        default="qwen3.5",
+        description="TITO model profile: chat template, vocabulary, tool-call format (see docs/architecture.md).",
+    )
     dataset: DatasetConfig
     n_samples_per_prompt: int = Field(default=1, ge=1, le=1024)
     engine: EngineConfig = Field(default_factory=EngineConfig)
@@ -252,6 +265,29 @@ class RolloutConfig(_Strict):
     eval: EvalConfig | None = Field(default=None, description="Evaluation of each new policy version.")
     train: TrainConfig | None = Field(default=None, description="Training of `dressage-worker loop`.")
     loop: LoopConfig | None = Field(default=None, description="Defaults of `dressage-worker loop`.")
+
+    @field_validator("model_profile")
+    @classmethod
+    def _known_profile(cls, v: str) -> str:
+        from dressage.tito.profiles import profile_names
+
+        if v not in profile_names():
+            raise ValueError(f"unknown model profile {v!r}; known: {', '.join(profile_names())}")
+        return v
+
+    @model_validator(mode="after")
+    def _tiny_model_family(self) -> RolloutConfig:
+        from dressage.engines.tiny_model import tiny_model_profile
+
+        family = tiny_model_profile(self.engine.model) if self.engine.kind == "dev" else None
+        if family is not None and family != self.model_profile.removesuffix("-nothink").removesuffix(
+            "-preserve"
+        ):
+            raise ValueError(
+                f"engine.model {self.engine.model!r} is a tiny {family} model; model_profile is "
+                f"{self.model_profile!r} (use the tiny model of that family, e.g. 'tiny-{self.model_profile}')"
+            )
+        return self
 
     @field_validator("run")
     @classmethod

@@ -160,7 +160,7 @@ async def start_engine_and_proxy(
             store,
             urls,
             settings=settings,
-            profile=cfg.proxy.profile,
+            profile=cfg.model_profile,
             host=cfg.proxy.host,
             port=0,
             record_experts=cfg.proxy.record_experts,

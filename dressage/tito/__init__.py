@@ -1,7 +1,8 @@
 """TITO (token in, token out): model profiles, exact tokenizers, chat templates, incremental ids."""
 
 from dressage.tito.incremental import LineageIndex, TitoPlan, TurnRecord
-from dressage.tito.profiles import ModelProfile, Qwen35Profile, get_profile, register_profile
+from dressage.tito.profiles import ModelProfile, get_profile, profile_names, register_profile
+from dressage.tito.qwen_profile import Qwen35Profile, Qwen36Profile
 from dressage.tito.tokenizer import Tokenizer, load_qwen35_tokenizer
 from dressage.tito.tool_calls import ParsedAssistant, parse_assistant_text
 
@@ -10,11 +11,13 @@ __all__ = [
     "ModelProfile",
     "ParsedAssistant",
     "Qwen35Profile",
+    "Qwen36Profile",
     "TitoPlan",
     "Tokenizer",
     "TurnRecord",
     "get_profile",
     "load_qwen35_tokenizer",
     "parse_assistant_text",
+    "profile_names",
     "register_profile",
 ]

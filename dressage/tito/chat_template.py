@@ -1,4 +1,4 @@
-"""Native Python renderer of the official Qwen3.5 chat templates (think and no-think variants).
+"""Native Python renderer of the official Qwen3.5 / Qwen3.6 chat templates.
 
 Byte-identical to rendering ``qwen3_5_think.jinja`` / ``qwen3_5_nothink.jinja`` the way
 ``transformers.apply_chat_template`` does, for conversations normalised by
@@ -24,6 +24,24 @@ QWEN35_TEMPLATE_SHA256 = {
     "think": "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",
     "nothink": "273d8e0e683b885071fb17e08d71e5f2a5ddfb5309756181681de4f5a1822d80",
 }
+QWEN36_TEMPLATE_SHA256 = "e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259"
+
+
+@dataclass(frozen=True)
+class QwenFlavor:
+    """What differs between the Qwen3.5 and Qwen3.6 templates (the rest is the same text).
+
+    ``json_scalars``: Qwen3.6 writes non-string tool-call arguments with ``tojson`` (``true``,
+    ``null``), Qwen3.5 with ``str()`` (``True``, ``None``). ``preserve_thinking``: Qwen3.6's
+    ``preserve_thinking=true`` keeps every assistant turn's ``<think>`` block, not only those
+    after the last user query.
+    """
+
+    json_scalars: bool = False
+    preserve_thinking: bool = False
+
+
+QWEN35 = QwenFlavor()
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 _VISION_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -139,14 +157,15 @@ def render_content(content: Any, *, is_system: bool = False) -> str:
     return "".join(parts)
 
 
-def format_argument(value: Any) -> str:
-    """A parameter value: JSON for objects/arrays, ``str()`` otherwise (as the template does)."""
-    if isinstance(value, Mapping | list | tuple):
+def format_argument(value: Any, json_scalars: bool = False) -> str:
+    """A parameter value: JSON for objects/arrays, ``str()`` otherwise (Qwen3.5); Qwen3.6
+    (``json_scalars``) writes every non-string value as JSON."""
+    if isinstance(value, Mapping | list | tuple) or (json_scalars and not isinstance(value, str)):
         return tojson(value)
     return _text(value)
 
 
-def render_tool_calls(tool_calls: Sequence[Any], content: str) -> str:
+def render_tool_calls(tool_calls: Sequence[Any], content: str, json_scalars: bool = False) -> str:
     """The XML the template writes for an assistant's tool calls, after its ``content``."""
     out: list[str] = []
     for j, call in enumerate(tool_calls):
@@ -164,7 +183,7 @@ def render_tool_calls(tool_calls: Sequence[Any], content: str) -> str:
             if not isinstance(args, Mapping):
                 raise TemplateError("tool-call arguments must be an object (or a JSON string of one)")
             for name, value in args.items():
-                out.append(f"<parameter={name}>\n{format_argument(value)}\n</parameter>\n")
+                out.append(f"<parameter={name}>\n{format_argument(value, json_scalars)}\n</parameter>\n")
         out.append("</function>\n</tool_call>")
     return "".join(out)
 
@@ -225,7 +244,9 @@ def render_header(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | 
     return f"{IM_START}system\n{system}{IM_END}\n" if first_is_system else ""
 
 
-def render_message(messages: Sequence[Mapping[str, Any]], i: int, last_query: int) -> str:
+def render_message(
+    messages: Sequence[Mapping[str, Any]], i: int, last_query: int, flavor: QwenFlavor = QWEN35
+) -> str:
     """The text message ``i`` contributes (its neighbours matter for tool results)."""
     msg = messages[i]
     role = msg.get("role")
@@ -238,13 +259,13 @@ def render_message(messages: Sequence[Mapping[str, Any]], i: int, last_query: in
         return f"{IM_START}user\n{content}{IM_END}\n"
     if role == "assistant":
         reasoning, content = split_reasoning(msg, content)
-        if i > last_query:
+        if flavor.preserve_thinking or i > last_query:
             out = f"{IM_START}assistant\n<think>\n{reasoning}\n</think>\n\n{content}"
         else:
             out = f"{IM_START}assistant\n{content}"
         calls = msg.get("tool_calls")
         if calls and isinstance(calls, list | tuple):
-            out += render_tool_calls(calls, content)
+            out += render_tool_calls(calls, content, flavor.json_scalars)
         return out + f"{IM_END}\n"
     if role == "tool":
         out = f"{IM_START}user" if i > 0 and messages[i - 1] and messages[i - 1].get("role") != "tool" else ""
@@ -263,6 +284,7 @@ def render_qwen35_parts(
     enable_thinking: bool | None = None,
     default_thinking: bool = True,
     normalized: bool = False,
+    flavor: QwenFlavor = QWEN35,
 ) -> RenderedConversation:
     """Render a conversation into parts; ``default_thinking`` is True for the think template."""
     msgs = list(messages) if normalized else normalize_messages(messages)
@@ -270,7 +292,7 @@ def render_qwen35_parts(
         raise TemplateError("No messages provided.")
     header = render_header(msgs, _plain(tools) if tools is not None else None)
     last = last_query_index(msgs)
-    parts = tuple(render_message(msgs, i, last) for i in range(len(msgs)))
+    parts = tuple(render_message(msgs, i, last, flavor) for i in range(len(msgs)))
     thinking = default_thinking if enable_thinking is None else enable_thinking
     suffix = generation_prompt(thinking) if add_generation_prompt else ""
     return RenderedConversation(header, parts, suffix, last)

@@ -12,8 +12,8 @@ Routes: ``append`` (extends the end of a lineage's latest turn), ``branch`` (ext
 anchor: retry/regeneration; forks a new lineage), ``create`` (nothing matched: new lineage from a
 full encode). Boundary reason codes (``create`` only; ``None`` when the session had no lineage):
 
-- ``think_stripped``: the template dropped a previous turn's ``<think>`` block (Qwen3.5 does this
-  at every new user query).
+- ``think_stripped``: the template dropped a previous turn's reasoning (Qwen3.5 drops the
+  ``<think>`` block at every new user query; see :meth:`ModelProfile.reasoning_dropped`).
 - ``tools_changed``: the tools list differs from the closest lineage's.
 - ``new_context``: the system turn differs (subagent, another task, a new system prompt).
 - ``new_conversation``: the system turn (and tools) are the same but the first message after it
@@ -249,16 +249,11 @@ class LineageIndex:
         cpl = common_prefix_len(best.text, text)
         if cpl < min(best.header_len, header_len):
             return REASON_NEW_CONTEXT
-        end = self.profile.turn_end_token
-        first_end = best.text.find(end, best.header_len)
-        if first_end < 0 or cpl < first_end + len(end):
+        first_end = self.profile.first_turn_end(best.text, best.header_len)
+        if first_end < 0 or cpl < first_end:
             return REASON_NEW_CONVERSATION
-        opener = "<|im_start|>assistant\n"
-        start = best.text.rfind(opener, 0, cpl + 1)
-        if start >= 0:
-            body = start + len(opener)
-            if best.text.startswith("<think>", body) and not text.startswith("<think>", body):
-                return REASON_THINK_STRIPPED
+        if self.profile.reasoning_dropped(best.text, text, cpl):
+            return REASON_THINK_STRIPPED
         return REASON_PREFIX_MISMATCH
 
     def plan(

@@ -1,7 +1,8 @@
-"""Locate the official Qwen3.5 chat templates (used to verify the native renderer, and hashed).
+"""Locate the official chat templates (used to verify the native renderers, and hashed).
 
-The official jinja files ship inside the ``trl`` wheel as ``trl/chat_templates/qwen3_5_think.jinja``
-and ``qwen3_5_nothink.jinja``. trl is not a dependency, so the text is found, in order:
+The official jinja files ship inside the ``trl`` wheel as ``trl/chat_templates/*.jinja``
+(``qwen3_5_think.jinja``, ``qwen3_5_nothink.jinja``, ``qwen3_6.jinja``, ``deepseekv3.jinja``, ...).
+trl is not a dependency, so the text is found, in order:
 ``$DRESSAGE_QWEN_TEMPLATES_DIR``, the cache folder ``<cache root>/templates``, else the wheel is
 fetched with ``pip download trl --no-deps --only-binary=:all:`` and the ``chat_templates/*.jinja``
 members are extracted into the cache folder.
@@ -114,6 +115,14 @@ def official_template_dir(download: bool = True) -> Path:
         )
     _download_into(dest)
     return dest
+
+
+def official_template(file_name: str, download: bool = True) -> str:
+    """Text of the official template ``file_name`` from trl's ``chat_templates`` (e.g. ``qwen3_6.jinja``)."""
+    path = official_template_dir(download) / file_name
+    if not path.is_file():
+        raise TemplateError(f"{path} is missing; set {ENV_DIR} to a folder with the official templates")
+    return path.read_text(encoding="utf-8")
 
 
 def official_qwen35_template(variant: str, download: bool = True) -> str:

@@ -1,8 +1,11 @@
 """Model profiles: everything model-family specific that TITO needs, behind one interface.
 
-A :class:`ModelProfile` bundles the tokenizer, the chat template (native renderer + hash of the
-official text), special ids and the output parser. :class:`Qwen35Profile` is the first one;
-other families implement the same interface and register with :func:`register_profile`.
+A :class:`ModelProfile` bundles the tokenizer, the chat template (native renderer + sha256 of the
+official text), the thinking switch, the tool-call format (parse generated calls, render them
+back), stop tokens, the context window and where incremental tokenization may split. The
+families live in their own modules (:mod:`dressage.tito.qwen_profile`,
+:mod:`dressage.tito.deepseek_profile`, :mod:`dressage.tito.mistral_profile`) and are registered
+here by name, imported only when first asked for; others register with :func:`register_profile`.
 """
 
 from __future__ import annotations
@@ -13,18 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, Protocol
 
-from dressage.errors import ConfigError
-from dressage.tito.chat_template import (
-    IM_END,
-    IM_START,
-    QWEN35_TEMPLATE_SHA256,
-    RenderedConversation,
-    generation_prompt,
-    render_qwen35_parts,
-)
-from dressage.tito.render_cache import IncrementalRenderer, PromptText
-from dressage.tito.tokenizer import Tokenizer, load_qwen35_tokenizer
-from dressage.tito.tool_calls import ParsedAssistant, parse_assistant_text
+from dressage.errors import ConfigError, RequestError
+from dressage.tito.chat_template import RenderedConversation
+from dressage.tito.render_cache import PromptText
+from dressage.tito.tokenizer import Tokenizer
+from dressage.tito.tool_calls import ParsedAssistant
 
 
 class PromptRenderer(Protocol):
@@ -49,6 +45,8 @@ class FullRenderer:
     ) -> PromptText:
         """The NFC prompt text and its header length."""
         parts = self.profile.render_parts(messages, tools, True, enable_thinking)
+        if not self.profile.normalizes_nfc:
+            return PromptText(parts.text, len(parts.header))
         header = unicodedata.normalize("NFC", parts.header)
         return PromptText(unicodedata.normalize("NFC", parts.text), len(header))
 
@@ -58,6 +56,10 @@ class ModelProfile(ABC):
 
     name: str
     context_window: int
+    normalizes_nfc: bool = False
+    """Whether the tokenizer NFC-normalises text (the prompt text is then kept in NFC too)."""
+    has_reasoning: bool = False
+    """Whether the model writes ``<think>...</think>`` reasoning (see :meth:`split_reasoning`)."""
 
     @property
     @abstractmethod
@@ -115,7 +117,35 @@ class ModelProfile(ABC):
         leaves the function name to the model. The text must be what the chat template writes for
         an assistant turn that only calls tools, so the forced turn re-renders exactly.
         """
-        raise ConfigError(f"model profile {self.name!r} cannot force tool calls; use tool_choice 'auto'")
+        raise RequestError(
+            f"model profile {self.name!r} cannot force tool calls; use tool_choice 'auto'",
+            param="tool_choice",
+        )
+
+    def think_open(self, enable_thinking: bool | None = None, messages: Sequence[Any] | None = None) -> bool:
+        """Whether the generation prompt of a request with ``messages`` opens a reasoning block
+        (the model starts by thinking)."""
+        return False
+
+    def split_reasoning(self, text: str, think_open: bool) -> tuple[str | None, str]:
+        """(reasoning, rest) of generated text; families without reasoning return ``(None, text)``."""
+        return None, text
+
+    def first_turn_end(self, text: str, header_len: int) -> int:
+        """Where the first turn after the header (system part) ends in ``text`` (-1 if it does not):
+        a rendering that leaves a lineage before it is a new conversation, not an edited one."""
+        end = text.find(self.turn_end_token, header_len)
+        return end + len(self.turn_end_token) if end >= 0 else -1
+
+    def reasoning_dropped(self, old: str, new: str, at: int) -> bool:
+        """Whether a rendering ``new`` that leaves ``old`` at ``at`` did so because the template
+        dropped an earlier turn's reasoning (boundary reason ``think_stripped``)."""
+        return False
+
+    @property
+    def tool_call_marker(self) -> str | None:
+        """Text that opens generated tool calls (streaming holds everything from it back)."""
+        return None
 
     def render(
         self,
@@ -142,106 +172,61 @@ class ModelProfile(ABC):
         return self.tokenizer.require_id(self.turn_start_token)
 
 
-class Qwen35Profile(ModelProfile):
-    """Qwen3.5 (and 3.6) chat models; ``thinking`` picks the think or no-think official template."""
+def _qwen(name: str) -> ModelProfile:
+    from dressage.tito.qwen_profile import Qwen35Profile, Qwen36Profile
 
-    def __init__(
-        self, thinking: bool = True, tokenizer: Tokenizer | None = None, context_window: int = 262_144
-    ) -> None:
-        """``tokenizer`` defaults to the offline-built Qwen3.5 one (loaded lazily)."""
-        self.thinking = thinking
-        self.name = "qwen3.5" if thinking else "qwen3.5-nothink"
-        self.context_window = context_window
-        self._tokenizer = tokenizer
+    if name.startswith("qwen3.6"):
+        return Qwen36Profile(preserve_thinking=name.endswith("-preserve"))
+    return Qwen35Profile(thinking=not name.endswith("-nothink"))
 
-    @property
-    def tokenizer(self) -> Tokenizer:
-        if self._tokenizer is None:
-            self._tokenizer = load_qwen35_tokenizer()
-        return self._tokenizer
 
-    @property
-    def template_hash(self) -> str:
-        return QWEN35_TEMPLATE_SHA256["think" if self.thinking else "nothink"]
+def _deepseek() -> ModelProfile:
+    from dressage.tito.deepseek_profile import DeepSeekV3Profile
 
-    @property
-    def turn_start_token(self) -> str:
-        return IM_START
+    return DeepSeekV3Profile()
 
-    @property
-    def turn_end_token(self) -> str:
-        return IM_END
 
-    @property
-    def im_start_id(self) -> int:
-        """Id of ``<|im_start|>`` (248045)."""
-        return self.turn_start_id
+def _mistral() -> ModelProfile:
+    from dressage.tito.mistral_profile import MistralNemoProfile
 
-    @property
-    def im_end_id(self) -> int:
-        """Id of ``<|im_end|>`` (248046)."""
-        return self.turn_end_id
-
-    @cached_property
-    def eos_id(self) -> int:
-        """Id of ``<|endoftext|>`` (248044)."""
-        return self.tokenizer.require_id("<|endoftext|>")
-
-    @property
-    def stop_token_ids(self) -> tuple[int, ...]:
-        return (self.im_end_id, self.eos_id)
-
-    def _thinking(self, enable_thinking: bool | None) -> bool:
-        return self.thinking if enable_thinking is None else enable_thinking
-
-    def render_parts(
-        self,
-        messages: Sequence[Any],
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        enable_thinking: bool | None = None,
-    ) -> RenderedConversation:
-        return render_qwen35_parts(
-            messages,
-            tools,
-            add_generation_prompt=add_generation_prompt,
-            enable_thinking=enable_thinking,
-            default_thinking=self.thinking,
-        )
-
-    def prompt_renderer(self) -> PromptRenderer:
-        """An :class:`IncrementalRenderer`: renders only what a request adds to earlier ones."""
-        return IncrementalRenderer(default_thinking=self.thinking)
-
-    def generation_prompt_suffix(self, enable_thinking: bool | None = None) -> str:
-        return generation_prompt(self._thinking(enable_thinking))
-
-    def forced_tool_call_prefix(self, name: str, enable_thinking: bool | None = None) -> str:
-        """``<tool_call>\n<function=NAME>\n``; with thinking, an empty ``<think>`` block closes first.
-
-        The template writes an assistant turn with empty reasoning as ``<think>\n\n</think>\n\n``
-        and, without content, its first call right after: the generation prompt already holds
-        ``<think>\n``, so the forced text starts with ``\n</think>\n\n``. A forced call therefore
-        comes without reasoning (as with other providers, forced tool use and thinking do not mix).
-        """
-        opening = "<tool_call>\n<function=" + (f"{name}>\n" if name else "")
-        return ("\n</think>\n\n" + opening) if self._thinking(enable_thinking) else opening
-
-    def parse_assistant(
-        self,
-        text: str,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        enable_thinking: bool | None = None,
-        seed: str | None = None,
-    ) -> ParsedAssistant:
-        return parse_assistant_text(text, tools=tools, think_open=self._thinking(enable_thinking), seed=seed)
+    return MistralNemoProfile()
 
 
 _REGISTRY: dict[str, Callable[[], ModelProfile]] = {
-    "qwen3.5": lambda: Qwen35Profile(thinking=True),
-    "qwen3.5-nothink": lambda: Qwen35Profile(thinking=False),
+    "qwen3.5": lambda: _qwen("qwen3.5"),
+    "qwen3.5-nothink": lambda: _qwen("qwen3.5-nothink"),
+    "qwen3.6": lambda: _qwen("qwen3.6"),
+    "qwen3.6-preserve": lambda: _qwen("qwen3.6-preserve"),
+    "deepseek-v3": _deepseek,
+    "mistral-nemo": _mistral,
 }
 _INSTANCES: dict[str, ModelProfile] = {}
+
+
+RUN_RECORD_KEY = "tito"
+"""Key of a run's config snapshot under which the proxy records the model profile it served."""
+
+
+def profile_record(profile: ModelProfile) -> dict[str, str]:
+    """What a run records about the profile that rendered its prompts: name and template sha256."""
+    return {"model_profile": profile.name, "template_sha256": profile.template_hash}
+
+
+def check_run_profile(run_name: str, config: Mapping[str, Any], profile: ModelProfile) -> None:
+    """Refuse to serve run ``run_name`` with ``profile`` when its config recorded another one.
+
+    A run's token ids only mean something under the template and vocabulary that produced them;
+    a proxy restarted with another profile must not continue it. Runs without a record (created
+    outside a proxy) are accepted.
+    """
+    recorded = config.get(RUN_RECORD_KEY)
+    if recorded is None or recorded == profile_record(profile):
+        return
+    name = recorded.get("model_profile") if isinstance(recorded, Mapping) else recorded
+    raise ConfigError(
+        f"run {run_name!r} was recorded with model profile {name!r} ({recorded}); this proxy serves "
+        f"{profile.name!r} (template sha256 {profile.template_hash}): restart it with --profile {name}"
+    )
 
 
 def register_profile(name: str, factory: Callable[[], ModelProfile]) -> None:

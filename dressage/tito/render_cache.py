@@ -31,6 +31,8 @@ from typing import Any
 
 from dressage.errors import TemplateError
 from dressage.tito.chat_template import (
+    QWEN35,
+    QwenFlavor,
     _plain,
     generation_prompt,
     normalize_messages,
@@ -114,11 +116,14 @@ class _Entry:
 
 
 class IncrementalRenderer:
-    """Per-session Qwen3.5 renderer that reuses the pieces of earlier renderings."""
+    """Per-session Qwen3.5/3.6 renderer that reuses the pieces of earlier renderings."""
 
-    def __init__(self, default_thinking: bool = True, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(
+        self, default_thinking: bool = True, max_entries: int = MAX_ENTRIES, flavor: QwenFlavor = QWEN35
+    ) -> None:
         """``default_thinking``: True for the think template (used when ``enable_thinking`` is None)."""
         self.default_thinking = default_thinking
+        self.flavor = flavor
         self.max_entries = max_entries
         self._entries: list[_Entry] = []
         self.reused = 0
@@ -168,7 +173,7 @@ class IncrementalRenderer:
         pieces = entry.pieces[:k] if entry is not None else []
         pieces.extend([""] * (len(norm) - len(pieces)))
         for i in sorted(redo):
-            pieces[i] = nfc(render_message(norm, i, last))
+            pieces[i] = nfc(render_message(norm, i, last, self.flavor))
         header = render_header(norm, _plain(tools) if tools is not None else None)
         thinking = self.default_thinking if enable_thinking is None else enable_thinking
         suffix = generation_prompt(thinking)

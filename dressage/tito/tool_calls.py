@@ -81,7 +81,7 @@ def _schema_types(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[s
     return out
 
 
-def convert_value(raw: str, declared: Any = None) -> Any:
+def convert_value(raw: str, declared: Any = None, json_scalars: bool = False) -> Any:
     """A parameter's text -> value: per declared type, else JSON only when it re-renders identically."""
     if declared == "string" or (isinstance(declared, list) and "string" in declared and len(declared) == 1):
         return raw
@@ -91,12 +91,14 @@ def convert_value(raw: str, declared: Any = None) -> Any:
         if declared not in (None, "string") and raw.strip() in _PY_LITERALS:
             return _PY_LITERALS[raw.strip()]
         return raw
-    if declared is None and format_argument(value) != raw:
+    if declared is None and format_argument(value, json_scalars) != raw:
         return raw
     return value
 
 
-def _parse_block(body: str, types: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]] | str:
+def _parse_block(
+    body: str, types: dict[str, dict[str, Any]], json_scalars: bool = False
+) -> tuple[str, dict[str, Any]] | str:
     """(name, arguments) of one ``<tool_call>`` body, or a failure reason code."""
     m = _FUNCTION.match(body)
     if not m:
@@ -111,7 +113,7 @@ def _parse_block(body: str, types: dict[str, dict[str, Any]]) -> tuple[str, dict
         key = p.group(1).strip()
         if key in args:
             return FAIL_DUPLICATE_PARAMETER
-        args[key] = convert_value(p.group(2), declared.get(key))
+        args[key] = convert_value(p.group(2), declared.get(key), json_scalars)
         pos = p.end()
     if inner[pos:].strip():
         return FAIL_BAD_PARAMETERS
@@ -135,8 +137,10 @@ def parse_assistant_text(
     tools: Sequence[Mapping[str, Any]] | None = None,
     think_open: bool = True,
     seed: str | None = None,
+    json_scalars: bool = False,
 ) -> ParsedAssistant:
-    """Split generated text into reasoning, content and tool calls (never raises)."""
+    """Split generated text into reasoning, content and tool calls (never raises); ``json_scalars``:
+    the Qwen3.6 argument form (see :class:`~dressage.tito.chat_template.QwenFlavor`)."""
     reasoning, rest = split_think(text, think_open)
     types = _schema_types(tools)
     seed = seed if seed is not None else hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -146,7 +150,7 @@ def parse_assistant_text(
     pos = 0
     for m in _BLOCK.finditer(rest):
         content_parts.append(rest[pos : m.start()])
-        parsed = _parse_block(m.group(1), types)
+        parsed = _parse_block(m.group(1), types, json_scalars)
         if isinstance(parsed, str):
             failures.append(ToolCallFailure(parsed, m.group(0)))
             content_parts.append(m.group(0))

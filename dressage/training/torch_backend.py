@@ -71,14 +71,15 @@ def ppo_clip_tis_loss(
 
 
 def build_model(model: str, seed: int = 0) -> Any:
-    """``tiny`` (random Qwen3.5-MoE of the dev engine), ``tiny-qwen3`` (random dense Qwen3, small
+    """A tiny model of the dev engine (``tiny``: random Qwen3.5-MoE; ``tiny-qwen3.6``,
+    ``tiny-deepseek-v3``, ``tiny-mistral-nemo``), ``tiny-qwen3`` (random dense Qwen3, small
     vocabulary, for tests) or a Hugging Face model directory."""
     import torch
 
-    if model == "tiny":
-        from dressage.engines.tiny_model import build_tiny_model
+    from dressage.engines.tiny_model import TINY_MODELS, build_tiny_model
 
-        return build_tiny_model(seed)
+    if model in TINY_MODELS:
+        return build_tiny_model(seed, model)
     if model == "tiny-qwen3":
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -98,7 +99,8 @@ def build_model(model: str, seed: int = 0) -> Any:
     path = Path(model)
     if not path.is_dir():
         raise ConfigError(
-            f"model {model!r} is neither 'tiny', 'tiny-qwen3' nor a Hugging Face model directory"
+            f"model {model!r} is neither a tiny model ({', '.join(sorted(TINY_MODELS))}), 'tiny-qwen3' "
+            "nor a Hugging Face model directory"
         )
     from transformers import AutoModelForCausalLM
 

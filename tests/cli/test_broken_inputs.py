@@ -41,7 +41,7 @@ ROLLOUT_CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]] | str, str]]
         "engine-model-missing",
         _config(engine={"kind": "dev", "model": "/nonexistent/model"}),
         [VALID_ROW],
-        "engine.model: '/nonexistent/model' is neither 'tiny' nor a Hugging Face model",
+        "engine.model: '/nonexistent/model' is neither a tiny model (tiny, tiny-deepseek-v3",
     ),
     (
         "unknown-role",

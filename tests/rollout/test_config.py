@@ -46,6 +46,12 @@ def test_examples_load_with_their_datasets(name: str) -> None:
         ({"reward": {"kind": "tests", "timeout_s": -1}}, "reward.timeout_s: Input should be greater than 0"),
         ({"n_samples_per_prompt": "four"}, "n_samples_per_prompt: Input should be a valid integer"),
         ({"datset": {}}, "datset: unknown field"),
+        ({"model_profile": "llama9"}, "model_profile: unknown model profile 'llama9'; known: deepseek-v3"),
+        (
+            {"model_profile": "mistral-nemo", "engine": {"model": "tiny-deepseek-v3"}},
+            "is a tiny deepseek-v3 model; model_profile is 'mistral-nemo'",
+        ),
+        ({"proxy": {"profile": "qwen3.5"}}, "proxy.profile: unknown field"),
     ],
 )
 def test_bad_configs_name_the_field(patch: dict, message: str) -> None:

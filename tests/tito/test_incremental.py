@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dressage.tito.incremental import LineageIndex, TitoPlan, TurnRecord
-from dressage.tito.profiles import Qwen35Profile
+from dressage.tito.qwen_profile import Qwen35Profile
 from dressage.tito.tokenizer import Tokenizer
 from tests.tito.corpus import TOOLS
 

@@ -14,7 +14,8 @@ import pytest
 from dressage.errors import TemplateError
 from dressage.tito.chat_template import normalize_messages, render_qwen35
 from dressage.tito.incremental import LineageIndex, PromptIds
-from dressage.tito.profiles import FullRenderer, PromptRenderer, Qwen35Profile
+from dressage.tito.profiles import FullRenderer, PromptRenderer
+from dressage.tito.qwen_profile import Qwen35Profile
 from dressage.tito.render_cache import IncrementalRenderer
 from dressage.tito.tokenizer import Tokenizer
 from tests.tito.corpus import CONVERSATIONS, TOOLS, _loop, call

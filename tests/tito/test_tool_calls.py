@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from dressage.tito.chat_template import normalize_messages, render_tool_calls
-from dressage.tito.profiles import Qwen35Profile, get_profile, profile_names
+from dressage.tito.profiles import get_profile, profile_names
+from dressage.tito.qwen_profile import Qwen35Profile
 from dressage.tito.tool_calls import convert_value, parse_assistant_text, tool_call_id
 from tests.tito.corpus import TOOLS
 
