@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Build docker/Dockerfile without a Docker daemon and run its smoke commands inside the image.
+#
+#   bash scripts/ci-image.sh        (as root; .ci/run calls it)
+#
+# No registry image can be pulled here, so the base is a stand-in: a Debian bookworm root filesystem
+# with python3, pip and the CA bundle, made by mmdebstrap and cached (keyed by its recipe) under
+# $DRESSAGE_IMAGE_CACHE (default /var/cache/dressage-ci). These machines reach the package registries
+# through the system CA bundle, so the stand-in carries this machine's bundle and points pip and
+# Node.js at it. buildah builds with chroot isolation on vfs storage in a private directory that is
+# removed on exit, whatever happened (vfs layers are full copies: gigabytes).
+#
+# Inside the built image: `dressage-worker --help`, `dressage-worker db upgrade` on SQLite,
+# `bwrap --version`, and each agent CLI's `--version` compared with the Dockerfile's pin. A whitebox
+# session through the proxy and the dev engine needs torch, which the stand-in does not have (the real
+# base does): that step says so and is not run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CACHE=${DRESSAGE_IMAGE_CACHE:-/var/cache/dressage-ci}
+SUITE=bookworm
+MIRROR=http://deb.debian.org/debian
+STANDIN_PACKAGES=python3,python3-pip,ca-certificates
+STANDIN=localhost/dressage-ci-standin:latest
+IMAGE=localhost/dressage-ci:latest
+T0=$SECONDS
+
+step() { printf '[ci-image %4ds] %s\n' $((SECONDS - T0)) "$*"; }
+
+if ! command -v buildah >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; then
+  step "installing buildah and mmdebstrap (Debian packages)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah mmdebstrap >/dev/null
+fi
+
+WORK=$(mktemp -d /var/tmp/dressage-ci-image.XXXXXX)
+STORE=(--root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
+cleanup() {
+  buildah "${STORE[@]}" rm --all >/dev/null 2>&1 || true
+  buildah "${STORE[@]}" rmi --all --force >/dev/null 2>&1 || true
+  # Never follow a mount that outlived its build into the host's directories.
+  findmnt -rn -o TARGET | grep -F "$WORK/" | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  rm -rf --one-file-system "$WORK"
+}
+trap cleanup EXIT
+bud() { buildah "${STORE[@]}" "$@"; }
+
+# --- the stand-in base -----------------------------------------------------------------------------
+recipe="$SUITE $MIRROR variant=apt include=$STANDIN_PACKAGES"
+key=$(printf '%s' "$recipe" | sha256sum | cut -c1-16)
+rootfs="$CACHE/standin-$SUITE-$key.tar"
+mkdir -p "$CACHE"
+if [ ! -s "$rootfs" ]; then
+  step "making the stand-in root filesystem ($recipe)"
+  mmdebstrap --quiet --variant=apt --include="$STANDIN_PACKAGES" --format=tar \
+    "$SUITE" "$rootfs.partial" "$MIRROR"
+  mv "$rootfs.partial" "$rootfs"
+else
+  step "stand-in root filesystem cached: $rootfs"
+fi
+ctr=$(bud from --pull=never scratch)
+bud add --quiet "$ctr" "$rootfs" / >/dev/null
+bud copy --quiet "$ctr" /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# Also where update-ca-certificates collects local CAs, so a rebuilt bundle keeps it.
+bud copy --quiet "$ctr" /etc/ssl/certs/ca-certificates.crt /usr/local/share/ca-certificates/host-bundle.crt
+bud config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  --env PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+  --env NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt "$ctr"
+bud commit --quiet --rm "$ctr" "$STANDIN" >/dev/null
+step "stand-in base image ready"
+
+# --- the image -------------------------------------------------------------------------------------
+step "building docker/Dockerfile (buildah, chroot isolation, vfs)"
+bud bud --quiet --isolation chroot --layers=false --pull=never \
+  --build-arg BASE_IMAGE="$STANDIN" -f docker/Dockerfile -t "$IMAGE" . >/dev/null
+step "image built"
+
+# --- smoke commands inside it ----------------------------------------------------------------------
+ctr=$(bud from --pull=never "$IMAGE")
+in_image() { bud run --isolation chroot "$ctr" -- "$@"; }
+pinned() { sed -n "s/^ARG $1=//p" docker/Dockerfile; }
+expect_version() { # expect_version <command> <pinned version>
+  local got
+  got=$(in_image "$1" --version 2>&1 | head -n 1)
+  case "$got" in
+    *"$2"*) step "$1 --version: $got" ;;
+    *) echo "error: $1 --version printed '$got', the Dockerfile pins $2" >&2; exit 1 ;;
+  esac
+}
+
+in_image dressage-worker --help >/dev/null
+step "dressage-worker --help: ok"
+in_image dressage-worker db upgrade --database-url sqlite:////tmp/smoke/dressage.db
+in_image dressage-worker db current --database-url sqlite:////tmp/smoke/dressage.db
+step "bwrap --version: $(in_image bwrap --version)"
+step "node --version: $(in_image node --version)"
+expect_version opencode "$(pinned OPENCODE_VERSION)"
+expect_version openclaw "$(pinned OPENCLAW_VERSION)"
+expect_version claude "$(pinned CLAUDE_CODE_VERSION)"
+expect_version codex "$(pinned CODEX_VERSION)"
+if in_image python3 -c 'import torch' >/dev/null 2>&1; then
+  echo "error: the image has torch: the whitebox dev-engine smoke session is not written yet" >&2
+  exit 1
+fi
+step "no torch in this base (the stand-in): whitebox dev-engine session not run"
+step "done; build storage is removed on exit"
