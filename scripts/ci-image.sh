@@ -21,8 +21,8 @@ CACHE=${DRESSAGE_IMAGE_CACHE:-/var/cache/dressage-ci}
 SUITE=bookworm
 MIRROR=http://deb.debian.org/debian
 STANDIN_PACKAGES=python3,python3-pip,ca-certificates
-STANDIN=localhost/dressage-ci-standin:latest
-IMAGE=localhost/dressage-ci:latest
+STANDIN=localhost/dressage-ci-standin:ci
+IMAGE=localhost/dressage-ci:ci
 T0=$SECONDS
 
 step() { printf '[ci-image %4ds] %s\n' $((SECONDS - T0)) "$*"; }
@@ -33,16 +33,32 @@ if ! command -v buildah >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah mmdebstrap >/dev/null
 fi
 
-WORK=$(mktemp -d /var/tmp/dressage-ci-image.XXXXXX)
-STORE=(--root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
-cleanup() {
-  buildah "${STORE[@]}" rm --all >/dev/null 2>&1 || true
-  buildah "${STORE[@]}" rmi --all --force >/dev/null 2>&1 || true
-  # Never follow a mount that outlived its build into the host's directories.
-  findmnt -rn -o TARGET | grep -F "$WORK/" | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
-  rm -rf --one-file-system "$WORK"
+# Build storage: a private directory per run under /var/tmp, removed on exit. vfs stores every layer
+# and container as a full copy: a run peaks at about 6 GB.
+remove_build_dir() { # remove_build_dir DIR: its containers, then the directory, never across a mount
+  buildah --root "$1/storage" --runroot "$1/run" --storage-driver vfs rm --all >/dev/null 2>&1 || true
+  findmnt -rn -o TARGET | grep -F "$1/" | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  rm -rf --one-file-system "$1"
 }
-trap cleanup EXIT
+for stale in /var/tmp/dressage-ci-image.*; do # left by a run that was killed before its cleanup
+  [ -d "$stale" ] || continue
+  owner=$(cat "$stale/owner" 2>/dev/null || true)
+  if { [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; } ||
+    { [ -z "$owner" ] && [ -n "$(find "$stale" -maxdepth 0 -mmin +60)" ]; }; then
+    step "removing $stale, left by an interrupted run"
+    remove_build_dir "$stale"
+  fi
+done
+free_gb=$(($(df --output=avail -k /var/tmp | tail -n 1) / 1024 / 1024))
+if [ "$free_gb" -lt 12 ]; then
+  echo "error: the image build needs about 12 GB free under /var/tmp; $free_gb GB are" >&2
+  exit 1
+fi
+WORK=$(mktemp -d /var/tmp/dressage-ci-image.XXXXXX)
+echo $$ >"$WORK/owner"
+STORE=(--root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
+trap 'remove_build_dir "$WORK"' EXIT
+trap 'exit 130' INT TERM HUP
 bud() { buildah "${STORE[@]}" "$@"; }
 
 # --- the stand-in base -----------------------------------------------------------------------------
@@ -52,9 +68,10 @@ rootfs="$CACHE/standin-$SUITE-$key.tar"
 mkdir -p "$CACHE"
 if [ ! -s "$rootfs" ]; then
   step "making the stand-in root filesystem ($recipe)"
+  partial="$rootfs.$$.partial"
   mmdebstrap --quiet --variant=apt --include="$STANDIN_PACKAGES" --format=tar \
-    "$SUITE" "$rootfs.partial" "$MIRROR"
-  mv "$rootfs.partial" "$rootfs"
+    "$SUITE" "$partial" "$MIRROR" || { rm -f "$partial"; exit 1; }
+  mv "$partial" "$rootfs"
 else
   step "stand-in root filesystem cached: $rootfs"
 fi
