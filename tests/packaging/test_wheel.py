@@ -73,59 +73,50 @@ class InstalledWheel:
         return proc
 
 
+def _succeed(*cmd: str) -> str:
+    """Run ``cmd``; its stdout, or a test failure showing its output."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
 def _build_wheel(out: Path) -> Path:
+    """``pip wheel`` of a copy of the tree, offline, with this environment's setuptools."""
     src = out / "src"
     shutil.copytree(REPO, src, ignore=NOT_SOURCE)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "-q",
-            "-w",
-            str(out / "dist"),
-            str(src),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    pip = (sys.executable, "-m", "pip")
+    _succeed(
+        *pip,
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-q",
+        "-w",
+        str(out / "dist"),
+        str(src),
     )
     (wheel,) = (out / "dist").glob("dressage-*.whl")
     return wheel
 
 
 def _fresh_venv(venv: Path, wheel: Path) -> None:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "--no-deps",
-            "--no-index",
-            "-q",
-            str(wheel),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    """A venv without pip or packages, the wheel installed into it, this environment's packages after."""
+    _succeed(sys.executable, "-m", "venv", "--without-pip", str(venv))
+    python = str(venv / "bin" / "python")
+    _succeed(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--no-deps",
+        "--no-index",
+        "-q",
+        str(wheel),
     )
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    site = _succeed(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip()
     deps = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
     # Lines of a .pth file are appended to sys.path after the venv's own site-packages, and the
     # .pth files inside them are not processed: an editable install of the checkout stays inert.
