@@ -30,6 +30,9 @@ class Settings(BaseSettings):
         default=None, description="Where artifacts go (a local directory); default: <home>/artifacts."
     )
     admin_token: SecretStr | None = Field(default=None, description="Bearer token of the proxy's admin API.")
+    view_token: SecretStr | None = Field(
+        default=None, description="Token the web viewer asks for (required when it listens beyond loopback)."
+    )
     max_request_bytes: int = Field(
         default=8 * 1024 * 1024, description="Largest HTTP body the proxy accepts."
     )

@@ -38,3 +38,26 @@ def redact(text: str | None, secrets: Iterable[str] = ()) -> str | None:
     for pattern in _PATTERNS:
         out = pattern.sub(lambda m: m.group("keep") + REDACTED, out)
     return out
+
+
+def secret_spans(text: str, secrets: Iterable[str] = ()) -> list[tuple[int, int]]:
+    """The ``(start, end)`` character ranges of ``text`` that :func:`redact` would replace, merged.
+
+    For views that show text in pieces (the viewer's token stream), where a secret can span pieces.
+    """
+    spans: list[tuple[int, int]] = []
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            start = text.find(secret)
+            while start >= 0:
+                spans.append((start, start + len(secret)))
+                start = text.find(secret, start + 1)
+    for pattern in _PATTERNS:
+        spans += [(m.start() + len(m.group("keep")), m.end()) for m in pattern.finditer(text)]
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
