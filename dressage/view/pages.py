@@ -112,7 +112,9 @@ def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
         "turns": views,
         "segments": segment_summaries(turns),
         "diagram": session_diagram(turns),
-        "tokens": token_payload(turns, v.decoder, v.store.secrets),
+        "tokens": token_payload(
+            turns, v.decoder, v.store.secrets, with_experts=queries.turns_with_experts(v.store, session_id)
+        ),
         "events": [{**e, "payload": v.redact(_pretty(e["payload"]))} for e in events],
         "reward_details": v.redact(_pretty(reward_events[-1]["payload"].get("details"))) if reward_events else None,
         "artifacts": v.store.list_artifacts(run, session_id=session_id),

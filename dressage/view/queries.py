@@ -204,6 +204,15 @@ def session_events(store: EventStore, run: Run, session_id: str) -> list[dict[st
     return [{"position": p, "kind": k, "payload": pl, "created_at": c} for p, k, pl, c in rows]
 
 
+def turns_with_experts(store: EventStore, session_id: str) -> set[int]:
+    """Turn indexes of ``session_id`` that recorded routed experts (without reading the blobs)."""
+    with reading(store) as conn:
+        rows = conn.execute(
+            select(_T.c.turn_index).where(_T.c.session_id == session_id, _T.c.experts.is_not(None))
+        )
+        return {int(x) for (x,) in rows}
+
+
 def task_of(store: EventStore, session: Session) -> dict[str, Any] | None:
     """The session's task row (index, group, sample, payload), or None."""
     if session.task_id is None:

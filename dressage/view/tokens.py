@@ -91,7 +91,9 @@ def _range(values: np.ndarray) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-def turn_tokens(turn: Turn, decoder: TokenDecoder, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
+def turn_tokens(
+    turn: Turn, decoder: TokenDecoder, secrets: tuple[str, ...] = (), *, has_experts: bool = False
+) -> dict[str, Any]:
     """The piece arrays of one turn (see the module docstring); secrets in its text are redacted."""
     t: list[str] = []
     k: list[int] = []
@@ -133,7 +135,7 @@ def turn_tokens(turn: Turn, decoder: TokenDecoder, secrets: tuple[str, ...] = ()
         "id": ids,
         "n": n,
         "p": p,
-        "experts": turn.routed_experts is not None,
+        "experts": has_experts or turn.routed_experts is not None,
     }
 
 
@@ -155,11 +157,22 @@ def _redact_pieces(texts: list[str], ids: list[int | None], secrets: tuple[str, 
             ids[i] = None
 
 
-def token_payload(turns: list[Turn], decoder: TokenDecoder, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The token view of a session: every turn's pieces, grouped by segment in segment order."""
+def token_payload(
+    turns: list[Turn],
+    decoder: TokenDecoder,
+    secrets: tuple[str, ...] = (),
+    *,
+    with_experts: frozenset[int] | set[int] = frozenset(),
+) -> dict[str, Any]:
+    """The token view of a session: every turn's pieces, grouped by segment in segment order.
+
+    ``with_experts``: turn indexes whose routed experts the log holds (read without the blobs).
+    """
     by_segment: dict[int, list[dict[str, Any]]] = {}
     for turn in sorted(turns, key=lambda x: (x.segment_index, x.turn_index)):
-        by_segment.setdefault(turn.segment_index, []).append(turn_tokens(turn, decoder, secrets))
+        by_segment.setdefault(turn.segment_index, []).append(
+            turn_tokens(turn, decoder, secrets, has_experts=turn.turn_index in with_experts)
+        )
     versions = {int(v) for t in turns for v in np.unique(t.policy_versions)}
     return {
         "segments": [{"index": i, "turns": ts} for i, ts in sorted(by_segment.items())],

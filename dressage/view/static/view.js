@@ -1,11 +1,12 @@
 // Dressage viewer: reward charts (uPlot) and the token view. Untrusted text is only ever set
-// through textContent; no innerHTML, no eval. Data comes from <script type="application/json">.
+// through textContent; no innerHTML, no eval. Data comes from data-json attributes (single-quoted,
+// written by Jinja's tojson, which escapes < > & ' so the JSON cannot leave its attribute).
 (function () {
   "use strict";
 
   function readJson(id) {
     var el = document.getElementById(id);
-    return el ? JSON.parse(el.textContent) : null;
+    return el && el.dataset.json ? JSON.parse(el.dataset.json) : null;
   }
 
   // --- reward curves ---------------------------------------------------------------------------
@@ -49,7 +50,7 @@
 
   function renderTokens() {
     var box = document.getElementById("tokens");
-    var data = readJson("token-data");
+    var data = readJson("tokens");
     if (!box || !data) return;
     var mode = (document.querySelector("input[name=colour]:checked") || {}).value || "logprob";
     var versionIndex = {};
@@ -163,7 +164,10 @@
   document.addEventListener("DOMContentLoaded", init);
   document.addEventListener("change", function (ev) { if (ev.target.name === "colour") renderTokens(); });
   document.addEventListener("mouseover", onHover);
-  document.addEventListener("htmx:afterSettle", function () { renderTokens(); legend(); });
+  // After a live swap (outerHTML: the old element is gone, so listen for the new content's load).
+  document.addEventListener("htmx:load", function (ev) {
+    if (ev.target && ev.target.querySelector && ev.target.querySelector("#tokens")) { renderTokens(); legend(); }
+  });
   document.addEventListener("htmx:sseOpen", function () {
     var dot = document.getElementById("live-dot"); if (dot) dot.classList.add("on");
   });
