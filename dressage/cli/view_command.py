@@ -42,11 +42,16 @@ def _is_loopback(host: str) -> bool:
 @handle_errors
 def view(
     ctx: typer.Context,
-    host: Annotated[str, typer.Option(help="Address to listen on; beyond loopback a token is required.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; beyond loopback a token is required.")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 7680,
     token: Annotated[
         str | None,
-        typer.Option(help="Token the browser must present (default: DRESSAGE_VIEW_TOKEN, else generated).", show_default=False),
+        typer.Option(
+            help="Token the browser must present (default: DRESSAGE_VIEW_TOKEN, else generated).",
+            show_default=False,
+        ),
     ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -94,7 +99,9 @@ def bundle(
             def advance(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            n = write_bundle(Viewer(store, default_decoder()), run, out, session_ids=session, progress=advance)
+            n = write_bundle(
+                Viewer(store, default_decoder()), run, out, session_ids=session, progress=advance
+            )
     finally:
         store.close()
     render.console().print(f"wrote {n} pages of run {run!r} to {out}: open {out / 'index.html'}")

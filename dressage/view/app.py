@@ -87,7 +87,9 @@ def _secured(response: Response) -> Response:
     return response
 
 
-def create_app(store: EventStore, *, token: str | None = None, decoder: TokenDecoder | None = None) -> Starlette:
+def create_app(
+    store: EventStore, *, token: str | None = None, decoder: TokenDecoder | None = None
+) -> Starlette:
     """The viewer app over ``store`` (opened read-only); ``token`` required on every request when set."""
     viewer = Viewer(store, decoder or default_decoder())
     env = environment()

@@ -75,7 +75,11 @@ def write_bundle(
     page("training.html", "training.html", pages.training_page(viewer, run.name))
     for consumer in queries.consumers(store, run):
         for s in queries.steps(store, run, consumer):
-            page(f"steps/{file_name(consumer)}-{s.step}.html", "step.html", pages.step_page(viewer, run.name, consumer, s.step))
+            page(
+                f"steps/{file_name(consumer)}-{s.step}.html",
+                "step.html",
+                pages.step_page(viewer, run.name, consumer, s.step),
+            )
     return written
 
 

@@ -242,13 +242,17 @@ def _text_matches(
             texts[turn.session_id].append(decoder.text(turn.context_ids))
             texts[turn.session_id].append(decoder.text(turn.generated_ids))
     with reading(store) as conn:
-        payloads = dict(
-            conn.execute(
-                select(_S.c.id, _K.c.payload)
-                .select_from(_S.join(_K, _K.c.id == _S.c.task_id))
-                .where(_S.c.run_id == run_id, _S.c.id.in_(ids))
-            ).all()
-        ) if ids else {}
+        payloads = (
+            dict(
+                conn.execute(
+                    select(_S.c.id, _K.c.payload)
+                    .select_from(_S.join(_K, _K.c.id == _S.c.task_id))
+                    .where(_S.c.run_id == run_id, _S.c.id.in_(ids))
+                ).all()
+            )
+            if ids
+            else {}
+        )
     out = []
     for row in rows:
         hay = texts[row["session"]] + [row.get("error") or ""]

@@ -35,7 +35,7 @@ async def event_stream(
     after: int,
     *,
     session_id: str | None,
-    disconnected: Callable[[], "asyncio.Future[bool] | object"],
+    disconnected: Callable[[], asyncio.Future[bool] | object],
     poll_s: float = POLL_S,
 ) -> AsyncIterator[bytes]:
     """SSE bytes for the run's events after ``after`` (only ``session_id``'s when given), until the

@@ -41,7 +41,9 @@ def runs_page(v: Viewer) -> dict[str, Any]:
     return {"runs": [queries.run_overview(v.store, r) for r in v.store.list_runs()]}
 
 
-def run_page(v: Viewer, run_name: str, params: dict[str, str], *, all_sessions: bool = False) -> dict[str, Any]:
+def run_page(
+    v: Viewer, run_name: str, params: dict[str, str], *, all_sessions: bool = False
+) -> dict[str, Any]:
     """A run: counts, reward curves, failures and one page of its sessions."""
     run = v.store.get_run(run_name)
     q = SessionQuery.from_params({k: val for k, val in params.items() if k != "name"})
@@ -116,7 +118,9 @@ def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
             turns, v.decoder, v.store.secrets, with_experts=queries.turns_with_experts(v.store, session_id)
         ),
         "events": [{**e, "payload": v.redact(_pretty(e["payload"]))} for e in events],
-        "reward_details": v.redact(_pretty(reward_events[-1]["payload"].get("details"))) if reward_events else None,
+        "reward_details": v.redact(_pretty(reward_events[-1]["payload"].get("details")))
+        if reward_events
+        else None,
         "artifacts": v.store.list_artifacts(run, session_id=session_id),
         "steps": queries.steps_of_session(v.store, run, session_id),
         "last_position": v.store.last_position(run),
@@ -180,9 +184,7 @@ def training_page(v: Viewer, run_name: str) -> dict[str, Any]:
     out = []
     for consumer in queries.consumers(v.store, run):
         steps = queries.steps(v.store, run, consumer)
-        out.append(
-            {"name": consumer, "checkpoint": v.store.get_checkpoint(run, consumer), "steps": steps}
-        )
+        out.append({"name": consumer, "checkpoint": v.store.get_checkpoint(run, consumer), "steps": steps})
     return {"run": run, "consumers": out}
 
 

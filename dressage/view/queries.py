@@ -180,12 +180,18 @@ def steps_of_session(store: EventStore, run: Run, session_id: str) -> list[StepU
         for step in steps(store, run, consumer):
             samples = [x for x in step.manifest.get("samples", []) if x.get("session") == session_id]
             if samples:
-                out.append(StepUse(consumer, step.step, [x["segment"] for x in samples], _advantage(step, session_id)))
+                out.append(
+                    StepUse(
+                        consumer, step.step, [x["segment"] for x in samples], _advantage(step, session_id)
+                    )
+                )
     return out
 
 
 def _advantage(step: TrainStep, session_id: str) -> float | None:
-    rid = next((x["rollout_id"] for x in step.manifest.get("samples", []) if x.get("session") == session_id), None)
+    rid = next(
+        (x["rollout_id"] for x in step.manifest.get("samples", []) if x.get("session") == session_id), None
+    )
     for g in step.manifest.get("groups", []):
         adv = g.get("advantages") or {}
         if rid is not None and str(rid) in adv:
@@ -243,21 +249,30 @@ def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMe
             .where(_S.c.run_id == run.id, _K.c.group_index == group_index)
             .order_by(_K.c.sample_index, _S.c.attempt)
         ).all()
-        counts = dict(
-            conn.execute(
-                select(_T.c.session_id, func.count())
-                .where(and_(_T.c.run_id == run.id, _T.c.session_id.in_([r.id for r in rows])))
-                .group_by(_T.c.session_id)
-            ).all()
-        ) if rows else {}
-    members = [GroupMember(store.get_session(sid), sample, int(counts.get(sid, 0)), None, "-") for sid, sample in rows]
+        counts = (
+            dict(
+                conn.execute(
+                    select(_T.c.session_id, func.count())
+                    .where(and_(_T.c.run_id == run.id, _T.c.session_id.in_([r.id for r in rows])))
+                    .group_by(_T.c.session_id)
+                ).all()
+            )
+            if rows
+            else {}
+        )
+    members = [
+        GroupMember(store.get_session(sid), sample, int(counts.get(sid, 0)), None, "-")
+        for sid, sample in rows
+    ]
     recorded: dict[str, tuple[float, list[int], str]] = {}
     for consumer in consumers(store, run):
         for step in steps(store, run, consumer):
             for m in members:
                 adv = _advantage(step, m.session.id)
                 if adv is not None and m.session.id not in recorded:
-                    segs = [x["segment"] for x in step.manifest["samples"] if x.get("session") == m.session.id]
+                    segs = [
+                        x["segment"] for x in step.manifest["samples"] if x.get("session") == m.session.id
+                    ]
                     recorded[m.session.id] = (adv, segs, f"{consumer} step {step.step}")
     finished = [m for m in members if m.session.status == "finished" and m.session.reward is not None]
     computed = {}

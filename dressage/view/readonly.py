@@ -46,8 +46,11 @@ def make_readonly_engine(url: str) -> Engine:
     engine = create_engine(
         url,
         poolclass=NullPool if path in ("", ":memory:") else None,
-        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "isolation_level": None,
-                      "check_same_thread": False},
+        connect_args={
+            "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
+            "isolation_level": None,
+            "check_same_thread": False,
+        },
     )
 
     @event.listens_for(engine, "connect")

@@ -89,18 +89,24 @@ def page_routes(viewer: Viewer, env: Environment) -> list[Route]:
     def group(request: Request) -> Response:
         a, b = request.query_params.get("a"), request.query_params.get("b")
         diff = (a, b) if a and b else None
-        return html("group.html", pages.group_page(viewer, _param(request, "run"), _int(request, "group"), diff))
+        return html(
+            "group.html", pages.group_page(viewer, _param(request, "run"), _int(request, "group"), diff)
+        )
 
     def training(request: Request) -> Response:
         return html("training.html", pages.training_page(viewer, _param(request, "run")))
 
     def step(request: Request) -> Response:
-        ctx = pages.step_page(viewer, _param(request, "run"), _param(request, "consumer"), _int(request, "step"))
+        ctx = pages.step_page(
+            viewer, _param(request, "run"), _param(request, "consumer"), _int(request, "step")
+        )
         return html("step.html", ctx)
 
     def artifact(request: Request) -> Response:
         artifact_id = _int(request, "id")
-        refs = [a for r in viewer.store.list_runs() for a in viewer.store.list_artifacts(r) if a.id == artifact_id]
+        refs = [
+            a for r in viewer.store.list_runs() for a in viewer.store.list_artifacts(r) if a.id == artifact_id
+        ]
         if not refs:
             raise RequestError(f"no artifact with id {artifact_id}", param="id")
         ref = refs[0]
@@ -113,7 +119,9 @@ def page_routes(viewer: Viewer, env: Environment) -> list[Route]:
                 headers={"Content-Disposition": f'attachment; filename="{safe_name}"'},
             )
         text = viewer.redact(data.decode("utf-8")) or ""
-        return Response(text, media_type="text/plain; charset=utf-8", headers={"Content-Security-Policy": "sandbox"})
+        return Response(
+            text, media_type="text/plain; charset=utf-8", headers={"Content-Security-Policy": "sandbox"}
+        )
 
     def experts(request: Request) -> Response:
         sid = _param(request, "session")
@@ -136,8 +144,12 @@ def page_routes(viewer: Viewer, env: Environment) -> list[Route]:
         except ValueError:
             return JSONResponse({"error": "after must be an integer position"}, status_code=400)
         except (UnknownRunError, UnknownSessionError, RequestError) as e:
-            return JSONResponse({"error": str(e)}, status_code=404 if not isinstance(e, RequestError) else 400)
-        stream = event_stream(viewer.store, run_name, after, session_id=sid, disconnected=request.is_disconnected)
+            return JSONResponse(
+                {"error": str(e)}, status_code=404 if not isinstance(e, RequestError) else 400
+            )
+        stream = event_stream(
+            viewer.store, run_name, after, session_id=sid, disconnected=request.is_disconnected
+        )
         return StreamingResponse(stream, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
 
     return [
@@ -162,4 +174,3 @@ def _is_text(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-

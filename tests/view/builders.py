@@ -56,7 +56,9 @@ def build_multi_session(store: EventStore, run: str, session_id: str = "multi-li
         "<parameter=path>\napp.py\n</parameter>\n</function>\n</tool_call><|im_end|>"
     )
     tool_result = f"\n<|im_start|>user\n<tool_response>\n{HOSTILE}\napi_key={SECRET}\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"
-    answer = f"The file prints markup.\n</think>\n\nThe page contains {HOSTILE} which must stay text.<|im_end|>"
+    answer = (
+        f"The file prints markup.\n</think>\n\nThe page contains {HOSTILE} which must stay text.<|im_end|>"
+    )
     sub_prompt = _prompt(SYSTEM, "Subagent: list the tests")
     sub_reply = "Listing.\n</think>\n\ntests/test_app.py<|im_end|>"
     retry = "Let me retry.\n</think>\n\nFixed by escaping.<|im_end|>"
@@ -82,27 +84,71 @@ def build_multi_session(store: EventStore, run: str, session_id: str = "multi-li
     t0 = rec(0, _prompt(SYSTEM, USER), call, route="create", finish_reason="stop")
     n0 = len(t0.context_ids) + len(t0.generated_ids)
     t0.routed_experts = rng.integers(0, 128, size=(n0 - 1, 2, 4)).astype(np.uint8)
-    t1 = rec(1, tool_result, answer, route="append", finish_reason="stop", segment_offset=n0,
-             parent_turn_id=turn_key(run, session_id, 0))
-    t2 = rec(2, sub_prompt, sub_reply, route="create", lineage_index=1, segment_index=1,
-             boundary_reason="new_conversation", finish_reason="stop")
+    t1 = rec(
+        1,
+        tool_result,
+        answer,
+        route="append",
+        finish_reason="stop",
+        segment_offset=n0,
+        parent_turn_id=turn_key(run, session_id, 0),
+    )
+    t2 = rec(
+        2,
+        sub_prompt,
+        sub_reply,
+        route="create",
+        lineage_index=1,
+        segment_index=1,
+        boundary_reason="new_conversation",
+        finish_reason="stop",
+    )
     retry_ctx = _prompt(SYSTEM, USER) + call + tool_result
     n_retry = len(enc(retry))
-    t3 = rec(3, retry_ctx, retry, route="branch", segment_index=2, boundary_reason="retry",
-             parent_turn_id=turn_key(run, session_id, 0), finish_reason="stop",
-             versions=[0] * (n_retry // 2) + [1] * (n_retry - n_retry // 2))
-    t4 = rec(4, compact, compact_reply, route="create", segment_index=3,
-             boundary_reason="template_prefix_mismatch", finish_reason="stop", versions=[1] * len(enc(compact_reply)))
-    t5 = rec(5, compact + compact_reply + "\n<|im_start|>user\nOne more thing<|im_end|>\n<|im_start|>assistant\n<think>\n",
-             abandoned, route="branch", segment_index=4, boundary_reason="client_disconnected",
-             parent_turn_id=turn_key(run, session_id, 4), finish_reason="abort",
-             loss_mask=[False] * len(enc(abandoned)), versions=[1] * len(enc(abandoned)))
+    t3 = rec(
+        3,
+        retry_ctx,
+        retry,
+        route="branch",
+        segment_index=2,
+        boundary_reason="retry",
+        parent_turn_id=turn_key(run, session_id, 0),
+        finish_reason="stop",
+        versions=[0] * (n_retry // 2) + [1] * (n_retry - n_retry // 2),
+    )
+    t4 = rec(
+        4,
+        compact,
+        compact_reply,
+        route="create",
+        segment_index=3,
+        boundary_reason="template_prefix_mismatch",
+        finish_reason="stop",
+        versions=[1] * len(enc(compact_reply)),
+    )
+    t5 = rec(
+        5,
+        compact
+        + compact_reply
+        + "\n<|im_start|>user\nOne more thing<|im_end|>\n<|im_start|>assistant\n<think>\n",
+        abandoned,
+        route="branch",
+        segment_index=4,
+        boundary_reason="client_disconnected",
+        parent_turn_id=turn_key(run, session_id, 4),
+        finish_reason="abort",
+        loss_mask=[False] * len(enc(abandoned)),
+        versions=[1] * len(enc(abandoned)),
+    )
     m.records = [t0, t1, t2, t3, t4, t5]
     for r in m.records:
         store.append_turn(run, r)
-    store.append_event(run, "reward", {"reward": 0.5, "details": {"tests_passed": 1, "note": HOSTILE}},
-                       session_id=session_id)
-    store.put_artifact(run, f"agent log\n{HOSTILE}\n".encode(), name="<script>agent.log", session_id=session_id)
+    store.append_event(
+        run, "reward", {"reward": 0.5, "details": {"tests_passed": 1, "note": HOSTILE}}, session_id=session_id
+    )
+    store.put_artifact(
+        run, f"agent log\n{HOSTILE}\n".encode(), name="<script>agent.log", session_id=session_id
+    )
     store.finalize_session(session_id, "finished", reward=0.5, finish_reason="stop")
     m.texts = {"hostile": HOSTILE, "secret": SECRET, "user": USER}
     return m

@@ -44,7 +44,8 @@ def test_open_session_and_run_pages_update_as_turns_land(viewed: ViewedLog, brow
 def test_bundle_opens_from_disk_without_a_server(viewed: ViewedLog, browser, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     result = CliRunner().invoke(
-        app, ["view", "bundle", viewed.quick, "--out", str(out), "--database-url", viewed.url],
+        app,
+        ["view", "bundle", viewed.quick, "--out", str(out), "--database-url", viewed.url],
         env={"DRESSAGE_HOME": str(viewed.home), "COLUMNS": "200"},
     )
     assert result.exit_code == 0, result.output
@@ -61,13 +62,17 @@ def test_bundle_opens_from_disk_without_a_server(viewed: ViewedLog, browser, tmp
     assert css(browser, ".msg.role-assistant")
     # the artifacts were copied next to the pages, byte for byte
     refs = {a.name: a for a in viewed.store.list_artifacts(viewed.quick, session_id=finished.id)}
-    links = {text(a.find_element("xpath", "../../td[1]")): a.get_attribute("href") for a in css(browser, "#artifacts td:last-child a:first-child")}
+    links = {
+        text(a.find_element("xpath", "../../td[1]")): a.get_attribute("href")
+        for a in css(browser, "#artifacts td:last-child a:first-child")
+    }
     assert set(links) == set(refs)
     for name, href in links.items():
         assert Path(href.removeprefix("file://")).read_bytes() == viewed.store.get_artifact(refs[name])
     # refusing to overwrite
     again = CliRunner().invoke(
-        app, ["view", "bundle", viewed.quick, "--out", str(out), "--database-url", viewed.url],
+        app,
+        ["view", "bundle", viewed.quick, "--out", str(out), "--database-url", viewed.url],
         env={"DRESSAGE_HOME": str(viewed.home)},
     )
     assert again.exit_code == 1 and "not empty" in again.output

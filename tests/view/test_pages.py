@@ -17,7 +17,10 @@ from tests.view.conftest import ViewedLog
 
 def test_runs_page_counts_match_the_log(viewed: ViewedLog, browser) -> None:
     browser.get(url(viewed.base, "/"))
-    row = wait(browser, lambda d: [r for r in css(d, "#runs tbody tr") if r.get_attribute("data-run") == viewed.quick])[0]
+    row = wait(
+        browser,
+        lambda d: [r for r in css(d, "#runs tbody tr") if r.get_attribute("data-run") == viewed.quick],
+    )[0]
     cells = [text(c).strip() for c in css(row, "td")]
     summary = viewed.store.run_summary(viewed.quick)
     assert summary["sessions"] == {"finished": 4, "failed": 2}
@@ -48,8 +51,12 @@ def test_run_page_filters_sorts_pages_and_groups_failures(viewed: ViewedLog, bro
     wait(browser, lambda d: "sort=reward" in d.current_url)
     one(browser, "#sessions th:nth-child(8) a").click()
     wait(browser, lambda d: "order=desc" in d.current_url)
-    rewards = [float(text(r.find_elements("css selector", "td")[7])) for r in css(browser, "#sessions tbody tr")]
-    expected = sorted((s.reward for s in viewed.store.list_sessions(viewed.quick, status="finished")), reverse=True)
+    rewards = [
+        float(text(r.find_elements("css selector", "td")[7])) for r in css(browser, "#sessions tbody tr")
+    ]
+    expected = sorted(
+        (s.reward for s in viewed.store.list_sessions(viewed.quick, status="finished")), reverse=True
+    )
     assert rewards == [float(f"{x:.3g}") for x in expected]
     # server-side pages of 4
     browser.get(url(viewed.base, "/run", name=viewed.quick, per_page=4))
@@ -89,7 +96,7 @@ def test_session_page_shows_the_conversation_and_tokens_of_the_log(viewed: Viewe
     ActionChains(browser).move_to_element(gen).perform()
     tip = wait(browser, lambda d: one(d, "#tok-tip").is_displayed() and one(d, "#tok-tip"))
     pieces = decoder.pieces(turns[0].generated_ids)
-    start, end, piece_text = pieces[0]
+    start, end, _piece_text = pieces[0]
     lp = float(np.min(turns[0].logprobs[start:end]))
     assert math.isclose(float(text(one(tip, ".tip-logprob")).split()[0]), round(lp, 4), abs_tol=1e-4)
     assert text(one(tip, ".tip-version")) == str(int(turns[0].policy_versions[start]))
@@ -111,7 +118,13 @@ def test_multi_lineage_session_shows_segments_lineages_and_experts(viewed: Viewe
     rows = [[text(c).strip() for c in css(r, "td")] for r in css(browser, "#segments tbody tr")]
     assert [r[0] for r in rows] == ["0", "1", "2", "3", "4"]
     assert [r[1] for r in rows] == ["0", "1", "0", "0", "0"]  # the subagent has its own lineage
-    assert [r[3] for r in rows] == ["-", "new_conversation", "retry", "template_prefix_mismatch", "client_disconnected"]
+    assert [r[3] for r in rows] == [
+        "-",
+        "new_conversation",
+        "retry",
+        "template_prefix_mismatch",
+        "client_disconnected",
+    ]
     assert rows[2][2].startswith("branch") and rows[2][5] == "0"  # the retry branches from turn 0
     assert rows[4][2] == "abandoned by the client"
     turns = viewed.store.read_turns(session_id=m.session_id, with_experts=True)
@@ -127,14 +140,16 @@ def test_multi_lineage_session_shows_segments_lineages_and_experts(viewed: Viewe
     assert thinking.get_attribute("open") is None
     assert text(one(browser, "#turn-0 .tool-call .fn")) == "read_file"
     assert '"path": "app.py"' in text(one(browser, "#turn-0 .tool-call .args"))
-    assert [text(e) for e in css(browser, "#turn-1 .msg.role-tool pre")][0].startswith("<script>")
+    assert next(text(e) for e in css(browser, "#turn-1 .msg.role-tool pre")).startswith("<script>")
     # hover a context token of turn 0: its routed experts come from the log
     first = next(e for e in css(browser, "#tokens .tok.ctx") if text(e).strip())
     ActionChains(browser).move_to_element(first).perform()
     wait(browser, lambda d: "L0:" in text(one(d, "#tok-tip .tip-experts")))
     pos = int(text(one(browser, "#tok-tip .tip-position")))
     experts = turns[0].routed_experts[pos]
-    assert text(one(browser, "#tok-tip .tip-experts")).startswith("L0:[" + ",".join(map(str, experts[0])) + "]")
+    assert text(one(browser, "#tok-tip .tip-experts")).startswith(
+        "L0:[" + ",".join(map(str, experts[0])) + "]"
+    )
     # colour by policy version: turn 3 switched from version 0 to 1 inside the turn
     one(browser, "input[name=colour][value=version]").click()
     colours = browser.execute_script(
@@ -173,7 +188,9 @@ def test_training_pages_link_steps_and_sessions_both_ways(viewed: ViewedLog, bro
     wait(browser, lambda d: css(d, "#batch-hash"))
     assert text(one(browser, "#batch-hash")) == steps[1].batch_hash
     samples = css(browser, "#samples tbody tr")
-    assert [s.get_attribute("data-session") for s in samples] == [x["session"] for x in steps[1].manifest["samples"]]
+    assert [s.get_attribute("data-session") for s in samples] == [
+        x["session"] for x in steps[1].manifest["samples"]
+    ]
     one(samples[0], "td a").click()  # step -> session
     used = wait(browser, lambda d: css(d, "#used-by a"))
     assert [text(a) for a in used] == ["train:main step 2"]
