@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from sqlalchemy import and_, func, select
 
 from dressage.store import EventStore, schema
@@ -249,7 +250,7 @@ def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMe
             .where(_S.c.run_id == run.id, _K.c.group_index == group_index)
             .order_by(_K.c.sample_index, _S.c.attempt)
         ).all()
-        counts = (
+        counts: dict[str, int] = (
             dict(
                 conn.execute(
                     select(_T.c.session_id, func.count())
@@ -275,11 +276,10 @@ def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMe
                     ]
                     recorded[m.session.id] = (adv, segs, f"{consumer} step {step.step}")
     finished = [m for m in members if m.session.status == "finished" and m.session.reward is not None]
-    computed = {}
+    computed: dict[str, float] = {}
     if finished:
-        import numpy as np
-
-        adv_G = grpo(np.asarray([m.session.reward for m in finished], dtype=np.float64))
+        rewards_G = np.asarray([m.session.reward for m in finished], dtype=np.float64)
+        adv_G = grpo(rewards_G, std_normalize=False, eps=1e-6)
         computed = {m.session.id: float(a) for m, a in zip(finished, adv_G, strict=True)}
     for m in members:
         if m.session.id in recorded:
