@@ -18,10 +18,6 @@ from dressage.errors import DressageError
 
 log = logging.getLogger("dressage.view")
 
-Piece = tuple[int, int, str]
-"""(start, end, text): ids ``start:end`` of an array decode to ``text``."""
-
-
 class TokenDecoder:
     """Decodes ids with a tokenizer's ``decode``; single-id texts are cached (a vocabulary is small)."""
 
@@ -39,7 +35,7 @@ class TokenDecoder:
         """The text of ``ids`` decoded together."""
         if self._decode is None:
             return "".join(f"[{int(x)}]" for x in ids)
-        return self._decode([int(x) for x in ids])
+        return self._decode(ids.tolist() if isinstance(ids, np.ndarray) else [int(x) for x in ids])
 
     def one(self, token_id: int) -> str:
         """The text of one id (cached)."""
@@ -49,22 +45,27 @@ class TokenDecoder:
             self._single[token_id] = text
         return text
 
-    def pieces(self, ids: np.ndarray) -> list[Piece]:
-        """Split ``ids`` into pieces that each decode to whole characters."""
-        out: list[Piece] = []
+    def pieces(self, ids: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """Split ``ids`` into pieces that each decode to whole characters: (texts, start of each)."""
         values = ids.tolist()
+        single = self._single
+        texts = [single.get(x) or self.one(x) for x in values]
+        if self._decode is None or "\ufffd" not in "".join(texts):
+            return texts, np.arange(len(values))
+        out: list[str] = []
+        starts: list[int] = []
         n = len(values)
         i = 0
         while i < n:
-            text = self.one(values[i])
+            text = texts[i]
             j = i + 1
-            if "\ufffd" in text and self._decode is not None:
-                while "\ufffd" in text and j < n and j - i < 4:
-                    j += 1
-                    text = self._decode(values[i:j])
-            out.append((i, j, text))
+            while "\ufffd" in text and j < n and j - i < 4:
+                j += 1
+                text = self._decode(values[i:j])
+            out.append(text)
+            starts.append(i)
             i = j
-        return out
+        return out, np.asarray(starts, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=1)

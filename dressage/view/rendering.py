@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -35,6 +36,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} ms"
 
 
+def _orjson_dumps(value: Any, **_: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
 def environment() -> Environment:
     """The template environment (autoescape on: every ``{{ }}`` of untrusted text is escaped)."""
     env = Environment(
@@ -45,6 +50,9 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(num=_num, pct=_pct, ts=_ts, ms=_ms)
+    # tojson through orjson (a 30k-token view is ~1 MB of JSON); Jinja still escapes < > & ' after it.
+    env.policies["json.dumps_function"] = _orjson_dumps
+    env.policies["json.dumps_kwargs"] = {}
     return env
 
 

@@ -11,7 +11,6 @@ does not carry a ``[tokens, layers, top_k]`` array.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,46 +94,34 @@ def turn_tokens(
     turn: Turn, decoder: TokenDecoder, secrets: tuple[str, ...] = (), *, has_experts: bool = False
 ) -> dict[str, Any]:
     """The piece arrays of one turn (see the module docstring); secrets in its text are redacted."""
-    t: list[str] = []
-    k: list[int] = []
-    lp: list[float | None] = []
-    v: list[int | None] = []
-    ids: list[int | None] = []
-    n: list[int] = []
-    p: list[int] = []
+    ctx_texts, ctx_starts = decoder.pieces(turn.context_ids)
+    gen_texts, gen_starts = decoder.pieces(turn.generated_ids)
+    n_ctx, n_gen = int(turn.context_ids.size), int(turn.generated_ids.size)
+    k: list[int] = [0] * len(ctx_texts)
+    lp: list[float | None] = [None] * len(ctx_texts)
+    v: list[int | None] = [None] * len(ctx_texts)
+    if n_gen:
+        trained = np.logical_and.reduceat(turn.loss_mask.astype(bool), gen_starts)
+        k += np.where(trained, 1, 2).tolist()
+        low = np.minimum.reduceat(turn.logprobs.astype(np.float64), gen_starts)
+        lp += np.round(np.nan_to_num(low, nan=-99.0, neginf=-99.0), 4).tolist()
+        v += turn.policy_versions[gen_starts].tolist()
+    ids: list[int | None] = [*turn.context_ids[ctx_starts].tolist(), *turn.generated_ids[gen_starts].tolist()]
+    sizes = np.diff(np.append(ctx_starts, n_ctx)).tolist() + np.diff(np.append(gen_starts, n_gen)).tolist()
     base = turn.segment_offset
-    for start, end, text in decoder.pieces(turn.context_ids):
-        t.append(text)
-        k.append(0)
-        lp.append(None)
-        v.append(None)
-        ids.append(int(turn.context_ids[start]))
-        n.append(end - start)
-        p.append(base + start)
-    base += int(turn.context_ids.size)
-    logprobs = turn.logprobs.tolist()
-    mask = turn.loss_mask.tolist()
-    versions = turn.policy_versions.tolist()
-    for start, end, text in decoder.pieces(turn.generated_ids):
-        t.append(text)
-        k.append(1 if all(mask[start:end]) else 2)
-        low = min(logprobs[start:end])
-        lp.append(round(low, 4) if math.isfinite(low) else -99.0)
-        v.append(versions[start])
-        ids.append(int(turn.generated_ids[start]))
-        n.append(end - start)
-        p.append(base + start)
-    _redact_pieces(t, ids, secrets)
+    positions = (base + ctx_starts).tolist() + (base + n_ctx + gen_starts).tolist()
+    texts = ctx_texts + gen_texts
+    _redact_pieces(texts, ids, secrets)
     return {
         "turn": turn.turn_index,
         "segment": turn.segment_index,
-        "t": t,
+        "t": texts,
         "k": k,
         "lp": lp,
         "v": v,
         "id": ids,
-        "n": n,
-        "p": p,
+        "n": sizes,
+        "p": positions,
         "experts": has_experts or turn.routed_experts is not None,
     }
 

@@ -46,13 +46,14 @@
     var r = Math.round(255 * Math.min(1, 2 * (1 - p))), g = Math.round(255 * Math.min(1, 2 * p));
     return "rgba(" + r + "," + g + ",0,0.35)";
   }
-  var VERSION_COLOURS = ["#bfdbfe", "#fecaca", "#bbf7d0", "#e9d5ff", "#fed7aa", "#fef08a", "#a5f3fc", "#fbcfe8"];
+  // Colours are classes (ten probability buckets, eight version colours), so 30k spans need no
+  // inline styles and switching the colouring is one class on the container.
+  function lpBucket(lp) { return Math.min(9, Math.floor(Math.exp(lp) * 10)); }
 
   function renderTokens() {
     var box = document.getElementById("tokens");
     var data = readJson("tokens");
     if (!box || !data) return;
-    var mode = (document.querySelector("input[name=colour]:checked") || {}).value || "logprob";
     var versionIndex = {};
     data.versions.forEach(function (v, i) { versionIndex[v] = i; });
     var frag = document.createDocumentFragment();
@@ -65,29 +66,36 @@
       var line = document.createElement("div");
       line.className = "seg-tokens";
       seg.turns.forEach(function (turn) {
+        var block = document.createElement("div");
+        block.className = "turn-tokens";
         var mark = document.createElement("span");
         mark.className = "turn-mark";
         mark.textContent = "turn " + turn.turn;
-        line.appendChild(mark);
+        block.appendChild(mark);
         for (var i = 0; i < turn.t.length; i++) {
           var s = document.createElement("span");
           var kind = turn.k[i];
-          s.className = "tok" + (kind === 0 ? " ctx" : kind === 2 ? " untrained" : " gen");
+          s.className = kind === 0 ? "tok ctx"
+            : "tok " + (kind === 2 ? "untrained" : "gen") + " lp" + lpBucket(turn.lp[i]) + " pv" + (versionIndex[turn.v[i]] % 8);
           s.textContent = turn.t[i];
-          if (kind !== 0) {
-            s.style.background = mode === "version"
-              ? VERSION_COLOURS[versionIndex[turn.v[i]] % VERSION_COLOURS.length] : lpColour(turn.lp[i]);
-          }
-          s.dataset.r = refs.length;
+          s._r = refs.length;
           refs.push([turn, i, seg.index]);
-          line.appendChild(s);
+          block.appendChild(s);
         }
+        line.appendChild(block);
       });
       frag.appendChild(line);
     });
     box.textContent = "";
     box.appendChild(frag);
     box.refs = refs;
+    colourMode();
+  }
+
+  function colourMode() {
+    var box = document.getElementById("tokens");
+    var mode = (document.querySelector("input[name=colour]:checked") || {}).value || "logprob";
+    if (box) box.classList.toggle("by-version", mode === "version");
   }
 
   function tipLines(turn, i) {
@@ -125,8 +133,8 @@
     var box = document.getElementById("tokens");
     var tip = document.getElementById("tok-tip");
     var t = ev.target;
-    if (!box || !tip || !t.classList || !t.classList.contains("tok") || t.dataset.r === undefined) return;
-    var ref = box.refs[+t.dataset.r];
+    if (!box || !tip || !t.classList || !t.classList.contains("tok") || t._r === undefined) return;
+    var ref = box.refs[t._r];
     var turn = ref[0], i = ref[1], seg = ref[2];
     var lines = tipLines(turn, i);
     var key = seg + ":" + turn.p[i];
@@ -156,13 +164,15 @@
   }
 
   function init() {
+    performance.mark("view-init");
     drawCharts();
     renderTokens();
     legend();
+    performance.measure("view.js init", "view-init");
   }
 
   document.addEventListener("DOMContentLoaded", init);
-  document.addEventListener("change", function (ev) { if (ev.target.name === "colour") renderTokens(); });
+  document.addEventListener("change", function (ev) { if (ev.target.name === "colour") colourMode(); });
   document.addEventListener("mouseover", onHover);
   // After a live swap (outerHTML: the old element is gone, so listen for the new content's load).
   document.addEventListener("htmx:load", function (ev) {
