@@ -18,6 +18,7 @@ from dressage.errors import DressageError
 
 log = logging.getLogger("dressage.view")
 
+
 class TokenDecoder:
     """Decodes ids with a tokenizer's ``decode``; single-id texts are cached (a vocabulary is small)."""
 

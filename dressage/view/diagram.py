@@ -35,8 +35,8 @@ def session_diagram(turns: list[Turn]) -> Diagram:
     lineages = sorted({t.lineage_index for t in turns}) or [0]
     lane_y = {lin: TOP + i * LANE for i, lin in enumerate(lineages)}
     n = max(len(turns), 1)
-    step = max(8, min(48, (MAX_WIDTH - LEFT - 20) // n))
-    d = Diagram(width=LEFT + step * n + 20, height=TOP + LANE * len(lineages))
+    step = max(8, min(90, (MAX_WIDTH - LEFT - 20) // n))
+    d = Diagram(width=LEFT + step * n + 140, height=TOP + LANE * len(lineages) + 10)
     d.lanes = [(lin, y) for lin, y in lane_y.items()]
     pos = {t.id: (LEFT + i * step + step // 2, lane_y[t.lineage_index]) for i, t in enumerate(turns)}
     by_index = {t.turn_index: t for t in turns}
@@ -65,7 +65,11 @@ def session_diagram(turns: list[Turn]) -> Diagram:
             if source is not None:
                 px, py = pos[source.id]
                 kind = "branch" if t.route == "branch" else "create"
-                d.lines.append({"x1": px, "y1": py, "x2": x, "y2": y, "cls": f"edge-{kind}"})
-            d.labels.append({"x": x + 6, "y": y - 9, "text": t.boundary_reason or t.route})
+                # an edge within one lane arcs above it, so it does not run over the dots between
+                bend = -0.6 * LANE if py == y else 0.0
+                path = f"M {px} {py} Q {(px + x) / 2:.0f} {(py + y) / 2 + bend:.0f} {x} {y}"
+                d.lines.append({"x1": px, "y1": py, "x2": x, "y2": y, "path": path, "cls": f"edge-{kind}"})
+            below = len(d.labels) % 2 == 1
+            d.labels.append({"x": x + 6, "y": y + 16 if below else y - 9, "text": t.boundary_reason or t.route})
         last_in_segment[t.segment_index] = t
     return d

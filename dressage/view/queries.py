@@ -16,7 +16,7 @@ import numpy as np
 from sqlalchemy import and_, func, select
 
 from dressage.store import EventStore, schema
-from dressage.store.records import SESSION_STATUSES, Run, Session, TrainStep
+from dressage.store.records import SESSION_STATUSES, ArtifactRef, Run, Session, TrainStep
 from dressage.training.advantages import grpo
 from dressage.view.readonly import reading
 
@@ -218,6 +218,16 @@ def turns_with_experts(store: EventStore, session_id: str) -> set[int]:
             select(_T.c.turn_index).where(_T.c.session_id == session_id, _T.c.experts.is_not(None))
         )
         return {int(x) for (x,) in rows}
+
+
+def artifact_by_id(store: EventStore, artifact_id: int) -> ArtifactRef | None:
+    """The artifact with database id ``artifact_id``, or None."""
+    a = schema.artifacts.c
+    with reading(store) as conn:
+        row = conn.execute(select(schema.artifacts).where(a.id == artifact_id)).first()
+    if row is None:
+        return None
+    return ArtifactRef(row.id, row.session_id, row.name, row.sha256, row.size, row.media_type, row.uri)
 
 
 def task_of(store: EventStore, session: Session) -> dict[str, Any] | None:

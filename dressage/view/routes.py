@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from dressage.errors import DressageError, RequestError, UnknownRunError, UnknownSessionError
-from dressage.view import pages
+from dressage.view import pages, queries
 from dressage.view.live import event_stream
 from dressage.view.pages import Viewer
 from dressage.view.rendering import render
@@ -104,12 +104,9 @@ def page_routes(viewer: Viewer, env: Environment) -> list[Route]:
 
     def artifact(request: Request) -> Response:
         artifact_id = _int(request, "id")
-        refs = [
-            a for r in viewer.store.list_runs() for a in viewer.store.list_artifacts(r) if a.id == artifact_id
-        ]
-        if not refs:
+        ref = queries.artifact_by_id(viewer.store, artifact_id)
+        if ref is None:
             raise RequestError(f"no artifact with id {artifact_id}", param="id")
-        ref = refs[0]
         data = viewer.store.get_artifact(ref)
         safe_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in ref.name) or "artifact"
         if request.query_params.get("download") or not _is_text(data):

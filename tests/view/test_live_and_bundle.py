@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -10,6 +11,10 @@ from dressage.cli import app
 from tests.view.browser import css, one, severe_console_errors, text, url, wait
 from tests.view.builders import append_live_turn
 from tests.view.conftest import ViewedLog
+
+# The first test of each backend builds the log: a real rollout (and, once per session, the dev
+# engine shared with tests/rollout), which on a busy two-core machine can take minutes.
+pytestmark = pytest.mark.timeout(900)
 
 
 def test_open_session_and_run_pages_update_as_turns_land(viewed: ViewedLog, browser) -> None:

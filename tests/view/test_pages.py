@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import math
 
 import numpy as np
@@ -13,6 +14,10 @@ from dressage.view.conversation import turn_views
 from dressage.view.decode import TokenDecoder
 from tests.view.browser import css, one, severe_console_errors, text, url, wait
 from tests.view.conftest import ViewedLog
+
+# The first test of each backend builds the log: a real rollout (and, once per session, the dev
+# engine shared with tests/rollout), which on a busy two-core machine can take minutes.
+pytestmark = pytest.mark.timeout(900)
 
 
 def test_runs_page_counts_match_the_log(viewed: ViewedLog, browser) -> None:

@@ -17,6 +17,10 @@ from tests.view.browser import css, one, severe_console_errors, text, url, wait
 from tests.view.builders import HOSTILE, SECRET
 from tests.view.conftest import ViewedLog
 
+# The first test of each backend builds the log: a real rollout (and, once per session, the dev
+# engine shared with tests/rollout), which on a busy two-core machine can take minutes.
+pytestmark = pytest.mark.timeout(900)
+
 
 def _assert_inert(browser) -> None:
     with pytest.raises(NoAlertPresentException):

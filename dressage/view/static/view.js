@@ -30,7 +30,9 @@
                      points: { show: true, size: 6 } });
     });
     new uPlot({ width: Math.min(520, el.clientWidth || 520), height: 220, series: uSeries,
-                axes: [{ label: xLabel }, { label: "mean reward" }], scales: { x: { time: false } } }, data, el);
+                axes: [{ label: xLabel }, { label: "mean reward" }],
+                scales: { x: { time: false, range: function (u, min, max) { return [min - 1, max + 1]; } } } },
+               data, el);
   }
 
   function drawCharts() {
