@@ -21,10 +21,10 @@ from selenium.webdriver.chrome.service import Service
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dressage.config import Settings  # noqa: E402
-from dressage.view.app import create_app  # noqa: E402
-from dressage.view.readonly import open_readonly_store  # noqa: E402
-from tests.loopback import ThreadedServer  # noqa: E402
+from dressage.config import Settings
+from dressage.view.app import create_app
+from dressage.view.readonly import open_readonly_store
+from tests.loopback import ThreadedServer
 
 
 def main() -> None:

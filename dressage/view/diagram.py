@@ -70,6 +70,8 @@ def session_diagram(turns: list[Turn]) -> Diagram:
                 path = f"M {px} {py} Q {(px + x) / 2:.0f} {(py + y) / 2 + bend:.0f} {x} {y}"
                 d.lines.append({"x1": px, "y1": py, "x2": x, "y2": y, "path": path, "cls": f"edge-{kind}"})
             below = len(d.labels) % 2 == 1
-            d.labels.append({"x": x + 6, "y": y + 16 if below else y - 9, "text": t.boundary_reason or t.route})
+            d.labels.append(
+                {"x": x + 6, "y": y + 16 if below else y - 9, "text": t.boundary_reason or t.route}
+            )
         last_in_segment[t.segment_index] = t
     return d

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from dressage.cli import app

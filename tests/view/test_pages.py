@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 import math
 
 import numpy as np
+import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.support.ui import Select
 
