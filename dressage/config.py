@@ -50,6 +50,9 @@ class Settings(BaseSettings):
         validation_alias="E2B_API_KEY",
         description="E2B's API key (E2B_API_KEY, as E2B names it).",
     )
+    view_token: SecretStr | None = Field(
+        default=None, description="Token the web viewer asks for (required when it listens beyond loopback)."
+    )
     max_request_bytes: int = Field(
         default=8 * 1024 * 1024, description="Largest HTTP body the proxy accepts."
     )
