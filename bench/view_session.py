@@ -41,7 +41,7 @@ from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store
 from tests.loopback import ThreadedServer
 
-console = Console()
+console = Console(width=200)
 TEXT = (
     "The function reads the configuration file, validates every field and returns a typed object. "
     "When a value is missing it raises an error that names the field and the file. "
