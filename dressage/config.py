@@ -50,6 +50,9 @@ class Settings(BaseSettings):
         validation_alias="E2B_API_KEY",
         description="E2B's API key (E2B_API_KEY, as E2B names it).",
     )
+    view_token: SecretStr | None = Field(
+        default=None, description="Token the web viewer asks for (required when it listens beyond loopback)."
+    )
     max_request_bytes: int = Field(
         default=8 * 1024 * 1024, description="Largest HTTP body the proxy accepts."
     )
@@ -61,6 +64,20 @@ class Settings(BaseSettings):
     )
     secrets: list[SecretStr] = Field(
         default_factory=list, description="Extra secret values that must never reach logs or stored errors."
+    )
+    run: str | None = Field(
+        default=None,
+        description="The run slime's rollout function serves (when slime's args do not name one).",
+    )
+    consumer: str | None = Field(
+        default=None, description="The consumer slime's rollout function commits as (default: slime)."
+    )
+    slime_rollout_batch_size: int | None = Field(
+        default=None, ge=1, description="Prompts per slime rollout when slime's args do not say."
+    )
+    slime_source: Path | None = Field(
+        default=None,
+        description="A THUDM/slime checkout: the tests run slime's own rollout-plugin contract against dressage.",
     )
 
     def resolved_database_url(self) -> str:

@@ -44,6 +44,19 @@ def redact_json(value: Any, secrets: Iterable[str] = ()) -> Any:
     return value
 
 
+# A substring (of the lower-cased text) that every pattern's match contains: text holding none of
+# them cannot match, and the patterns (slow on long text) are skipped.
+_HINTS = (
+    "authorization", "bearer", "sk-", "pk-", "rk-", "ak-", "e2b_", "ghp_", "gho_", "ghu_", "ghs_",
+    "ghr_", "akia", "xox", "api", "secret", "passw", "token", "://",
+)  # fmt: skip
+
+
+def _may_match(text: str) -> bool:
+    low = text.lower()
+    return any(hint in low for hint in _HINTS)
+
+
 def redact(text: str | None, secrets: Iterable[str] = ()) -> str | None:
     """Return ``text`` with secrets replaced by ``[REDACTED]`` (None stays None)."""
     if text is None:
@@ -52,6 +65,8 @@ def redact(text: str | None, secrets: Iterable[str] = ()) -> str | None:
     for secret in secrets:
         if secret and len(secret) >= 4:
             out = out.replace(secret, REDACTED)
+    if not _may_match(out):
+        return out
     for pattern in _PATTERNS:
         out = pattern.sub(lambda m: m.group("keep") + REDACTED, out)
     return out
@@ -94,3 +109,26 @@ def install_log_redaction(secrets: Iterable[str] = ()) -> None:
     """Put a :class:`RedactingFilter` on every handler of the root logger."""
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter(secrets))
+
+
+def secret_spans(text: str, secrets: Iterable[str] = ()) -> list[tuple[int, int]]:
+    """The ``(start, end)`` character ranges of ``text`` that :func:`redact` would replace, merged.
+
+    For views that show text in pieces (the viewer's token stream), where a secret can span pieces.
+    """
+    spans: list[tuple[int, int]] = []
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            start = text.find(secret)
+            while start >= 0:
+                spans.append((start, start + len(secret)))
+                start = text.find(secret, start + 1)
+    for pattern in _PATTERNS if _may_match(text) else ():
+        spans += [(m.start() + len(m.group("keep")), m.end()) for m in pattern.finditer(text)]
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged

@@ -49,6 +49,7 @@ def loop_command(
     from dressage.config import load_settings
     from dressage.loop.report import reward_line, summary_table, write_plot
     from dressage.loop.runner import LoopOptions, run_loop
+    from dressage.rollout.evaluation import eval_line
 
     settings = load_settings(database_url=database_url)
     opts = LoopOptions(
@@ -65,8 +66,16 @@ def loop_command(
     title = f"run {report.run} ({report.mode}, {len(report.iterations)} iterations, {report.seconds:.0f}s)"
     console.print(summary_table(report.iterations, title=title))
     typer.echo(reward_line(report.iterations))
+    if report.evals:
+        typer.echo(eval_line(report.evals, report.eval_name))
     if plot is not None:
-        write_plot(report.iterations, plot, title=f"dressage-worker loop: {title}")
+        write_plot(
+            report.iterations,
+            plot,
+            title=f"dressage-worker loop: {title}",
+            evals=report.evals,
+            eval_name=report.eval_name,
+        )
         console.print(f"mean-reward curve written to {plot}")
     db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
     console.print(

@@ -202,12 +202,25 @@ def _train(
             follow=follow, max_steps=max_steps, throttle_s=throttle_s, on_step=stepped
         )
     console.print(f"{len(results)} new steps committed for {trainer.consumer}", markup=False)
+    _report_evals(console, store, run)
     pattern = getattr(backend, "pattern", None)
     if pattern is not None:
-        from dressage.integrations.slime import slime_command
+        from dressage.integrations.slime import slime_command, slime_rollout_command
 
         total = len(store.list_steps(run, trainer.consumer))
         console.print(slime_command(str(pattern), options, total), highlight=False, soft_wrap=True)
+        console.print("or let slime ask the log for each step (launcher: docs/architecture.md):")
+        console.print(slime_rollout_command(run, options), highlight=False, soft_wrap=True)
+
+
+def _report_evals(console: Console, store: EventStore, run: str) -> None:
+    """The run's eval rewards per policy version (eval sessions are never trained)."""
+    from dressage.rollout.evaluation import eval_line, read_eval_rounds
+
+    rounds = read_eval_rounds(store, run)
+    if rounds:
+        eval_cfg = store.get_run(run).config.get("rollout", {}).get("eval") or {}
+        console.print(eval_line(rounds, str(eval_cfg.get("name") or "eval")), highlight=False, soft_wrap=True)
 
 
 def _backend(

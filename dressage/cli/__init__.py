@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from dressage.cli import store_commands
+from dressage.cli import store_commands, view_command
 from workers import engine as engine_worker
 from workers import loop as loop_worker
 from workers import proxy as proxy_worker
@@ -22,6 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 store_commands.register(app)
+view_command.register(app)
 app.command("engine")(engine_worker.engine_command)
 app.command("proxy")(proxy_worker.proxy_command)
 app.command("rollout")(rollout_worker.rollout_command)

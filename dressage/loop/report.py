@@ -6,12 +6,14 @@ loop's memory, so the numbers in the table are the ones anyone can re-derive wit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from rich.table import Table
 
+from dressage.rollout.evaluation import EvalRound
 from dressage.store import EventStore, Run
 
 
@@ -53,6 +55,7 @@ def read_iteration(store: EventStore, run: Run, iteration: int, n_tasks: int) ->
         s
         for s in store.list_sessions(run)
         if isinstance(s.info.get("task_index"), int)
+        and "eval_version" not in s.info
         and iteration_of(int(s.info["task_index"]), n_tasks) == iteration
     ]
     stats.sessions = len(sessions)
@@ -111,8 +114,19 @@ def reward_line(stats: list[IterationStats]) -> str:
     return "mean reward per iteration: " + " ".join(values)
 
 
-def write_plot(stats: list[IterationStats], path: Path, *, title: str) -> Path:
-    """Mean reward per iteration (with its standard error) as a PNG, drawn with matplotlib's Agg."""
+def write_plot(
+    stats: list[IterationStats],
+    path: Path,
+    *,
+    title: str,
+    evals: Sequence[EvalRound] = (),
+    eval_name: str = "eval",
+) -> Path:
+    """Mean reward per iteration (with its standard error) as a PNG, drawn with matplotlib's Agg.
+
+    With ``evals``, the eval rounds' mean reward per policy version is a second curve (iteration
+    ``k`` rolls out with policy version ``k`` in sync mode, so both share the x axis).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,10 +137,30 @@ def write_plot(stats: list[IterationStats], path: Path, *, title: str) -> Path:
     ys = [s.mean_reward or 0.0 for s in points]
     errs = [s.reward_stderr or 0.0 for s in points]
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
-    ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, color="#2b6cb0")
+    ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, color="#2b6cb0", label="rollout (trained on)")
     for x, y in zip(xs, ys, strict=True):
         ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
-    ax.set_xlabel("iteration (rollout at policy version = iteration in sync mode)")
+    done = [r for r in evals if r.complete and r.mean_reward is not None]
+    if done:
+        ex = [r.version for r in done]
+        ey = [r.mean_reward or 0.0 for r in done]
+        ax.errorbar(
+            ex,
+            ey,
+            yerr=[r.reward_stderr for r in done],
+            marker="s",
+            capsize=3,
+            color="#c05621",
+            linestyle="--",
+            label=f"{eval_name} (never trained)",
+        )
+        for x, y in zip(ex, ey, strict=True):
+            ax.annotate(
+                f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, -13), ha="center", fontsize=8
+            )
+        xs = sorted(set(xs) | set(ex))
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_xlabel("iteration / policy version (rollout k samples with version k in sync mode)")
     ax.set_ylabel("mean reward")
     ax.set_title(title, fontsize=10)
     ax.set_xticks(xs)

@@ -15,6 +15,9 @@ the version, resume).
   the resume carry the new version. The rollout never runs more than one iteration ahead of the
   trainer, and ``train.max_staleness`` masks tokens older than that.
 
+With an ``eval:`` section, each new policy version's eval round is enqueued by the lease loop
+(claimed before training tasks) and the last version's round runs after the last push.
+
 Everything the loop does is in the run's log (tasks, turns with per-token versions,
 ``policy_version`` events, step manifests with the consumer checkpoint), so
 ``dressage-worker train --from-run RUN --consumer loop --replay`` re-checks every step.
@@ -44,6 +47,7 @@ from dressage.rollout.config import LoopConfig, RolloutConfig, TrainConfig, load
 from dressage.rollout.datasets import dataset_digest, load_tasks
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv
+from dressage.rollout.evaluation import EvalRound, EvalScheduler, read_eval_rounds
 from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import resolve_secrets
 from dressage.rollout.worker import (
@@ -82,6 +86,8 @@ class LoopReport:
     iterations: list[IterationStats] = field(default_factory=list)
     out_dir: Path | None = None
     seconds: float = 0.0
+    evals: list[EvalRound] = field(default_factory=list)
+    eval_name: str = "eval"
 
 
 def resolve(cfg: RolloutConfig, opts: LoopOptions) -> tuple[RolloutConfig, LoopConfig, TrainConfig, str]:
@@ -147,6 +153,7 @@ class Loop:
         self.env: EpisodeEnv | None = None
         self.run: Run | None = None
         self.stats: list[IterationStats] = []
+        self.evals: EvalScheduler | None = None
 
     def snapshot(self) -> dict[str, Any]:
         """The run's frozen config: the rollout snapshot plus the loop's train/loop sections."""
@@ -206,6 +213,8 @@ class Loop:
             self.secrets,
         )
         self.trainer = self._build_trainer(urls)
+        if cfg.eval is not None:
+            self.evals = EvalScheduler(self.store, self.run, cfg.eval)
 
     def _build_trainer(self, urls: list[str]) -> Any:
         from dressage.training.consumer import Trainer
@@ -263,7 +272,7 @@ class Loop:
         owner = f"{default_worker_id()}-loop"
         total = len(specs) * self.cfg.n_samples_per_prompt
         async with progress.rollout(k, total, already_done=k * total):
-            await _lease_loop(self.env, owner, report, self.console)
+            await _lease_loop(self.env, owner, report, self.console, self.evals)
         stats = await asyncio.to_thread(read_iteration, self.store, self.run, k, self.n_tasks)
         stats.rollout_s = time.monotonic() - started
         return stats
@@ -322,6 +331,15 @@ class Loop:
 
         await asyncio.gather(rollout_side(), train_side())
 
+    async def final_eval(self) -> None:
+        """Run the eval round of the last pushed version (earlier rounds ran inside the rollouts)."""
+        if self.evals is None or self.env is None:
+            return
+        self.evals.min_interval_s = 0.0
+        report = RolloutReport(run=self.run_name)
+        with self.console.status("evaluating the last policy version"):
+            await _lease_loop(self.env, f"{default_worker_id()}-loop", report, self.console, self.evals)
+
     def refresh_versions(self) -> None:
         """Re-read each iteration's token versions (async: pushes land while an iteration runs)."""
         assert self.run is not None
@@ -344,6 +362,7 @@ async def run_loop(settings: Settings, opts: LoopOptions, console: Console | Non
             progress.attach(store, loop.run)
             with progress:
                 await loop.run_iterations(progress)
+            await loop.final_eval()
             await asyncio.to_thread(loop.refresh_versions)
         finally:
             await loop.stop()
@@ -353,6 +372,8 @@ async def run_loop(settings: Settings, opts: LoopOptions, console: Console | Non
             iterations=loop.stats,
             out_dir=loop.out_dir,
             seconds=time.monotonic() - started,
+            evals=read_eval_rounds(store, loop.run_name) if loop.evals is not None else [],
+            eval_name=loop.cfg.eval.name if loop.cfg.eval is not None else "eval",
         )
     finally:
         store.close()

@@ -1,10 +1,10 @@
-"""Server-sent events for streamed chat completions: incremental detokenization and text routing.
+"""Streaming text for every dialect: incremental detokenization and routing to reasoning / content.
 
 Tokens leave as the engine produces them. :class:`IncrementalDecoder` turns the growing id list
 into stable text (it waits while the last bytes are an incomplete UTF-8 character), and
 :class:`StreamSplitter` routes that text to ``reasoning_content`` or ``content`` deltas, holding
 back only what might still turn out to be markup: a partial ``</think>``, anything from
-``<tool_call>`` on (tool calls are sent whole at the end, as OpenAI ``tool_calls`` deltas), a
+``<tool_call>`` on (tool calls are sent whole at the end, in each dialect's form), a
 partial stop string, and whitespace the final parse may strip. At the end the authoritative parse
 (the same one the non-streaming reply uses) supplies whatever was held back, so the concatenated
 deltas equal the non-streaming message.
@@ -128,41 +128,3 @@ class StreamSplitter:
     def finish(self, reasoning: str | None, content: str | None) -> tuple[str, str]:
         """The final deltas, given the authoritative parse of the whole text."""
         return self._delta(reasoning or "", content or "")
-
-
-def chunk(
-    completion_id: str, created: int, model: str, delta: dict[str, Any], finish_reason: str | None = None,
-    logprobs: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """A ``chat.completion.chunk`` with one choice."""
-    return {
-        "id": completion_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "delta": delta,
-                "logprobs": {"content": logprobs} if logprobs is not None else None,
-                "finish_reason": finish_reason,
-            }
-        ],
-    }
-
-
-def usage_chunk(completion_id: str, created: int, model: str, usage: dict[str, int]) -> dict[str, Any]:
-    """The last chunk with ``stream_options.include_usage``: no choices, the usage."""
-    return {
-        "id": completion_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [],
-        "usage": usage,
-    }
-
-
-def tool_call_deltas(tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``delta`` carrying every parsed tool call, whole, with its index."""
-    return {"tool_calls": [{"index": i, **call} for i, call in enumerate(tool_calls)]}

@@ -3,7 +3,7 @@
 Every section forbids unknown fields, so a misspelt option is an error rather than a silent default.
 :func:`load_config` reports all mistakes at once on one line (``path: 2 mistakes: agent.kind: ...;
 worker.concurrency: ...``), because the CLI prints the first line of an error. Relative paths
-(``dataset.path``) are resolved against the config file's directory. The validated model, dumped
+(``dataset.path``, ``eval.dataset.path``) are resolved against the config file's directory. The validated model, dumped
 as JSON, is the run's frozen config snapshot.
 """
 
@@ -217,6 +217,22 @@ class TrainConfig(_Strict):
     keep_checkpoints: int = Field(default=2, ge=1, description="Newest step checkpoints kept on disk.")
 
 
+class EvalConfig(_Strict):
+    """The ``eval:`` section: evaluate each new policy version on a held-out dataset.
+
+    Rollout workers enqueue the dataset's tasks as eval tasks of policy version ``v`` when they see
+    ``v`` (every ``every``-th version: 0, every, 2 * every, ...) and run them like training tasks
+    (same agent, sandbox and reward), first in the queue; the trainer never trains on them.
+    """
+
+    name: str = Field(
+        default="eval", min_length=1, max_length=64, description="The eval set's name in reports."
+    )
+    dataset: DatasetConfig
+    every: int = Field(default=1, ge=1, description="Evaluate policy versions 0, every, 2*every, ...")
+    n_samples_per_prompt: int = Field(default=1, ge=1, le=1024, description="Attempts per eval task.")
+
+
 class LoopConfig(_Strict):
     """The ``loop:`` section: defaults of ``dressage-worker loop`` (its options override them)."""
 
@@ -246,6 +262,7 @@ class RolloutConfig(_Strict):
     secrets: SecretsConfig = Field(
         default_factory=SecretsConfig, description="Names of secrets valued from the worker's environment."
     )
+    eval: EvalConfig | None = Field(default=None, description="Evaluation of each new policy version.")
     train: TrainConfig | None = Field(default=None, description="Training of `dressage-worker loop`.")
     loop: LoopConfig | None = Field(default=None, description="Defaults of `dressage-worker loop`.")
 
@@ -281,10 +298,13 @@ class RolloutConfig(_Strict):
 
     def snapshot(self) -> dict[str, Any]:
         """The frozen part of a rollout: all but ``worker.concurrency`` (a per-process choice) and the
-        ``train``/``loop`` sections (the loop records those in its run's config separately)."""
+        ``train``/``loop`` sections (the loop records those in its run's config separately); without
+        an ``eval`` section the snapshot is what it was before evaluation existed."""
         exclude: dict[str, Any] = {"worker": {"concurrency"}, "train": True, "loop": True}
         if self.secrets == SecretsConfig():
             exclude["secrets"] = True  # snapshots of runs from before the section compare equal
+        if self.eval is None:
+            exclude["eval"] = True
         return self.model_dump(mode="json", exclude=exclude)
 
 
@@ -334,6 +354,10 @@ def parse_config(data: Any, *, source: str = "config", base_dir: Path | None = N
     if base_dir is not None and not Path(cfg.dataset.path).is_absolute():
         path = str((base_dir / cfg.dataset.path).resolve())
         cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"path": path})})
+    if base_dir is not None and cfg.eval is not None and not Path(cfg.eval.dataset.path).is_absolute():
+        path = str((base_dir / cfg.eval.dataset.path).resolve())
+        dataset = cfg.eval.dataset.model_copy(update={"path": path})
+        cfg = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"dataset": dataset})})
     return cfg
 
 

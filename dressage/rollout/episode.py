@@ -144,11 +144,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
         attempt=lease.attempt,
         agent=env.agent.name,
         sandbox=cfg.sandbox.provider,
-        info={
-            "task_index": lease.task_index,
-            "sample_index": lease.sample_index,
-            "group_index": lease.group_index,
-        },
+        info=_session_info(lease),
     )
     sid = handle.session_id
     current = asyncio.current_task()
@@ -298,13 +294,20 @@ async def _archive(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log
         log.warning("archiving session %s failed: %s", sid, e)
 
 
-def _meta(lease: TaskLease, result: AgentResult | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {
+def _session_info(lease: TaskLease) -> dict[str, Any]:
+    """The session's ``info``: its place in the queue, and for an eval session the version it evaluates."""
+    info: dict[str, Any] = {
         "task_index": lease.task_index,
         "sample_index": lease.sample_index,
         "group_index": lease.group_index,
-        "attempt": lease.attempt,
     }
+    if lease.kind == "eval":
+        info["eval_version"] = lease.eval_version
+    return info
+
+
+def _meta(lease: TaskLease, result: AgentResult | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {**_session_info(lease), "attempt": lease.attempt}
     if result is not None:
         meta.update(
             turns=result.turns,

@@ -5,6 +5,8 @@ snapshot of ``--resume RUN``), starts the inference engine (the CPU dev engine a
 or existing SGLang URLs), runs the TITO proxy in-process, creates or continues the run, enqueues
 tasks x ``n_samples_per_prompt`` (idempotent), then claims (task, sample) pairs under leases and runs
 up to ``concurrency`` episodes at once (:mod:`dressage.rollout.episode`) until the queue is empty.
+With an ``eval:`` section it also enqueues the eval round of each new policy version it sees
+(:mod:`dressage.rollout.evaluation`); eval tasks are claimed first.
 
 Workers on many machines share one database: claims are exclusive, a crashed worker's leases expire
 and its running sessions become ``abandoned`` when another worker reclaims them.
@@ -38,6 +40,7 @@ from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import dataset_digest, load_tasks, task_specs
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv, Outcome, run_episode
+from dressage.rollout.evaluation import EvalScheduler, eval_line, read_eval_rounds
 from dressage.rollout.progress import RolloutProgress, Snapshot
 from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import RunSecrets, resolve_secrets
@@ -225,15 +228,18 @@ async def run_rollout(
         owner = opts.worker_id or default_worker_id()
         report = RolloutReport(run=run.name)
         progress = RolloutProgress(store, run, console=console, enabled=opts.show_progress)
+        evals = EvalScheduler(store, run, cfg.eval) if cfg.eval is not None else None
         async with progress:
-            await _lease_loop(env, owner, report, console)
+            await _lease_loop(env, owner, report, console, evals)
         report.snapshot = await progress.refresh()
         finished = await asyncio.to_thread(store.list_sessions, run, status="finished")
         report.example_session = finished[0].id if finished else None
         if opts.show_progress:
-            console.print(
-                progress.summary_table(report.snapshot, {"this worker": _fmt_outcomes(report.outcomes)})
-            )
+            extra = {"this worker": _fmt_outcomes(report.outcomes)}
+            if cfg.eval is not None:
+                rounds = await asyncio.to_thread(read_eval_rounds, store, run)
+                extra[f"{cfg.eval.name} (eval)"] = eval_line(rounds).split(": ", 1)[1]
+            console.print(progress.summary_table(report.snapshot, extra))
         return report
     finally:
         if forwarder is not None:
@@ -267,8 +273,17 @@ def _fmt_outcomes(outcomes: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing"
 
 
-async def _lease_loop(env: EpisodeEnv, owner: str, report: RolloutReport, console: Console) -> None:
-    """Claim and run episodes until no task is pending or leased; cancel them all on SIGTERM."""
+async def _lease_loop(
+    env: EpisodeEnv,
+    owner: str,
+    report: RolloutReport,
+    console: Console,
+    evals: EvalScheduler | None = None,
+) -> None:
+    """Claim and run episodes until no task is pending or leased; cancel them all on SIGTERM.
+
+    With ``evals``, every pass first enqueues the eval round of a newly recorded policy version.
+    """
     store, run, w = env.store, env.run, env.cfg.worker
     active: set[asyncio.Task[Outcome]] = set()
     stop = asyncio.Event()
@@ -277,6 +292,8 @@ async def _lease_loop(env: EpisodeEnv, owner: str, report: RolloutReport, consol
         loop.add_signal_handler(signal.SIGTERM, stop.set)
     try:
         while not stop.is_set():
+            if evals is not None:
+                await asyncio.to_thread(evals.tick)
             free = w.concurrency - len(active)
             claimed = []
             if free > 0:

@@ -43,16 +43,20 @@ class ConsumerMixin(StoreMembers):
         batch_hash: str,
         manifest: Mapping[str, Any],
         state: Mapping[str, Any] | None = None,
+        start_step: int = 0,
     ) -> TrainStep:
         """Record step ``step``'s manifest and move the checkpoint to ``position`` atomically.
 
-        Steps are consecutive from 1. Re-committing a recorded step with the same ``batch_hash``
-        returns it unchanged (a retried commit); a different hash raises.
+        Steps are consecutive from ``start_step + 1`` (a consumer whose weights were trained
+        ``start_step`` steps elsewhere starts there; ``start_step`` counts only for its first
+        commit). Re-committing a recorded step with the same ``batch_hash`` returns it unchanged
+        (a retried commit); a different hash raises.
         """
         check_text(consumer, what="consumer name", max_chars=200)
-        if step < 1 or position < 0:
+        if step < 1 or position < 0 or start_step < 0:
             raise InvalidRecordError(
-                f"step must be >= 1 and position >= 0, got step={step} position={position}"
+                f"step must be >= 1, position and start_step >= 0, got step={step} position={position} "
+                f"start_step={start_step}"
             )
         r = self.get_run(run)
         manifest = dict(manifest)
@@ -76,7 +80,7 @@ class ConsumerMixin(StoreMembers):
             current = conn.execute(
                 select(c.step, c.position).where(c.run_id == r.id, c.consumer == consumer)
             ).first()
-            last_step = current.step if current else 0
+            last_step = current.step if current else start_step
             if step != last_step + 1:
                 raise InvalidRecordError(
                     f"{consumer} is at step {last_step}; the next step must be {last_step + 1}, not {step}"

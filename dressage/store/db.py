@@ -23,8 +23,10 @@ from sqlalchemy.pool import NullPool
 from dressage.config import normalize_database_url
 from dressage.errors import ConfigError, SchemaError, StoreError
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
-"""Alembic scripts live in the repository's top-level ``migrations/`` (install with ``pip install -e``)."""
+INSTALLED_MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+"""Where an installed package (wheel) carries the alembic scripts (setup.py maps them there)."""
+CHECKOUT_MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+"""Their one source: the repository's top-level ``migrations/`` (a checkout or an editable install)."""
 
 SQLITE_BUSY_TIMEOUT_MS = 120_000
 READONLY_OPTION = "dressage_readonly"
@@ -80,15 +82,21 @@ def _make_sqlite_engine(url: str, *, echo: bool) -> Engine:
     return engine
 
 
+def migrations_dir() -> Path:
+    """The alembic scripts: inside the installed package, else the checkout's ``migrations/``."""
+    for candidate in (INSTALLED_MIGRATIONS_DIR, CHECKOUT_MIGRATIONS_DIR):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise SchemaError(
+        f"alembic migrations not found in the package ({INSTALLED_MIGRATIONS_DIR}) nor in a checkout "
+        f"({CHECKOUT_MIGRATIONS_DIR}); reinstall Dressage from a wheel or a checkout"
+    )
+
+
 def alembic_config(url: str) -> Config:
     """An alembic Config pointing at the project's migrations and ``url``."""
-    if not MIGRATIONS_DIR.is_dir():
-        raise SchemaError(
-            f"alembic migrations not found at {MIGRATIONS_DIR}; install Dressage from a checkout "
-            "with `pip install -e .` so the migrations/ directory is available"
-        )
     cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", normalize_database_url(url).replace("%", "%%"))
     return cfg
 

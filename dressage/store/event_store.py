@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, select, update
+from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
@@ -541,7 +541,8 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         return [_session(x) for x in rows]
 
     def run_summary(self, run: str | Run) -> dict[str, Any]:
-        """Counts for the ``runs`` table: sessions by status, turns, tokens, mean reward."""
+        """Counts for the ``runs`` table: sessions by status, turns, tokens, mean reward (of the
+        finished sessions of training tasks: eval sessions are reported per policy version)."""
         r = self.get_run(run)
         with self._read() as conn:
             by_status: dict[str, int] = dict(
@@ -559,8 +560,11 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
                 ).where(t.turns.c.run_id == r.id)
             ).one()
             mean_reward = conn.execute(
-                select(func.avg(t.sessions.c.reward)).where(
-                    and_(t.sessions.c.run_id == r.id, t.sessions.c.status == "finished")
+                select(func.avg(t.sessions.c.reward))
+                .select_from(t.sessions.outerjoin(t.tasks, t.tasks.c.id == t.sessions.c.task_id))
+                .where(
+                    and_(t.sessions.c.run_id == r.id, t.sessions.c.status == "finished"),
+                    or_(t.tasks.c.kind.is_(None), t.tasks.c.kind == "train"),
                 )
             ).scalar_one()
         return {

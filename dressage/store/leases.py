@@ -18,7 +18,15 @@ from sqlalchemy import Connection, and_, func, insert, or_, select, update
 from dressage.errors import InvalidRecordError, LeaseError
 from dressage.store import schema as t
 from dressage.store.members import StoreMembers
-from dressage.store.records import Run, TaskLease, TaskSpec, canonical_json, check_text, deterministic_key
+from dressage.store.records import (
+    Run,
+    TaskLease,
+    TaskSpec,
+    TaskState,
+    canonical_json,
+    check_text,
+    deterministic_key,
+)
 
 TASK_STATES = ("pending", "leased", "done", "failed")
 
@@ -26,13 +34,26 @@ TASK_STATES = ("pending", "leased", "done", "failed")
 class LeaseMixin(StoreMembers):
     """Task-queue methods of :class:`~dressage.store.event_store.EventStore`."""
 
-    def enqueue_tasks(self, run: str | Run, specs: Sequence[TaskSpec], n_samples: int = 1) -> int:
+    def enqueue_tasks(
+        self,
+        run: str | Run,
+        specs: Sequence[TaskSpec],
+        n_samples: int = 1,
+        *,
+        eval_version: int | None = None,
+    ) -> int:
         """Add ``n_samples`` (task, sample) pairs per spec; pairs already present are left alone.
 
-        Returns the number of pairs added. Idempotent, so a resumed run can enqueue again.
+        With ``eval_version`` the pairs are evaluation tasks (``kind`` ``eval``) of that policy
+        version: same leases, sessions and rewards, never trained; their task indexes are their
+        own (unique among eval tasks of the run). Returns the number of pairs added. Idempotent,
+        so a resumed run (or every worker of a run) can enqueue again.
         """
         if n_samples < 1:
             raise InvalidRecordError(f"n_samples must be >= 1, got {n_samples}")
+        if eval_version is not None and eval_version < 0:
+            raise InvalidRecordError(f"eval_version must be >= 0, got {eval_version}")
+        kind = "train" if eval_version is None else "eval"
         r = self.get_run(run)
         for spec in specs:
             if spec.task_index < 0:
@@ -44,7 +65,9 @@ class LeaseMixin(StoreMembers):
         def tx(conn: Connection) -> int:
             have = set(
                 conn.execute(
-                    select(t.tasks.c.task_index, t.tasks.c.sample_index).where(t.tasks.c.run_id == r.id)
+                    select(t.tasks.c.task_index, t.tasks.c.sample_index).where(
+                        t.tasks.c.run_id == r.id, t.tasks.c.kind == kind
+                    )
                 ).all()
             )
             now = time.time()
@@ -58,6 +81,8 @@ class LeaseMixin(StoreMembers):
                     "state": "pending",
                     "attempts": 0,
                     "updated_at": now,
+                    "kind": kind,
+                    "eval_version": eval_version,
                 }
                 for spec in specs
                 for k in range(n_samples)
@@ -65,9 +90,10 @@ class LeaseMixin(StoreMembers):
             ]
             if rows:
                 conn.execute(insert(t.tasks), rows)
-                self._append_event_tx(
-                    conn, r.id, "tasks_enqueued", {"n_added": len(rows), "n_samples": n_samples}
-                )
+                payload: dict[str, Any] = {"n_added": len(rows), "n_samples": n_samples}
+                if eval_version is not None:
+                    payload.update(kind="eval", eval_version=eval_version)
+                self._append_event_tx(conn, r.id, "tasks_enqueued", payload)
             return len(rows)
 
         return int(self._retrying(tx))
@@ -84,6 +110,8 @@ class LeaseMixin(StoreMembers):
         """Claim up to ``n`` pending or lease-expired tasks for ``owner`` for ``lease_s`` seconds.
 
         Tasks that already used ``max_attempts`` attempts are marked ``failed`` instead of claimed.
+        Eval tasks come first (``'eval' < 'train'``): they should be sampled by the policy version
+        they evaluate, before the next weight push.
         """
         check_text(owner, what="lease owner", max_chars=200)
         r = self.get_run(run)
@@ -97,7 +125,7 @@ class LeaseMixin(StoreMembers):
             q = (
                 select(t.tasks)
                 .where(t.tasks.c.run_id == r.id, claimable)
-                .order_by(t.tasks.c.task_index, t.tasks.c.sample_index)
+                .order_by(t.tasks.c.kind, t.tasks.c.task_index, t.tasks.c.sample_index)
                 .limit(n)
             )
             if self.dialect == "postgresql":
@@ -147,6 +175,8 @@ class LeaseMixin(StoreMembers):
                         row.payload,
                         owner,
                         expires,
+                        row.kind,
+                        row.eval_version,
                     )
                 )
             return leases
@@ -235,18 +265,29 @@ class LeaseMixin(StoreMembers):
 
         return str(self._retrying(tx))
 
-    def task_counts(self, run: str | Run) -> dict[str, int]:
-        """Number of (task, sample) pairs per state."""
+    def task_counts(self, run: str | Run, *, kind: str | None = None) -> dict[str, int]:
+        """Number of (task, sample) pairs per state (of one ``kind``, ``train`` or ``eval``, if given)."""
         r = self.get_run(run)
+        where = [t.tasks.c.run_id == r.id] + ([t.tasks.c.kind == kind] if kind is not None else [])
         with self._read() as conn:
             rows = conn.execute(
-                select(t.tasks.c.state, func.count())
-                .where(t.tasks.c.run_id == r.id)
-                .group_by(t.tasks.c.state)
+                select(t.tasks.c.state, func.count()).where(*where).group_by(t.tasks.c.state)
             ).all()
         counts: dict[str, Any] = {s: 0 for s in TASK_STATES}
         counts.update({k: int(v) for k, v in rows})
         return counts
+
+    def list_task_states(self, run: str | Run, *, kind: str) -> list[TaskState]:
+        """Every (task, sample) pair of ``kind`` with its state, in (eval version, task, sample) order."""
+        r = self.get_run(run)
+        c = t.tasks.c
+        with self._read() as conn:
+            rows = conn.execute(
+                select(c.id, c.task_index, c.sample_index, c.state, c.kind, c.eval_version)
+                .where(c.run_id == r.id, c.kind == kind)
+                .order_by(c.eval_version, c.task_index, c.sample_index)
+            ).all()
+        return [TaskState(*row) for row in rows]
 
 
 def _held(lease: TaskLease) -> Any:

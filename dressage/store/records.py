@@ -552,6 +552,20 @@ class TaskLease:
     payload: dict[str, Any]
     owner: str
     expires_at: float
+    kind: str = "train"
+    eval_version: int | None = None
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """One (task, sample) pair of the queue and where it stands."""
+
+    task_id: int
+    task_index: int
+    sample_index: int
+    state: str
+    kind: str
+    eval_version: int | None
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,10 @@ tasks = Table(
     Column("lease_expires_at", Float, nullable=True),
     Column("attempts", Integer, nullable=False, default=0),
     Column("updated_at", Float, nullable=False),
-    UniqueConstraint("run_id", "task_index", "sample_index"),
+    # "train" or "eval": eval tasks are sampled with the policy of ``eval_version`` and never trained
+    Column("kind", String(8), nullable=False, server_default="train"),
+    Column("eval_version", Integer, nullable=True),
+    UniqueConstraint("run_id", "kind", "task_index", "sample_index"),
     Index(None, "run_id", "state"),
 )
 

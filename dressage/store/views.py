@@ -2,7 +2,11 @@
 
 ``token_events`` gives one row per token (``position`` counts from 0 within its segment;
 ``logprob`` is NULL for tokens the policy did not generate). ``trajectories`` gives one row per
-session with its turn, segment and token counts. Both are created by the alembic migration.
+session with its turn, segment and token counts, and since migration 0004 its task's ``kind``
+(``train``, or ``eval`` for evaluation sessions, which are never trained) and ``eval_version`` (the
+policy version an eval session evaluates). Migrations create the views; a migration that changes
+one names the revision whose definition it installs (:func:`create_view_statements`), so older
+migrations keep creating exactly what they created.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ SELECT r.name, t.session_id, t.segment_index, t.turn_index,
 FROM turns t JOIN runs r ON r.id = t.run_id, json_each(t.generated_ids) g
 """
 
-TRAJECTORIES = """
+TRAJECTORIES_0001 = """
 CREATE VIEW trajectories AS
 SELECT r.name AS run_name, s.id AS session_id, k.task_index, k.group_index, k.sample_index,
        s.attempt, s.status, s.reward,
@@ -54,13 +58,33 @@ LEFT JOIN turns t ON t.session_id = s.id
 GROUP BY r.name, s.id, k.task_index, k.group_index, k.sample_index, s.attempt, s.status, s.reward
 """
 
+TRAJECTORIES = """
+CREATE VIEW trajectories AS
+SELECT r.name AS run_name, s.id AS session_id, k.task_index, k.group_index, k.sample_index,
+       s.attempt, s.status, s.reward, k.kind, k.eval_version,
+       COUNT(t.id) AS n_turns,
+       COUNT(DISTINCT t.segment_index) AS n_segments,
+       COALESCE(SUM(t.n_context + t.n_generated), 0) AS n_tokens,
+       COALESCE(SUM(t.n_trained), 0) AS n_trained_tokens
+FROM sessions s
+JOIN runs r ON r.id = s.run_id
+LEFT JOIN tasks k ON k.id = s.task_id
+LEFT JOIN turns t ON t.session_id = s.id
+GROUP BY r.name, s.id, k.task_index, k.group_index, k.sample_index, s.attempt, s.status, s.reward,
+         k.kind, k.eval_version
+"""
+
 VIEW_NAMES = ("token_events", "trajectories")
 
+_TRAJECTORIES_BY_REVISION = {"0001": TRAJECTORIES_0001, "0004": TRAJECTORIES}
+HEAD_REVISION = "0004"
+"""The newest migration that changed a view."""
 
-def create_view_statements(dialect: str) -> list[str]:
-    """The CREATE VIEW statements for ``dialect`` (``postgresql`` or ``sqlite``)."""
+
+def create_view_statements(dialect: str, revision: str = HEAD_REVISION) -> list[str]:
+    """The CREATE VIEW statements for ``dialect`` (``postgresql`` or ``sqlite``) as of ``revision``."""
     token_events = POSTGRES_TOKEN_EVENTS if dialect == "postgresql" else SQLITE_TOKEN_EVENTS
-    return [token_events, TRAJECTORIES]
+    return [token_events, _TRAJECTORIES_BY_REVISION[revision]]
 
 
 def drop_view_statements() -> list[str]:

@@ -73,8 +73,10 @@ class Trainer:
         backend: Backend | None = None,
         *,
         consumer: str = "main",
+        start_step: int = 0,
     ) -> None:
         self.store = store
+        self.start_step = start_step
         self.run = store.get_run(run)
         self.options = options
         self.backend: Backend = backend or NullBackend()
@@ -96,9 +98,14 @@ class Trainer:
         on_step: Callable[[StepResult], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> list[StepResult]:
-        """Form, train and commit steps until the log runs dry (or forever with ``follow``)."""
+        """Form, train and commit steps until the log runs dry (or forever with ``follow``).
+
+        A consumer without a checkpoint numbers its first step ``start_step + 1`` (its weights were
+        trained ``start_step`` steps elsewhere) and keeps ``start_step`` in its checkpoint state.
+        """
         ckpt = self.store.get_checkpoint(self.run, self.consumer)
-        step = ckpt.step if ckpt else 0
+        step = ckpt.step if ckpt else self.start_step
+        start_step = int(ckpt.state.get("start_step", 0)) if ckpt else self.start_step
         cursor: Cursor = tuple(ckpt.state.get("cursor", START_CURSOR)) if ckpt else START_CURSOR
         self.backend.resume(self.run, ckpt)
         results: list[StepResult] = []
@@ -120,7 +127,12 @@ class Trainer:
                 position=batch.position,
                 batch_hash=batch.batch_hash,
                 manifest={**batch.manifest, "backend": self.backend.name},
-                state={"cursor": list(batch.cursor), "trainer_version": batch.trainer_version + 1},
+                state={
+                    "cursor": list(batch.cursor),
+                    "trainer_version": batch.trainer_version + 1,
+                    **({"start_step": start_step} if start_step else {}),
+                },
+                start_step=start_step,
             )
             self._pending = self._pending[batch.consumed :]
             cursor, step = batch.cursor, batch.step

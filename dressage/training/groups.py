@@ -1,5 +1,6 @@
 """Which groups are ready to train, in a deterministic order, rebuilt from the log by position.
 
+Training tasks only (``tasks.kind = 'train'``): evaluation sessions are never trained.
 A projection over the run's events (``session_started``, ``session_finalized``,
 ``task_released``/``task_failed``) plus the ``tasks`` table (task index, group index, sample index
 of each task row). A (task, sample) pair is **terminal** at the position of
@@ -87,15 +88,20 @@ class GroupTracker:
         self._session_task: dict[str, int] = {}
         self._status: dict[str, tuple[str, float | None]] = {}
         self._emitted: set[int] = set()
+        self._not_trained: set[int] = set()  # task row ids of eval tasks
 
     def _load_tasks(self) -> None:
         c = t.tasks.c
         with self.store._read() as conn:
             rows = conn.execute(
-                select(c.id, c.task_index, c.group_index, c.sample_index).where(c.run_id == self.run.id)
+                select(c.id, c.task_index, c.group_index, c.sample_index, c.kind).where(
+                    c.run_id == self.run.id
+                )
             ).all()
         for row in rows:
-            if row.id not in self._pairs:
+            if row.kind != "train":
+                self._not_trained.add(row.id)  # eval tasks: never part of a group to train
+            elif row.id not in self._pairs:
                 self._pairs[row.id] = _Pair(row.task_index, row.group_index, row.sample_index)
         sizes: dict[int, int] = {}
         for pair in self._pairs.values():
@@ -110,6 +116,8 @@ class GroupTracker:
         self._task_size = sizes
 
     def _pair_of(self, task_id: int) -> _Pair | None:
+        if task_id in self._not_trained:
+            return None
         if task_id not in self._pairs:
             self._load_tasks()
         return self._pairs.get(task_id)

@@ -254,7 +254,7 @@ def upgrade() -> None:
             # Per-token arrays over ~2 kB are TOASTed; lz4 costs a fraction of the default pglz.
             for column in ("context_ids", "generated_ids", "logprobs", "loss_mask", "policy_versions"):
                 op.execute(f"ALTER TABLE turns ALTER COLUMN {column} SET COMPRESSION lz4")
-    for statement in create_view_statements(bind.dialect.name):
+    for statement in create_view_statements(bind.dialect.name, revision="0001"):
         op.execute(statement)
 
 

@@ -25,6 +25,7 @@ from dressage.engines.sglang_client import EngineClient
 from dressage.errors import ConfigError
 from dressage.loop.progress import LoopProgress
 from dressage.loop.runner import Loop, LoopOptions
+from dressage.rollout.evaluation import read_eval_rounds
 from dressage.store import EventStore
 
 
@@ -175,5 +176,69 @@ def test_a_loop_refuses_an_existing_run(tmp_path: Path) -> None:
             data["train"]["global_batch_size"] = 3
             cfg.write_text(yaml.safe_dump(data))
             Loop(store, settings, LoopOptions(str(cfg)), Console())
+    finally:
+        store.close()
+
+
+@pytest.mark.timeout(600)  # one iteration plus two eval rounds; the shared CI machines can be slow
+def test_the_loop_evaluates_each_policy_version(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "sync")
+    data = yaml.safe_load(config.read_text())
+    (tmp_path / "eval.jsonl").write_text(
+        '{"prompt": "Say a word with the letter o.", "label": "o"}\n'
+        '{"prompt": "Say a word with the letter i.", "label": "i"}\n'
+    )
+    data["eval"] = {"name": "held-out", "dataset": {"path": "eval.jsonl"}}
+    config.write_text(yaml.safe_dump(data))
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    plot = tmp_path / "reward.png"
+    args = [
+        "loop",
+        "--config",
+        str(config),
+        "-k",
+        "1",
+        "--no-progress",
+        "--plot",
+        str(plot),
+        "--database-url",
+        url,
+    ]
+    result = CliRunner().invoke(app, args, env={"DRESSAGE_HOME": str(tmp_path / "home")})
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("held-out reward per policy version"))
+    assert [v.split()[0] for v in line.split(": ", 1)[1].split(", ")] == ["v0", "v1"]
+    assert "done)" not in line  # every round complete
+    assert plot.is_file() and plot.stat().st_size > 0
+    store = EventStore.open(settings=Settings(database_url=url, home=tmp_path / "home"))
+    try:
+        run = "loop-test-sync"
+        rounds = read_eval_rounds(store, run)
+        assert [(r.version, r.complete, len(r.sessions)) for r in rounds] == [
+            (0, True, 2),
+            (1, True, 2),
+            (2, True, 2),
+        ]
+        # each round was sampled by the policy it evaluates, and is marked in the log and the views
+        sql = text(
+            "SELECT k.eval_version, te.policy_version FROM token_events te "
+            "JOIN sessions s ON s.id = te.session_id JOIN tasks k ON k.id = s.task_id "
+            "WHERE k.kind = 'eval' AND te.policy_version IS NOT NULL"
+        )
+        counts = text(
+            "SELECT kind, COUNT(*) FROM trajectories WHERE run_name = :r GROUP BY kind ORDER BY kind"
+        )
+        with store.engine.connect() as conn:
+            pairs = conn.execute(sql).all()
+            kinds = [tuple(r) for r in conn.execute(counts, {"r": run})]
+        assert pairs and all(v == pv for v, pv in pairs)
+        assert kinds == [("eval", 4), ("train", 4)]
+        eval_ids = {s.id for r in rounds for s in r.sessions}
+        assert all(s.info["eval_version"] in (0, 1) for s in store.list_sessions(run) if s.id in eval_ids)
+        # never trained: no step manifest names an eval session
+        trained = {
+            e["session"] for step in store.list_steps(run, "train:loop") for e in step.manifest["samples"]
+        }
+        assert trained and not trained & eval_ids
     finally:
         store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -90,17 +91,19 @@ def build_run(
     *,
     seed: int = 0,
     first_task: int = 0,
+    config: dict[str, Any] | None = None,
 ) -> dict[tuple[int, int], list[str]]:
     """Enqueue one task per group, claim and play each sample's attempts in order.
 
     An entry that is a list holds successive attempts of one (task, sample) pair (e.g. a failed
     one, then a finished retry). Returns the session ids per (task, sample). With ``first_task``
-    > 0 the run must exist and the groups are appended as task indexes ``first_task, ...``.
+    > 0 the run must exist and the groups are appended as task indexes ``first_task, ...``;
+    otherwise the run is created with ``config`` (its recorded config).
     """
     rng = np.random.default_rng(seed)
     n = len(groups[0])
     if first_task == 0:
-        store.create_run(run)
+        store.create_run(run, config)
     tasks = [TaskSpec(first_task + i, {"prompt": first_task + i}) for i in range(len(groups))]
     store.enqueue_tasks(run, tasks, n_samples=n)
     attempts = {

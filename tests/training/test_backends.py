@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from dressage.errors import NotSupportedError, TrainingError
-from dressage.integrations.slime import SlimeDumpBackend, slime_command
+from dressage.integrations.slime import SlimeDumpBackend, slime_command, slime_rollout_command
 from dressage.store import EventStore
 from dressage.store.records import ConsumerCheckpoint, Run
 from dressage.training import StepOptions, Trainer
+from dressage.training.masking import MaskingPolicy
 from dressage.training.torch_backend import TorchBackend, checkpoint_metadata, ppo_clip_tis_loss
 from tests.training.builders import SegmentSpec, TrajSpec, TurnSpec, build_run, simple
 
@@ -134,16 +135,29 @@ def test_slime_dump_files(store: EventStore, run_name: str, tmp_path: Path) -> N
         assert len(d["loss_mask"]) == len(d["rollout_log_probs"]) == d["response_length"]
         assert d["rollout_routed_experts"].shape == (len(d["tokens"]) - 1, 2, 2)
         assert d["rollout_routed_experts"].dtype == torch.int32 and d["status"] == "completed"
-    assert [d["reward"] for d in samples[:3]] == [0.5, 0.5, -0.5]  # advantage, broadcast
+    # reward = advantage (broadcast) x G / (P x N_p): the prompt-equal weight for slime's reducer,
+    # with N_p counted here from the dumped loss masks, P = 2 prompts, G = 4 trajectories per step
+    n_p = {g: sum(sum(d["loss_mask"]) for d in samples if d["group_index"] == g) for g in (0, 1)}
+    advantages = [0.5, 0.5, -0.5, 0.0, 0.0]
+    assert [d["metadata"]["dressage_advantage"] for d in samples] == advantages
+    for d, a in zip(samples, advantages, strict=True):
+        assert d["reward"] == pytest.approx(a * 4 / (2 * n_p[d["group_index"]]))
     assert samples[2]["metadata"]["raw_reward"] == 0.0
-    cmd = slime_command(backend.pattern, StepOptions(4, 2), 1)
+    options = StepOptions(4, 2, masking=MaskingPolicy(max_staleness=1, last_version_only=True))
+    cmd = slime_command(backend.pattern, options, 1)
     for part in (
         "--load-debug-rollout-data",
         "--debug-train-only",
         "--global-batch-size 4",
         "--rollout-batch-size 2",
+        "--custom-pg-loss-reducer-function-path dressage.integrations.slime.prompt_equal_pg_loss_reducer",
+        "--dressage-max-staleness 1 --dressage-last-version-only",
     ):
         assert part in cmd
+    live = slime_rollout_command(run_name, options)
+    assert "--rollout-function-path dressage.integrations.slime.generate_rollout" in live
+    assert "--dressage-max-staleness 1 --dressage-last-version-only" in live
+    assert f"--dressage-run {run_name}" in live
 
 
 def test_generate_rollout_without_slime_says_what_to_do() -> None:

@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from sqlalchemy import text as sql_text
 
-from dressage.errors import ConfigError, NotSupportedError, TrainingError
+from dressage.errors import ConfigError, TrainingError
 from dressage.integrations.slime import SLIME_COMMIT, generate_rollout
 from dressage.store import EventStore
 from tests.training.builders import SegmentSpec, TrajSpec, TurnSpec, build_run, simple
@@ -104,6 +105,10 @@ def call_like_slime(args: SimpleNamespace, rollout_id: int) -> tuple[list[Any], 
     out = call_rollout_fn(generate_rollout, args, rollout_id, object(), evaluation=False)
     assert isinstance(out, RolloutFnTrainOutput)
     nested = out.samples
+    if isinstance(nested[0][0], Sample):  # slime's plain shape: only when every trajectory is one segment
+        nested = [[[s] for s in group] for group in nested]
+    else:
+        assert any(len(traj) > 1 for group in nested for traj in group)
     for group in nested:
         for traj in group:
             assert isinstance(traj, list) and all(isinstance(s, Sample) for s in traj)
@@ -183,7 +188,7 @@ def restarted_slime(args: SimpleNamespace, rollout_ids: list[int], tmp_path: Pat
         "args = types.SimpleNamespace(**json.loads(sys.argv[1]))\n"
         "for rid in json.loads(sys.argv[2]):\n"
         "    out = call_rollout_fn(generate_rollout, args, rid, None, evaluation=False)\n"
-        "    flat = [s for g in out.samples for t in g for s in t]\n"
+        "    flat = [s for g in out.samples for t in g for s in (t if isinstance(t, list) else [t])]\n"
         "    print(json.dumps({'metrics': out.metrics,\n"
         "                      'samples': [[s.session_id, s.tokens] for s in flat]}))\n"
     )
@@ -260,9 +265,9 @@ def test_generate_rollout_serves_each_step_once_and_resumes(
     assert after == before and store.get_checkpoint(run_name, "train:slime").step == 3
 
     # a slime that is ahead of the log, evaluation, and slime's own normalisation: clear errors
-    with pytest.raises(TrainingError, match=r"rollout 5 \(step 6\).*committed only 3 steps"):
+    with pytest.raises(TrainingError, match=r"rollout 5 \(step 6\).*holds steps 1\.\.3"):
         generate_rollout(args, 5, None)
-    with pytest.raises(NotSupportedError, match="--eval-function-path"):
+    with pytest.raises(ConfigError, match="no eval: section"):
         generate_rollout(args, 3, None, evaluation=True)
     with pytest.raises(ConfigError, match="--disable-rewards-normalization"):
         generate_rollout(slime_args(run_name, db_url, rewards_normalization=True), 3, None)
@@ -295,3 +300,191 @@ def test_generate_rollout_settings_from_the_environment(
     assert first.reward == pytest.approx(0.5 / (std + 1e-6), rel=1e-5)
     with pytest.raises(ConfigError, match="rollout_batch_size"):
         generate_rollout(SimpleNamespace(rewards_normalization=False), 0, None)
+
+
+RECORDED = {"rollout": {"n_samples_per_prompt": 2}}
+
+
+def test_no_args_options_from_the_recorded_config_and_a_fresh_consumer_starts_at_slimes_rollout(
+    slime_on_path: None, store: EventStore, db_url: str, run_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slime.utils.types import Sample
+
+    build_run(store, run_name, GROUPS[4:], seed=5, config=RECORDED)  # 2 one-segment groups
+    monkeypatch.setenv("DRESSAGE_RUN", run_name)
+    monkeypatch.setenv("DRESSAGE_DATABASE_URL", db_url)
+    # slime's contract calls fn(None, 2, data_source): n from the run, P = the run's 2 tasks
+    out = generate_rollout(None, 2, None)
+    assert [[type(s) for s in group] for group in out.samples] == [[Sample, Sample]] * 2  # plain shape
+    assert out.metrics["dressage/step"] == 3
+    ckpt = store.get_checkpoint(run_name, "train:slime")
+    assert ckpt is not None and ckpt.step == 3 and ckpt.state["start_step"] == 2
+    (step,) = store.list_steps(run_name, "train:slime")
+    assert step.step == 3 and step.manifest["trainer_version"] == 2
+    assert step.manifest["options"]["global_batch_size"] == 4
+    # asked again (slime restarted at rollout 2): the same step, re-formed, not committed twice
+    again = generate_rollout(None, 2, None)
+    assert [[s.tokens for s in g] for g in again.samples] == [[s.tokens for s in g] for g in out.samples]
+    assert len(store.list_steps(run_name, "train:slime")) == 1
+    with pytest.raises(TrainingError, match=r"rollout 1 \(step 2\).*holds steps 3\.\.3"):
+        generate_rollout(None, 1, None)
+    # a mismatch with the log keeps its clear error
+    with pytest.raises(TrainingError, match="n-samples-per-prompt is 3"):
+        generate_rollout(
+            SimpleNamespace(n_samples_per_prompt=3, rollout_batch_size=1, dressage_consumer="b"), 0, None
+        )
+
+
+def test_masking_options_from_slimes_args(
+    slime_on_path: None, store: EventStore, db_url: str, run_name: str
+) -> None:
+    # tokens of version 0; a consumer starting at rollout 2 updates version 2 weights:
+    # --dressage-max-staleness 1 masks every generated token (0 < 2 - 1), 2 keeps them all
+    build_run(store, run_name, GROUPS[4:], seed=5, config=RECORDED)
+    strict = slime_args(run_name, db_url, dressage_max_staleness=1, dressage_consumer="strict")
+    _, flat, _ = call_like_slime(strict, 2)
+    assert flat and all(sum(s.loss_mask) == 0 for s in flat)
+    (step,) = store.list_steps(run_name, "train:strict")
+    assert step.manifest["options"]["masking"]["max_staleness"] == 1
+    assert all(e["masking"]["masked_stale"] > 0 for e in step.manifest["samples"])
+    loose = slime_args(run_name, db_url, dressage_max_staleness=2, dressage_consumer="loose")
+    _, flat, _ = call_like_slime(loose, 2)
+    assert all(sum(s.loss_mask) == s.response_length - 4 for s in flat)  # 2 turns x 3, the 2nd's 4 context
+
+
+def play_eval(store: EventStore, run: str, version: int, rewards: list[float], seed: int = 0) -> list[str]:
+    """Enqueue version ``version``'s eval round (one task per reward) and play it like a worker."""
+    from dressage.agents.base import Task
+    from dressage.rollout.evaluation import eval_specs
+    from tests.training.builders import turn_records
+
+    tasks = [Task(index=i, prompt=f"eval {i}") for i in range(len(rewards))]
+    store.enqueue_tasks(run, eval_specs(tasks, version), 1, eval_version=version)
+    rng = np.random.default_rng(seed)
+    sids = []
+    while leases := store.claim_tasks(run, "eval-worker", n=1):
+        lease = leases[0]
+        assert lease.kind == "eval" and lease.eval_version == version
+        sid = f"{run}-eval{version}-t{lease.task_index}"
+        info = {"task_index": lease.task_index, "eval_version": version}
+        store.open_session(run, session_id=sid, task_id=lease.task_id, info=info)
+        for rec in turn_records(sid, simple(0.0), rng):
+            store.append_turn(run, rec)
+        store.finalize_session(sid, "finished", reward=rewards[lease.task_index - version * len(rewards)])
+        store.release_task(lease, "done")
+        sids.append(sid)
+    return sids
+
+
+def test_evaluation_serves_the_newest_complete_round_at_or_after_the_current_version(
+    slime_on_path: None, store: EventStore, db_url: str, run_name: str
+) -> None:
+    from slime.rollout.base_types import RolloutFnEvalOutput, call_rollout_fn
+    from slime.utils.types import Sample
+
+    config = {"rollout": {"n_samples_per_prompt": 2, "eval": {"name": "held-out", "every": 1}}}
+    build_run(store, run_name, GROUPS[4:], seed=5, config=config)
+    v0 = play_eval(store, run_name, 0, [1.0, 0.0, 0.5])
+    args = slime_args(run_name, db_url)
+    out = call_rollout_fn(generate_rollout, args, 0, None, evaluation=True)
+    assert isinstance(out, RolloutFnEvalOutput) and out.metrics["dressage/eval_version"] == 0
+    data = out.data["held-out"]
+    assert data["rewards"] == [1.0, 0.0, 0.5] and data["truncated"] == [False] * 3
+    assert [s.session_id for s in data["samples"]] == v0
+    assert [s.reward for s in data["samples"]] == [1.0, 0.0, 0.5]
+    for s, sid in zip(data["samples"], v0, strict=True):
+        assert isinstance(s, Sample) and s.tokens == expected_segments(store, sid)[0]["tokens"]
+    # the trainer never sees eval sessions
+    _, flat, _ = call_like_slime(args, 0)
+    assert not {s.session_id for s in flat} & set(v0)
+
+    # version 1 is served now: version 0's round no longer counts; wait for version 1's
+    store.record_policy_version(run_name, 1)
+    got: list[Any] = []
+    waiting = threading.Thread(target=lambda: got.append(generate_rollout(args, 1, None, True)), daemon=True)
+    waiting.start()
+    time.sleep(1.5)
+    assert waiting.is_alive()
+    play_eval(store, run_name, 1, [0.25, 0.75, 1.0], seed=1)
+    waiting.join(timeout=60)
+    assert got and got[0].metrics["dressage/eval_version"] == 1
+    assert got[0].data["held-out"]["rewards"] == [0.25, 0.75, 1.0]
+    # in the SQL view, eval sessions say so
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sql_text(
+                "SELECT kind, eval_version, COUNT(*) FROM trajectories WHERE run_name = :r GROUP BY 1, 2 ORDER BY 1, 2"
+            ),
+            {"r": run_name},
+        ).all()
+    assert [tuple(r) for r in rows] == [("eval", 0, 3), ("eval", 1, 3), ("train", None, 4)]
+
+
+def test_prompt_equal_reducer_gives_the_torch_backends_loss(
+    slime_on_path: None, store: EventStore, db_url: str, run_name: str
+) -> None:
+    from dressage.integrations.slime import (
+        PG_LOSS_REDUCER_PATH,
+        prompt_equal_pg_loss_reducer,
+        prompt_equal_rewards,
+    )
+    from dressage.training import StepOptions, Trainer
+
+    build_run(store, run_name, GROUPS[:2], seed=5)
+    (result,) = Trainer(store, run_name, StepOptions(4, 2), consumer="weights").run_steps()
+    samples = result.batch.samples
+    G = 4
+    rewards = prompt_equal_rewards(samples, G)
+    rng = np.random.default_rng(0)
+    l_T = [torch.from_numpy(rng.normal(size=s.response_length)) for s in samples]  # per-token loss / A
+    # slime: pg_loss per token is linear in the advantage (written into reward); the reducer
+    # output is multiplied by 1/G (one micro-batch, one data-parallel rank)
+    pg_T = torch.cat([r * x_R for r, x_R in zip(rewards, l_T, strict=True)])
+    masks = [torch.as_tensor(s.loss_mask, dtype=torch.int32) for s in samples]
+    lengths = [len(s.tokens) for s in samples]
+    reducer = prompt_equal_pg_loss_reducer(lengths, [s.response_length for s in samples], masks)
+    slime_loss = float(reducer(pg_T)) / G
+    torch_loss = sum(
+        float((torch.as_tensor(s.loss_weights, dtype=torch.float64) * s.advantage * x_R).sum())
+        for s, x_R in zip(samples, l_T, strict=True)
+    )
+    assert slime_loss == pytest.approx(torch_loss, rel=1e-6) and torch_loss != 0.0
+    with pytest.raises(ConfigError, match="calculate-per-token-loss"):
+        prompt_equal_pg_loss_reducer(lengths, [s.response_length for s in samples], masks, True)
+
+    # generate_rollout scales the rewards when slime uses the reducer; G must be the rollout's
+    args = slime_args(run_name, db_url, custom_pg_loss_reducer_function_path=PG_LOSS_REDUCER_PATH)
+    with pytest.raises(ConfigError, match="--global-batch-size to the rollout's 4 trajectories"):
+        generate_rollout(args, 0, None)
+    args.global_batch_size = 4
+    _, flat, _ = call_like_slime(args, 0)
+    assert [s.reward for s in flat] == pytest.approx(rewards)
+    assert [s.metadata["dressage_advantage"] for s in flat] == pytest.approx([s.advantage for s in samples])
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_train_cli_prints_eval_rewards_and_the_slime_commands(
+    store: EventStore, db_url: str, run_name: str, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from dressage.cli import app
+
+    config = {"rollout": {"n_samples_per_prompt": 2, "eval": {"name": "held-out"}}}
+    build_run(store, run_name, GROUPS[4:], seed=5, config=config)
+    play_eval(store, run_name, 0, [1.0, 0.0])
+    store.record_policy_version(run_name, 1)
+    play_eval(store, run_name, 1, [1.0, 1.0], seed=1)
+    args = ["train", "--from-run", run_name, "--backend", "slime-dump", "--out", str(tmp_path / "dump")]
+    args += ["--global-batch-size", "4", "--n-samples-per-prompt", "2", "--max-staleness", "1"]
+    result = CliRunner().invoke(app, [*args, "--database-url", db_url])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "held-out reward per policy version: v0 0.500, v1 1.000" in out
+    assert (
+        out.count(
+            "--custom-pg-loss-reducer-function-path dressage.integrations.slime.prompt_equal_pg_loss_reducer"
+        )
+        == 2
+    )
+    assert "--dressage-max-staleness 1" in out and f"--dressage-run {run_name}" in out

@@ -1,0 +1,61 @@
+"""Live updates: server-sent events fed by the log's dense positions.
+
+A page subscribes with the position it was rendered at (``after``); the stream polls the run's
+events past it and sends one SSE message per event (``id`` = position, so a reconnecting browser
+resumes with ``Last-Event-ID`` and misses nothing: positions are dense and commit-ordered).
+A run's page gets every event as ``log``; a session's page gets its own turns as ``turn`` and its
+other events as ``log``. A comment line every :data:`KEEPALIVE_S` keeps proxies from closing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import orjson
+
+from dressage.store import EventStore
+from dressage.store.records import Event
+
+POLL_S = 0.25
+KEEPALIVE_S = 15.0
+BATCH = 500
+
+
+def sse_message(event: Event, name: str) -> bytes:
+    """One SSE message for ``event`` (data: position, kind, session)."""
+    data = orjson.dumps({"position": event.position, "kind": event.kind, "session": event.session_id})
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (event.position, name.encode(), data)
+
+
+async def event_stream(
+    store: EventStore,
+    run: str,
+    after: int,
+    *,
+    session_id: str | None,
+    disconnected: Callable[[], asyncio.Future[bool] | object],
+    poll_s: float = POLL_S,
+) -> AsyncIterator[bytes]:
+    """SSE bytes for the run's events after ``after`` (only ``session_id``'s when given), until the
+    client goes away."""
+    yield b"retry: 1000\n\n"
+    last_sent = time.monotonic()
+    while True:
+        if await disconnected():  # type: ignore[misc]
+            return
+        events = await asyncio.to_thread(store.read_events, run, after, BATCH)
+        for e in events:
+            after = e.position
+            if session_id is not None and e.session_id != session_id:
+                continue
+            name = "turn" if session_id is not None and e.kind == "turn" else "log"
+            yield sse_message(e, name)
+            last_sent = time.monotonic()
+        if len(events) == BATCH:
+            continue
+        if time.monotonic() - last_sent > KEEPALIVE_S:
+            yield b": keepalive\n\n"
+            last_sent = time.monotonic()
+        await asyncio.sleep(poll_s)

@@ -1,0 +1,210 @@
+"""The data of each page, shared by the server and the static bundle.
+
+Each ``*_page`` function reads what one page shows and returns the template's context (without
+the URL helper, which the caller adds). Untrusted text (model output, tool output, errors, names)
+goes to templates as plain strings: Jinja escapes it, and the token view's JSON is embedded with
+``tojson`` (``<``, ``>``, ``&`` and quotes escaped), so nothing from the log can become markup.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from dressage.errors import RequestError, UnknownRunError
+from dressage.redact import redact
+from dressage.store import EventStore
+from dressage.store.records import Session
+from dressage.view import queries
+from dressage.view.conversation import Message, turn_views
+from dressage.view.decode import TokenDecoder
+from dressage.view.diagram import session_diagram
+from dressage.view.listing import SessionQuery, list_sessions
+from dressage.view.tokens import segment_summaries, token_payload
+
+
+@dataclass
+class Viewer:
+    """What every page needs: the read-only store and the token decoder."""
+
+    store: EventStore
+    decoder: TokenDecoder
+
+    def redact(self, text: str | None) -> str | None:
+        """``text`` with secrets replaced (the store's configured secrets and the usual patterns)."""
+        return redact(text, self.store.secrets)
+
+
+def runs_page(v: Viewer) -> dict[str, Any]:
+    """Every run with its counts."""
+    return {"runs": [queries.run_overview(v.store, r) for r in v.store.list_runs()]}
+
+
+def run_page(
+    v: Viewer, run_name: str, params: dict[str, str], *, all_sessions: bool = False
+) -> dict[str, Any]:
+    """A run: counts, reward curves, failures and one page of its sessions."""
+    run = v.store.get_run(run_name)
+    q = SessionQuery.from_params({k: val for k, val in params.items() if k != "name"})
+    if all_sessions:
+        q = SessionQuery(per_page=10**9)
+    table = list_sessions(v.store, run.name, q, v.decoder)
+    for row in table.rows:
+        row["error"] = v.redact(row.get("error"))
+    consumer_names = queries.consumers(v.store, run)
+    step_curves = {
+        c: [p for s in queries.steps(v.store, run, c) if (p := queries.step_rewards(s)) is not None]
+        for c in consumer_names
+    }
+    by_version = queries.reward_by_version(v.store, run)
+    return {
+        "overview": queries.run_overview(v.store, run),
+        "failures": queries.failures(v.store, run),
+        "table": table,
+        "consumers": consumer_names,
+        "curves": {
+            "by_version": [[p.x, p.mean_reward, p.n] for p in by_version],
+            "by_step": {c: [[p.x, p.mean_reward, p.n] for p in pts] for c, pts in step_curves.items()},
+        },
+        "groups": _group_indices(table.rows),
+        "config": v.redact(_pretty(run.config)),
+    }
+
+
+def _group_indices(rows: list[dict[str, Any]]) -> list[int]:
+    return sorted({int(r["group"]) for r in rows if r.get("group") is not None})
+
+
+def _pretty(value: Any) -> str:
+    import json
+
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _redact_message(v: Viewer, m: Message) -> Message:
+    return Message(
+        m.role,
+        v.redact(m.content) or "",
+        v.redact(m.reasoning),
+        [
+            {**c, "function": {**c["function"], "arguments": v.redact(c["function"]["arguments"])}}
+            for c in m.tool_calls
+        ],
+        m.tool_call_failures,
+    )
+
+
+def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
+    """A session: conversation, token view, segments diagram, reward, artifacts, steps, events."""
+    session = v.store.get_session(session_id)
+    run = v.store.get_run_by_id(session.run_id)
+    turns = v.store.read_turns(session_id=session_id, with_experts=False)
+    views = turn_views(turns, v.decoder)
+    for tv in views:
+        tv.context_messages = [_redact_message(v, m) for m in tv.context_messages]
+        tv.reply = _redact_message(v, tv.reply) if tv.reply is not None else None
+    events = queries.session_events(v.store, run, session_id)
+    reward_events = [e for e in events if e["kind"] == "reward"]
+    return {
+        "session": session,
+        "error": v.redact(session.error),
+        "run": run,
+        "task": queries.task_of(v.store, session),
+        "turns": views,
+        "segments": segment_summaries(turns),
+        "diagram": session_diagram(turns),
+        "tokens": token_payload(
+            turns, v.decoder, v.store.secrets, with_experts=queries.turns_with_experts(v.store, session_id)
+        ),
+        "events": [{**e, "payload": v.redact(_pretty(e["payload"]))} for e in events],
+        "reward_details": v.redact(_pretty(reward_events[-1]["payload"].get("details")))
+        if reward_events
+        else None,
+        "artifacts": v.store.list_artifacts(run, session_id=session_id),
+        "steps": queries.steps_of_session(v.store, run, session_id),
+        "last_position": v.store.last_position(run),
+        "totals": {
+            "tokens": sum(t.context_ids.size + t.generated_ids.size for t in turns),
+            "trained": sum(int(t.loss_mask.sum()) for t in turns),
+        },
+    }
+
+
+def sql_page(v: Viewer, session_id: str) -> dict[str, Any]:
+    """The SQL behind a session page."""
+    session = v.store.get_session(session_id)
+    return {"session": session, "sql": queries.session_sql(session_id)}
+
+
+def conversation_text(v: Viewer, session: Session) -> list[str]:
+    """A session's conversation as lines of text (what the group diff compares)."""
+    turns = v.store.read_turns(session_id=session.id, with_experts=False)
+    lines: list[str] = []
+    for tv in turn_views(turns, v.decoder):
+        for m in [*tv.context_messages, *([tv.reply] if tv.reply else [])]:
+            lines.append(f"[{m.role}]")
+            if m.reasoning:
+                lines += ["(thinking) " + x for x in m.reasoning.splitlines()]
+            lines += m.content.splitlines()
+            for c in m.tool_calls:
+                lines.append(f"(tool call) {c['function']['name']} {c['function']['arguments']}")
+    return [v.redact(x) or "" for x in lines]
+
+
+def group_page(v: Viewer, run_name: str, group: int, diff: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The samples of one group side by side; with ``diff``, a diff of two of their conversations."""
+    run = v.store.get_run(run_name)
+    members = queries.group_members(v.store, run, group)
+    if not members:
+        raise UnknownRunError(f"run {run.name!r} has no group {group}")
+    conversations = {m.session.id: conversation_text(v, m.session) for m in members}
+    diff_lines: list[str] | None = None
+    if diff is not None:
+        missing = [sid for sid in diff if sid not in conversations]
+        if missing:
+            raise RequestError(f"session {missing[0]!r} is not in group {group}", param="a")
+        a, b = diff
+        diff_lines = list(
+            difflib.unified_diff(conversations[a], conversations[b], fromfile=a, tofile=b, lineterm="", n=2)
+        )
+    return {
+        "run": run,
+        "group": group,
+        "members": members,
+        "conversations": conversations,
+        "diff": diff,
+        "diff_lines": diff_lines,
+    }
+
+
+def training_page(v: Viewer, run_name: str) -> dict[str, Any]:
+    """Consumers of a run, their checkpoints and steps."""
+    run = v.store.get_run(run_name)
+    out = []
+    for consumer in queries.consumers(v.store, run):
+        steps = queries.steps(v.store, run, consumer)
+        out.append({"name": consumer, "checkpoint": v.store.get_checkpoint(run, consumer), "steps": steps})
+    return {"run": run, "consumers": out}
+
+
+def step_page(v: Viewer, run_name: str, consumer: str, step: int) -> dict[str, Any]:
+    """One step's manifest: sessions, segments, token counts per policy version, batch hash."""
+    run = v.store.get_run(run_name)
+    found = [s for s in queries.steps(v.store, run, consumer) if s.step == step]
+    if not found:
+        raise RequestError(f"consumer {consumer!r} of run {run.name!r} has no step {step}", param="step")
+    s = found[0]
+    versions: dict[str, int] = {}
+    for sample in s.manifest.get("samples", []):
+        for ver, n in (sample.get("versions") or {}).items():
+            versions[ver] = versions.get(ver, 0) + int(n)
+    return {
+        "run": run,
+        "consumer": consumer,
+        "step": s,
+        "samples": s.manifest.get("samples", []),
+        "groups": s.manifest.get("groups", []),
+        "versions": dict(sorted(versions.items(), key=lambda kv: int(kv[0]))),
+        "manifest": v.redact(_pretty({k: val for k, val in s.manifest.items() if k != "samples"})),
+    }

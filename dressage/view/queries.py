@@ -1,0 +1,316 @@
+"""What the viewer's pages show, read from the log (runs, failures, reward curves, groups, steps).
+
+Every function takes an :class:`~dressage.store.EventStore` opened read-only
+(:func:`~dressage.view.readonly.open_readonly_store`) and returns plain typed records the templates
+render. The SQL each session page rests on is in :func:`session_sql`, shown behind the page's "SQL"
+link so a reader can get the same rows with ``dressage-worker sql``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import and_, func, select
+
+from dressage.store import EventStore, schema
+from dressage.store.records import SESSION_STATUSES, ArtifactRef, Run, Session, TrainStep
+from dressage.training.advantages import grpo
+from dressage.view.readonly import reading
+
+_S, _K, _T, _E = schema.sessions, schema.tasks, schema.turns, schema.events
+FAILURE_KINDS = {
+    "agent_crashed": "agent crash",
+    "agent_error": "agent crash",
+    "sandbox_failed": "sandbox",
+    "agent_timeout": "timeout",
+    "context_length_exceeded": "overflow",
+    "lease_expired": "abandoned",
+}
+
+
+@dataclass
+class RunOverview:
+    """One row of the runs page."""
+
+    run: Run
+    sessions: dict[str, int]
+    turns: int
+    tokens: int
+    trained_tokens: int
+    mean_reward: float | None
+    last_position: int
+
+    @property
+    def trained_share(self) -> float | None:
+        """Trained tokens over all tokens."""
+        return self.trained_tokens / self.tokens if self.tokens else None
+
+    @property
+    def n_sessions(self) -> int:
+        """Sessions in any status."""
+        return sum(self.sessions.values())
+
+
+def run_overview(store: EventStore, run: Run) -> RunOverview:
+    """Counts of one run (sessions by status, turns, tokens, trained share, mean reward)."""
+    s = store.run_summary(run)
+    return RunOverview(
+        run,
+        {k: s["sessions"].get(k, 0) for k in SESSION_STATUSES},
+        s["turns"],
+        s["tokens"],
+        s["trained_tokens"],
+        s["mean_reward"],
+        s["last_position"],
+    )
+
+
+@dataclass
+class FailureGroup:
+    """Failed or abandoned sessions of one kind (agent crash, sandbox, timeout, overflow, abandoned)."""
+
+    kind: str
+    status: str
+    reason: str
+    count: int
+    sessions: list[str]
+
+
+def failure_kind(status: str, reason: str | None) -> str:
+    """The failure category of a session's status and finish reason."""
+    if status == "abandoned":
+        return "abandoned"
+    reason = reason or ""
+    if reason in FAILURE_KINDS:
+        return FAILURE_KINDS[reason]
+    for word, kind in (("sandbox", "sandbox"), ("timeout", "timeout"), ("context", "overflow")):
+        if word in reason:
+            return kind
+    return "other"
+
+
+def failures(store: EventStore, run: Run, *, examples: int = 5) -> list[FailureGroup]:
+    """Failed and abandoned sessions grouped by kind and reason, with a few session ids each."""
+    with reading(store) as conn:
+        rows = conn.execute(
+            select(_S.c.id, _S.c.status, _S.c.finish_reason)
+            .where(_S.c.run_id == run.id, _S.c.status.in_(("failed", "abandoned")))
+            .order_by(_S.c.created_at, _S.c.id)
+        ).all()
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for sid, status, reason in rows:
+        groups[(status, reason or "-")].append(sid)
+    out = [
+        FailureGroup(failure_kind(status, reason), status, reason, len(ids), ids[:examples])
+        for (status, reason), ids in groups.items()
+    ]
+    return sorted(out, key=lambda g: (-g.count, g.kind, g.reason))
+
+
+@dataclass
+class CurvePoint:
+    """Mean reward of the finished sessions at one x (policy version or training step)."""
+
+    x: int
+    mean_reward: float
+    n: int
+
+
+def reward_by_version(store: EventStore, run: Run) -> list[CurvePoint]:
+    """Mean reward of finished sessions by the newest policy version that generated their tokens."""
+    per_session = (
+        select(_S.c.id, _S.c.reward, func.max(_T.c.max_policy_version).label("version"))
+        .select_from(_S.join(_T, _T.c.session_id == _S.c.id))
+        .where(_S.c.run_id == run.id, _S.c.status == "finished", _S.c.reward.is_not(None))
+        .group_by(_S.c.id, _S.c.reward)
+        .subquery()
+    )
+    stmt = (
+        select(per_session.c.version, func.avg(per_session.c.reward), func.count())
+        .where(per_session.c.version.is_not(None))
+        .group_by(per_session.c.version)
+        .order_by(per_session.c.version)
+    )
+    with reading(store) as conn:
+        return [CurvePoint(int(v), float(m), int(n)) for v, m, n in conn.execute(stmt)]
+
+
+def consumers(store: EventStore, run: Run) -> list[str]:
+    """Names of the consumers (trainers) that recorded steps on ``run``."""
+    c = schema.train_steps.c
+    with reading(store) as conn:
+        return [x for (x,) in conn.execute(select(c.consumer).where(c.run_id == run.id).distinct())]
+
+
+def steps(store: EventStore, run: Run, consumer: str) -> list[TrainStep]:
+    """Every step of ``consumer`` on ``run``, in order."""
+    return store.list_steps(run, consumer)
+
+
+def step_rewards(step: TrainStep) -> CurvePoint | None:
+    """Mean reward of the finished members of the groups a step kept."""
+    rewards = [
+        m["reward"]
+        for g in step.manifest.get("groups", [])
+        if g.get("kept")
+        for m in g.get("members", [])
+        if m.get("status") == "finished" and m.get("reward") is not None
+    ]
+    if not rewards:
+        return None
+    return CurvePoint(step.step, sum(rewards) / len(rewards), len(rewards))
+
+
+@dataclass
+class StepUse:
+    """A step that trained on a session: consumer, step and the session's segments in it."""
+
+    consumer: str
+    step: int
+    segments: list[int]
+    advantage: float | None
+
+
+def steps_of_session(store: EventStore, run: Run, session_id: str) -> list[StepUse]:
+    """The optimizer steps whose manifests list ``session_id``."""
+    out = []
+    for consumer in consumers(store, run):
+        for step in steps(store, run, consumer):
+            samples = [x for x in step.manifest.get("samples", []) if x.get("session") == session_id]
+            if samples:
+                out.append(
+                    StepUse(
+                        consumer, step.step, [x["segment"] for x in samples], _advantage(step, session_id)
+                    )
+                )
+    return out
+
+
+def _advantage(step: TrainStep, session_id: str) -> float | None:
+    rid = next(
+        (x["rollout_id"] for x in step.manifest.get("samples", []) if x.get("session") == session_id), None
+    )
+    for g in step.manifest.get("groups", []):
+        adv = g.get("advantages") or {}
+        if rid is not None and str(rid) in adv:
+            return float(adv[str(rid)])
+    return None
+
+
+def session_events(store: EventStore, run: Run, session_id: str) -> list[dict[str, Any]]:
+    """The session's events other than turns (start, reward, overflow, finalize...), in log order."""
+    with reading(store) as conn:
+        rows = conn.execute(
+            select(_E.c.position, _E.c.kind, _E.c.payload, _E.c.created_at)
+            .where(_E.c.run_id == run.id, _E.c.session_id == session_id, _E.c.kind != "turn")
+            .order_by(_E.c.position)
+        ).all()
+    return [{"position": p, "kind": k, "payload": pl, "created_at": c} for p, k, pl, c in rows]
+
+
+def turns_with_experts(store: EventStore, session_id: str) -> set[int]:
+    """Turn indexes of ``session_id`` that recorded routed experts (without reading the blobs)."""
+    with reading(store) as conn:
+        rows = conn.execute(
+            select(_T.c.turn_index).where(_T.c.session_id == session_id, _T.c.experts.is_not(None))
+        )
+        return {int(x) for (x,) in rows}
+
+
+def artifact_by_id(store: EventStore, artifact_id: int) -> ArtifactRef | None:
+    """The artifact with database id ``artifact_id``, or None."""
+    a = schema.artifacts.c
+    with reading(store) as conn:
+        row = conn.execute(select(schema.artifacts).where(a.id == artifact_id)).first()
+    if row is None:
+        return None
+    return ArtifactRef(row.id, row.session_id, row.name, row.sha256, row.size, row.media_type, row.uri)
+
+
+def task_of(store: EventStore, session: Session) -> dict[str, Any] | None:
+    """The session's task row (index, group, sample, payload), or None."""
+    if session.task_id is None:
+        return None
+    with reading(store) as conn:
+        row = conn.execute(select(_K).where(_K.c.id == session.task_id)).first()
+    return dict(row._mapping) if row is not None else None
+
+
+@dataclass
+class GroupMember:
+    """One sample of a group: its session, reward and the advantage its segments got."""
+
+    session: Session
+    sample_index: int
+    n_turns: int
+    advantage: float | None
+    advantage_source: str
+    segments: list[int] = field(default_factory=list)
+
+
+def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMember]:
+    """The sessions of group ``group_index``: recorded advantages when a step used them, else GRPO's."""
+    with reading(store) as conn:
+        rows = conn.execute(
+            select(_S.c.id, _K.c.sample_index)
+            .select_from(_S.join(_K, _K.c.id == _S.c.task_id))
+            .where(_S.c.run_id == run.id, _K.c.group_index == group_index)
+            .order_by(_K.c.sample_index, _S.c.attempt)
+        ).all()
+        counts: dict[str, int] = (
+            dict(
+                conn.execute(
+                    select(_T.c.session_id, func.count())
+                    .where(and_(_T.c.run_id == run.id, _T.c.session_id.in_([r.id for r in rows])))
+                    .group_by(_T.c.session_id)
+                ).all()
+            )
+            if rows
+            else {}
+        )
+    members = [
+        GroupMember(store.get_session(sid), sample, int(counts.get(sid, 0)), None, "-")
+        for sid, sample in rows
+    ]
+    recorded: dict[str, tuple[float, list[int], str]] = {}
+    for consumer in consumers(store, run):
+        for step in steps(store, run, consumer):
+            for m in members:
+                adv = _advantage(step, m.session.id)
+                if adv is not None and m.session.id not in recorded:
+                    segs = [
+                        x["segment"] for x in step.manifest["samples"] if x.get("session") == m.session.id
+                    ]
+                    recorded[m.session.id] = (adv, segs, f"{consumer} step {step.step}")
+    finished = [m for m in members if m.session.status == "finished" and m.session.reward is not None]
+    computed: dict[str, float] = {}
+    if finished:
+        rewards_G = np.asarray([m.session.reward for m in finished], dtype=np.float64)
+        adv_G = grpo(rewards_G, std_normalize=False, eps=1e-6)
+        computed = {m.session.id: float(a) for m, a in zip(finished, adv_G, strict=True)}
+    for m in members:
+        if m.session.id in recorded:
+            m.advantage, m.segments, m.advantage_source = recorded[m.session.id]
+        elif m.session.id in computed:
+            m.advantage, m.advantage_source = computed[m.session.id], "GRPO R - mean(R), not trained yet"
+    return members
+
+
+def session_sql(session_id: str) -> str:
+    """The SQL that returns the rows the session page shows (for ``dressage-worker sql``)."""
+    quoted = session_id.replace("'", "''")
+    return (
+        f"-- the session\nSELECT * FROM sessions WHERE id = '{quoted}';\n\n"
+        f"-- its turns (per-token arrays included)\nSELECT turn_index, lineage_index, route, segment_index, "
+        f"segment_offset, boundary_reason,\n       n_context, n_generated, n_trained, finish_reason, latency_ms\n"
+        f"FROM turns WHERE session_id = '{quoted}' ORDER BY turn_index;\n\n"
+        f"-- one row per token (the token view)\nSELECT segment_index, turn_index, position, token_id, logprob, "
+        f"loss_mask, policy_version\nFROM token_events WHERE session_id = '{quoted}' "
+        f"ORDER BY segment_index, position;\n\n"
+        f"-- its events (start, reward, overflow, finalize)\nSELECT position, kind, payload FROM events "
+        f"WHERE session_id = '{quoted}' ORDER BY position;\n\n"
+        f"-- its artifacts\nSELECT name, sha256, size, media_type, uri FROM artifacts WHERE session_id = '{quoted}';"
+    )

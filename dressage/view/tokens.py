@@ -1,0 +1,184 @@
+"""The token view of a session: each segment's exact token stream as compact arrays for the page.
+
+Per turn the page gets parallel arrays (one entry per piece, a piece being the ids that decode to
+whole characters): ``t`` text, ``k`` kind (0 context, 1 generated and trained, 2 generated with
+loss mask 0), ``lp`` the lowest logprob in the piece (None for context), ``v`` policy version,
+``id`` the first id and ``n`` the number of ids, ``p`` the segment position of the first id. The
+page's script turns them into spans coloured by logprob (or by policy version) and shows details on
+hover; routed experts are fetched per position on demand (``/api/experts``), so a 30k-token page
+does not carry a ``[tokens, layers, top_k]`` array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dressage.redact import REDACTED, secret_spans
+from dressage.store.records import Turn
+from dressage.view.decode import TokenDecoder
+
+
+@dataclass(frozen=True)
+class SegmentSummary:
+    """One segment (one training sample): where it starts, why, and its size."""
+
+    index: int
+    lineage: int
+    route: str
+    boundary_reason: str | None
+    first_turn: int
+    last_turn: int
+    parent_turn: int | None
+    n_tokens: int
+    n_trained: int
+    versions: str
+
+    @property
+    def dead_end(self) -> bool:
+        """A turn the client abandoned (recorded as a side segment, never trained)."""
+        return self.boundary_reason == "client_disconnected"
+
+    @property
+    def opened_by(self) -> str:
+        """Why the segment exists, in words: the first segment, a branch (retry), a new lineage..."""
+        if self.dead_end:
+            return "abandoned by the client"
+        if self.route == "branch":
+            return "branch (retry/regeneration)"
+        if self.first_turn == 0 and self.route == "create" and not self.boundary_reason:
+            return "start"
+        if self.route == "create":
+            return "new context (compaction or subagent)"
+        return "append"
+
+
+def segment_summaries(turns: list[Turn]) -> list[SegmentSummary]:
+    """One summary per segment, in segment order."""
+    index_of = {t.id: t.turn_index for t in turns}
+    by_segment: dict[int, list[Turn]] = {}
+    for turn in turns:
+        by_segment.setdefault(turn.segment_index, []).append(turn)
+    out = []
+    for index, group in sorted(by_segment.items()):
+        group.sort(key=lambda x: x.turn_index)
+        first = group[0]
+        versions = np.concatenate([t.policy_versions for t in group])
+        out.append(
+            SegmentSummary(
+                index=index,
+                lineage=first.lineage_index,
+                route=first.route,
+                boundary_reason=first.boundary_reason,
+                first_turn=first.turn_index,
+                last_turn=group[-1].turn_index,
+                parent_turn=index_of.get(first.parent_turn_id) if first.parent_turn_id else None,
+                n_tokens=sum(t.context_ids.size + t.generated_ids.size for t in group),
+                n_trained=sum(int(t.loss_mask.sum()) for t in group),
+                versions=_range(versions),
+            )
+        )
+    return out
+
+
+def _range(values: np.ndarray) -> str:
+    if not values.size:
+        return "-"
+    lo, hi = int(values.min()), int(values.max())
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def turn_tokens(
+    turn: Turn, decoder: TokenDecoder, secrets: tuple[str, ...] = (), *, has_experts: bool = False
+) -> dict[str, Any]:
+    """The piece arrays of one turn (see the module docstring); secrets in its text are redacted."""
+    ctx_texts, ctx_starts = decoder.pieces(turn.context_ids)
+    gen_texts, gen_starts = decoder.pieces(turn.generated_ids)
+    n_ctx, n_gen = int(turn.context_ids.size), int(turn.generated_ids.size)
+    k: list[int] = [0] * len(ctx_texts)
+    lp: list[float | None] = [None] * len(ctx_texts)
+    v: list[int | None] = [None] * len(ctx_texts)
+    if n_gen:
+        trained = np.logical_and.reduceat(turn.loss_mask.astype(bool), gen_starts)
+        k += np.where(trained, 1, 2).tolist()
+        low = np.minimum.reduceat(turn.logprobs.astype(np.float64), gen_starts)
+        lp += np.round(np.nan_to_num(low, nan=-99.0, neginf=-99.0), 4).tolist()
+        v += turn.policy_versions[gen_starts].tolist()
+    ids: list[int | None] = [*turn.context_ids[ctx_starts].tolist(), *turn.generated_ids[gen_starts].tolist()]
+    sizes = np.diff(np.append(ctx_starts, n_ctx)).tolist() + np.diff(np.append(gen_starts, n_gen)).tolist()
+    base = turn.segment_offset
+    positions = (base + ctx_starts).tolist() + (base + n_ctx + gen_starts).tolist()
+    texts = ctx_texts + gen_texts
+    _redact_pieces(texts, ids, secrets)
+    return {
+        "turn": turn.turn_index,
+        "segment": turn.segment_index,
+        "t": texts,
+        "k": k,
+        "lp": lp,
+        "v": v,
+        "id": ids,
+        "n": sizes,
+        "p": positions,
+        "experts": has_experts or turn.routed_experts is not None,
+    }
+
+
+def _redact_pieces(texts: list[str], ids: list[int | None], secrets: tuple[str, ...]) -> None:
+    """Replace pieces that overlap a secret (which may span pieces) by ``[REDACTED]`` and no id."""
+    spans = secret_spans("".join(texts), secrets)
+    if not spans:
+        return
+    pos = 0
+    span_i = 0
+    for i, text in enumerate(texts):
+        start, end = pos, pos + len(text)
+        pos = end
+        while span_i < len(spans) and spans[span_i][1] <= start:
+            span_i += 1
+        if span_i < len(spans) and spans[span_i][0] < end and start < spans[span_i][1]:
+            first = spans[span_i][0] >= start
+            texts[i] = REDACTED if first else ""
+            ids[i] = None
+
+
+def token_payload(
+    turns: list[Turn],
+    decoder: TokenDecoder,
+    secrets: tuple[str, ...] = (),
+    *,
+    with_experts: frozenset[int] | set[int] = frozenset(),
+) -> dict[str, Any]:
+    """The token view of a session: every turn's pieces, grouped by segment in segment order.
+
+    ``with_experts``: turn indexes whose routed experts the log holds (read without the blobs).
+    """
+    by_segment: dict[int, list[dict[str, Any]]] = {}
+    for turn in sorted(turns, key=lambda x: (x.segment_index, x.turn_index)):
+        by_segment.setdefault(turn.segment_index, []).append(
+            turn_tokens(turn, decoder, secrets, has_experts=turn.turn_index in with_experts)
+        )
+    versions = {int(v) for t in turns for v in np.unique(t.policy_versions)}
+    return {
+        "segments": [{"index": i, "turns": ts} for i, ts in sorted(by_segment.items())],
+        "versions": sorted(versions),
+        "decoded": decoder.available,
+    }
+
+
+def experts_at(turns: list[Turn], segment: int, position: int) -> list[list[int]] | None:
+    """The routed experts ``[layers][top_k]`` of the token at ``position`` of ``segment``, or None.
+
+    Turn ``j`` stores rows for positions ``max(offset_j - 1, 0) .. offset_j + n_j - 2`` (see
+    :mod:`dressage.training.materialize`): the route of each token that predicts a next one.
+    """
+    for turn in turns:
+        if turn.segment_index != segment or turn.routed_experts is None:
+            continue
+        first = max(turn.segment_offset - 1, 0)
+        row = position - first
+        if 0 <= row < turn.routed_experts.shape[0]:
+            return [[int(x) for x in layer] for layer in turn.routed_experts[row]]
+    return None

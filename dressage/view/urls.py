@@ -1,0 +1,107 @@
+"""Links between the viewer's pages, for the server (query-string URLs) and for a static bundle.
+
+Run names and session ids are arbitrary text (a session id may hold ``/`` or ``..``), so the server
+passes them in query strings, never in paths, and the bundle names files after a hash of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from urllib.parse import urlencode
+
+
+class ServerUrls:
+    """URLs of the running viewer."""
+
+    live = True
+
+    def static(self, path: str) -> str:
+        """A file under the viewer's ``static/`` directory."""
+        return f"/static/{path}"
+
+    def runs(self) -> str:
+        """The runs page."""
+        return "/"
+
+    def run(self, run: str, **params: object) -> str:
+        """A run's page (with the sessions table's query string)."""
+        return "/run?" + urlencode({"name": run, **{k: v for k, v in params.items() if v is not None}})
+
+    def session(self, session_id: str) -> str:
+        """A session's page."""
+        return "/session?" + urlencode({"id": session_id})
+
+    def sql(self, session_id: str) -> str:
+        """The SQL behind a session's page."""
+        return "/sql?" + urlencode({"session": session_id})
+
+    def group(self, run: str, group: int, diff: tuple[str, str] | None = None) -> str:
+        """A group's page (optionally with a diff of two of its sessions)."""
+        params: dict[str, object] = {"run": run, "group": group}
+        if diff:
+            params["a"], params["b"] = diff
+        return "/group?" + urlencode(params)
+
+    def training(self, run: str) -> str:
+        """A run's consumers and steps."""
+        return "/training?" + urlencode({"run": run})
+
+    def step(self, run: str, consumer: str, step: int) -> str:
+        """One step's manifest."""
+        return "/step?" + urlencode({"run": run, "consumer": consumer, "step": step})
+
+    def artifact(self, artifact_id: int, *, download: bool = False) -> str:
+        """An artifact, opened as text or downloaded."""
+        return f"/artifact?id={artifact_id}" + ("&download=1" if download else "")
+
+
+def file_name(text: str) -> str:
+    """A safe, unique file name stem for a run name or session id."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", text)[:48]
+    return f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+class BundleUrls(ServerUrls):
+    """Relative links between the files of a static copy (``dressage-worker view bundle``).
+
+    Layout: ``index.html`` (the run), ``sessions/*.html``, ``groups/*.html``, ``training.html``,
+    ``steps/*.html``, ``sql/*.html``, ``artifacts/*``, ``static/``. Pages outside the bundle (other
+    runs, filtered tables) link to nothing.
+    """
+
+    live = False
+
+    def __init__(self, run: str, depth: int, artifact_names: dict[int, str] | None = None) -> None:
+        """``depth`` is how deep the page being rendered sits (0: ``index.html``)."""
+        self._run = run
+        self._up = "../" * depth
+        self._artifacts = artifact_names or {}
+
+    def static(self, path: str) -> str:
+        return f"{self._up}static/{path}"
+
+    def runs(self) -> str:
+        return f"{self._up}index.html"
+
+    def run(self, run: str, **params: object) -> str:
+        return f"{self._up}index.html" if run == self._run and not params else "#not-in-bundle"
+
+    def session(self, session_id: str) -> str:
+        return f"{self._up}sessions/{file_name(session_id)}.html"
+
+    def sql(self, session_id: str) -> str:
+        return f"{self._up}sql/{file_name(session_id)}.html"
+
+    def group(self, run: str, group: int, diff: tuple[str, str] | None = None) -> str:
+        return "#not-in-bundle" if diff else f"{self._up}groups/{int(group)}.html"
+
+    def training(self, run: str) -> str:
+        return f"{self._up}training.html"
+
+    def step(self, run: str, consumer: str, step: int) -> str:
+        return f"{self._up}steps/{file_name(consumer)}-{int(step)}.html"
+
+    def artifact(self, artifact_id: int, *, download: bool = False) -> str:
+        name = self._artifacts.get(artifact_id)
+        return f"{self._up}artifacts/{name}" if name else "#not-in-bundle"

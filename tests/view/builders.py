@@ -1,0 +1,174 @@
+"""A multi-lineage session with hostile content, written through the EventStore API with real
+Qwen3.5 token ids (what the proxy records for a coding agent that compacts, spawns a subagent,
+retries and has one turn abandoned by its client).
+
+Turns of session ``multi`` (segment / lineage / route):
+  0  seg 0 / lin 0 / create   system + user prompt, thinking, a read_file tool call; routed experts
+  1  seg 0 / lin 0 / append   a tool result holding <script>, </textarea>, a javascript: link and a
+                              secret; the reply repeats the hostile text
+  2  seg 1 / lin 1 / create   a subagent with its own context (boundary ``new_conversation``)
+  3  seg 2 / lin 0 / branch   a retry of turn 1 from turn 0; policy versions 0 -> 1 inside the turn
+  4  seg 3 / lin 0 / create   a compaction (boundary ``template_prefix_mismatch``)
+  5  seg 4 / lin 0 / branch   abandoned by the client (``client_disconnected``, finish ``abort``)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dressage.store import EventStore, TurnRecord, turn_key
+from dressage.tito.tokenizer import load_qwen35_tokenizer
+
+HOSTILE = "<script>alert('pwned')</script></textarea><a href=\"javascript:alert(2)\">click</a>"
+SECRET = "sk-live0123456789abcdefXYZ"
+SYSTEM = "You are a coding agent."
+USER = "Fix the bug in app.py"
+
+
+@dataclass
+class MultiSession:
+    """What was written: run, session id, the records, and the texts to look for."""
+
+    run: str
+    session_id: str
+    records: list[TurnRecord] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)
+
+
+def _prompt(system: str, user: str) -> str:
+    return f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n<think>\n"
+
+
+def build_multi_session(store: EventStore, run: str, session_id: str = "multi-lineage") -> MultiSession:
+    """Write the session described in the module docstring (finished, reward 0.5, one artifact)."""
+    tok = load_qwen35_tokenizer()
+    enc = tok.encode
+    store.create_run(run, {"model": "qwen3.5", "note": HOSTILE})
+    store.record_policy_version(run, 0)
+    store.record_policy_version(run, 1)
+    store.open_session(run, session_id=session_id, agent="coder", sandbox="bwrap")
+    m = MultiSession(run, session_id)
+    rng = np.random.default_rng(1)
+    call = (
+        "I should read the file first.\n</think>\n\n<tool_call>\n<function=read_file>\n"
+        "<parameter=path>\napp.py\n</parameter>\n</function>\n</tool_call><|im_end|>"
+    )
+    tool_result = f"\n<|im_start|>user\n<tool_response>\n{HOSTILE}\napi_key={SECRET}\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"
+    answer = (
+        f"The file prints markup.\n</think>\n\nThe page contains {HOSTILE} which must stay text.<|im_end|>"
+    )
+    sub_prompt = _prompt(SYSTEM, "Subagent: list the tests")
+    sub_reply = "Listing.\n</think>\n\ntests/test_app.py<|im_end|>"
+    retry = "Let me retry.\n</think>\n\nFixed by escaping.<|im_end|>"
+    compact = _prompt(SYSTEM, "Summary so far: the bug is fixed. Continue.")
+    compact_reply = "Done.\n</think>\n\nAll good.<|im_end|>"
+    abandoned = "Partial answ"
+
+    def rec(i: int, ctx: str, gen: str, **kw: object) -> TurnRecord:
+        ctx_ids, gen_ids = enc(ctx), enc(gen)
+        lps = kw.pop("logprobs", None)
+        vers = kw.pop("versions", None)
+        return TurnRecord(
+            session_id=session_id,
+            turn_index=i,
+            context_ids=ctx_ids,
+            generated_ids=gen_ids,
+            logprobs=lps if lps is not None else (-rng.exponential(0.8, len(gen_ids))).tolist(),
+            policy_versions=vers if vers is not None else [0] * len(gen_ids),
+            latency_ms=100.0 + 10 * i,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    t0 = rec(0, _prompt(SYSTEM, USER), call, route="create", finish_reason="stop")
+    n0 = len(t0.context_ids) + len(t0.generated_ids)
+    t0.routed_experts = rng.integers(0, 128, size=(n0 - 1, 2, 4)).astype(np.uint8)
+    t1 = rec(
+        1,
+        tool_result,
+        answer,
+        route="append",
+        finish_reason="stop",
+        segment_offset=n0,
+        parent_turn_id=turn_key(run, session_id, 0),
+    )
+    t2 = rec(
+        2,
+        sub_prompt,
+        sub_reply,
+        route="create",
+        lineage_index=1,
+        segment_index=1,
+        boundary_reason="new_conversation",
+        finish_reason="stop",
+    )
+    retry_ctx = _prompt(SYSTEM, USER) + call + tool_result
+    n_retry = len(enc(retry))
+    t3 = rec(
+        3,
+        retry_ctx,
+        retry,
+        route="branch",
+        segment_index=2,
+        boundary_reason="retry",
+        parent_turn_id=turn_key(run, session_id, 0),
+        finish_reason="stop",
+        versions=[0] * (n_retry // 2) + [1] * (n_retry - n_retry // 2),
+    )
+    t4 = rec(
+        4,
+        compact,
+        compact_reply,
+        route="create",
+        segment_index=3,
+        boundary_reason="template_prefix_mismatch",
+        finish_reason="stop",
+        versions=[1] * len(enc(compact_reply)),
+    )
+    t5 = rec(
+        5,
+        compact
+        + compact_reply
+        + "\n<|im_start|>user\nOne more thing<|im_end|>\n<|im_start|>assistant\n<think>\n",
+        abandoned,
+        route="branch",
+        segment_index=4,
+        boundary_reason="client_disconnected",
+        parent_turn_id=turn_key(run, session_id, 4),
+        finish_reason="abort",
+        loss_mask=[False] * len(enc(abandoned)),
+        versions=[1] * len(enc(abandoned)),
+    )
+    m.records = [t0, t1, t2, t3, t4, t5]
+    for r in m.records:
+        store.append_turn(run, r)
+    store.append_event(
+        run, "reward", {"reward": 0.5, "details": {"tests_passed": 1, "note": HOSTILE}}, session_id=session_id
+    )
+    store.put_artifact(
+        run, f"agent log\n{HOSTILE}\n".encode(), name="<script>agent.log", session_id=session_id
+    )
+    store.finalize_session(session_id, "finished", reward=0.5, finish_reason="stop")
+    m.texts = {"hostile": HOSTILE, "secret": SECRET, "user": USER}
+    return m
+
+
+def append_live_turn(store: EventStore, run: str, session_id: str, index: int, text: str) -> TurnRecord:
+    """Append one more turn to a running session (for the live-update test)."""
+    tok = load_qwen35_tokenizer()
+    ids = tok.encode(text + "<|im_end|>")
+    rec = TurnRecord(
+        session_id=session_id,
+        turn_index=index,
+        context_ids=tok.encode(_prompt(SYSTEM, f"live turn {index}")),
+        generated_ids=ids,
+        logprobs=[-0.1] * len(ids),
+        policy_versions=[0] * len(ids),
+        route="create",
+        segment_index=100 + index,
+        finish_reason="stop",
+        latency_ms=5.0,
+    )
+    store.append_turn(run, rec)
+    return rec

@@ -1,0 +1,83 @@
+"""Live updates over server-sent events while a page is open, and the static bundle from disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dressage.cli import app
+from tests.view.browser import css, one, severe_console_errors, text, url, wait
+from tests.view.builders import append_live_turn
+from tests.view.conftest import ViewedLog
+
+# The first test of each backend builds the log: a real rollout (and, once per session, the dev
+# engine shared with tests/rollout), which on a busy two-core machine can take minutes.
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_open_session_and_run_pages_update_as_turns_land(viewed: ViewedLog, browser) -> None:
+    run = viewed.multi.run
+    session = viewed.store.open_session(run, session_id=f"live-{viewed.backend}", agent="coder")
+    append_live_turn(viewed.store, run, session.id, 0, "first answer")
+    browser.get(url(viewed.base, "/session", id=session.id))
+    wait(browser, lambda d: "on" in (one(d, "#live-dot").get_attribute("class") or ""))
+    browser.execute_script("window.notReloaded = true")
+    assert one(browser, "#session-body").get_attribute("data-turns") == "1"
+    append_live_turn(viewed.store, run, session.id, 1, "second answer arrives live")
+    wait(browser, lambda d: one(d, "#session-body").get_attribute("data-turns") == "2")
+    assert "second answer arrives live" in text(one(browser, "#turn-1 .msg.role-assistant"))
+    wait(browser, lambda d: "second answer arrives live" in text(one(d, "#tokens")))  # token view re-rendered
+    viewed.store.finalize_session(session.id, "finished", reward=1.0, finish_reason="stop")
+    wait(browser, lambda d: text(one(d, "#status")) == "finished")
+    assert browser.execute_script("return window.notReloaded === true")
+    # the run page's counts follow the log too
+    browser.get(url(viewed.base, "/run", name=run))
+    wait(browser, lambda d: "on" in (one(d, "#live-dot").get_attribute("class") or ""))
+    browser.execute_script("window.notReloaded = true")
+    before = int(text(one(browser, "#n-turns")))
+    other = viewed.store.open_session(run, session_id=f"live2-{viewed.backend}")
+    append_live_turn(viewed.store, run, other.id, 0, "another")
+    wait(browser, lambda d: int(text(one(d, "#n-turns"))) == before + 1)
+    assert text(one(browser, "#n-running")) == "1"
+    assert browser.execute_script("return window.notReloaded === true")
+    viewed.store.finalize_session(other.id, "failed", finish_reason="agent_crashed")
+    assert not severe_console_errors(browser)
+
+
+def test_bundle_opens_from_disk_without_a_server(viewed: ViewedLog, browser, tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(
+        app,
+        ["view", "bundle", viewed.quick, "--out", str(out), "--database-url", viewed.url],
+        env={"DRESSAGE_HOME": str(viewed.home), "COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    browser.get((out / "index.html").as_uri())
+    rows = wait(browser, lambda d: css(d, "#sessions tbody tr"))
+    assert len(rows) == 6
+    wait(browser, lambda d: css(d, "#chart-version canvas"))
+    finished = viewed.store.list_sessions(viewed.quick, status="finished")[0]
+    next(r for r in rows if r.get_attribute("data-session") == finished.id).find_element(
+        "css selector", "td a"
+    ).click()
+    wait(browser, lambda d: css(d, "#tokens .tok"))
+    assert text(one(browser, "#session-id")) == finished.id
+    assert css(browser, ".msg.role-assistant")
+    # the artifacts were copied next to the pages, byte for byte
+    refs = {a.name: a for a in viewed.store.list_artifacts(viewed.quick, session_id=finished.id)}
+    links = {
+        text(a.find_element("xpath", "../../td[1]")): a.get_attribute("href")
+        for a in css(browser, "#artifacts td:last-child a:first-child")
+    }
+    assert set(links) == set(refs)
+    for name, href in links.items():
+        assert Path(href.removeprefix("file://")).read_bytes() == viewed.store.get_artifact(refs[name])
+    # refusing to overwrite
+    again = CliRunner().invoke(
+        app,
+        ["view", "bundle", viewed.quick, "--out", str(out), "--database-url", viewed.url],
+        env={"DRESSAGE_HOME": str(viewed.home)},
+    )
+    assert again.exit_code == 1 and "not empty" in again.output

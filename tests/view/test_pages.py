@@ -1,0 +1,206 @@
+"""The viewer's pages in headless Chromium, checked against the log (both backends)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.support.ui import Select
+
+from dressage.tito.tokenizer import load_qwen35_tokenizer
+from dressage.view.conversation import turn_views
+from dressage.view.decode import TokenDecoder
+from tests.view.browser import css, one, severe_console_errors, text, url, wait
+from tests.view.conftest import ViewedLog
+
+# The first test of each backend builds the log: a real rollout (and, once per session, the dev
+# engine shared with tests/rollout), which on a busy two-core machine can take minutes.
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_runs_page_counts_match_the_log(viewed: ViewedLog, browser) -> None:
+    browser.get(url(viewed.base, "/"))
+    row = wait(
+        browser,
+        lambda d: [r for r in css(d, "#runs tbody tr") if r.get_attribute("data-run") == viewed.quick],
+    )[0]
+    cells = [text(c).strip() for c in css(row, "td")]
+    summary = viewed.store.run_summary(viewed.quick)
+    assert summary["sessions"] == {"finished": 4, "failed": 2}
+    assert cells[3] == "4" and cells[4] == "2"  # finished, failed
+    assert cells[7] == f"{summary['tokens']:,}"
+    assert cells[8] == f"{100 * summary['trained_tokens'] / summary['tokens']:.1f}%"
+    assert cells[9] == f"{summary['mean_reward']:.3g}"
+    assert not severe_console_errors(browser)
+
+
+def test_run_page_filters_sorts_pages_and_groups_failures(viewed: ViewedLog, browser) -> None:
+    browser.get(url(viewed.base, "/run", name=viewed.quick))
+    wait(browser, lambda d: css(d, "#sessions tbody tr"))
+    assert text(one(browser, "#session-count")).startswith("6 sessions")
+    failures = [[text(c).strip() for c in css(r, "td")] for r in css(browser, "#failures tbody tr")]
+    assert failures[0][:4] == ["agent crash", "failed", "agent_crashed", "2"]
+    # the reward curves are drawn by uPlot (canvas), one point per policy version / step
+    wait(browser, lambda d: css(d, "#chart-version canvas") and css(d, "#chart-step canvas"))
+    # filter by status through the form
+    Select(one(browser, "select[name=status]")).select_by_visible_text("failed")
+    one(browser, "form.filters button[type=submit]").click()
+    wait(browser, lambda d: "status=failed" in d.current_url)
+    statuses = {text(r.find_elements("css selector", "td")[6]) for r in css(browser, "#sessions tbody tr")}
+    assert statuses == {"failed"}
+    # sort by reward, descending (two clicks on the header), on the finished sessions
+    browser.get(url(viewed.base, "/run", name=viewed.quick, status="finished"))
+    one(browser, "#sessions th:nth-child(8) a").click()
+    wait(browser, lambda d: "sort=reward" in d.current_url)
+    one(browser, "#sessions th:nth-child(8) a").click()
+    wait(browser, lambda d: "order=desc" in d.current_url)
+    rewards = [
+        float(text(r.find_elements("css selector", "td")[7])) for r in css(browser, "#sessions tbody tr")
+    ]
+    expected = sorted(
+        (s.reward for s in viewed.store.list_sessions(viewed.quick, status="finished")), reverse=True
+    )
+    assert rewards == [float(f"{x:.3g}") for x in expected]
+    # server-side pages of 4
+    browser.get(url(viewed.base, "/run", name=viewed.quick, per_page=4))
+    assert len(css(browser, "#sessions tbody tr")) == 4
+    one(browser, ".pager a[rel=next]").click()
+    wait(browser, lambda d: "page=2" in d.current_url)
+    assert len(css(browser, "#sessions tbody tr")) == 2
+    # text search in the conversation: the crashing task's prompt is in no conversation (the agent
+    # crashed before calling the model); a word of the first task's prompt is in its two sessions
+    browser.get(url(viewed.base, "/run", name=viewed.quick, text="contains 'e'"))
+    assert text(one(browser, "#session-count")).startswith("2 sessions matching")
+    assert not severe_console_errors(browser)
+
+
+def test_session_page_shows_the_conversation_and_tokens_of_the_log(viewed: ViewedLog, browser) -> None:
+    session = viewed.store.list_sessions(viewed.quick, status="finished")[0]
+    turns = viewed.store.read_turns(session_id=session.id, with_experts=False)
+    decoder = TokenDecoder(load_qwen35_tokenizer().decode)
+    expected = turn_views(turns, decoder)
+    browser.get(url(viewed.base, "/session", id=session.id))
+    wait(browser, lambda d: css(d, "#tokens .tok"))
+    assert text(one(browser, "#session-id")) == session.id
+    assert text(one(browser, "#status")) == "finished"
+    assert float(text(one(browser, "#reward"))) == float(f"{session.reward:.4g}")
+    # the conversation: the task prompt as the user message, the reply as decoded from the log
+    users = [text(e) for e in css(browser, ".msg.role-user pre.content")]
+    assert any("contains" in u for u in users)
+    replies = [text(e) for e in css(browser, ".msg.role-assistant pre.content")]
+    assert replies == [tv.reply.content for tv in expected if tv.reply is not None and tv.reply.content]
+    head = text(one(browser, "#turn-0 .turn-head"))
+    assert f"finish {turns[0].finish_reason}" in head and "openai-chat" in head and " ms" in head
+    # the token view: one span per piece, context vs generated, logprob and version on hover
+    n_ctx = sum(len(decoder.pieces(t.context_ids)[0]) for t in turns)
+    n_pieces = n_ctx + sum(len(decoder.pieces(t.generated_ids)[0]) for t in turns)
+    assert len(css(browser, "#tokens .tok")) == n_pieces
+    assert len(css(browser, "#tokens .tok.ctx")) == n_ctx
+    gen = css(browser, "#tokens .tok.gen")[0]
+    ActionChains(browser).move_to_element(gen).perform()
+    tip = wait(browser, lambda d: one(d, "#tok-tip").is_displayed() and one(d, "#tok-tip"))
+    _, starts = decoder.pieces(turns[0].generated_ids)
+    start = int(starts[0])
+    end = int(starts[1]) if len(starts) > 1 else int(turns[0].generated_ids.size)
+    lp = float(np.min(turns[0].logprobs[start:end]))
+    assert math.isclose(float(text(one(tip, ".tip-logprob")).split()[0]), round(lp, 4), abs_tol=1e-4)
+    assert text(one(tip, ".tip-version")) == str(int(turns[0].policy_versions[start]))
+    assert text(one(tip, ".tip-id")).startswith(str(int(turns[0].generated_ids[start])))
+    # artifacts: the agent log opens as text
+    names = [text(e) for e in css(browser, "#artifacts td.filename")]
+    assert sorted(names) == ["agent.log", "workspace.tar.gz"]
+    # the SQL link gives the queries for this session
+    one(browser, "#sql-link").click()
+    sql = wait(browser, lambda d: css(d, "#sql") and text(one(d, "#sql")))
+    assert f"WHERE session_id = '{session.id}'" in sql and "token_events" in sql
+    assert not severe_console_errors(browser)
+
+
+def test_multi_lineage_session_shows_segments_lineages_and_experts(viewed: ViewedLog, browser) -> None:
+    m = viewed.multi
+    browser.get(url(viewed.base, "/session", id=m.session_id))
+    wait(browser, lambda d: css(d, "#tokens .tok"))
+    rows = [[text(c).strip() for c in css(r, "td")] for r in css(browser, "#segments tbody tr")]
+    assert [r[0] for r in rows] == ["0", "1", "2", "3", "4"]
+    assert [r[1] for r in rows] == ["0", "1", "0", "0", "0"]  # the subagent has its own lineage
+    assert [r[3] for r in rows] == [
+        "-",
+        "new_conversation",
+        "retry",
+        "template_prefix_mismatch",
+        "client_disconnected",
+    ]
+    assert rows[2][2].startswith("branch") and rows[2][5] == "0"  # the retry branches from turn 0
+    assert rows[4][2] == "abandoned by the client"
+    turns = viewed.store.read_turns(session_id=m.session_id, with_experts=True)
+    for row, seg in zip(rows, sorted({t.segment_index for t in turns}), strict=True):
+        in_seg = [t for t in turns if t.segment_index == seg]
+        assert row[6] == f"{sum(t.context_ids.size + t.generated_ids.size for t in in_seg):,}"
+        assert row[7] == f"{sum(int(t.loss_mask.sum()) for t in in_seg):,}"
+    assert len(css(browser, "#diagram circle")) == 6
+    assert {text(e) for e in css(browser, "#diagram text.lane")} == {"lineage 0", "lineage 1"}
+    assert len(css(browser, "#diagram circle.dead")) == 1
+    # thinking is collapsed; the tool call shows with its arguments
+    thinking = css(browser, "#turn-0 details.thinking")[0]
+    assert thinking.get_attribute("open") is None
+    assert text(one(browser, "#turn-0 .tool-call .fn")) == "read_file"
+    assert '"path": "app.py"' in text(one(browser, "#turn-0 .tool-call .args"))
+    assert next(text(e) for e in css(browser, "#turn-1 .msg.role-tool pre")).startswith("<script>")
+    # hover a context token of turn 0: its routed experts come from the log
+    first = next(e for e in css(browser, "#tokens .tok.ctx") if text(e).strip())
+    ActionChains(browser).move_to_element(first).perform()
+    wait(browser, lambda d: "L0:" in text(one(d, "#tok-tip .tip-experts")))
+    pos = int(text(one(browser, "#tok-tip .tip-position")))
+    experts = turns[0].routed_experts[pos]
+    assert text(one(browser, "#tok-tip .tip-experts")).startswith(
+        "L0:[" + ",".join(map(str, experts[0])) + "]"
+    )
+    # colour by policy version: turn 3 switched from version 0 to 1 inside the turn
+    one(browser, "input[name=colour][value=version]").click()
+    colours = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#tokens .tok.gen')).map(s => getComputedStyle(s).backgroundColor)"
+    )
+    assert len(set(colours)) == 2
+    assert not severe_console_errors(browser)
+
+
+def test_group_page_shows_samples_advantages_and_a_diff(viewed: ViewedLog, browser) -> None:
+    steps = viewed.store.list_steps(viewed.quick, "train:main")
+    group = steps[0].manifest["groups"][0]
+    browser.get(url(viewed.base, "/group", run=viewed.quick, group=group["task_index"]))
+    rows = wait(browser, lambda d: css(d, "#members tbody tr"))
+    assert [r.get_attribute("data-session") for r in rows] == [m["session"] for m in group["members"]]
+    rollout = {x["session"]: x["rollout_id"] for x in steps[0].manifest["samples"]}
+    for r, member in zip(rows, group["members"], strict=True):
+        assert float(text(one(r, ".reward"))) == float(f"{member['reward']:.4g}")
+        adv = group["advantages"][str(rollout[member["session"]])]
+        assert float(text(one(r, ".advantage"))) == float(f"{adv:.4g}")
+    assert len(css(browser, ".side-by-side .column")) == len(rows)
+    one(browser, "#diff-form button").click()
+    diff = wait(browser, lambda d: css(d, "#diff") and text(one(d, "#diff")))
+    a, b = (m["session"] for m in group["members"])
+    assert diff.startswith(f"--- {a}\n+++ {b}")
+    assert not severe_console_errors(browser)
+
+
+def test_training_pages_link_steps_and_sessions_both_ways(viewed: ViewedLog, browser) -> None:
+    steps = viewed.store.list_steps(viewed.quick, "train:main")
+    assert len(steps) == 2
+    browser.get(url(viewed.base, "/training", run=viewed.quick))
+    rows = wait(browser, lambda d: css(d, "table.steps tbody tr"))
+    assert [text(css(r, "td")[0]) for r in rows] == ["1", "2"]
+    one(rows[1], "td a").click()
+    wait(browser, lambda d: css(d, "#batch-hash"))
+    assert text(one(browser, "#batch-hash")) == steps[1].batch_hash
+    samples = css(browser, "#samples tbody tr")
+    assert [s.get_attribute("data-session") for s in samples] == [
+        x["session"] for x in steps[1].manifest["samples"]
+    ]
+    one(samples[0], "td a").click()  # step -> session
+    used = wait(browser, lambda d: css(d, "#used-by a"))
+    assert [text(a) for a in used] == ["train:main step 2"]
+    used[0].click()  # session -> step
+    wait(browser, lambda d: css(d, "#batch-hash"))
+    assert text(one(browser, "#batch-hash")) == steps[1].batch_hash
