@@ -194,16 +194,16 @@ def _decoder(run_config: dict[str, Any]) -> Callable[[list[int]], str] | None:
     """``decode`` of the model profile the run recorded (Qwen3.5 for runs without a record) when
     available, else None (ids are shown, and a note on stderr says why, so the fallback is never
     silent)."""
-    try:
-        from dressage.tito.profiles import RUN_RECORD_KEY, get_profile
+    from dressage.tito.profiles import RUN_RECORD_KEY, build_profile
 
-        recorded = run_config.get(RUN_RECORD_KEY)
-        name = recorded.get("model_profile") if isinstance(recorded, dict) else None
-        return get_profile(name or "qwen3.5").tokenizer.decode
+    recorded = run_config.get(RUN_RECORD_KEY)
+    name = str(recorded.get("model_profile")) if isinstance(recorded, dict) else "qwen3.5"
+    try:
+        return build_profile(name).tokenizer.decode
     except Exception as e:  # optional: any failure (missing package, no cache dir) falls back to ids
         reason = (str(e).splitlines() or [""])[0]
         render.console(stderr=True).print(
-            f"note: showing token ids, not text: the run's tokenizer could not be loaded "
+            f"note: showing token ids, not text: the {name} tokenizer could not be loaded "
             f"({type(e).__name__}: {reason})",
             markup=False,
             style="yellow",

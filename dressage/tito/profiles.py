@@ -240,6 +240,13 @@ def profile_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def build_profile(name: str) -> ModelProfile:
+    """A new, unshared instance of the profile registered as ``name`` (loads its tokenizer anew)."""
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown model profile {name!r}; known: {', '.join(profile_names())}")
+    return _REGISTRY[name]()
+
+
 def get_profile(name: str) -> ModelProfile:
     """The (shared) profile registered as ``name``; raises :class:`ConfigError` if unknown."""
     if name not in _REGISTRY:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -79,3 +80,25 @@ def default_decoder() -> TokenDecoder:
     except (DressageError, OSError, ImportError) as e:
         log.warning("no tokenizer for the viewer (%s); tokens show as ids", e)
         return TokenDecoder(None)
+
+
+@functools.lru_cache(maxsize=8)
+def _profile_decoder(name: str) -> TokenDecoder | None:
+    try:
+        from dressage.tito.profiles import get_profile
+
+        return TokenDecoder(get_profile(name).tokenizer.decode)
+    except (DressageError, OSError, ImportError) as e:
+        log.warning("no tokenizer for model profile %s (%s); using the default decoder", name, e)
+        return None
+
+
+def profile_decoder(run_config: Mapping[str, Any]) -> TokenDecoder | None:
+    """The decoder of the model profile a run recorded, or None (Qwen3.5, no record, not loadable)."""
+    from dressage.tito.profiles import RUN_RECORD_KEY
+
+    recorded = run_config.get(RUN_RECORD_KEY)
+    name = recorded.get("model_profile") if isinstance(recorded, Mapping) else None
+    if not isinstance(name, str) or name.startswith("qwen3.5"):
+        return None
+    return _profile_decoder(name)

@@ -15,10 +15,10 @@ from typing import Any
 from dressage.errors import RequestError, UnknownRunError
 from dressage.redact import redact
 from dressage.store import EventStore
-from dressage.store.records import Session
+from dressage.store.records import Run, Session
 from dressage.view import queries
 from dressage.view.conversation import Message, turn_views
-from dressage.view.decode import TokenDecoder
+from dressage.view.decode import TokenDecoder, profile_decoder
 from dressage.view.diagram import session_diagram
 from dressage.view.listing import SessionQuery, list_sessions
 from dressage.view.tokens import segment_summaries, token_payload
@@ -30,6 +30,10 @@ class Viewer:
 
     store: EventStore
     decoder: TokenDecoder
+
+    def decoder_for(self, run: Run) -> TokenDecoder:
+        """The decoder of the model profile ``run`` recorded (``decoder`` for Qwen3.5 or no record)."""
+        return profile_decoder(run.config) or self.decoder
 
     def redact(self, text: str | None) -> str | None:
         """``text`` with secrets replaced (the store's configured secrets and the usual patterns)."""
@@ -49,7 +53,7 @@ def run_page(
     q = SessionQuery.from_params({k: val for k, val in params.items() if k != "name"})
     if all_sessions:
         q = SessionQuery(per_page=10**9)
-    table = list_sessions(v.store, run.name, q, v.decoder)
+    table = list_sessions(v.store, run.name, q, v.decoder_for(run))
     for row in table.rows:
         row["error"] = v.redact(row.get("error"))
     consumer_names = queries.consumers(v.store, run)
@@ -100,7 +104,7 @@ def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
     session = v.store.get_session(session_id)
     run = v.store.get_run_by_id(session.run_id)
     turns = v.store.read_turns(session_id=session_id, with_experts=False)
-    views = turn_views(turns, v.decoder)
+    views = turn_views(turns, v.decoder_for(run))
     for tv in views:
         tv.context_messages = [_redact_message(v, m) for m in tv.context_messages]
         tv.reply = _redact_message(v, tv.reply) if tv.reply is not None else None
@@ -115,7 +119,10 @@ def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
         "segments": segment_summaries(turns),
         "diagram": session_diagram(turns),
         "tokens": token_payload(
-            turns, v.decoder, v.store.secrets, with_experts=queries.turns_with_experts(v.store, session_id)
+            turns,
+            v.decoder_for(run),
+            v.store.secrets,
+            with_experts=queries.turns_with_experts(v.store, session_id),
         ),
         "events": [{**e, "payload": v.redact(_pretty(e["payload"]))} for e in events],
         "reward_details": v.redact(_pretty(reward_events[-1]["payload"].get("details")))
@@ -141,7 +148,7 @@ def conversation_text(v: Viewer, session: Session) -> list[str]:
     """A session's conversation as lines of text (what the group diff compares)."""
     turns = v.store.read_turns(session_id=session.id, with_experts=False)
     lines: list[str] = []
-    for tv in turn_views(turns, v.decoder):
+    for tv in turn_views(turns, v.decoder_for(v.store.get_run_by_id(session.run_id))):
         for m in [*tv.context_messages, *([tv.reply] if tv.reply else [])]:
             lines.append(f"[{m.role}]")
             if m.reasoning:

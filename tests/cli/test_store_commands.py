@@ -164,4 +164,4 @@ def test_show_says_why_it_falls_back_to_token_ids(
     result = invoke(cli, db_url, "show", populated.sessions["s1"], "--tokens")
     assert result.exit_code == 0, result.output
     assert "[248045]" in result.stdout  # ids, not text
-    assert "note: showing token ids, not text: the Qwen3.5 tokenizer could not be loaded" in result.stderr
+    assert "note: showing token ids, not text: the qwen3.5 tokenizer could not be loaded" in result.stderr
