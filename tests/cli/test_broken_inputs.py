@@ -195,3 +195,19 @@ def test_the_error_handler_prints_every_line_of_a_message() -> None:
     assert result.exit_code == EXIT_ERROR
     assert result.stderr.splitlines() == ["error: first line names the field", "  second line: the detail"]
     assert CliRunner().invoke(demo, ["--drift"]).exit_code == EXIT_MISMATCH
+
+
+def test_a_loop_with_a_broken_dataset_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DRESSAGE_HOME", str(tmp_path / "home"))
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(_config(train={}, loop={"iterations": 1})))
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"prompt": "p", "files": {"/abs": "x"}}) + "\n")
+    db = tmp_path / "log.db"
+    result = CliRunner().invoke(
+        app, ["loop", "--no-progress", "--config", "run.yaml", "--database-url", f"sqlite:///{db}"]
+    )
+    assert result.exit_code == EXIT_ERROR, result.output + result.stderr
+    assert "line 1: files: path '/abs' is outside the sandbox workspace" in _one_error_line(result.stderr)
+    assert not db.exists() and not (tmp_path / "home").exists()
