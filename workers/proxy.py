@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import typer
 
+from dressage.cli.store_commands import handle_errors
 
+
+@handle_errors
 def proxy_command(
     engine_url: list[str] = typer.Option(..., "--engine-url", help="Engine base URL (repeat for several)."),
     port: int = typer.Option(8000, help="TCP port to listen on (0: pick a free one)."),

@@ -54,6 +54,7 @@ from dressage.rollout.worker import (
     RolloutReport,
     _lease_loop,
     default_worker_id,
+    load_new_run,
     start_engine_and_proxy,
     with_secrets,
 )
@@ -351,6 +352,7 @@ class Loop:
 async def run_loop(settings: Settings, opts: LoopOptions, console: Console | None = None) -> LoopReport:
     """Run the loop described by ``opts``; see the module docstring."""
     console = console or Console(stderr=True)
+    load_new_run(opts.config_path)  # config, agent, reward and dataset checked before the log is opened
     store = EventStore.open(settings=settings)
     started = time.monotonic()
     try:

@@ -195,3 +195,38 @@ def test_the_error_handler_prints_every_line_of_a_message() -> None:
     assert result.exit_code == EXIT_ERROR
     assert result.stderr.splitlines() == ["error: first line names the field", "  second line: the detail"]
     assert CliRunner().invoke(demo, ["--drift"]).exit_code == EXIT_MISMATCH
+
+
+def test_a_loop_with_a_broken_dataset_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DRESSAGE_HOME", str(tmp_path / "home"))
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(_config(train={}, loop={"iterations": 1})))
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"prompt": "p", "files": {"/abs": "x"}}) + "\n")
+    db = tmp_path / "log.db"
+    result = CliRunner().invoke(
+        app, ["loop", "--no-progress", "--config", "run.yaml", "--database-url", f"sqlite:///{db}"]
+    )
+    assert result.exit_code == EXIT_ERROR, result.output + result.stderr
+    assert "line 1: files: path '/abs' is outside the sandbox workspace" in _one_error_line(result.stderr)
+    assert not db.exists() and not (tmp_path / "home").exists()
+
+
+def test_replay_prints_the_consumer_name_as_written(tmp_path: Path) -> None:
+    """rich used to turn ``train:loop:`` into an emoji (``train➿``)."""
+    from dressage.training.consumer import Trainer
+    from dressage.training.steps import StepOptions
+    from tests.training.builders import build_run, simple
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    store = EventStore.open(settings=Settings(database_url=url, home=tmp_path / "home"))
+    build_run(store, "r", [[simple(1.0, n_turns=1), simple(0.0, n_turns=1)]])
+    Trainer(store, "r", StepOptions(2, 2), consumer="loop").run_steps()
+    store.close()
+    result = CliRunner().invoke(
+        app, ["train", "--from-run", "r", "--consumer", "loop", "--replay", "--database-url", url]
+    )
+    assert result.exit_code == 0, result.output + result.stderr
+    assert "replayed 1 steps of train:loop: every batch hash matches" in result.stderr
+    assert "\u27bf" not in result.stderr

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dressage.cli import app
+from dressage.cli.store_commands import EXIT_MISMATCH
 from dressage.store import EventStore
 from dressage.store.db import head_revision
 from dressage.store.export import ExportVerificationError, load_export_turns, verify_export
@@ -61,7 +62,7 @@ def test_export_verifies_and_round_trips(
     with pytest.raises(ExportVerificationError, match=r"altered turns\.jsonl"):
         verify_export(out)
     bad = cli.invoke(app, ["verify-export", str(out)])
-    assert bad.exit_code == 3 and "altered turns.jsonl" in bad.stderr  # a mismatch (docs: exit codes)
+    assert bad.exit_code == EXIT_MISMATCH and "altered turns.jsonl" in bad.stderr
 
     again = invoke(cli, db_url, "export", populated.run, "--to", str(out))
     assert again.exit_code == 1 and "not empty" in again.stderr
