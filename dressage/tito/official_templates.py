@@ -3,9 +3,10 @@
 The official jinja files ship inside the ``trl`` wheel as ``trl/chat_templates/*.jinja``
 (``qwen3_5_think.jinja``, ``qwen3_5_nothink.jinja``, ``qwen3_6.jinja``, ``deepseekv3.jinja``, ...).
 trl is not a dependency, so the text is found, in order:
-``$DRESSAGE_QWEN_TEMPLATES_DIR``, the cache folder ``<cache root>/templates``, else the wheel is
-fetched with ``pip download trl --no-deps --only-binary=:all:`` and the ``chat_templates/*.jinja``
-members are extracted into the cache folder.
+``$DRESSAGE_QWEN_TEMPLATES_DIR``, the cache folder ``<cache root>/templates``, else the pinned wheel
+(``trl==TRL_VERSION``, its sha256 checked by pip with ``--require-hashes``) is downloaded and the
+``chat_templates/*.jinja`` members are extracted into the cache folder; the Qwen3.5 files are then
+checked against their pinned hashes, and a failed or tampered download is a TemplateError.
 """
 
 from __future__ import annotations

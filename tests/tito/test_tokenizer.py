@@ -74,14 +74,10 @@ def test_round_trip(qwen_tok: Tokenizer) -> None:
 
 
 def test_cache_and_fingerprint(qwen_tok: Tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import time
-
     from dressage.tito.qwen35_vocab import qwen35_tokenizer_json
 
     cached = qwen35_tokenizer_json()
-    t0 = time.perf_counter()
     again = Tokenizer.from_file(cached)
-    assert time.perf_counter() - t0 < 10
     assert again.fingerprint == qwen_tok.fingerprint and len(qwen_tok.fingerprint) == 64
     (tmp_path / "tokenizer.json").write_bytes(cached.read_bytes())
     assert Tokenizer.from_model_dir(tmp_path).encode("x y") == qwen_tok.encode("x y")
