@@ -10,9 +10,11 @@ import openai
 import pytest
 from openai import OpenAI
 
+from dressage.store import EventStore
 from dressage.training.materialize import Trajectory, materialize_trajectory
-from tests.proxy.conftest import Harness
+from tests.proxy.conftest import Harness, LoopThread
 from tests.proxy.helpers import NOTHINK, TOOLS
+from tests.scripted_engine import ScriptedEngine
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
 THINK_OFF: dict[str, Any] = {"extra_body": NOTHINK}
@@ -221,3 +223,49 @@ def test_an_invalid_grammar_is_the_engines_400(client: OpenAI) -> None:
         client.chat.completions.create(
             model="m", messages=MSGS, max_tokens=2, extra_body={**NOTHINK, "regex": "(a"}
         )
+
+
+# --- shapes, on a scripted engine (a model that closes its thinking and its forced call) --------
+
+
+def _scripted_policy(prompt: str, n: int) -> str:
+    if prompt.endswith("<function=ls>\n"):  # the proxy forced the call's opening: finish it
+        return "<parameter=path>\n/tmp\n</parameter>\n</function>\n</tool_call>"
+    return "I should look.\n</think>\n\nThere is one file."
+
+
+@pytest.fixture
+def scripted_client(loop_thread: LoopThread, sqlite_store: EventStore) -> Iterator[OpenAI]:
+    with ScriptedEngine(_scripted_policy).running() as engine:
+        h = Harness(loop_thread, sqlite_store, engine.url)
+        session = h.session(h.run())
+        with OpenAI(base_url=session.base_url, api_key="x", max_retries=0) as c:
+            yield c
+        loop_thread.call(h.server.stop())
+
+
+def test_forced_tool_call_content_is_empty_string_and_reasoning_has_both_keys(
+    scripted_client: OpenAI,
+) -> None:
+    forced: dict[str, Any] = {
+        "model": "m", "messages": [{"role": "user", "content": "list /tmp"}], "tools": TOOLS,
+        "tool_choice": {"type": "function", "function": {"name": "ls"}},
+    }  # fmt: skip
+    r = scripted_client.chat.completions.create(**forced, **THINK_OFF)
+    msg = r.choices[0].message
+    assert msg.content == "" and r.choices[0].finish_reason == "tool_calls"  # vLLM's shape
+    assert msg.tool_calls and msg.tool_calls[0].function.name == "ls"
+    last = list(scripted_client.chat.completions.create(**forced, stream=True, **THINK_OFF))[-1]
+    assert last.choices[0].finish_reason == "tool_calls" and last.choices[0].delta.content == ""
+    assert last.choices[0].delta.tool_calls and last.choices[0].delta.tool_calls[0].function.name == "ls"  # type: ignore[union-attr]
+    auto = scripted_client.chat.completions.create(**{**forced, "tool_choice": "auto"}, **THINK_ON)  # type: ignore[arg-type]
+    assert auto.choices[0].message.content == "There is one file."
+    assert auto.choices[0].message.reasoning_content == auto.choices[0].message.reasoning == "I should look."  # type: ignore[attr-defined]
+    chunks = list(
+        scripted_client.chat.completions.create(**{**forced, "tool_choice": "auto"}, stream=True, **THINK_ON)
+    )  # type: ignore[arg-type]
+    deltas = [c.choices[0].delta for c in chunks[1:]]
+    assert all({"reasoning_content", "reasoning"} <= set(d.model_extra or {}) for d in deltas)
+    assert "".join(d.reasoning or "" for d in deltas) == "I should look."  # type: ignore[attr-defined]
+    assert "".join(d.content or "" for d in deltas) == "There is one file."
+    assert chunks[-1].choices[0].finish_reason == "stop" and chunks[-1].choices[0].delta.content
