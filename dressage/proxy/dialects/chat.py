@@ -356,10 +356,20 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
     seed = integer(body, "seed", -(1 << 63), (1 << 63) - 1)
     if seed is not None:
         sampling["sampling_seed"] = seed
+    sampling.update(_penalties(body))
+    stops = _stop(body)
+    if stops:
+        sampling["stop"] = stops
+    return sampling
+
+
+def _penalties(body: dict[str, Any]) -> dict[str, float]:
+    """The penalties that change anything, as SGLang sampling params (its ranges)."""
+    out: dict[str, float] = {}
     for name in ("frequency_penalty", "presence_penalty"):
         value = number(body, name, -2.0, 2.0)
         if value:
-            sampling[name] = value
+            out[name] = value
     repetition = number(body, "repetition_penalty", 0.0, 2.0)
     if repetition == 0.0:
         raise RequestError(
@@ -368,11 +378,8 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
             code="invalid_value",
         )
     if repetition is not None and repetition != 1.0:
-        sampling["repetition_penalty"] = repetition
-    stops = _stop(body)
-    if stops:
-        sampling["stop"] = stops
-    return sampling
+        out["repetition_penalty"] = repetition
+    return out
 
 
 def parse_chat_request(raw: bytes, default_sampling: dict[str, Any] | None = None) -> Conversation:
