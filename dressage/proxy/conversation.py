@@ -173,6 +173,15 @@ def function_tool(name: Any, description: Any, parameters: Any, where: str) -> d
     return {"type": "function", "function": fn}
 
 
+def tool_list(tools: Any) -> list[Any] | None:
+    """A request's ``tools`` array: None when absent or empty, 400 when it is not an array."""
+    if tools is None or tools == []:
+        return None
+    if not isinstance(tools, list):
+        raise RequestError("'tools' must be an array", param="tools", code="invalid_type")
+    return tools
+
+
 def resolve_tool_choice(
     mode: str, name: str | None, tools: list[dict[str, Any]] | None, param: str
 ) -> tuple[bool, str | None]:

@@ -24,8 +24,10 @@ def test_claude_code_effort_and_clear_thinking_edit_are_recorded_as_ignored() ->
             thinking={"type": "adaptive", "display": "omitted"},
         )
     )
-    assert {"output_config.effort", "context_management"} <= set(conv.ignored)
+    assert {"output_config.effort", "context_management", "thinking.display"} <= set(conv.ignored)
     assert conv.enable_thinking is True
+    with pytest.raises(RequestError, match="thinking"):
+        parse_messages_request(body(thinking={"type": "adaptive", "frobnicate": 1}))
 
 
 @pytest.mark.parametrize(

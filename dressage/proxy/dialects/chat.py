@@ -55,6 +55,7 @@ from dressage.proxy.conversation import (
     number,
     parse_json_object,
     resolve_tool_choice,
+    tool_list,
     unsupported,
 )
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
@@ -129,11 +130,10 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _check_tools(tools: Any) -> list[dict[str, Any]] | None:
-    if tools is None or tools == []:
+def _check_tools(value: Any) -> list[dict[str, Any]] | None:
+    tools = tool_list(value)
+    if tools is None:
         return None
-    if not isinstance(tools, list):
-        raise RequestError("'tools' must be an array", param="tools", code="invalid_type")
     out = []
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None

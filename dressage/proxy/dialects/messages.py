@@ -63,6 +63,7 @@ from dressage.proxy.conversation import (
     refuse_unknown,
     resolve_tool_choice,
     text_of,
+    tool_list,
     unsupported,
 )
 from dressage.proxy.dialects.base import Dialect, StreamRenderer, url_or_bearer_token
@@ -209,11 +210,9 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    tools = body.get("tools")
-    if tools is None or tools == []:
+    tools = tool_list(body.get("tools"))
+    if tools is None:
         return None
-    if not isinstance(tools, list):
-        raise RequestError("'tools' must be an array", param="tools", code="invalid_type")
     out = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
@@ -267,6 +266,9 @@ def _thinking(body: dict[str, Any], ignored: list[str]) -> bool | None:
     if thinking.get("budget_tokens") is not None:
         integer(thinking, "budget_tokens", 0, 1 << 24)
         ignored.append("thinking.budget_tokens")
+    refuse_unknown(thinking, frozenset({"type", "budget_tokens", "display"}), "Anthropic Messages thinking")
+    if "display" in thinking:  # Claude Code sends display: omitted; we return the thinking text as generated
+        ignored.append("thinking.display")
     return kind != "disabled"
 
 

@@ -68,6 +68,7 @@ from dressage.proxy.conversation import (
     resolve_tool_choice,
     text_of,
     thinking_token_count,
+    tool_list,
     unsupported,
 )
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
@@ -195,11 +196,9 @@ def _input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _tools(body: dict[str, Any], info: dict[str, Any]) -> list[dict[str, Any]] | None:
-    tools = body.get("tools")
-    if tools is None or tools == []:
+    tools = tool_list(body.get("tools"))
+    if tools is None:
         return None
-    if not isinstance(tools, list):
-        raise RequestError("'tools' must be an array", param="tools", code="invalid_type")
     out: list[dict[str, Any]] = []
     dropped: list[str] = []
     namespaces: dict[str, str] = {}
