@@ -1,0 +1,1 @@
+"""``dressage-worker view``: the read-only web viewer over the event log (see docs/view.md)."""
