@@ -99,16 +99,21 @@ class RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = redact(record.getMessage(), self.secrets) or ""
         record.args = None
-        if record.exc_info:
+        if record.exc_info and not record.exc_text:
+            # Formatters print a cached exc_text instead of formatting exc_info again; the exception
+            # object stays on the record for whoever inspects it in-process.
             record.exc_text = redact(logging.Formatter().formatException(record.exc_info), self.secrets)
-            record.exc_info = None
         return True
 
 
-def install_log_redaction(secrets: Iterable[str] = ()) -> None:
-    """Put a :class:`RedactingFilter` on every handler of the root logger."""
+def install_log_redaction(secrets: Iterable[str] = ()) -> list[tuple[logging.Handler, RedactingFilter]]:
+    """Put a :class:`RedactingFilter` on every handler of the root logger; returns what it added."""
+    added = []
     for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactingFilter(secrets))
+        redacting = RedactingFilter(secrets)
+        handler.addFilter(redacting)
+        added.append((handler, redacting))
+    return added
 
 
 def secret_spans(text: str, secrets: Iterable[str] = ()) -> list[tuple[int, int]]:

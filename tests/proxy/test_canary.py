@@ -55,8 +55,10 @@ def debug_log() -> Iterator[io.StringIO]:
     level = root.level
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
-    install_log_redaction([CANARY_CONFIGURED])
+    installed = install_log_redaction([CANARY_CONFIGURED])
     yield buf
+    for h, f in installed:
+        h.removeFilter(f)
     root.removeHandler(handler)
     root.setLevel(level)
 

@@ -123,8 +123,8 @@ def test_debug_logs_of_engine_headers_are_redacted() -> None:
     old_level = root.level
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
+    installed = install_log_redaction(["my-admin-secret"])
     try:
-        install_log_redaction(["my-admin-secret"])
         server = ThreadedServer(app)
         server.start()
         try:
@@ -132,6 +132,8 @@ def test_debug_logs_of_engine_headers_are_redacted() -> None:
         finally:
             server.stop()
     finally:
+        for h, f in installed:
+            h.removeFilter(f)
         root.removeHandler(handler)
         root.setLevel(old_level)
     text = buf.getvalue()

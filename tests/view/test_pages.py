@@ -92,7 +92,7 @@ def test_session_page_shows_the_conversation_and_tokens_of_the_log(viewed: Viewe
     replies = [text(e) for e in css(browser, ".msg.role-assistant pre.content")]
     assert replies == [tv.reply.content for tv in expected if tv.reply is not None and tv.reply.content]
     head = text(one(browser, "#turn-0 .turn-head"))
-    assert f"finish {turns[0].finish_reason}" in head and "openai-chat" in head and " ms" in head
+    assert f"finish {turns[0].finish_reason}" in head and turns[0].info["dialect"] in head and " ms" in head
     # the token view: one span per piece, context vs generated, logprob and version on hover
     n_ctx = sum(len(decoder.pieces(t.context_ids)[0]) for t in turns)
     n_pieces = n_ctx + sum(len(decoder.pieces(t.generated_ids)[0]) for t in turns)
