@@ -89,7 +89,7 @@ class EngineConfig(_Strict):
 
 
 class ProxyConfig(_Strict):
-    """The TITO proxy the worker runs in-process."""
+    """The TITO proxy the worker runs in-process, or the standalone proxies it uses (``urls``)."""
 
     host: str = Field(default="127.0.0.1", description="Interface the in-process proxy binds (port is free).")
     context_window: int | None = Field(default=None, ge=16)
@@ -97,6 +97,12 @@ class ProxyConfig(_Strict):
     public_url: str | None = Field(
         default=None,
         description="How sandboxes with network (e2b) reach this worker's proxy; default: its local URL.",
+    )
+    urls: list[str] = Field(
+        default_factory=list,
+        description="Standalone proxies (`dressage-worker proxy`) on the run's database: the worker starts "
+        "no engine or proxy and spreads sessions over them by consistent hashing (needs DRESSAGE_ADMIN_TOKEN; "
+        "whitebox agents). A per-deployment choice: not part of the run's frozen config.",
     )
 
 
@@ -297,10 +303,16 @@ class RolloutConfig(_Strict):
         return v
 
     def snapshot(self) -> dict[str, Any]:
-        """The frozen part of a rollout: all but ``worker.concurrency`` (a per-process choice) and the
+        """The frozen part of a rollout: all but ``worker.concurrency`` and ``proxy.urls`` (per-process
+        choices) and the
         ``train``/``loop`` sections (the loop records those in its run's config separately); without
         an ``eval`` section the snapshot is what it was before evaluation existed."""
-        exclude: dict[str, Any] = {"worker": {"concurrency"}, "train": True, "loop": True}
+        exclude: dict[str, Any] = {
+            "worker": {"concurrency"},
+            "proxy": {"urls"},
+            "train": True,
+            "loop": True,
+        }
         if self.secrets == SecretsConfig():
             exclude["secrets"] = True  # snapshots of runs from before the section compare equal
         if self.eval is None:

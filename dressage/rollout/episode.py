@@ -224,8 +224,14 @@ async def _play(
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, OSError) as e:
         raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
+    # Several standalone proxies: the client's transport follows the session along the hash ring.
+    ring_client = getattr(env.proxy, "http_client", None)
     client = held.client = AsyncOpenAI(
-        base_url=handle.base_url, api_key=handle.token, max_retries=2, timeout=cfg.worker.session_timeout_s
+        base_url=handle.base_url,
+        api_key=handle.token,
+        max_retries=2,
+        timeout=cfg.worker.session_timeout_s,
+        http_client=ring_client(handle.session_id, cfg.worker.session_timeout_s) if ring_client else None,
     )
     ctx = AgentContext(
         task=task,

@@ -18,7 +18,13 @@ import psycopg
 from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from dressage.errors import InvalidRecordError, StoreError, UnknownRunError, UnknownSessionError
+from dressage.errors import (
+    InvalidRecordError,
+    StoreError,
+    TurnIndexTakenError,
+    UnknownRunError,
+    UnknownSessionError,
+)
 from dressage.redact import db_error_text
 from dressage.store import schema as t
 from dressage.store.members import StoreMembers
@@ -336,9 +342,9 @@ class TurnLogMixin(StoreMembers):
             return fetch_token_columns(conn, run_id, after, upto)
 
 
-def _turn_index_taken(prep: PreparedTurn) -> InvalidRecordError:
+def _turn_index_taken(prep: PreparedTurn) -> TurnIndexTakenError:
     """The error for a turn whose index its session already recorded under another key."""
-    return InvalidRecordError(
+    return TurnIndexTakenError(
         f"session {prep.row['session_id']} already has a turn {prep.row['turn_index']} recorded under "
         f"another key than {prep.key}; a turn index is recorded once per session"
     )
