@@ -28,6 +28,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from dressage.config import Settings
+from dressage.errors import DressageError
 from dressage.rollout.proxy_ring import HashRing
 from dressage.store import EventStore, Turn
 from dressage.store.db import upgrade
@@ -78,12 +79,33 @@ class ProxyProcess:
     """``dressage-worker proxy`` as a child process on a free port; ``url`` once it is healthy."""
 
     def __init__(self, db_url: str, engine_url: str, home: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "DRESSAGE_HOME": str(home)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "DRESSAGE_HOME": str(home),
+            "DRESSAGE_ADMIN_TOKEN": ADMIN,
+        }
         env.pop("DRESSAGE_DATABASE_URL", None)
+        args = [
+            "--engine-url",
+            engine_url,
+            "--port",
+            "0",
+            "--database-url",
+            db_url,
+            "--context-window",
+            "4096",
+        ]
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from dressage.cli import main; main()", "proxy"]
-            + ["--engine-url", engine_url, "--port", "0", "--database-url", db_url]
-            + ["--admin-token", ADMIN, "--context-window", "4096", "--log-level", "warning"],
+            [
+                sys.executable,
+                "-c",
+                "from dressage.cli import main; main()",
+                "proxy",
+                *args,
+                "--log-level",
+                "warning",
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -307,17 +329,27 @@ def test_rollout_over_proxies_survives_killing_one(tmp_path: Path, pg_url: str, 
             DRESSAGE_TEST_AGENT_SLEEP="0.3",
         )
 
-        def turns_recorded() -> int:
+        ring = HashRing([p.url for p in procs])
+
+        def moving_session() -> str | None:
+            """A running session owned by proxy 0 on the ring, part-way through its turns."""
             try:
-                return len(store.read_turns(store.get_run(run), with_experts=False))
-            except Exception:
-                return 0
+                r = store.get_run(run)
+                for s in store.list_sessions(r, status="running"):
+                    n = len(store.read_turns(session_id=s.id, with_experts=False))
+                    if ring.walk(s.id)[0] == procs[0].url and 1 <= n < 4:
+                        return s.id
+            except DressageError:
+                return None
+            return None
 
         deadline = time.monotonic() + 120
-        while turns_recorded() < 4 and time.monotonic() < deadline and worker.poll() is None:
-            time.sleep(0.1)
-        assert worker.poll() is None, worker.communicate()[0].decode(errors="replace")[-3000:]
-        procs[0].kill()  # mid-run: some sessions are on it, some of them mid-request
+        moved = None
+        while moved is None and time.monotonic() < deadline and worker.poll() is None:
+            moved = moving_session()
+            time.sleep(0.05)
+        assert moved is not None, worker.communicate()[0].decode(errors="replace")[-3000:]
+        procs[0].kill()  # mid-run: this session (and maybe others) must move to proxy 1
         out, _ = worker.communicate(timeout=180)
         assert worker.returncode == 0, out.decode(errors="replace")[-3000:]
 
@@ -328,6 +360,7 @@ def test_rollout_over_proxies_survives_killing_one(tmp_path: Path, pg_url: str, 
         assert store.task_counts(r) == {"pending": 0, "leased": 0, "done": n_tasks, "failed": 0}
         for s in finished:  # every turn once, in order: nothing lost, nothing recorded twice
             _assert_dense(store.read_turns(session_id=s.id, with_experts=False), 4)
+        assert moved in {s.id for s in finished}  # the session on the killed proxy finished on the other
     finally:
         store.close()
         for p in procs:
