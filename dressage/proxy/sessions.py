@@ -340,7 +340,7 @@ class SessionRegistry:
         recorded turns since this cache was built, or finalized the session. One indexed read per
         request tells; a log *behind* the cache only means this proxy's own appends are in flight.
         """
-        status, recorded = await asyncio.to_thread(self.store.session_head, state.session_id)
+        status, recorded = await self.store.session_head_async(state.session_id)
         if status != "running":
             self.finish(state.session_id)
             raise AuthError(f"session {state.session_id} is {status}; its token no longer works")
