@@ -105,6 +105,18 @@ class ProxyConfig(_Strict):
         "whitebox agents). A per-deployment choice: not part of the run's frozen config.",
     )
 
+    @field_validator("urls")
+    @classmethod
+    def _proxy_urls(cls, v: list[str]) -> list[str]:
+        from dressage.rollout.proxy_ring import HashRing
+
+        try:
+            if v:
+                HashRing(v)  # the same checks the worker's ring makes: http(s) URLs, each once
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        return v
+
 
 def session_seed(seed: int, task_index: int, sample_index: int, attempt: int) -> int:
     """The sampling seed of one (task, sample, attempt) session under a run's base ``seed``."""

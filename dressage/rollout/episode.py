@@ -126,8 +126,9 @@ async def _renew(env: EpisodeEnv, lease: TaskLease, owner_task: asyncio.Task[Any
 def sandbox_session_url(env: EpisodeEnv, host_session_url: str) -> str:
     """The session's OpenAI base URL as seen from inside the sandbox."""
     base = env.proxy.base_url.rstrip("/")
-    suffix = host_session_url[len(base) :] if host_session_url.startswith(base) else host_session_url
-    return env.sandbox_proxy_url.rstrip("/") + suffix
+    if not host_session_url.startswith(base):
+        return host_session_url  # one of several standalone proxies (proxy.urls): reached directly
+    return env.sandbox_proxy_url.rstrip("/") + host_session_url[len(base) :]
 
 
 async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
