@@ -249,7 +249,13 @@ def test_two_proxies_racing_on_one_turn_record_it_once(
     shared: tuple[list[str], EventStore], engine: GatedEngine
 ) -> None:
     urls, store = shared
-    _, sid, token = _session(urls)
+    run, sid, token = _session(urls)
+    again = httpx.post(  # a caller-chosen session id is opened once: its token was handed out
+        urls[1] + "/admin/sessions",
+        json={"run": run, "session_id": sid},
+        headers={"authorization": f"Bearer {ADMIN}"},
+    )
+    assert again.status_code == 409 and again.json()["error"]["code"] == "session_exists"
     first = [{"role": "user", "content": "Race me."}]
     r0 = _chat(urls[0], token, first)
     assert r0.status_code == 200
