@@ -28,6 +28,11 @@ class Settings(BaseSettings):
         default=None,
         description="SQLAlchemy URL of the event log; default: SQLite file under ./.dressage/.",
     )
+    replica_url: str | None = Field(
+        default=None,
+        description="A PostgreSQL streaming replica of database_url: the trainer and the viewer read from it "
+        "(writes still go to database_url; the trainer waits until it has replayed what it needs).",
+    )
     home: Path = Field(default=DEFAULT_HOME, description="Directory for the embedded database and artifacts.")
     artifacts_uri: str | None = Field(
         default=None, description="Where artifacts go (a local directory); default: <home>/artifacts."

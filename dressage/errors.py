@@ -47,6 +47,10 @@ class InvalidRecordError(StoreError):
     """A record violates the log's invariants (array lengths, sizes, encodings); nothing was written."""
 
 
+class TurnIndexTakenError(InvalidRecordError):
+    """The session already recorded a turn at this index (another writer, e.g. a second proxy, won the race)."""
+
+
 class IdempotencyConflictError(StoreError):
     """The same idempotency key was appended again with different content (non-determinism)."""
 

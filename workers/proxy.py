@@ -44,7 +44,11 @@ def proxy_command(
     from dressage.store import EventStore
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = load_settings(database_url=database_url, admin_token=admin_token)
+    from pydantic import SecretStr
+
+    settings = load_settings(
+        database_url=database_url, admin_token=SecretStr(admin_token) if admin_token else None
+    )
     secrets = [s.get_secret_value() for s in settings.secrets]
     if settings.admin_token:
         secrets.append(settings.admin_token.get_secret_value())

@@ -39,6 +39,11 @@ def train_command(
     replay: bool = typer.Option(False, "--replay", help="Re-form every recorded step and check its hash."),
     out: Path = typer.Option(Path("train-out"), help="Checkpoints (torch) or rollout files (slime-dump)."),
     database_url: str | None = typer.Option(None, help="Event log URL (default: DRESSAGE_DATABASE_URL)."),
+    replica_url: str | None = typer.Option(
+        None,
+        help="Read groups and turns from this PostgreSQL streaming replica (default: DRESSAGE_REPLICA_URL); "
+        "steps are committed to the primary.",
+    ),
     max_staleness: int | None = typer.Option(None, help="Mask tokens older than this many versions."),
     last_version_only: bool = typer.Option(False, help="Train only tokens of a segment's newest version."),
     group_version_window: int | None = typer.Option(None, help="Drop groups with tokens older than this."),
@@ -68,17 +73,21 @@ def train_command(
     from dressage.cli.render import console as make_console
     from dressage.config import load_settings
     from dressage.store import EventStore
+    from dressage.store.replica import open_replica_store
     from dressage.training.masking import MaskingPolicy
     from dressage.training.steps import StepOptions
 
     console = make_console(stderr=True)
     check_train_options(out=out, lr=lr, global_batch_size=global_batch_size, n_samples=n_samples_per_prompt)
-    store = EventStore.open(settings=load_settings(database_url=database_url))
+    settings = load_settings(database_url=database_url, replica_url=replica_url)
+    store = EventStore.open(settings=settings)
     out_existed = out.exists()
+    reader = None
     try:
+        reader = open_replica_store(settings)
         store.get_run(from_run)  # an unknown run fails before any output is written
         if replay:
-            _replay(console, store, from_run, consumer)
+            _replay(console, store, from_run, consumer, reader)
             return
         options = StepOptions(
             global_batch_size=global_batch_size,
@@ -106,12 +115,14 @@ def train_command(
         chosen = _backend(
             backend, out, model=model, seed=seed, lr=lr, optimizer=optimizer, trainable=trainable, push=pusher
         )
-        _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s)
+        _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s, reader)
     except BaseException:
         if not out_existed:
             remove_if_empty(out)
         raise
     finally:
+        if reader is not None:
+            reader.close()
         store.close()
 
 
@@ -141,7 +152,9 @@ def _progress(console: Console) -> Progress:
     return Progress(*columns, console=console)
 
 
-def _replay(console: Console, store: EventStore, run: str, consumer: str) -> None:
+def _replay(
+    console: Console, store: EventStore, run: str, consumer: str, reader: EventStore | None = None
+) -> None:
     from dressage.training.consumer import Trainer, consumer_name
     from dressage.training.steps import StepBatch, StepOptions
 
@@ -151,7 +164,8 @@ def _replay(console: Console, store: EventStore, run: str, consumer: str) -> Non
             f"nothing to replay: no recorded steps for {consumer_name(consumer)} of run {run!r}", markup=False
         )
         return
-    trainer = Trainer(store, run, StepOptions.from_dict(steps[0].manifest["options"]), consumer=consumer)
+    options = StepOptions.from_dict(steps[0].manifest["options"])
+    trainer = Trainer(store, run, options, consumer=consumer, reader=reader)
     with _progress(console) as bar:
         task = bar.add_task("replay", total=len(steps))
 
@@ -174,12 +188,13 @@ def _train(
     follow: bool,
     max_steps: int | None,
     throttle_s: float,
+    reader: EventStore | None = None,
 ) -> None:
     from rich.markup import escape
 
     from dressage.training.consumer import StepResult, Trainer, manifest_summary
 
-    trainer = Trainer(store, run, options, backend, consumer=consumer)
+    trainer = Trainer(store, run, options, backend, consumer=consumer, reader=reader)
     with _progress(console) as bar:
         task = bar.add_task(escape(f"{trainer.consumer} on {run}"), total=max_steps)
 

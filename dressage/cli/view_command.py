@@ -54,6 +54,13 @@ def view(
         ),
     ] = None,
     database_url: DatabaseUrl = None,
+    replica_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Read from this PostgreSQL streaming replica instead (default: DRESSAGE_REPLICA_URL).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the viewer at http://HOST:PORT (read-only)."""
     if ctx.invoked_subcommand is not None:
@@ -62,8 +69,8 @@ def view(
 
     from dressage.view.app import create_app
 
-    settings = load_settings(database_url=database_url)
-    store = open_readonly_store(settings)
+    settings = load_settings(database_url=database_url, replica_url=replica_url)
+    store = open_readonly_store(settings, replica=True)
     if token is None and settings.view_token is not None:
         token = settings.view_token.get_secret_value()
     if token is None and not _is_loopback(host):

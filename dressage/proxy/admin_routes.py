@@ -2,8 +2,9 @@
 
 =========================================  ===============================================================
 ``POST /admin/runs``                       ``{name, config}`` -> the run (created, or got when it exists)
-``POST /admin/sessions``                   ``{run, task_id, attempt, agent, sandbox, info}`` ->
-                                           ``{session_id, token, base_url}``
+``POST /admin/sessions``                   ``{run, task_id, attempt, agent, sandbox, info, session_id}``
+                                           -> ``{session_id, token, base_url}`` (``session_id``:
+                                           optional, chosen by a caller that hashes it to a proxy)
 ``POST /admin/sessions/{id}/finalize``     ``{status, reward, finish_reason, error, metadata}``
                                            (idempotent) -> the session
 ``POST /admin/pause``                      abort in-flight generations, hold new ones
@@ -104,6 +105,7 @@ def admin_routes(svc: ProxyService) -> list[Route]:
             agent=_field(body, "agent", str),
             sandbox=_field(body, "sandbox", str),
             info=_field(body, "info", dict),
+            session_id=_field(body, "session_id", str),
         )
         return asdict(handle)
 

@@ -21,6 +21,9 @@ IdempotencyConflictError               409     invalid_request_error       confl
 StoreError (an outage)                 503     api_error                   store_unavailable
 anything else                          500     api_error                   internal_error
 =====================================  ======  ==========================  ============================
+
+``turn_conflict`` (409): another proxy serving the same session recorded the turn first; nothing
+was recorded for this request, and its retry is answered from the log.
 """
 
 from __future__ import annotations

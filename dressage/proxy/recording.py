@@ -4,6 +4,9 @@
 generation to the context window; :func:`record_turn` commits the generated ids to the index and
 appends the turn to the log in one transaction, before any reply leaves. If the append fails the
 session's cached state is evicted, so the next request rebuilds it from what the log really holds.
+When another proxy recorded the same turn index first (two proxies racing on one session), the
+loser records nothing and answers 409 ``turn_conflict``; the turn index's uniqueness in the log
+is what decides.
 
 Per-turn store fields: ``context_ids`` are the new prompt ids of an ``append`` (the TITO delta)
 or the whole prompt of a segment's first turn (``create``/``branch``); ``info["tito"]`` keeps
@@ -55,10 +58,13 @@ from dressage.engines.grammar import GRAMMAR_KINDS as GRAMMAR_PARAMS
 from dressage.engines.grammar import THINK_END
 from dressage.errors import (
     AuthError,
+    ConflictError,
     ContextLengthExceededError,
     DressageError,
+    IdempotencyConflictError,
     InvalidRecordError,
     StoreError,
+    TurnIndexTakenError,
 )
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.generation import Coordinator, Generation
@@ -411,6 +417,15 @@ async def record_turn(
         )
         try:
             await store.append_turn_async(state.run_name, record)
+        except (TurnIndexTakenError, IdempotencyConflictError) as e:
+            # Another proxy recorded this turn index first (two proxies raced on one session).
+            registry.evict(state.session_id)
+            raise ConflictError(
+                f"turn {turn_index} of session {state.session_id} was recorded concurrently by another "
+                "request (another proxy serving the same session); nothing was recorded for this one. "
+                "Retry it: it is answered from the log if it is the same request",
+                code="turn_conflict",
+            ) from e
         except InvalidRecordError as e:
             registry.evict(state.session_id)
             session = await asyncio.to_thread(store.get_session, state.session_id)

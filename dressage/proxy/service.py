@@ -15,7 +15,7 @@ from typing import Any
 
 from dressage.config import Settings
 from dressage.engines import EnginePool
-from dressage.errors import EngineError
+from dressage.errors import ConflictError, EngineError, UnknownSessionError
 from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
@@ -121,8 +121,18 @@ class ProxyService:
         info: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> SessionHandle:
-        """Open a session with a fresh bearer token (only its sha256 is stored)."""
+        """Open a session with a fresh bearer token (only its sha256 is stored).
+
+        ``session_id`` may be chosen by the caller (a worker hashing sessions onto several proxies);
+        an id that already exists is refused (409): its token was handed out once.
+        """
         token = TOKEN_PREFIX + pysecrets.token_urlsafe(24)
+        if session_id is not None and await asyncio.to_thread(self._session_exists, session_id):
+            raise ConflictError(
+                f"session {session_id!r} already exists; its token was given when it was opened",
+                param="session_id",
+                code="session_exists",
+            )
         found = await asyncio.to_thread(self.store.get_run, run)
         check_run_profile(found.name, found.config, self.profile)
         session = await asyncio.to_thread(
@@ -137,6 +147,13 @@ class ProxyService:
             info=info,
         )
         return SessionHandle(session.id, token, self.session_url(token))
+
+    def _session_exists(self, session_id: str) -> bool:
+        try:
+            self.store.get_session(session_id)
+        except UnknownSessionError:
+            return False
+        return True
 
     async def finalize_session(
         self,

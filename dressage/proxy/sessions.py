@@ -5,7 +5,10 @@ A :class:`SessionState` holds what routing a request needs: the session's TITO
 lineages, the next turn index, and the replies of recorded turns for retry dedupe. All of it is
 derivable from the session's recorded turns (each turn's ``info["tito"]`` keeps what the index
 needs), so :class:`SessionRegistry` rebuilds a state from the log whenever a token is not cached:
-after a proxy restart the agent's retried request continues the same session.
+after a proxy restart the agent's retried request continues the same session. Several proxies can
+serve one session from one log: each request first checks the session's status and recorded turn
+count (:meth:`~dressage.store.EventStore.session_head`), and a cache that is behind the log (another
+proxy recorded a turn) is rebuilt before the request is planned.
 
 Log lineages vs TITO lineages: a TITO lineage is one token-contiguous chain (a *segment* in the
 log). The log's ``lineage_index`` names an agent context: ``0`` for the session's first one (the
@@ -304,6 +307,8 @@ class SessionRegistry:
             )
         digest = token_digest(token)
         state = self._by_digest.get(digest)
+        if state is not None and not state.finished and not await self._current(digest, state):
+            state = None
         if state is None:
             pending = self._loading.get(digest)
             if pending is None:
@@ -327,6 +332,29 @@ class SessionRegistry:
         if state is None or state.finished:
             raise AuthError("unknown or finished session token; open a session with the admin API")
         return state
+
+    async def _current(self, digest: str, state: SessionState) -> bool:
+        """Whether a cached state still describes the log (False: it was evicted, rebuild it).
+
+        Several proxies may serve one session (any proxy serves any session): another one may have
+        recorded turns since this cache was built, or finalized the session. One indexed read per
+        request tells; a log *behind* the cache only means this proxy's own appends are in flight.
+        """
+        status, recorded = await self.store.session_head_async(state.session_id)
+        if status != "running":
+            self.finish(state.session_id)
+            raise AuthError(f"session {state.session_id} is {status}; its token no longer works")
+        if recorded <= state.next_turn:
+            return True
+        log.info(
+            "session %s has %d turns in the log, %d in this proxy's cache (another proxy served it): rebuilding",
+            state.session_id,
+            recorded,
+            state.next_turn,
+        )
+        if self._by_digest.get(digest) is state:
+            self.evict(state.session_id)
+        return False
 
     def evict(self, session_id: str) -> None:
         """Forget a session's cached state (the next request rebuilds it from the log)."""

@@ -89,7 +89,7 @@ class EngineConfig(_Strict):
 
 
 class ProxyConfig(_Strict):
-    """The TITO proxy the worker runs in-process."""
+    """The TITO proxy the worker runs in-process, or the standalone proxies it uses (``urls``)."""
 
     host: str = Field(default="127.0.0.1", description="Interface the in-process proxy binds (port is free).")
     context_window: int | None = Field(default=None, ge=16)
@@ -98,6 +98,24 @@ class ProxyConfig(_Strict):
         default=None,
         description="How sandboxes with network (e2b) reach this worker's proxy; default: its local URL.",
     )
+    urls: list[str] = Field(
+        default_factory=list,
+        description="Standalone proxies (`dressage-worker proxy`) on the run's database: the worker starts "
+        "no engine or proxy and spreads sessions over them by consistent hashing (needs DRESSAGE_ADMIN_TOKEN; "
+        "whitebox agents). A per-deployment choice: not part of the run's frozen config.",
+    )
+
+    @field_validator("urls")
+    @classmethod
+    def _proxy_urls(cls, v: list[str]) -> list[str]:
+        from dressage.rollout.proxy_ring import HashRing
+
+        try:
+            if v:
+                HashRing(v)  # the same checks the worker's ring makes: http(s) URLs, each once
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        return v
 
 
 def session_seed(seed: int, task_index: int, sample_index: int, attempt: int) -> int:
@@ -297,10 +315,16 @@ class RolloutConfig(_Strict):
         return v
 
     def snapshot(self) -> dict[str, Any]:
-        """The frozen part of a rollout: all but ``worker.concurrency`` (a per-process choice) and the
+        """The frozen part of a rollout: all but ``worker.concurrency`` and ``proxy.urls`` (per-process
+        choices) and the
         ``train``/``loop`` sections (the loop records those in its run's config separately); without
         an ``eval`` section the snapshot is what it was before evaluation existed."""
-        exclude: dict[str, Any] = {"worker": {"concurrency"}, "train": True, "loop": True}
+        exclude: dict[str, Any] = {
+            "worker": {"concurrency"},
+            "proxy": {"urls"},
+            "train": True,
+            "loop": True,
+        }
         if self.secrets == SecretsConfig():
             exclude["secrets"] = True  # snapshots of runs from before the section compare equal
         if self.eval is None:

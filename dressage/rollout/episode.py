@@ -126,8 +126,9 @@ async def _renew(env: EpisodeEnv, lease: TaskLease, owner_task: asyncio.Task[Any
 def sandbox_session_url(env: EpisodeEnv, host_session_url: str) -> str:
     """The session's OpenAI base URL as seen from inside the sandbox."""
     base = env.proxy.base_url.rstrip("/")
-    suffix = host_session_url[len(base) :] if host_session_url.startswith(base) else host_session_url
-    return env.sandbox_proxy_url.rstrip("/") + suffix
+    if not host_session_url.startswith(base):
+        return host_session_url  # one of several standalone proxies (proxy.urls): reached directly
+    return env.sandbox_proxy_url.rstrip("/") + host_session_url[len(base) :]
 
 
 async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
@@ -224,8 +225,14 @@ async def _play(
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, OSError) as e:
         raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
+    # Several standalone proxies: the client's transport follows the session along the hash ring.
+    ring_client = getattr(env.proxy, "http_client", None)
     client = held.client = AsyncOpenAI(
-        base_url=handle.base_url, api_key=handle.token, max_retries=2, timeout=cfg.worker.session_timeout_s
+        base_url=handle.base_url,
+        api_key=handle.token,
+        max_retries=2,
+        timeout=cfg.worker.session_timeout_s,
+        http_client=ring_client(handle.session_id, cfg.worker.session_timeout_s) if ring_client else None,
     )
     ctx = AgentContext(
         task=task,

@@ -2,7 +2,8 @@
 
 One worker process: opens the log, resolves the config (a new run from ``run.yaml``, or the frozen
 snapshot of ``--resume RUN``), starts the inference engine (the CPU dev engine as a child process,
-or existing SGLang URLs), runs the TITO proxy in-process, creates or continues the run, enqueues
+or existing SGLang URLs), runs the TITO proxy in-process (or, with ``proxy.urls``, uses standalone
+proxies on the same database: :mod:`dressage.rollout.proxy_ring`), creates or continues the run, enqueues
 tasks x ``n_samples_per_prompt`` (idempotent), then claims (task, sample) pairs under leases and runs
 up to ``concurrency`` episodes at once (:mod:`dressage.rollout.episode`) until the queue is empty.
 With an ``eval:`` section it also enqueues the eval round of each new policy version it sees
@@ -42,6 +43,7 @@ from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv, Outcome, run_episode
 from dressage.rollout.evaluation import EvalScheduler, eval_line, read_eval_rounds
 from dressage.rollout.progress import RolloutProgress, Snapshot
+from dressage.rollout.proxy_ring import ProxyRing
 from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import RunSecrets, resolve_secrets
 from dressage.store import EventStore, Run
@@ -102,7 +104,8 @@ def resolve_config(store: EventStore, opts: WorkerOptions) -> tuple[RolloutConfi
                 f"{opts.config_path} differs from the frozen config of run {run.name!r} in: {', '.join(diff)}; "
                 "resume without --config or start a new run"
             )
-        cfg = cfg.model_copy(update={"worker": given.worker})
+        proxy = cfg.proxy.model_copy(update={"urls": given.proxy.urls})
+        cfg = cfg.model_copy(update={"worker": given.worker, "proxy": proxy})
     return cfg, run.config
 
 
@@ -212,7 +215,10 @@ async def run_rollout(
             snapshot = {"rollout": cfg.snapshot(), "dataset_sha256": dataset_digest(tasks)}
             if secrets.values():
                 snapshot["secret_digests"] = secrets.digests()
-        engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
+        if cfg.proxy.urls:
+            proxy = remote_proxies(store, cfg, settings, agent)
+        else:
+            engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
         run: Run = await proxy.create_run(cfg.run, snapshot)
         if tasks is not None and sum(store.task_counts(run).values()) == 0:
             store.enqueue_tasks(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
@@ -252,6 +258,17 @@ async def run_rollout(
         if engine is not None:
             engine.stop()
         store.close()
+
+
+def remote_proxies(store: EventStore, cfg: RolloutConfig, settings: Settings, agent: Any) -> ProxyRing:
+    """The standalone proxies of ``proxy.urls`` (no engine or proxy of this worker's own)."""
+    if isinstance(agent, BlackboxAgent):
+        raise ConfigError(
+            "proxy.urls works with whitebox agents only: a blackbox agent's sandbox reaches one proxy "
+            "(its socket); run blackbox agents with the in-process proxy"
+        )
+    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    return ProxyRing(cfg.proxy.urls, admin, store)
 
 
 def with_secrets(settings: Settings, secrets: RunSecrets) -> Settings:

@@ -288,6 +288,11 @@ class PgTurnAppender:
                 self._conn = None
 
 
+SESSION_HEAD_SQL = "SELECT s.status, (SELECT max(turn_index) FROM turns WHERE session_id = s.id) FROM sessions s WHERE s.id = $1"
+"""A session's status and last turn index: what a proxy checks its cached state against."""
+_HEAD_STATEMENT = b"dressage_session_head"
+
+
 class AsyncPgTurnAppender:
     """:class:`PgTurnAppender` on an async psycopg connection (used inside event loops).
 
@@ -307,6 +312,14 @@ class AsyncPgTurnAppender:
         """Same answer as :meth:`PgTurnAppender.diagnose`."""
         return _diagnosis(await self._run(_DIAGNOSIS_STATEMENT, _diagnosis_values(values), None))
 
+    async def session_head(self, session_id: str) -> tuple[Any, ...] | None:
+        """``(status, max turn_index)`` of a session, or None when absent (:data:`SESSION_HEAD_SQL`)."""
+        res = await self._run(_HEAD_STATEMENT, [session_id.encode()], None)
+        if res.ntuples == 0:
+            return None
+        status, last = res.get_value(0, 0), res.get_value(0, 1)
+        return (bytes(status or b"").decode(), None if last is None else int(bytes(last)))
+
     async def _run(
         self, statement: bytes, values: list[bytes | None], formats: list[int] | None
     ) -> pq.abc.PGresult:
@@ -322,6 +335,8 @@ class AsyncPgTurnAppender:
             conn.pgconn.send_prepare(_APPEND_STATEMENT, PG_APPEND_TURN_SQL.encode(), _APPEND_PARAM_OIDS)
             await self._result(conn)
             conn.pgconn.send_prepare(_DIAGNOSIS_STATEMENT, PG_APPEND_DIAGNOSIS_SQL.encode())
+            await self._result(conn)
+            conn.pgconn.send_prepare(_HEAD_STATEMENT, SESSION_HEAD_SQL.encode())
             await self._result(conn)
         return self._conn
 

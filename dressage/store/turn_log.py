@@ -18,7 +18,13 @@ import psycopg
 from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from dressage.errors import InvalidRecordError, StoreError, UnknownRunError, UnknownSessionError
+from dressage.errors import (
+    InvalidRecordError,
+    StoreError,
+    TurnIndexTakenError,
+    UnknownRunError,
+    UnknownSessionError,
+)
 from dressage.redact import db_error_text
 from dressage.store import schema as t
 from dressage.store.members import StoreMembers
@@ -157,10 +163,7 @@ class TurnLogMixin(StoreMembers):
             return await loop.run_in_executor(self._writer_thread(), self.append_turn, r, record)
         prep = prepare_turn(r.name, record, max_payload_bytes=self.max_payload_bytes)
         values = pg_append_values(prep, r.id, time.time())
-        pool = self._async_appenders.get(asyncio.get_running_loop())
-        if pool is None:
-            pool = AsyncPgAppenderPool(self.engine.url)
-            self._async_appenders[asyncio.get_running_loop()] = pool
+        pool = self._async_pool()
         for attempt in range(PG_APPEND_ATTEMPTS):
             async with pool.appender() as appender:
                 try:
@@ -182,6 +185,41 @@ class TurnLogMixin(StoreMembers):
         raise StoreError(
             f"turn {prep.key} was not recorded after {PG_APPEND_ATTEMPTS} attempts; retry the append"
         )
+
+    def _async_pool(self) -> AsyncPgAppenderPool:
+        """The running loop's async PostgreSQL connections (opened on first use)."""
+        pool = self._async_appenders.get(asyncio.get_running_loop())
+        if pool is None:
+            pool = AsyncPgAppenderPool(self.engine.url)
+            self._async_appenders[asyncio.get_running_loop()] = pool
+        return pool
+
+    async def session_head_async(self, session_id: str) -> tuple[str, int]:
+        """:meth:`~dressage.store.EventStore.session_head` for event loops (the proxy, per request).
+
+        On PostgreSQL one prepared statement on the loop's async connections: no thread hop, no
+        pool pre-ping. A broken connection is replaced and the read tried once more.
+        """
+        if self.dialect != "postgresql":
+            return await asyncio.to_thread(self.session_head, session_id)  # type: ignore[attr-defined]
+        pool = self._async_pool()
+        for attempt in range(2):
+            async with pool.appender() as appender:
+                try:
+                    row = await appender.session_head(session_id)
+                except psycopg.OperationalError as e:
+                    await appender.reset()
+                    if attempt:
+                        raise StoreError(
+                            f"database read failed: {db_error_text(e, self.secrets)}; is PostgreSQL up?"
+                        ) from e
+                    continue
+                except psycopg.Error as e:
+                    raise StoreError(f"database read failed: {db_error_text(e, self.secrets)}") from e
+            if row is None:
+                raise UnknownSessionError(f"no session {session_id!r} in the log")
+            return row[0], 0 if row[1] is None else row[1] + 1
+        raise AssertionError("unreachable")
 
     async def aclose_async(self) -> None:
         """Close the async connections this loop opened for :meth:`append_turn_async`."""
@@ -336,9 +374,9 @@ class TurnLogMixin(StoreMembers):
             return fetch_token_columns(conn, run_id, after, upto)
 
 
-def _turn_index_taken(prep: PreparedTurn) -> InvalidRecordError:
+def _turn_index_taken(prep: PreparedTurn) -> TurnIndexTakenError:
     """The error for a turn whose index its session already recorded under another key."""
-    return InvalidRecordError(
+    return TurnIndexTakenError(
         f"session {prep.row['session_id']} already has a turn {prep.row['turn_index']} recorded under "
         f"another key than {prep.key}; a turn index is recorded once per session"
     )

@@ -6,6 +6,11 @@ step manifest, its batch hash and the consumer checkpoint are committed in one t
 (:meth:`EventStore.commit_step`). After a crash the trainer resumes at the step after the last
 committed one; the cursor in the checkpoint state makes the next batch byte-identical to what an
 uninterrupted run would have formed. Replay re-forms every recorded step and checks its hash.
+
+With a ``reader`` (a streaming replica), groups and turns are read from it and everything else
+(checkpoints, step commits) from and to the primary; before each look at the log the replica is
+waited for until it has replayed all the primary held at that moment, so the batches are
+byte-identical to the ones the primary would give.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, Protocol
 from dressage.errors import ReplayDriftError
 from dressage.store.event_store import EventStore
 from dressage.store.records import ConsumerCheckpoint, Run, TrainStep
+from dressage.store.replica import REPLAY_TIMEOUT_S, wait_for_replay
 from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
 from dressage.training.manifest import first_drift
 from dressage.training.steps import StepBatch, StepBuilder, StepOptions
@@ -74,18 +80,26 @@ class Trainer:
         *,
         consumer: str = "main",
         start_step: int = 0,
+        reader: EventStore | None = None,
+        replica_timeout_s: float = REPLAY_TIMEOUT_S,
     ) -> None:
         self.store = store
+        self.reader = reader
+        """A read replica (:mod:`dressage.store.replica`) that groups and turns are read from, or None."""
+        self.replica_timeout_s = replica_timeout_s
         self.start_step = start_step
         self.run = store.get_run(run)
         self.options = options
         self.backend: Backend = backend or NullBackend()
         self.consumer = consumer_name(consumer)
-        self.builder = StepBuilder(store, self.run, options)
-        self.tracker = GroupTracker(store, self.run, options.n_samples_per_prompt)
+        source = reader or store
+        self.builder = StepBuilder(source, self.run, options)
+        self.tracker = GroupTracker(source, self.run, options.n_samples_per_prompt)
         self._pending: list[ReadyGroup] = []
 
     def _refresh(self, cursor: Cursor) -> None:
+        if self.reader is not None:  # the replica first replays all the primary holds now
+            wait_for_replay(self.store, self.reader, timeout_s=self.replica_timeout_s)
         self._pending += [g for g in self.tracker.poll() if g.cursor > cursor]
 
     def run_steps(

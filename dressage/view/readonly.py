@@ -67,9 +67,15 @@ def make_readonly_engine(url: str) -> Engine:
     return engine
 
 
-def open_readonly_store(settings: Settings) -> EventStore:
-    """An :class:`EventStore` for reads only (artifacts from the settings' artifact directory)."""
+def open_readonly_store(settings: Settings, *, replica: bool = False) -> EventStore:
+    """An :class:`EventStore` for reads only (artifacts from the settings' artifact directory).
+
+    ``replica``: read from ``settings.replica_url`` when one is configured (a streaming replica
+    serves the viewer's reads and spares the primary; pages show what it has replayed).
+    """
     url = settings.resolved_database_url()
+    if replica and settings.replica_url:
+        url = normalize_database_url(settings.replica_url)
     if url.startswith("sqlite:///") and not url.endswith(":memory:"):
         path = url.split(":///", 1)[1]
         if not Path(path).is_file():

@@ -43,3 +43,35 @@ async def slow_answer(ctx: AgentContext) -> str:
     )
     await asyncio.sleep(float(os.environ.get("DRESSAGE_TEST_AGENT_SLEEP", "0.5")))
     return resp.choices[0].message.content or ""
+
+
+COUNT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "count",
+        "description": "Count one further.",
+        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    },
+}
+
+
+async def multi_turn(ctx: AgentContext) -> str:
+    """Four model calls in one conversation (each a tool call answered by a tool result), with a
+    pause between them (``DRESSAGE_TEST_AGENT_SLEEP``) so a test can kill a proxy mid-session."""
+    messages = ctx.task.chat_messages()
+    reply = ""
+    for k in range(4):
+        resp = await ctx.client.chat.completions.create(
+            model=ctx.model,
+            messages=messages,
+            tools=[COUNT_TOOL],  # type: ignore[list-item]
+            max_tokens=64,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
+        msg = resp.choices[0].message
+        reply = msg.content or ""
+        calls = msg.tool_calls or []
+        messages = [*messages, msg.model_dump(exclude_none=True)]
+        messages += [{"role": "tool", "tool_call_id": c.id, "content": f"counted {k}"} for c in calls]
+        await asyncio.sleep(float(os.environ.get("DRESSAGE_TEST_AGENT_SLEEP", "0.2")))
+    return reply

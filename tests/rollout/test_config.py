@@ -52,6 +52,11 @@ def test_examples_load_with_their_datasets(name: str) -> None:
             "is a tiny deepseek-v3 model; model_profile is 'mistral-nemo'",
         ),
         ({"proxy": {"profile": "qwen3.5"}}, "proxy.profile: unknown field"),
+        (
+            {"proxy": {"urls": ["proxy1:8000"]}},
+            "proxy.urls: proxy URL 'proxy1:8000' is not an http(s)://host:port",
+        ),
+        ({"proxy": {"urls": ["http://a:1", "http://a:1/"]}}, "proxy.urls: proxy.urls lists a proxy twice"),
     ],
 )
 def test_bad_configs_name_the_field(patch: dict, message: str) -> None:

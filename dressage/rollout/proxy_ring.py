@@ -1,0 +1,205 @@
+"""Many proxies, one log: a worker spreads its sessions over ``proxy.urls`` by consistent hashing.
+
+Every ``dressage-worker proxy`` process on one database serves every session (a cached state is
+rebuilt from the log on first touch, and when another proxy recorded turns since). A session
+still goes to one proxy while it lives, so its requests hit one engine's prefix cache: the
+session id is hashed onto a ring of the proxies (:class:`HashRing`, ``VNODES`` points per proxy,
+so removing one moves only its share of sessions). When the session's proxy is unreachable, its
+requests go to the next proxy on the ring; the dead one is skipped for ``DEAD_S`` seconds.
+
+:class:`ProxyRing` is the worker's view of the proxies: the admin API (create the run, open and
+finalize sessions, over HTTP with ``DRESSAGE_ADMIN_TOKEN``) and, per session, an HTTP client for
+the agent (:meth:`ProxyRing.http_client`) whose transport fails over along the ring. A request
+that the dead proxy may have recorded before dying is safe to send again: the next proxy rebuilds
+the session from the log and answers the same request from its recorded turn (retry dedupe), so
+nothing is generated or recorded twice.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from dressage.errors import ConfigError, DressageError
+from dressage.store import Run
+
+log = logging.getLogger(__name__)
+
+VNODES = 64
+"""Points per proxy on the ring: with 64 the share of each proxy is within a few percent of 1/P."""
+DEAD_S = 5.0
+"""How long an unreachable proxy is skipped before it is tried again."""
+CONNECT_ERRORS: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout)
+"""The request never reached the proxy: always safe to send to the next one."""
+FAILOVER_ERRORS = (*CONNECT_ERRORS, httpx.ReadError, httpx.RemoteProtocolError)
+"""Also a proxy that died mid-request: safe for a turn (answered from the log if it was recorded)."""
+
+
+def _point(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+class HashRing:
+    """A consistent-hash ring of proxy URLs with ``vnodes`` virtual nodes each."""
+
+    def __init__(self, urls: list[str], vnodes: int = VNODES) -> None:
+        clean = [u.rstrip("/") for u in urls]
+        if not clean:
+            raise ConfigError("proxy.urls is empty: give at least one proxy URL")
+        if len(set(clean)) != len(clean):
+            raise ConfigError(f"proxy.urls lists a proxy twice: {clean}")
+        for u in clean:
+            parts = urlsplit(u)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ConfigError(f"proxy URL {u!r} is not an http(s)://host:port URL")
+        self.urls = clean
+        self._points = sorted((_point(f"{u}#{i}"), u) for u in clean for i in range(vnodes))
+        self._keys = [p for p, _ in self._points]
+
+    def walk(self, key: str) -> list[str]:
+        """Every proxy once, in ring order from ``key``'s point: the owner first, then its successors."""
+        start = bisect.bisect(self._keys, _point(key))
+        out: list[str] = []
+        for i in range(len(self._points)):
+            url = self._points[(start + i) % len(self._points)][1]
+            if url not in out:
+                out.append(url)
+                if len(out) == len(self.urls):
+                    break
+        return out
+
+
+@dataclass(frozen=True)
+class RingSession:
+    """A session opened through the ring: what an agent needs, plus the ring key (its id)."""
+
+    session_id: str
+    token: str
+    base_url: str
+
+
+class _Health:
+    """Which proxies recently failed to answer (shared by every session of a worker)."""
+
+    def __init__(self) -> None:
+        self.dead_until: dict[str, float] = {}
+
+    def order(self, candidates: list[str]) -> list[str]:
+        """Live proxies first (in ring order), then the ones marked dead (a last resort)."""
+        now = time.monotonic()
+        live = [u for u in candidates if self.dead_until.get(u, 0.0) <= now]
+        return live + [u for u in candidates if u not in live]
+
+    def dead(self, url: str) -> None:
+        if self.dead_until.get(url, 0.0) <= time.monotonic():
+            log.warning("proxy %s is unreachable; its sessions move to the next proxy on the ring", url)
+        self.dead_until[url] = time.monotonic() + DEAD_S
+
+
+class FailoverTransport(httpx.AsyncBaseTransport):
+    """Sends each request to the session's proxy, else to the next live one on the ring.
+
+    Only the scheme, host and port change: paths (``/s/<token>/v1/...``) and the bearer token are
+    the same on every proxy.
+    """
+
+    def __init__(
+        self, ring: HashRing, health: _Health, key: str, errors: tuple[type[Exception], ...] = FAILOVER_ERRORS
+    ) -> None:
+        self.ring = ring
+        self.health = health
+        self.key = key
+        self.errors = errors
+        self.inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        last: Exception | None = None
+        for base in self.health.order(self.ring.walk(self.key)):
+            target = httpx.URL(base)
+            request.url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
+            try:
+                return await self.inner.handle_async_request(request)
+            except self.errors as e:
+                self.health.dead(base)
+                last = e
+        assert last is not None
+        raise last
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class ProxyRing:
+    """The worker's proxies: admin calls over HTTP and per-session failover clients (see the module)."""
+
+    def __init__(
+        self, urls: list[str], admin_token: str | None, store: Any, *, timeout: float = 60.0
+    ) -> None:
+        if not admin_token:
+            raise ConfigError(
+                "proxy.urls needs the proxies' admin token: set DRESSAGE_ADMIN_TOKEN for the worker"
+            )
+        self.ring = HashRing(urls)
+        self.health = _Health()
+        self.store = store
+        self.base_url = self.ring.urls[0]
+        self._headers = {"authorization": f"Bearer {admin_token}"}
+        self._timeout = timeout
+
+    async def _post(
+        self, key: str, path: str, body: dict[str, Any], errors: tuple[type[Exception], ...] = FAILOVER_ERRORS
+    ) -> dict[str, Any]:
+        """POST to the admin API of ``key``'s proxy (failing over along the ring on ``errors``)."""
+        transport = FailoverTransport(self.ring, self.health, key, errors)
+        try:
+            async with httpx.AsyncClient(
+                transport=transport, base_url=self.base_url, headers=self._headers, timeout=self._timeout
+            ) as client:
+                resp = await client.post(path, json=body)
+        except httpx.HTTPError as e:
+            raise DressageError(f"no proxy of {self.ring.urls} answered {path}: {e!r}") from e
+        if resp.status_code >= 400:
+            try:
+                message = resp.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = resp.text[:500]
+            raise DressageError(f"proxy admin {path} answered {resp.status_code}: {message}")
+        out: dict[str, Any] = resp.json()
+        return out
+
+    async def create_run(self, name: str, config: dict[str, Any] | None) -> Run:
+        """Create (or get) the run through a proxy, so its config records the proxies' model profile."""
+        await self._post(name, "/admin/runs", {"name": name, "config": config or {}})
+        run: Run = self.store.get_run(name)
+        return run
+
+    async def open_session(self, run: Run, **kwargs: Any) -> RingSession:
+        """Open a session on the proxy its (fresh) id hashes to; any proxy serves it afterwards."""
+        sid = uuid.uuid4().hex
+        body = {"run": run.name, "session_id": sid, **{k: v for k, v in kwargs.items() if v is not None}}
+        # Only a refused connection moves an open: a proxy that died after opening it holds its token.
+        out = await self._post(sid, "/admin/sessions", body, CONNECT_ERRORS)
+        return RingSession(out["session_id"], out["token"], out["base_url"])
+
+    async def finalize_session(self, session_id: str, status: str, **kwargs: Any) -> dict[str, Any]:
+        """Finalize through the session's proxy (idempotent; every proxy then refuses its token)."""
+        return await self._post(
+            session_id, f"/admin/sessions/{session_id}/finalize", {"status": status, **kwargs}
+        )
+
+    def http_client(self, session_id: str, timeout: float) -> httpx.AsyncClient:
+        """An HTTP client for the agent's OpenAI client: requests follow the session's proxy on the ring."""
+        return httpx.AsyncClient(
+            transport=FailoverTransport(self.ring, self.health, session_id), timeout=timeout
+        )
+
+    async def stop(self) -> None:
+        """Nothing to stop: the proxies are not this worker's (the same interface as ProxyServer)."""
