@@ -190,6 +190,11 @@ class WorkerConfig(_Strict):
     session_timeout_s: float = Field(default=600.0, gt=0, description="Wall-clock limit of one agent run.")
     archive_workspace: bool = True
     poll_s: float = Field(default=0.5, gt=0, description="How often an idle worker looks for tasks.")
+    resume_in_flight: bool = Field(
+        default=True,
+        description="An attempt interrupted by a crash or lease expiry is continued by the next one "
+        "(its recorded turns replayed from the log) instead of abandoned and started again.",
+    )
 
 
 class TrainConfig(_Strict):
