@@ -110,8 +110,8 @@ class SamplingConfig(_Strict):
 
     ``seed`` makes a run reproducible: the requests of the session for (task, sample, attempt)
     carry the seed ``seed + 1_000_003 * task_index + 1_009 * sample_index + attempt``, so the
-    samples of a group differ from each other yet come out the same in a rerun. Unset, the engine
-    draws a seed per request.
+    samples of a group differ from each other yet come out the same in a rerun. A session that a
+    later attempt resumes keeps its first attempt's seed. Unset, the engine draws a seed per request.
     """
 
     max_tokens: int = Field(default=32, ge=1)
