@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--pg-url", default=None, help="PostgreSQL admin URL (a fresh database is made)")
     ap.add_argument("--hold-at", type=int, default=len(PLAN) // 2, help="the step the worker is killed at")
     args = ap.parse_args()
-    console = Console()
+    console = Console(width=140)
     policy = _Policy()
     table = Table(title=f"kill -9 at step {args.hold_at} of {len(PLAN) + 1}, then --resume")
     for col in (
