@@ -36,8 +36,8 @@ like any segment. Each turn records ``info["choice"] = {"index", "n", "first"}``
 turn index of choice 0), which is how a retry, even after a restart, gets all n replies back.
 
 A resumed session (:mod:`dressage.proxy.replay`): its first live turn records ``info["replay"]``
-(outcome and counters) and, when the replay diverged and TITO gives no other reason, opens its
-segment under boundary reason ``replay_diverged``.
+(outcome and counters) and, when the replay diverged, opens its segment under boundary reason
+``replay_diverged`` (which, like ``new_conversation``, lets a new lineage take the root thread over).
 
 Top logprobs (``top_logprobs``) are recorded in ``info["top_logprobs"]`` (per generated token a
 list of ``[token_id, logprob]``), so a retried request's reply carries them too.
@@ -358,7 +358,7 @@ async def record_turn(
         replay = state.replay
         replay_info: dict[str, Any] | None = None
         if replay is not None and replay.ending and not abandoned and not job.choice_index:
-            if replay.end(f.route, turn_index) == "diverged" and f.boundary_reason is None:
+            if replay.end(f.route, turn_index) == "diverged":
                 f.boundary_reason = REASON_REPLAY_DIVERGED
             replay_info = replay.summary()
         parsed, parse_error = _parse_safely(parse, turn_id)

@@ -12,7 +12,10 @@ session is live:
   one): the replay *completed*, the turn appends to the segment as it would have without the crash;
 * otherwise the agent (or a tool) behaved differently: the replay *diverged*; the live turn opens
   its segment (a branch from the longest recorded prefix it shares, or a new one) under boundary
-  reason ``replay_diverged``.
+  reason ``replay_diverged``. A new lineage opened so (the agent's first request already differed,
+  say a prompt with a timestamp) takes the root thread over, as a compaction does
+  (:mod:`dressage.training.materialize`): the trajectory's anchor is the live run, never the dead
+  attempt's turns.
 
 A request matches a target when its body is byte-identical to the target's (the fingerprint), or
 when it renders (TITO) to exactly the target's prompt ids, forced tool-call ids included, and asks

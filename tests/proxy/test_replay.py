@@ -61,10 +61,11 @@ def agent(
     tool_output: Any = lambda step: f"ok {step}",
     seed: Any = lambda i: 7,
     on_request: Any = None,
+    system: str = "You are a coding agent.",
 ) -> list[str]:
     """A whitebox tool loop; returns the ``x-dressage-replayed`` header of each request ('' if live)."""
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
+        {"role": "system", "content": system},
         {"role": "user", "content": "Run the three steps."},
     ]
     replayed: list[str] = []
@@ -171,6 +172,27 @@ def test_agent_that_diverges_after_resume_goes_live_on_a_replay_diverged_segment
     anchor = anchor_position(segments)
     assert anchor is not None and segments[anchor].segment_index == 1
     assert store.get_session(s.session_id).info["replay"]["outcome"] == "diverged"
+
+
+def test_agent_that_diverges_at_its_first_request_takes_the_root_over(
+    proxy_r: Harness, scripted: ScriptedEngine
+) -> None:
+    h, store = proxy_r, proxy_r.store
+    run = h.run()
+    s = h.session(run)
+    agent(h, s.token, max_requests=2)
+    resumed = _resume(h, s.session_id)
+    # A system prompt that changed (a CLI that writes the time into it): nothing can be replayed.
+    headers = agent(h, resumed.token, system="You are a coding agent. It is 10:02.")
+    assert headers == [""] * (STEPS + 1)
+    turns = store.read_turns(session_id=s.session_id, with_experts=False)
+    live = turns[2]
+    assert (live.route, live.lineage_index, live.boundary_reason) == ("create", 1, "replay_diverged")
+    assert live.info["replay"]["turns_replayed"] == 0 and live.info["replay"]["outcome"] == "diverged"
+    segments = build_segments(turns)
+    anchor = anchor_position(segments)  # the live run, not the dead attempt's two turns
+    assert anchor is not None and segments[anchor].lineage_index == 1
+    assert segments[anchor].last_turn_index == len(turns) - 1
 
 
 def test_resume_is_refused_for_a_finished_session_and_an_older_attempt(proxy_r: Harness) -> None:
