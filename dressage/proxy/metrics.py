@@ -61,6 +61,16 @@ class ProxyMetrics:
         self.dedupe = Counter(
             "dressage_proxy_retries_deduplicated", "Retried requests answered from the log", registry=r
         )
+        self.replayed = Counter(
+            "dressage_proxy_turns_replayed",
+            "Requests of a resumed session answered from its recorded turns",
+            registry=r,
+        )
+        self.replayed_tokens = Counter(
+            "dressage_proxy_tokens_replayed",
+            "Generated tokens of recorded turns sent again to a resumed session (not generated)",
+            registry=r,
+        )
         self.resumes = Counter(
             "dressage_proxy_generation_resumes", "Generations continued after a pause", registry=r
         )

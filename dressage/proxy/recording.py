@@ -38,6 +38,10 @@ forks at choice 0's prompt: its own segment, the same prompt ids, the same log l
 like any segment. Each turn records ``info["choice"] = {"index", "n", "first"}`` (``first``: the
 turn index of choice 0), which is how a retry, even after a restart, gets all n replies back.
 
+A resumed session (:mod:`dressage.proxy.replay`): its first live turn records ``info["replay"]``
+(outcome and counters) and, when the replay diverged, opens its segment under boundary reason
+``replay_diverged`` (which, like ``new_conversation``, lets a new lineage take the root thread over).
+
 Top logprobs (``top_logprobs``) are recorded in ``info["top_logprobs"]`` (per generated token a
 list of ``[token_id, logprob]``), so a retried request's reply carries them too.
 """
@@ -68,6 +72,7 @@ from dressage.errors import (
 )
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.generation import Coordinator, Generation
+from dressage.proxy.replay import REASON_REPLAY_DIVERGED
 from dressage.proxy.replies import think_open
 from dressage.proxy.sessions import (
     REASON_CLIENT_DISCONNECTED,
@@ -356,6 +361,12 @@ async def record_turn(
         turn_id = turn_key(state.run_name, state.session_id, turn_index)
         f = _place_abandoned(state, job) if abandoned else _place(state, job, turn_id)
         state.next_turn += 1
+        replay = state.replay
+        replay_info: dict[str, Any] | None = None
+        if replay is not None and replay.ending and not abandoned and not job.choice_index:
+            if replay.end(f.route, turn_index) == "diverged":
+                f.boundary_reason = REASON_REPLAY_DIVERGED
+            replay_info = replay.summary()
         parsed, parse_error = _parse_safely(parse, turn_id)
         experts = gen.experts
         expected = len(f.context) + len(gen.ids) - (1 if f.offset == 0 else 0)
@@ -383,6 +394,8 @@ async def record_turn(
             info["forced_tool_call"] = job.conv.force_tool or "any"
         if abandoned:
             info["client_disconnected"] = True
+        if replay_info is not None:
+            info["replay"] = replay_info
         if parse_error is not None:
             info["reply_parse_error"] = redact(f"{type(parse_error).__name__}: {parse_error}", secrets)
         if job.conv.n > 1:

@@ -161,6 +161,10 @@ class ProxyServer:
             run, task_id=task_id, attempt=attempt, agent=agent, sandbox=sandbox, info=info
         )
 
+    async def resume_session(self, session_id: str, *, attempt: int) -> SessionHandle:
+        """Take over an interrupted running session for ``attempt`` (see ``ProxyService.resume_session``)."""
+        return await self.service.resume_session(session_id, attempt=attempt)
+
     async def finalize_session(
         self,
         session_id: str,
@@ -170,10 +174,17 @@ class ProxyServer:
         finish_reason: str | None = None,
         error: str | None = None,
         metadata: dict[str, Any] | None = None,
+        attempt: int | None = None,
     ) -> Session:
         """Finalize a session (idempotent); its token stops working."""
         return await self.service.finalize_session(
-            session_id, status, reward=reward, finish_reason=finish_reason, error=error, metadata=metadata
+            session_id,
+            status,
+            reward=reward,
+            finish_reason=finish_reason,
+            error=error,
+            metadata=metadata,
+            attempt=attempt,
         )
 
     async def pause(self) -> None:

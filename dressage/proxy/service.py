@@ -155,6 +155,20 @@ class ProxyService:
             return False
         return True
 
+    async def resume_session(self, session_id: str, *, attempt: int) -> SessionHandle:
+        """Take over a running session for ``attempt`` with a fresh token (the old one stops working).
+
+        The session keeps its turns; the new attempt's requests that match them are answered from
+        the log (see :mod:`dressage.proxy.replay` and :mod:`dressage.store.resume`).
+        """
+        token = TOKEN_PREFIX + pysecrets.token_urlsafe(24)
+        session = await asyncio.to_thread(self.store.get_session, session_id)
+        run = await asyncio.to_thread(self.store.get_run_by_id, session.run_id)
+        check_run_profile(run.name, run.config, self.profile)
+        self.registry.evict(session_id)  # a cached state of the old attempt answers no one now
+        await asyncio.to_thread(self.store.resume_session, session_id, attempt=attempt, token=token)
+        return SessionHandle(session_id, token, self.session_url(token))
+
     async def finalize_session(
         self,
         session_id: str,
@@ -164,8 +178,16 @@ class ProxyService:
         finish_reason: str | None = None,
         error: str | None = None,
         metadata: dict[str, Any] | None = None,
+        attempt: int | None = None,
     ) -> Session:
-        """Finalize (idempotently); the session's token is refused from now on."""
+        """Finalize (idempotently); the session's token is refused from now on.
+
+        ``attempt``: refuse (:class:`~dressage.errors.LeaseError`) when another attempt took the
+        session over. A resumed session's replay counters join ``metadata`` as ``replay``.
+        """
+        state = self.registry.cached(session_id)
+        if state is not None and state.replay is not None:
+            metadata = {**(metadata or {}), "replay": state.replay.summary()}
         self.registry.finish(session_id)
         session = await asyncio.to_thread(
             self.store.finalize_session,
@@ -175,6 +197,7 @@ class ProxyService:
             finish_reason=finish_reason,
             error=error,
             info=metadata,
+            attempt=attempt,
         )
         self.pool.release(session_id)
         return session

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dressage.errors import AuthError, ConflictError
+from dressage.proxy.replay import Replay, build_replay
 from dressage.store import EventStore, Session, Turn
 from dressage.tito import LineageIndex
 from dressage.tito import TurnRecord as TitoRecord
@@ -145,6 +146,8 @@ class SessionState:
     responses: dict[str, ResponseLink] = field(default_factory=dict)
     """Stored Responses-API replies by response id (``previous_response_id`` continues them)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    replay: Replay | None = None
+    """A resumed session's replay of its recorded turns (see :mod:`dressage.proxy.replay`)."""
 
     @property
     def session_id(self) -> str:
@@ -295,6 +298,7 @@ class SessionRegistry:
         turns = self.store.read_turns(session_id=session.id, with_experts=False)
         for turn in turns:
             state.apply_turn(turn)
+        state.replay = build_replay(session, turns)
         if turns:
             log.info("rebuilt session %s from %d recorded turns", session.id, len(turns))
         return state
@@ -368,6 +372,11 @@ class SessionRegistry:
         if digest is not None and digest in self._by_digest:
             self._by_digest[digest].finished = True
         self.evict(session_id)
+
+    def cached(self, session_id: str) -> SessionState | None:
+        """The cached state of session ``session_id``, if this proxy holds it."""
+        digest = self._by_id.get(session_id)
+        return self._by_digest.get(digest) if digest is not None else None
 
     def live_count(self) -> int:
         """Number of cached live sessions (finished ones are evicted)."""

@@ -3,7 +3,8 @@
 :class:`TurnHandler` serves every dialect's generate route the same way: authenticate the session
 token, read the body (bounded), let the dialect parse it into a
 :class:`~dressage.proxy.conversation.Conversation`, answer a retried request from the log (same
-body fingerprint or ``Idempotency-Key``), plan the prompt ids (TITO), generate, record the turn
+body fingerprint or ``Idempotency-Key``) or, in a resumed session, from the recorded turn it
+replays (:mod:`dressage.proxy.replay`), plan the prompt ids (TITO), generate, record the turn
 durably, and only then hand the recorded turn to the dialect to render. Streaming follows the same
 line: the generation runs in its own task, stable text leaves as the engine produces it, and the
 turn is recorded before the dialect's last events.
@@ -102,6 +103,11 @@ class TurnHandler:
             conv = dialect.parse(raw, state, svc.default_sampling)
             stream = conv.stream
             idem = request.headers.get("idempotency-key") or None
+            if state.replay is not None and (replayed := state.replay.match(state, conv)) is not None:
+                svc.metrics.replayed.inc()
+                svc.metrics.replayed_tokens.inc(sum(len(c.generated_ids) for c in replayed.choices))
+                svc.metrics.requests.labels(str(stream).lower(), "replayed").inc()
+                return self._replay(dialect, conv, replayed, header="resume")
             prior = state.lookup(conv.fingerprint, idem)
             if isinstance(prior, asyncio.Future):
                 await asyncio.wait([prior])  # the original's outcome; its own cancellation is not ours
@@ -284,10 +290,17 @@ class TurnHandler:
 
     # --- replies ----------------------------------------------------------------------------------
 
-    def _replay(self, dialect: Dialect, conv: Conversation, reply: ReplyData) -> Response:
-        """The recorded reply of a retried request, in the form it asks for."""
+    def _replay(self, dialect: Dialect, conv: Conversation, reply: ReplyData, header: str = "1") -> Response:
+        """The recorded reply of a retried request (or of a resumed session's replay), as it asks for.
+
+        ``x-dressage-replayed`` says which: ``1`` for a retry, ``resume`` for a replayed turn.
+        """
         parsed = reply_parse(self.svc.profile, conv, reply)
-        headers = {"x-dressage-turn-id": reply.turn_id, "x-dressage-replayed": "1", **dialect.headers(reply)}
+        headers = {
+            "x-dressage-turn-id": reply.turn_id,
+            "x-dressage-replayed": header,
+            **dialect.headers(reply),
+        }
         if not conv.stream:
             return JSONResponse(dialect.respond(conv, reply, parsed), headers=headers)
         renderers = dialect.renderers(conv, reply.rid or reply.turn_id, reply.created, reply.prompt_tokens)

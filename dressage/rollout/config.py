@@ -128,8 +128,8 @@ class SamplingConfig(_Strict):
 
     ``seed`` makes a run reproducible: the requests of the session for (task, sample, attempt)
     carry the seed ``seed + 1_000_003 * task_index + 1_009 * sample_index + attempt``, so the
-    samples of a group differ from each other yet come out the same in a rerun. Unset, the engine
-    draws a seed per request.
+    samples of a group differ from each other yet come out the same in a rerun. A session that a
+    later attempt resumes keeps its first attempt's seed. Unset, the engine draws a seed per request.
     """
 
     max_tokens: int = Field(default=32, ge=1)
@@ -208,6 +208,11 @@ class WorkerConfig(_Strict):
     session_timeout_s: float = Field(default=600.0, gt=0, description="Wall-clock limit of one agent run.")
     archive_workspace: bool = True
     poll_s: float = Field(default=0.5, gt=0, description="How often an idle worker looks for tasks.")
+    resume_in_flight: bool = Field(
+        default=True,
+        description="An attempt interrupted by a crash or lease expiry is continued by the next one "
+        "(its recorded turns replayed from the log) instead of abandoned and started again.",
+    )
 
 
 class TrainConfig(_Strict):

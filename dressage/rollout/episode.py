@@ -4,7 +4,10 @@ Order of effects (each one durable before the next):
 
 1. a finished session for this task already exists (a worker died between finalize and release)
    -> release the lease as ``done`` and stop: nothing is counted twice;
-2. open a proxy session (``session_started``), start renewing the lease every ``lease_s / 3``;
+2. open a proxy session (``session_started``), or with ``worker.resume_in_flight`` take over the
+   session an earlier, interrupted attempt left running (``session_resumed``: new token, same turns,
+   the agent's matching requests answered from the log, the first attempt's sampling seed), start
+   renewing the lease every ``lease_s / 3``;
 3. create the sandbox, run the agent under ``session_timeout_s``;
 4. score; append the ``reward`` event (value + details);
 5. archive the workspace and the agent log (redacted: see :mod:`dressage.redact`) as artifacts;
@@ -38,6 +41,7 @@ from dressage.rollout.rewards import RewardInput, Scorer
 from dressage.rollout.secrets import RunSecrets
 from dressage.store import EventStore, Run, TaskLease, deterministic_key
 from dressage.store import schema as t
+from dressage.store.resume import seed_attempt
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,8 @@ class Proxy(Protocol):
     base_url: str
 
     async def open_session(self, run: Run, **kwargs: Any) -> SessionHandle: ...
+
+    async def resume_session(self, session_id: str, *, attempt: int) -> SessionHandle: ...
 
     async def finalize_session(self, session_id: str, status: str, **kwargs: Any) -> Any: ...
 
@@ -139,14 +145,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             await asyncio.to_thread(store.release_task, lease, "done")
         return Outcome("skipped")
     task = Task.from_payload(lease.payload)
-    handle = await env.proxy.open_session(
-        run,
-        task_id=lease.task_id,
-        attempt=lease.attempt,
-        agent=env.agent.name,
-        sandbox=cfg.sandbox.provider,
-        info=_session_info(lease),
-    )
+    handle, seed_from = await _open_or_resume(env, lease)
     sid = handle.session_id
     current = asyncio.current_task()
     assert current is not None
@@ -155,7 +154,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
     agent_log = AgentLog()
     held = _Held()
     sampling = cfg.sampling.request_kwargs(
-        task_index=lease.task_index, sample_index=lease.sample_index, attempt=lease.attempt
+        task_index=lease.task_index, sample_index=lease.sample_index, attempt=seed_from
     )
     try:
         try:
@@ -167,7 +166,12 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             await _archive(env, sid, held.sandbox, agent_log)
             renewer.cancel()
             await env.proxy.finalize_session(
-                sid, "failed", finish_reason=f.reason, error=error, metadata=_meta(lease, None)
+                sid,
+                "failed",
+                finish_reason=f.reason,
+                error=error,
+                metadata=_meta(lease, None),
+                attempt=lease.attempt,
             )
             await asyncio.to_thread(store.release_task, lease, "retry", max_attempts=cfg.worker.max_attempts)
             return Outcome("failed", error=error)
@@ -187,6 +191,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             reward=reward,
             finish_reason=result.finish_reason,
             metadata=redact_json(_meta(lease, result), store.secrets),
+            attempt=lease.attempt,
         )
         await asyncio.to_thread(store.release_task, lease, "done")
         return Outcome("finished", reward=reward)
@@ -205,6 +210,32 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
         if held.sandbox is not None:
             with logged_failures(log, f"terminating the sandbox of session {sid}"):
                 await held.sandbox.terminate()
+
+
+async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHandle, int]:
+    """The episode's session and the attempt whose sampling seed it uses.
+
+    With ``worker.resume_in_flight``, the running session of an earlier attempt of this (task,
+    sample) is taken over (it keeps its turns and its first attempt's seed, so a deterministic agent
+    sends the same requests again); otherwise, or if it ended meanwhile, a new session is opened.
+    """
+    store = env.store
+    if env.cfg.worker.resume_in_flight:
+        old = await asyncio.to_thread(store.interrupted_session, lease.task_id, lease.attempt)
+        if old is not None:
+            with contextlib.suppress(LeaseError):  # finalized meanwhile: open a new one
+                handle = await env.proxy.resume_session(old.id, attempt=lease.attempt)
+                log.info("attempt %d of task %s resumes session %s", lease.attempt, lease.task_id, old.id)
+                return handle, seed_attempt(old)
+    handle = await env.proxy.open_session(
+        env.run,
+        task_id=lease.task_id,
+        attempt=lease.attempt,
+        agent=env.agent.name,
+        sandbox=env.cfg.sandbox.provider,
+        info=_session_info(lease),
+    )
+    return handle, lease.attempt
 
 
 async def _play(

@@ -10,7 +10,9 @@ With an ``eval:`` section it also enqueues the eval round of each new policy ver
 (:mod:`dressage.rollout.evaluation`); eval tasks are claimed first.
 
 Workers on many machines share one database: claims are exclusive, a crashed worker's leases expire
-and its running sessions become ``abandoned`` when another worker reclaims them.
+and the worker that reclaims one continues its running session (``worker.resume_in_flight``, the
+default: its recorded turns are replayed, see :mod:`dressage.proxy.replay`) or, with it off, marks
+the session ``abandoned`` and starts the (task, sample) again.
 """
 
 from __future__ import annotations
@@ -315,7 +317,13 @@ async def _lease_loop(
             claimed = []
             if free > 0:
                 claimed = await asyncio.to_thread(
-                    store.claim_tasks, run, owner, n=free, lease_s=w.lease_s, max_attempts=w.max_attempts
+                    store.claim_tasks,
+                    run,
+                    owner,
+                    n=free,
+                    lease_s=w.lease_s,
+                    max_attempts=w.max_attempts,
+                    resume=w.resume_in_flight,
                 )
                 for lease in claimed:
                     active.add(asyncio.create_task(run_episode(env, lease)))

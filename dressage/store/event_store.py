@@ -6,9 +6,9 @@ the row lock orders commits and a tailer that reads ``position > p`` never misse
 Appends are idempotent by key: a retry after an ambiguous commit returns the stored position, the
 same key with different content raises :class:`IdempotencyConflictError`.
 
-Turns (the hot append and read paths), task leases, consumer checkpoints and artifacts live in
-mixins (``turn_log``, ``leases``, ``consumers``, ``artifact_log``) that share this class's
-connection handling.
+Turns (the hot append and read paths), task leases, session takeover on resume, consumer
+checkpoints and artifacts live in mixins (``turn_log``, ``leases``, ``resume``, ``consumers``,
+``artifact_log``) that share this class's connection handling.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dressage.config import Settings, load_settings
 from dressage.errors import (
     IdempotencyConflictError,
     InvalidRecordError,
+    LeaseError,
     StoreError,
     UnknownRunError,
     UnknownSessionError,
@@ -57,6 +58,7 @@ from dressage.store.records import (
     check_text,
     deterministic_key,
 )
+from dressage.store.resume import ResumeMixin
 from dressage.store.turn_io import (
     AsyncPgAppenderPool,
     PgTurnAppender,
@@ -64,7 +66,7 @@ from dressage.store.turn_io import (
 from dressage.store.turn_log import TurnLogMixin
 
 
-class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
+class EventStore(TurnLogMixin, LeaseMixin, ResumeMixin, ConsumerMixin, ArtifactLogMixin):
     """Typed access to the event log on SQLite or PostgreSQL.
 
     Build it with :meth:`open` (from settings or a URL) or directly from an engine. Run arguments
@@ -442,11 +444,15 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
         finish_reason: str | None = None,
         error: str | None = None,
         info: Mapping[str, Any] | None = None,
+        attempt: int | None = None,
     ) -> Session:
         """Move a running session to a terminal status with its reward, atomically and idempotently.
 
         Finalizing again with the same status and reward returns the session unchanged; a different
         outcome for a session that is already terminal raises :class:`IdempotencyConflictError`.
+        With ``attempt``, a running session that another attempt has taken over (resumed, see
+        :mod:`dressage.store.resume`) is not finalized: :class:`LeaseError`. ``info`` replaces the
+        session's info but keeps its ``resume`` record.
         """
         if status not in TERMINAL_STATUSES:
             raise InvalidRecordError(f"status must be one of {TERMINAL_STATUSES}, got {status!r}")
@@ -469,10 +475,15 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
 
         def tx(conn: Connection) -> None:
             current = conn.execute(  # the session row first, then the counter (as the turn append)
-                select(t.sessions.c.status, t.sessions.c.reward)
+                select(t.sessions.c.status, t.sessions.c.reward, t.sessions.c.attempt, t.sessions.c.info)
                 .where(t.sessions.c.id == session_id)
                 .with_for_update()
             ).one()
+            if attempt is not None and current.status == "running" and current.attempt != attempt:
+                raise LeaseError(
+                    f"session {session_id} was taken over by attempt {current.attempt}; "
+                    f"attempt {attempt} cannot finalize it"
+                )
             if current.status in TERMINAL_STATUSES:
                 if current.status == status and current.reward == reward:
                     return
@@ -496,7 +507,8 @@ class EventStore(TurnLogMixin, LeaseMixin, ConsumerMixin, ArtifactLogMixin):
                 "finished_at": time.time(),
             }
             if info:
-                values["info"] = info
+                resume = (current.info or {}).get("resume")
+                values["info"] = {**info, "resume": resume} if resume is not None else info
             conn.execute(update(t.sessions).where(t.sessions.c.id == session_id).values(**values))
 
         self._retrying(tx)

@@ -4,7 +4,9 @@ Many rollout workers on many machines share one database. A claim takes pending 
 whose lease expired (their owner crashed), under a lease; on PostgreSQL with
 ``FOR UPDATE SKIP LOCKED`` so workers never wait on each other's rows, on SQLite under the
 database write lock. Reclaiming an expired task marks its previous, still-running session
-``abandoned`` (kept for audit, never trained on) in the same transaction.
+``abandoned`` (kept for audit, never trained on) in the same transaction, unless the claim
+resumes (``resume=True``): then the session stays ``running`` for the new attempt to continue
+(see :mod:`dressage.store.resume`), and is abandoned only when the task has no attempt left.
 """
 
 from __future__ import annotations
@@ -106,10 +108,13 @@ class LeaseMixin(StoreMembers):
         n: int = 1,
         lease_s: float = 60.0,
         max_attempts: int | None = None,
+        resume: bool = False,
     ) -> list[TaskLease]:
         """Claim up to ``n`` pending or lease-expired tasks for ``owner`` for ``lease_s`` seconds.
 
         Tasks that already used ``max_attempts`` attempts are marked ``failed`` instead of claimed.
+        An expired task's running session is abandoned, or with ``resume`` left running for the
+        new attempt to take over (:meth:`~dressage.store.resume.ResumeMixin.resume_session`).
         Eval tasks come first (``'eval' < 'train'``): they should be sampled by the policy version
         they evaluate, before the next weight push.
         """
@@ -134,9 +139,10 @@ class LeaseMixin(StoreMembers):
             rows = conn.execute(q).all()
             self._lock_running_sessions_tx(conn, [row.id for row in rows if row.state == "leased"])
             for row in rows:
-                if row.state == "leased":
+                exhausted = max_attempts is not None and row.attempts >= max_attempts
+                if row.state == "leased" and (exhausted or not resume):
                     self._abandon_sessions_tx(conn, r, row.id, reason="lease_expired")
-                if max_attempts is not None and row.attempts >= max_attempts:
+                if exhausted:
                     conn.execute(
                         update(t.tasks).where(t.tasks.c.id == row.id).values(state="failed", updated_at=now)
                     )

@@ -16,7 +16,8 @@ The **anchor** of a trajectory is the main agent's final answer: the segment hol
 of the *root thread*, never a subagent's segment that merely came last. The root thread starts as
 lineage 0. A lineage the proxy opened with ``new_conversation`` (same system prompt and tools, a
 different first message: a compaction or a subagent) takes the root thread over when it starts
-after the root's last turn, i.e. the main agent never resumed: that is a compaction. A subagent
+after the root's last turn, i.e. the main agent never resumed: that is a compaction (or a resumed
+session whose agent diverged from its recorded turns: ``replay_diverged``). A subagent
 that runs while the main agent continues never does. Dead-end segments (``client_disconnected``:
 a turn the client abandoned, retried elsewhere) are samples but never the anchor. One case stays
 ambiguous: a main agent whose very last act is to start a same-prompt subagent, with no main-agent
@@ -35,8 +36,9 @@ from dressage.store.records import Turn
 from dressage.training.samples import TrainSample
 
 ROOT_LINEAGE = 0
-CONTINUATION_REASONS = frozenset({"new_conversation"})
-"""Boundary reasons of a lineage that may continue the root thread (compaction)."""
+CONTINUATION_REASONS = frozenset({"new_conversation", "replay_diverged"})
+"""Boundary reasons of a lineage that may continue the root thread: a compaction, or a resumed
+session's live run after its replay diverged (see :mod:`dressage.proxy.replay`)."""
 DEAD_END_REASONS = frozenset({"client_disconnected"})
 """Boundary reasons of segments that are never the anchor (abandoned turns)."""
 

@@ -1,8 +1,9 @@
 """Crash resume and cooperating workers, with real `dressage-worker rollout` processes.
 
 - kill -9 a worker mid-run; its leases (3 s) expire; `--resume RUN` finishes the run: every
-  (task, sample) has exactly one finished session, the killed worker's in-flight sessions are kept as
-  ``abandoned``, and nothing is counted twice.
+  (task, sample) has exactly one finished session, and nothing is counted twice. With
+  ``resume_in_flight`` off the killed worker's in-flight sessions are kept as ``abandoned``; with it
+  on (the default) the next attempt continues them (see also ``test_inflight_resume.py``).
 - two workers on one PostgreSQL run: both work, no task is done twice.
 """
 
@@ -55,11 +56,13 @@ def _check_exactly_once(store, run, n_pairs: int) -> list:
 
 
 def test_kill_9_mid_run_then_resume(tmp_path: Path, any_db_url: str, engine_url: str) -> None:
+    # Both claim paths, one per backend (each run is slow): abandon-and-restart on SQLite, in-flight
+    # resume on PostgreSQL (test_inflight_resume.py covers resume on both, token for token).
+    resume_in_flight = not any_db_url.startswith("sqlite")
     home = tmp_path / "home"
     write_tasks(tmp_path / "tasks.jsonl", TASKS)
-    cfg = write_config(
-        tmp_path, engine_url, agent=SLOW_AGENT, worker={"concurrency": 2, "lease_s": 3, "max_attempts": 5}
-    )
+    worker = {"concurrency": 2, "lease_s": 3, "max_attempts": 5, "resume_in_flight": resume_in_flight}
+    cfg = write_config(tmp_path, engine_url, agent=SLOW_AGENT, worker=worker)
     proc = start_worker(
         ["--config", str(cfg), "--database-url", any_db_url], home, DRESSAGE_TEST_AGENT_SLEEP="1.0"
     )
@@ -90,8 +93,13 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, any_db_url: str, engine_url:
     _finish(resumed)
     sessions = _check_exactly_once(store, run, n_pairs=12)
     abandoned = {s.id for s in sessions if s.status == "abandoned"}
-    assert abandoned == running_at_kill  # kept for audit, never finished
-    assert all(s.finish_reason == "lease_expired" for s in sessions if s.id in abandoned)
+    if resume_in_flight:  # continued by the next attempt: finished, nothing abandoned
+        assert not abandoned and len(sessions) == 12
+        resumed = {s.id for s in sessions if s.info.get("resume")}
+        assert resumed == running_at_kill and all(s.status == "finished" for s in sessions)
+    else:
+        assert abandoned == running_at_kill  # kept for audit, never finished
+        assert all(s.finish_reason == "lease_expired" for s in sessions if s.id in abandoned)
     store.close()
 
 

@@ -443,3 +443,34 @@ def test_postgresql_async_append_survives_a_dropped_connection(
         assert [t.turn_index for t in store.read_turns(run_name)] == [0, 1]
     finally:
         store.close()
+
+
+def test_resuming_claim_keeps_the_session_for_the_next_attempt(store: EventStore, run_name: str) -> None:
+    store.create_run(run_name)
+    store.enqueue_tasks(run_name, [TaskSpec(0, {})], n_samples=1)
+    [lease] = store.claim_tasks(run_name, "crashed", lease_s=-1, resume=True)
+    s = store.open_session(run_name, task_id=lease.task_id, attempt=lease.attempt, token="sk-old")
+    store.append_turn(run_name, _turn(s.id, 0))
+    [retry] = store.claim_tasks(run_name, "w2", lease_s=-1, resume=True, max_attempts=3)
+    assert retry.attempt == 2 and store.get_session(s.id).status == "running"
+    found = store.interrupted_session(retry.task_id, retry.attempt)
+    assert found is not None and found.id == s.id
+    store.resume_session(s.id, attempt=retry.attempt, token="sk-new")
+    assert store.session_by_token("sk-old") is None
+    taken = store.session_by_token("sk-new")
+    assert taken is not None and taken.attempt == 2
+    assert taken.info["resume"] == {
+        "attempt": 2,
+        "from_attempt": 1,
+        "seed_attempt": 1,
+        "next_turn": 1,
+        "count": 1,
+    }
+    assert store.interrupted_session(retry.task_id, 2) is None  # it belongs to attempt 2 now
+    with pytest.raises(LeaseError):  # the stalled first attempt cannot finalize it
+        store.finalize_session(s.id, "finished", reward=1.0, attempt=1)
+    # The last attempt expires too: no attempt is left, so this claim abandons the session.
+    assert store.claim_tasks(run_name, "w3", resume=True, max_attempts=2) == []
+    final = store.get_session(s.id)
+    assert final.status == "abandoned" and final.finish_reason == "lease_expired"
+    assert store.task_counts(run_name)["failed"] == 1

@@ -1,0 +1,158 @@
+"""Replay of a resumed session: requests that match recorded turns are answered from the log.
+
+A session that a new attempt took over (see :mod:`dressage.store.resume`) holds the turns the dead
+attempt recorded. The new attempt's agent starts again in a fresh sandbox and sends, one by one,
+the requests the first agent sent; each one that matches a recorded turn (its *replay target*) is
+answered with that turn's recorded reply (token ids, logprobs, stop reason, tool calls parsed as
+before): no engine call, no new turn row. So the agent re-executes its own tool calls and rebuilds
+its sandbox state. The first request that matches no target ends the replay; from it on the
+session is live:
+
+* it extends the tip of a recorded lineage (the agent asks for the turn after the last recorded
+  one): the replay *completed*, the turn appends to the segment as it would have without the crash;
+* otherwise the agent (or a tool) behaved differently: the replay *diverged*; the live turn opens
+  its segment (a branch from the longest recorded prefix it shares, or a new one) under boundary
+  reason ``replay_diverged``. A new lineage opened so (the agent's first request already differed,
+  say a prompt with a timestamp) takes the root thread over, as a compaction does
+  (:mod:`dressage.training.materialize`): the trajectory's anchor is the live run, never the dead
+  attempt's turns.
+
+A request matches a target when its body is byte-identical to the target's (the fingerprint), or
+when it renders (TITO) to exactly the target's prompt ids, forced tool-call ids included, and asks
+for as many choices. Targets are matched in turn order, each at most once; a request identical to
+one already replayed (an HTTP retry) gets the same reply again. The first live turn records
+``info["replay"]`` (outcome and counters), and the proxy adds the counters to the session's info
+when the session is finalized.
+
+Replay is rebuilt from the log like the rest of :class:`~dressage.proxy.sessions.SessionState`: it
+is active while no turn has been recorded past the takeover (``info["resume"]["next_turn"]``), so
+a proxy restart mid-replay replays again, and one after the replay ended does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dressage.store import Session, Turn
+
+if TYPE_CHECKING:
+    from dressage.proxy.conversation import Conversation
+    from dressage.proxy.sessions import ReplyData, SessionState
+
+REASON_REPLAY_DIVERGED = "replay_diverged"
+"""Boundary reason of the first live segment of a resumed session whose agent did not replay."""
+
+
+def ids_digest(ids: Iterable[int]) -> str:
+    """sha256 of a token-id sequence (little-endian int64), the prompt identity replay compares."""
+    return hashlib.sha256(np.fromiter(ids, dtype="<i8").tobytes()).hexdigest()
+
+
+@dataclass
+class ReplayTarget:
+    """One recorded turn (choice 0, not abandoned) a request of the resumed agent may match."""
+
+    turn_index: int
+    fingerprint: str | None
+    prompt_digest: str
+    consumed: bool = False
+
+
+@dataclass
+class Replay:
+    """The replay state of one resumed session (see the module docstring)."""
+
+    targets: list[ReplayTarget]
+    next_turn: int
+    """Turns recorded when the session was taken over."""
+    active: bool = True
+    ending: bool = False
+    """A request matched no target: the next live turn records the outcome."""
+    outcome: str | None = None
+    turns: int = 0
+    tokens: int = 0
+    live_turn: int | None = None
+    by_fingerprint: dict[str, int] = field(default_factory=dict)
+    """Fingerprints of replayed requests -> the turn that answered them (retries answer again)."""
+
+    def match(self, state: SessionState, conv: Conversation) -> ReplyData | None:
+        """The recorded reply for ``conv`` if it matches a target; else end the replay (None)."""
+        if not self.active:
+            return None
+        done = self.by_fingerprint.get(conv.fingerprint)
+        if done is not None:
+            return state.replies.get(done)
+        open_targets = [x for x in self.targets if not x.consumed]
+        hit = next((x for x in open_targets if x.fingerprint == conv.fingerprint), None)
+        if hit is None and open_targets:
+            digest = ids_digest(_request_prompt(state, conv))
+            hit = next((x for x in open_targets if x.prompt_digest == digest), None)
+        reply = state.replies.get(hit.turn_index) if hit is not None else None
+        if hit is None or reply is None or len(reply.choices) != conv.n:
+            self.active, self.ending = False, True
+            return None
+        hit.consumed = True
+        self.by_fingerprint[conv.fingerprint] = hit.turn_index
+        self.turns += len(reply.choices)
+        self.tokens += sum(len(c.generated_ids) for c in reply.choices)
+        return reply
+
+    def end(self, route: str, turn_index: int) -> str:
+        """Settle the outcome with the first live turn's route; returns it."""
+        self.ending = False
+        self.outcome = "completed" if route == "append" else "diverged"
+        self.live_turn = turn_index
+        return self.outcome
+
+    def summary(self) -> dict[str, Any]:
+        """Counters for the turn's and the session's info."""
+        return {
+            "outcome": self.outcome,
+            "turns_replayed": self.turns,
+            "tokens_replayed": self.tokens,
+            "targets": len(self.targets),
+            "from_turn": self.next_turn,
+            "live_turn": self.live_turn,
+        }
+
+
+def _request_prompt(state: SessionState, conv: Conversation) -> list[int]:
+    """The prompt ids ``conv`` renders to in this session, forced tool-call ids included."""
+    plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
+    ids = plan.prompt.tolist()
+    if conv.force_tool is not None:
+        profile = state.index.profile
+        ids += profile.tokenizer.encode(
+            profile.forced_tool_call_prefix(conv.force_tool, conv.enable_thinking)
+        )
+    return ids
+
+
+def build_replay(session: Session, turns: Sequence[Turn]) -> Replay | None:
+    """The replay of a resumed session rebuilt from its turns; None when there is nothing to replay.
+
+    Nothing to replay: the session was never resumed, recorded no turn before the takeover, or has
+    recorded a turn since (its replay ended).
+    """
+    resume = session.info.get("resume") if isinstance(session.info, dict) else None
+    if not isinstance(resume, dict):
+        return None
+    next_turn = int(resume.get("next_turn", 0))
+    if next_turn <= 0 or any(x.turn_index >= next_turn for x in turns):
+        return None
+    hashes: dict[int, Any] = {}  # segment -> running sha256 of its tokens
+    targets: list[ReplayTarget] = []
+    for turn in sorted(turns, key=lambda x: x.turn_index):
+        seg = hashes.setdefault(turn.segment_index, hashlib.sha256())
+        seg.update(np.asarray(turn.context_ids, dtype="<i8").tobytes())
+        tito = turn.info.get("tito") or {}
+        choice = turn.info.get("choice") or {}
+        if not tito.get("aborted") and not int(choice.get("index", 0)):
+            targets.append(ReplayTarget(turn.turn_index, turn.request_fingerprint, seg.hexdigest()))
+        seg.update(np.asarray(turn.generated_ids, dtype="<i8").tobytes())
+    return Replay(targets=targets, next_turn=next_turn) if targets else None
