@@ -109,6 +109,12 @@ def admin_routes(svc: ProxyService) -> list[Route]:
         )
         return asdict(handle)
 
+    async def take_over(body: dict[str, Any], request: Request) -> Any:
+        handle = await svc.resume_session(
+            request.path_params["session_id"], attempt=_field(body, "attempt", int, True)
+        )
+        return asdict(handle)
+
     async def finalize(body: dict[str, Any], request: Request) -> Any:
         reward = _field(body, "reward", (int, float))
         session = await svc.finalize_session(
@@ -146,6 +152,7 @@ def admin_routes(svc: ProxyService) -> list[Route]:
     return [
         route("/admin/runs", create_run),
         route("/admin/sessions", open_session),
+        route("/admin/sessions/{session_id}/resume", take_over),
         route("/admin/sessions/{session_id}/finalize", finalize),
         route("/admin/pause", pause),
         route("/admin/resume", resume),

@@ -344,10 +344,19 @@ class SessionRegistry:
         recorded turns since this cache was built, or finalized the session. One indexed read per
         request tells; a log *behind* the cache only means this proxy's own appends are in flight.
         """
-        status, recorded = await self.store.session_head_async(state.session_id)
-        if status != "running":
+        head = await self.store.session_head_async(state.session_id)
+        if head.status != "running":
             self.finish(state.session_id)
-            raise AuthError(f"session {state.session_id} is {status}; its token no longer works")
+            raise AuthError(f"session {state.session_id} is {head.status}; its token no longer works")
+        if head.attempt != state.session.attempt:
+            log.info(
+                "session %s was taken over by attempt %d: dropping the cached state",
+                state.session_id,
+                head.attempt,
+            )
+            self.evict(state.session_id)
+            return False  # the rebuild looks the token up again: an earlier attempt's token is refused
+        recorded = head.turns
         if recorded <= state.next_turn:
             return True
         log.info(

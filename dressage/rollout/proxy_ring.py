@@ -189,6 +189,12 @@ class ProxyRing:
         out = await self._post(sid, "/admin/sessions", body, CONNECT_ERRORS)
         return RingSession(out["session_id"], out["token"], out["base_url"])
 
+    async def resume_session(self, session_id: str, *, attempt: int) -> RingSession:
+        """Take over an interrupted session for ``attempt`` through its proxy on the ring (in-flight
+        resume: the new token's requests that match recorded turns are answered from the log)."""
+        out = await self._post(session_id, f"/admin/sessions/{session_id}/resume", {"attempt": attempt})
+        return RingSession(out["session_id"], out["token"], out["base_url"])
+
     async def finalize_session(self, session_id: str, status: str, **kwargs: Any) -> dict[str, Any]:
         """Finalize through the session's proxy (idempotent; every proxy then refuses its token)."""
         return await self._post(

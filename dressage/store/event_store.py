@@ -53,6 +53,7 @@ from dressage.store.records import (
     Event,
     Run,
     Session,
+    SessionHead,
     canonical_json,
     check_duplicate,
     check_text,
@@ -533,20 +534,24 @@ class EventStore(TurnLogMixin, LeaseMixin, ResumeMixin, ConsumerMixin, ArtifactL
             raise UnknownSessionError(f"no session {session_id!r} in the log")
         return _session(row)
 
-    def session_head(self, session_id: str) -> tuple[str, int]:
-        """``(status, turns recorded)`` of a session: one indexed read, so a proxy can check its cache.
+    def session_head(self, session_id: str) -> SessionHead:
+        """Status, turns recorded and attempt of a session: one indexed read, so a proxy can check its
+        cache.
 
         The turn count is ``max(turn_index) + 1`` (0 without turns). Several proxies serve one
-        session from one log; a proxy whose cached state is behind this count rebuilds it.
+        session from one log; a proxy whose cached state is behind this count, or of an earlier
+        attempt (the session was taken over by in-flight resume), rebuilds it.
         """
         last = (
             select(func.max(t.turns.c.turn_index)).where(t.turns.c.session_id == session_id).scalar_subquery()
         )
         with self._read() as conn:
-            row = conn.execute(select(t.sessions.c.status, last).where(t.sessions.c.id == session_id)).first()
+            row = conn.execute(
+                select(t.sessions.c.status, last, t.sessions.c.attempt).where(t.sessions.c.id == session_id)
+            ).first()
         if row is None:
             raise UnknownSessionError(f"no session {session_id!r} in the log")
-        return str(row[0]), 0 if row[1] is None else int(row[1]) + 1
+        return SessionHead(str(row[0]), 0 if row[1] is None else int(row[1]) + 1, int(row[2]))
 
     def session_by_token(self, token: str) -> Session | None:
         """The session bound to bearer ``token`` (looked up by its sha256), or None."""

@@ -15,7 +15,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import lz4.frame
 import numpy as np
@@ -482,6 +482,16 @@ class AppendResult:
     position: int
     key: str
     duplicate: bool
+
+
+class SessionHead(NamedTuple):
+    """What a proxy checks its cached session state against, per request (one indexed read)."""
+
+    status: str
+    turns: int
+    """Turns recorded: ``max(turn_index) + 1``, 0 without turns."""
+    attempt: int
+    """The attempt that owns the session (in-flight resume hands it to a later one)."""
 
 
 @dataclass(frozen=True)

@@ -288,8 +288,8 @@ class PgTurnAppender:
                 self._conn = None
 
 
-SESSION_HEAD_SQL = "SELECT s.status, (SELECT max(turn_index) FROM turns WHERE session_id = s.id) FROM sessions s WHERE s.id = $1"
-"""A session's status and last turn index: what a proxy checks its cached state against."""
+SESSION_HEAD_SQL = "SELECT s.status, (SELECT max(turn_index) FROM turns WHERE session_id = s.id), s.attempt FROM sessions s WHERE s.id = $1"
+"""A session's status, last turn index and attempt: what a proxy checks its cached state against."""
 _HEAD_STATEMENT = b"dressage_session_head"
 
 
@@ -313,12 +313,16 @@ class AsyncPgTurnAppender:
         return _diagnosis(await self._run(_DIAGNOSIS_STATEMENT, _diagnosis_values(values), None))
 
     async def session_head(self, session_id: str) -> tuple[Any, ...] | None:
-        """``(status, max turn_index)`` of a session, or None when absent (:data:`SESSION_HEAD_SQL`)."""
+        """``(status, max turn_index, attempt)`` of a session, or None when absent (:data:`SESSION_HEAD_SQL`)."""
         res = await self._run(_HEAD_STATEMENT, [session_id.encode()], None)
         if res.ntuples == 0:
             return None
-        status, last = res.get_value(0, 0), res.get_value(0, 1)
-        return (bytes(status or b"").decode(), None if last is None else int(bytes(last)))
+        status, last, attempt = res.get_value(0, 0), res.get_value(0, 1), res.get_value(0, 2)
+        return (
+            bytes(status or b"").decode(),
+            None if last is None else int(bytes(last)),
+            int(bytes(attempt or b"0")),
+        )
 
     async def _run(
         self, statement: bytes, values: list[bytes | None], formats: list[int] | None

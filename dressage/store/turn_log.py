@@ -32,6 +32,7 @@ from dressage.store.records import (
     AppendResult,
     PreparedTurn,
     Run,
+    SessionHead,
     Turn,
     TurnRecord,
     check_duplicate,
@@ -194,7 +195,7 @@ class TurnLogMixin(StoreMembers):
             self._async_appenders[asyncio.get_running_loop()] = pool
         return pool
 
-    async def session_head_async(self, session_id: str) -> tuple[str, int]:
+    async def session_head_async(self, session_id: str) -> SessionHead:
         """:meth:`~dressage.store.EventStore.session_head` for event loops (the proxy, per request).
 
         On PostgreSQL one prepared statement on the loop's async connections: no thread hop, no
@@ -218,7 +219,7 @@ class TurnLogMixin(StoreMembers):
                     raise StoreError(f"database read failed: {db_error_text(e, self.secrets)}") from e
             if row is None:
                 raise UnknownSessionError(f"no session {session_id!r} in the log")
-            return row[0], 0 if row[1] is None else row[1] + 1
+            return SessionHead(row[0], 0 if row[1] is None else row[1] + 1, row[2])
         raise AssertionError("unreachable")
 
     async def aclose_async(self) -> None:

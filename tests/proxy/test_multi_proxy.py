@@ -371,3 +371,36 @@ def test_rollout_over_proxies_survives_killing_one(tmp_path: Path, pg_url: str, 
         store.close()
         for p in procs:
             p.kill()
+
+
+def test_a_session_resumed_through_another_proxys_admin_api_replays_from_the_log(
+    shared: tuple[list[str], EventStore],
+) -> None:
+    """In-flight resume with standalone proxies: attempt 2 takes the session over on proxy B
+    (``POST /admin/sessions/{id}/resume``); the old token stops working on every proxy, the recorded
+    turns come back from the log (no new rows) and the next turn is live on the same segment."""
+    urls, store = shared
+    _, sid, token = _session(urls)
+    first = _converse(urls[:1], token, 2)
+    out = _admin(urls[1], f"/admin/sessions/{sid}/resume", {"attempt": 2})
+    assert out["session_id"] == sid and out["token"] != token
+    for url in urls:
+        assert _chat(url, token, [{"role": "user", "content": "Count with me."}]).status_code == 401
+
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Count with me."}]
+    replayed = []
+    for k in range(3):
+        r = _chat(urls[(k + 1) % 2], out["token"], messages)
+        assert r.status_code == 200, r.text
+        replayed.append(r.headers.get("x-dressage-replayed"))
+        reply = r.json()["choices"][0]["message"]
+        messages = _next(messages, reply, k)
+    assert replayed == ["resume", "resume", None]
+    assert [c[0][1] for c in first] == ['{"n": 0}', '{"n": 1}']
+    _assert_dense(store.read_turns(session_id=sid), 3)
+    bad = httpx.post(
+        urls[0] + f"/admin/sessions/{sid}/resume",
+        json={"attempt": "two"},
+        headers={"authorization": f"Bearer {ADMIN}"},
+    )
+    assert bad.status_code == 400 and "attempt" in bad.text
