@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dressage.errors import SandboxError
 from dressage.paddock.base import ExecResult, FileInfo, Sandbox, SandboxProvider, SandboxSpec
-from dressage.paddock.proxy_socket import serve_unix_socket_forwarder
+from dressage.paddock.proxy_socket import serve_unix_socket_forwarder, serve_unix_socket_router
 from dressage.paddock.tools import SandboxTools
 
 PROVIDERS = ("bwrap", "e2b", "local")
@@ -47,4 +47,5 @@ __all__ = [
     "create_sandbox",
     "get_provider",
     "serve_unix_socket_forwarder",
+    "serve_unix_socket_router",
 ]

@@ -11,6 +11,10 @@ the one socket file, and what listens on it decides where bytes go (the proxy's 
 host forwarder can serve every sandbox of a worker; put the socket in a directory only the worker
 can read. The HTTP bytes pass through unchanged, so the proxy's bearer token still identifies the
 session.
+
+With several standalone proxies (``proxy.urls``), a worker serves one socket per session
+(:func:`serve_unix_socket_router`): each connection goes to the session's proxy on the hash ring,
+or to the next one when that proxy refuses the connection.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Callable, Sequence
+
+Target = tuple[str, int]
+"""A proxy's ``(host, port)``."""
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -34,13 +42,23 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def _relay(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target_host: str, target_port: int
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    targets: Callable[[], Sequence[Target]],
+    refused: Callable[[Target], None] | None,
 ) -> None:
-    try:
-        up_reader, up_writer = await asyncio.open_connection(target_host, target_port)
-    except OSError:
+    upstream = None
+    for target in targets():
+        try:
+            upstream = await asyncio.open_connection(*target)
+            break
+        except OSError:
+            if refused is not None:
+                refused(target)
+    if upstream is None:
         writer.close()
         return
+    up_reader, up_writer = upstream
     try:
         await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
     finally:
@@ -57,10 +75,18 @@ async def serve_unix_socket_forwarder(socket_path: str, target_host: str, target
     file at ``socket_path`` is replaced. The socket is made world-connectable (0o666) because the
     sandbox user is not the worker's user; restrict access with the directory's permissions.
     """
+    return await serve_unix_socket_router(socket_path, lambda: [(target_host, target_port)])
+
+
+async def serve_unix_socket_router(
+    socket_path: str,
+    targets: Callable[[], Sequence[Target]],
+    refused: Callable[[Target], None] | None = None,
+) -> asyncio.Server:
+    """Like :func:`serve_unix_socket_forwarder`, to the first of ``targets()`` (asked per connection)
+    that accepts the connection; ``refused`` hears of each one that did not."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(socket_path)
-    server = await asyncio.start_unix_server(
-        lambda r, w: _relay(r, w, target_host, target_port), path=socket_path
-    )
+    server = await asyncio.start_unix_server(lambda r, w: _relay(r, w, targets, refused), path=socket_path)
     os.chmod(socket_path, 0o666)
     return server

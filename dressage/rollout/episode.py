@@ -27,7 +27,9 @@ import contextlib
 import logging
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from sqlalchemy import select
 
@@ -37,6 +39,7 @@ from dressage.errors import AgentError, DressageError, LeaseError, RewardError, 
 from dressage.paddock import Sandbox, SandboxProvider, SandboxTools
 from dressage.redact import redact, redact_json
 from dressage.rollout.config import RolloutConfig
+from dressage.rollout.proxy_ring import ProxyRing
 from dressage.rollout.rewards import RewardInput, Scorer
 from dressage.rollout.secrets import RunSecrets
 from dressage.store import EventStore, Run, TaskLease, deterministic_key
@@ -82,6 +85,9 @@ class EpisodeEnv:
     proxy_socket: str | None
     sandbox_proxy_url: str
     secrets: RunSecrets = field(default_factory=RunSecrets)
+    session_socket_dir: str | None = None
+    """With several standalone proxies (``proxy.urls``) and blackbox agents without network: the
+    directory of the per-session sockets to the session's proxy on the ring (instead of ``proxy_socket``)."""
 
 
 @dataclass
@@ -99,6 +105,7 @@ class _Held:
 
     sandbox: Sandbox | None = None
     client: Any = None
+    forwarder: asyncio.Server | None = None
 
 
 class _Failed(Exception):
@@ -131,6 +138,8 @@ async def _renew(env: EpisodeEnv, lease: TaskLease, owner_task: asyncio.Task[Any
 
 def sandbox_session_url(env: EpisodeEnv, host_session_url: str) -> str:
     """The session's OpenAI base URL as seen from inside the sandbox."""
+    if env.session_socket_dir is not None:  # a per-session socket to the session's proxy: keep the path
+        return env.sandbox_proxy_url.rstrip("/") + urlsplit(host_session_url).path
     base = env.proxy.base_url.rstrip("/")
     if not host_session_url.startswith(base):
         return host_session_url  # one of several standalone proxies (proxy.urls): reached directly
@@ -210,6 +219,8 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
         if held.sandbox is not None:
             with logged_failures(log, f"terminating the sandbox of session {sid}"):
                 await held.sandbox.terminate()
+        if held.forwarder is not None:
+            held.forwarder.close()
 
 
 async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHandle, int]:
@@ -250,7 +261,9 @@ async def _play(
     from openai import AsyncOpenAI
 
     cfg = env.cfg
-    socket_path = env.proxy_socket if isinstance(env.agent, BlackboxAgent) else None
+    socket_path = (
+        await _proxy_socket(env, handle.session_id, held) if isinstance(env.agent, BlackboxAgent) else None
+    )
     spec = cfg.sandbox.spec(task.files, socket_path, env.secrets.sandbox)
     try:
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
@@ -291,6 +304,15 @@ async def _play(
         agent_log.write(traceback.format_exc())
         raise _Failed("agent_crashed", f"agent {env.agent.name} crashed: {type(e).__name__}: {e}") from e
     return result
+
+
+async def _proxy_socket(env: EpisodeEnv, session_id: str, held: _Held) -> str | None:
+    """The host socket a blackbox agent's sandbox reaches the proxy through (None: over the network)."""
+    if env.session_socket_dir is None or not isinstance(env.proxy, ProxyRing):
+        return env.proxy_socket
+    path = str(Path(env.session_socket_dir) / f"{session_id}.sock")
+    held.forwarder = await env.proxy.serve_session_socket(session_id, path)
+    return path
 
 
 async def _score(

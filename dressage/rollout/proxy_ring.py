@@ -17,6 +17,7 @@ nothing is generated or recorded twice.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import hashlib
 import logging
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from dressage.errors import ConfigError, DressageError
+from dressage.paddock import serve_unix_socket_router
 from dressage.store import Run
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,12 @@ FAILOVER_ERRORS = (*CONNECT_ERRORS, httpx.ReadError, httpx.RemoteProtocolError)
 
 def _point(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    assert parts.hostname is not None  # checked by HashRing
+    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
 class HashRing:
@@ -206,6 +214,16 @@ class ProxyRing:
         return httpx.AsyncClient(
             transport=FailoverTransport(self.ring, self.health, session_id), timeout=timeout
         )
+
+    async def serve_session_socket(self, session_id: str, path: str) -> asyncio.Server:
+        """A Unix socket at ``path`` for one session's sandbox (a blackbox agent without network):
+        each connection goes to the session's proxy, or along the ring when it refuses."""
+
+        def targets() -> list[tuple[str, int]]:
+            return [_host_port(url) for url in self.health.order(self.ring.walk(session_id))]
+
+        by_target = {_host_port(url): url for url in self.ring.urls}
+        return await serve_unix_socket_router(path, targets, lambda t: self.health.dead(by_target[t]))
 
     async def stop(self) -> None:
         """Nothing to stop: the proxies are not this worker's (the same interface as ProxyServer)."""

@@ -218,7 +218,7 @@ async def run_rollout(
             if secrets.values():
                 snapshot["secret_digests"] = secrets.digests()
         if cfg.proxy.urls:
-            proxy = remote_proxies(store, cfg, settings, agent)
+            proxy = remote_proxies(store, cfg, settings)
         else:
             engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
         run: Run = await proxy.create_run(cfg.run, snapshot)
@@ -228,11 +228,16 @@ async def run_rollout(
         sandbox_url = cfg.proxy.public_url or proxy.base_url
         if isinstance(agent, BlackboxAgent) and cfg.sandbox.provider == "bwrap" and not cfg.sandbox.network:
             socket_dir = tempfile.mkdtemp(prefix="dressage-proxy-")
-            proxy_socket = str(Path(socket_dir) / "proxy.sock")
-            host, port = _host_port(proxy.base_url)
-            forwarder = await serve_unix_socket_forwarder(proxy_socket, host, port)
             sandbox_url = f"http://127.0.0.1:{cfg.sandbox.proxy_port}"
+            if (
+                not cfg.proxy.urls
+            ):  # one socket to this worker's proxy (several: one per session, on the ring)
+                proxy_socket = str(Path(socket_dir) / "proxy.sock")
+                host, port = _host_port(proxy.base_url)
+                forwarder = await serve_unix_socket_forwarder(proxy_socket, host, port)
         env = EpisodeEnv(store, proxy, run, cfg, agent, scorer, provider, proxy_socket, sandbox_url, secrets)
+        if cfg.proxy.urls and socket_dir is not None:
+            env.session_socket_dir = socket_dir
         owner = opts.worker_id or default_worker_id()
         report = RolloutReport(run=run.name)
         progress = RolloutProgress(store, run, console=console, enabled=opts.show_progress)
@@ -262,13 +267,8 @@ async def run_rollout(
         store.close()
 
 
-def remote_proxies(store: EventStore, cfg: RolloutConfig, settings: Settings, agent: Any) -> ProxyRing:
+def remote_proxies(store: EventStore, cfg: RolloutConfig, settings: Settings) -> ProxyRing:
     """The standalone proxies of ``proxy.urls`` (no engine or proxy of this worker's own)."""
-    if isinstance(agent, BlackboxAgent):
-        raise ConfigError(
-            "proxy.urls works with whitebox agents only: a blackbox agent's sandbox reaches one proxy "
-            "(its socket); run blackbox agents with the in-process proxy"
-        )
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
     return ProxyRing(cfg.proxy.urls, admin, store)
 

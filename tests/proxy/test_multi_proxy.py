@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -404,3 +405,51 @@ def test_a_session_resumed_through_another_proxys_admin_api_replays_from_the_log
         headers={"authorization": f"Bearer {ADMIN}"},
     )
     assert bad.status_code == 400 and "attempt" in bad.text
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="curl and jq are needed")
+def test_blackbox_agents_without_network_reach_their_sessions_proxy_on_the_ring(
+    tmp_path: Path, pg_url: str, engine: GatedEngine
+) -> None:
+    """The example's curl+jq agent in bwrap with network off, its worker on two standalone proxies:
+    each sandbox reaches its own session's proxy through a per-session socket (a session opened on
+    the second proxy too), every turn recorded once."""
+    import yaml
+
+    from tests.paddock.conftest import bwrap_unavailable_reason
+    from tests.rollout.conftest import start_worker, write_config, write_tasks
+
+    if bwrap_unavailable_reason() is not None:
+        pytest.skip(str(bwrap_unavailable_reason()))
+    home = tmp_path / "home"
+    procs = _start(pg_url, engine.url, home, 2)
+    store = EventStore.open(settings=Settings(database_url=pg_url, home=home), auto_upgrade=False)
+    try:
+        example = yaml.safe_load((REPO / "examples" / "blackbox.yaml").read_text())
+        write_tasks(tmp_path / "tasks.jsonl", [{"prompt": f"Task {i}.", "label": "x"} for i in range(6)])
+        cfg = write_config(
+            tmp_path,
+            engine.url,
+            agent=example["agent"],
+            sandbox={"network": False},
+            proxy={"urls": [p.url for p in procs]},
+        )
+        run = yaml.safe_load(cfg.read_text())["run"]
+        worker = start_worker(
+            ["--config", str(cfg), "--database-url", pg_url], home, DRESSAGE_ADMIN_TOKEN=ADMIN
+        )
+        out, _ = worker.communicate(timeout=240)
+        assert worker.returncode == 0, out.decode(errors="replace")[-3000:]
+        sessions = store.list_sessions(store.get_run(run))
+        assert len(sessions) == 12 and {s.status for s in sessions} == {"finished"}, [
+            s.error for s in sessions
+        ]
+        ring = HashRing([p.url for p in procs])
+        assert {ring.walk(s.id)[0] for s in sessions} == {p.url for p in procs}  # 12 sessions: both owners
+        for s in sessions:
+            turns = store.read_turns(session_id=s.id, with_experts=False)
+            assert len(turns) == 1 and turns[0].generated_ids.size > 0
+    finally:
+        store.close()
+        for p in procs:
+            p.kill()
