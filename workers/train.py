@@ -63,7 +63,8 @@ def train_command(
     ),
     proxy_admin_url: str | None = typer.Option(
         None,
-        help="Pause/resume through this TITO proxy (token: DRESSAGE_ADMIN_TOKEN) instead of the engines.",
+        help="Pause/resume through these TITO proxies, URL[,URL...] (every proxy of a proxy.urls deployment; "
+        "token: DRESSAGE_ADMIN_TOKEN) instead of the engines.",
     ),
     push_every: int = typer.Option(1, help="Push after every N-th step."),
     push_keep: int | None = typer.Option(None, help="Keep only the newest N pushed weight directories."),
@@ -105,8 +106,8 @@ def train_command(
 
             pusher = WeightPusher(
                 store,
-                parse_urls(push_to),
-                proxy_admin_url=proxy_admin_url,
+                parse_urls(push_to, "--push-to"),
+                proxy_admin_urls=parse_urls(proxy_admin_url, "--proxy-admin-url") if proxy_admin_url else (),
                 every=push_every,
                 keep_last=push_keep,
             )

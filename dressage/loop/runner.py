@@ -229,7 +229,7 @@ class Loop:
         pusher = WeightPusher(
             self.store,
             urls,
-            proxy_admin_url=self.proxy.base_url,
+            proxy_admin_urls=[self.proxy.base_url],
             admin_token=self.admin_token,
             every=self.steps_per_iteration,
             keep_last=1,

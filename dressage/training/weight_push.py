@@ -44,14 +44,14 @@ T = TypeVar("T")
 ADMIN_TOKEN_ENV = "DRESSAGE_ADMIN_TOKEN"
 
 
-def parse_urls(value: str) -> list[str]:
+def parse_urls(value: str, option: str = "--push-to") -> list[str]:
     """``URL[,URL...]`` → URLs without trailing slashes; each must be ``http(s)://``."""
     urls = [u.strip().rstrip("/") for u in value.split(",") if u.strip()]
     if not urls:
-        raise ConfigError("--push-to needs at least one engine URL (e.g. http://127.0.0.1:30000)")
+        raise ConfigError(f"{option} needs at least one URL (e.g. http://127.0.0.1:30000)")
     for url in urls:
         if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"--push-to: {url!r} is not an http(s):// URL")
+            raise ConfigError(f"{option}: {url!r} is not an http(s):// URL")
     return urls
 
 
@@ -79,7 +79,8 @@ class PushResult:
 class WeightPusher:
     """Pushes saved weights to ``engine_urls`` and records the new policy version in ``store``.
 
-    ``proxy_admin_url`` (the proxy's base URL) makes pause/resume go through the proxy, with
+    ``proxy_admin_urls`` (the proxies' base URLs: one, or every proxy of a ``proxy.urls`` deployment)
+    make pause/resume go through the proxies (all paused before the engines load, all resumed after), with
     ``admin_token`` (default: ``$DRESSAGE_ADMIN_TOKEN``) as bearer. ``every`` pushes after every
     ``every``-th step; ``keep_last`` deletes all but the newest ``keep_last`` pushed directories
     (their URIs stay in the log; the per-step checkpoints are the durable copy).
@@ -90,7 +91,7 @@ class WeightPusher:
         store: EventStore,
         engine_urls: Sequence[str],
         *,
-        proxy_admin_url: str | None = None,
+        proxy_admin_urls: Sequence[str] = (),
         admin_token: str | None = None,
         every: int = 1,
         keep_last: int | None = None,
@@ -104,14 +105,14 @@ class WeightPusher:
             raise ConfigError(f"--push-keep must be >= 1, got {keep_last}")
         self.store = store
         self.engine_urls = [u.rstrip("/") for u in engine_urls]
-        self.proxy_admin_url = proxy_admin_url.rstrip("/") if proxy_admin_url else None
+        self.proxy_admin_urls = [u.rstrip("/") for u in proxy_admin_urls]
         if admin_token is None:
             configured = load_settings().admin_token
             admin_token = configured.get_secret_value() if configured else None
         self.admin_token = admin_token
-        if self.proxy_admin_url and not self.admin_token:
+        if self.proxy_admin_urls and not self.admin_token:
             raise ConfigError(
-                f"--proxy-admin-url {self.proxy_admin_url} needs the proxy's admin token: set "
+                f"--proxy-admin-url {','.join(self.proxy_admin_urls)} needs the proxy's admin token: set "
                 f"{ADMIN_TOKEN_ENV} to the token the proxy was started with"
             )
         self.every = every
@@ -138,7 +139,7 @@ class WeightPusher:
             version,
             path,
             tuple(self.engine_urls),
-            self.proxy_admin_url is not None,
+            bool(self.proxy_admin_urls),
             time.monotonic() - started,
         )
 
@@ -163,26 +164,33 @@ class WeightPusher:
             await pool.aclose()
 
     def _paused_where(self) -> str:
-        return (
-            f"proxy {self.proxy_admin_url}"
-            if self.proxy_admin_url
-            else "engines " + ", ".join(self.engine_urls)
-        )
+        if self.proxy_admin_urls:
+            return "proxies " + ", ".join(self.proxy_admin_urls)
+        return "engines " + ", ".join(self.engine_urls)
 
     async def _pause(self, pool: EnginePool) -> None:
-        if self.proxy_admin_url:
-            await self._admin("/admin/pause", {})
+        if self.proxy_admin_urls:
+            await self._on_every_proxy("/admin/pause", {})
             return
         await _on_every_engine(pool.pause(), "pause_generation")
 
     async def _resume(self, pool: EnginePool, version: int) -> None:
-        if self.proxy_admin_url:
-            await self._admin("/admin/resume", {"version": version})
+        if self.proxy_admin_urls:
+            await self._on_every_proxy("/admin/resume", {"version": version})
             return
         await _on_every_engine(pool.continue_(), "continue_generation")
 
-    async def _admin(self, route: str, body: dict[str, Any]) -> None:
-        url = f"{self.proxy_admin_url}{route}"
+    async def _on_every_proxy(self, route: str, body: dict[str, Any]) -> None:
+        """POST ``route`` to every proxy at once; the first failure is raised (after all answered)."""
+        results = await asyncio.gather(
+            *(self._admin(base, route, body) for base in self.proxy_admin_urls), return_exceptions=True
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    async def _admin(self, base: str, route: str, body: dict[str, Any]) -> None:
+        url = f"{base}{route}"
         headers = {"Authorization": f"Bearer {self.admin_token}"}
         try:
             async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=10.0)) as http:

@@ -103,29 +103,34 @@ def test_push_to_engine_directly(
 def test_push_through_proxy_admin_api(
     store: EventStore, run_name: str, tmp_path: Path, engine_url: str
 ) -> None:
+    """Two proxies on one log (a ``proxy.urls`` deployment): both paused, the engine loaded, both resumed."""
     from dressage.proxy.server import ProxyServer
 
     settings = Settings(database_url=str(store.engine.url), home=tmp_path / "home", admin_token=ADMIN_TOKEN)
-    proxy = ProxyServer(store, [engine_url], settings=settings)
+    proxies = [ProxyServer(store, [engine_url], settings=settings) for _ in range(2)]
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(timeout=60)
+    for proxy in proxies:
+        asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(timeout=60)
+    urls = [proxy.base_url for proxy in proxies]
     try:
         with pytest.raises(TrainingError, match="refused the admin token"):
-            WeightPusher(store, [engine_url], proxy_admin_url=proxy.base_url, admin_token="wrong").push(
+            WeightPusher(store, [engine_url], proxy_admin_urls=urls, admin_token="wrong").push(
                 store.create_run(f"{run_name}-x"), 7, tmp_path
             )
-        assert httpx.get(f"{proxy.base_url}/health").json()["paused"] is False
-        pusher = WeightPusher(store, [engine_url], proxy_admin_url=proxy.base_url, admin_token=ADMIN_TOKEN)
+        assert [httpx.get(f"{url}/health").json()["paused"] for url in urls] == [False, False]
+        pusher = WeightPusher(store, [engine_url], proxy_admin_urls=urls, admin_token=ADMIN_TOKEN)
         metrics = train_one_step(store, run_name, tmp_path / "out", pusher, initial_version=4)
         assert metrics["pushed_version"] == 5.0
         assert probe(engine_url)[0] == "5"
-        assert proxy.service.coordinator.version == 5  # the proxy tags new tokens with the pushed version
-        assert httpx.get(f"{proxy.base_url}/health").json()["paused"] is False
+        # every proxy tags new tokens with the pushed version
+        assert [proxy.service.coordinator.version for proxy in proxies] == [5, 5]
+        assert [httpx.get(f"{url}/health").json()["paused"] for url in urls] == [False, False]
         assert set(recorded_versions(store, run_name)) == {5}
     finally:
-        asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(timeout=30)
+        for proxy in proxies:
+            asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(timeout=30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
 
@@ -137,10 +142,10 @@ def test_push_errors_name_the_url(store: EventStore, run_name: str, tmp_path: Pa
     with pytest.raises(TrainingError, match=f"pause_generation failed on {dead}"):
         WeightPusher(store, [dead]).push(run, 1, tmp_path)
     with pytest.raises(TrainingError, match=f"admin API at {dead}/admin/pause is unreachable"):
-        WeightPusher(store, [dead], proxy_admin_url=dead, admin_token="x").push(run, 1, tmp_path)
+        WeightPusher(store, [dead], proxy_admin_urls=[dead], admin_token="x").push(run, 1, tmp_path)
     assert recorded_versions(store, run_name) == {}
     with pytest.raises(ConfigError, match="DRESSAGE_ADMIN_TOKEN"):
-        WeightPusher(store, [dead], proxy_admin_url=dead, admin_token="")
+        WeightPusher(store, [dead], proxy_admin_urls=[dead], admin_token="")
     with pytest.raises(ConfigError, match="not an http"):
         parse_urls("127.0.0.1:30000")
     assert parse_urls("http://a:1/, http://b:2") == ["http://a:1", "http://b:2"]
