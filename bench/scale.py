@@ -125,13 +125,13 @@ class Postgres:
     def pids(self) -> list[int]:
         return [self.postmaster, *children(self.postmaster)] if self.postmaster else []
 
-    def cpu(self, db: str) -> float:
-        """CPU seconds of the private cluster, else of the backends serving ``db``."""
+    def cpu(self, db: str) -> dict[int, float]:
+        """CPU seconds by pid of the private cluster's processes, else of the backends serving ``db``."""
         if self.postmaster:
-            return sum(cpu_seconds(p) for p in self.pids())
+            return {p: cpu_seconds(p) for p in self.pids()}
         with psycopg.connect(self.admin, autocommit=True) as c:
             rows = c.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (db,)).fetchall()
-        return sum(cpu_seconds(r[0]) for r in rows)
+        return {r[0]: cpu_seconds(r[0]) for r in rows}
 
 
 @contextlib.contextmanager
@@ -284,7 +284,7 @@ async def agent(client: httpx.AsyncClient, base_url: str, engine: str, cfg: dict
             r = await client.post(base_url + "/chat/completions", json=loop.body(False))
             proxied = (time.perf_counter() - t0) * 1000
             if r.status_code != 200:
-                result.errors[f"HTTP {r.status_code}: {r.text[:80]}"] += 1
+                result.errors[f"HTTP {r.status_code}: {r.text[:300]}"] += 1
                 break
             prompt = int(r.headers["x-dressage-prompt-tokens"])
             reply = r.json()
@@ -379,19 +379,24 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
         with psycopg.connect(db.conninfo, autocommit=True) as mon:
             lsn0 = mon.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
             pg_cpu0 = pg.cpu(db.name)
+            pg_seen = dict(pg_cpu0)  # latest CPU of every process seen: an exiting backend keeps its last sample
+            client_cpu0 = sum(cpu_seconds(c.pid) for c in clients)
             proxy_cpu0 = sum(cpu_seconds(p.pid) for p in procs)
             engine_cpu0 = cpu_seconds(engine.pid)
             busy0, total0 = machine_busy()
             t0 = time.time()
             max_conns = 0
+            client_cpu = 0.0
             while any(c.poll() is None for c in clients):
                 n = mon.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
                                 (db.name,)).fetchone()[0]  # type: ignore[index]  # fmt: skip
                 max_conns = max(max_conns, n)
-                pg_cpu1 = pg.cpu(db.name)  # backends that leave take their CPU with them: sample as we go
+                pg_seen.update(pg.cpu(db.name))
+                client_cpu = sum(cpu_seconds(c.pid) for c in clients) - client_cpu0
                 time.sleep(0.5)
             elapsed = time.time() - t0
-            pg_cpu1 = max(pg_cpu1, pg.cpu(db.name))
+            pg_seen.update(pg.cpu(db.name))
+            pg_cpu = sum(v - pg_cpu0.get(pid, 0.0) for pid, v in pg_seen.items())
             proxy_cpu = sum(cpu_seconds(p.pid) for p in procs) - proxy_cpu0
             engine_cpu = cpu_seconds(engine.pid) - engine_cpu0
             busy1, total1 = machine_busy()
@@ -405,14 +410,14 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
         errors.update(o.get("errors", {}))
     added = [p - d for p, d, _ in turns] or [float("nan")]
     busy = (busy1 - busy0) / max(1, total1 - total0) * os.cpu_count()  # type: ignore[operator]
-    ours = (pg_cpu1 - pg_cpu0) + proxy_cpu + engine_cpu
+    ours = pg_cpu + proxy_cpu + engine_cpu
     return {
         "k": k, "p": args.proxies, "pooler": pooler, "turns": len(turns), "recorded": recorded,
         "elapsed": elapsed, "tokens": tokens, "generated": sum(o.get("generated", 0) for o in outs),
         "added_p50": statistics.median(added), "added_p99": pct(added, 99),
         "direct_p50": statistics.median([d for _, d, _ in turns] or [float("nan")]),
         "server_p50": statistics.median([o for _, _, o in turns] or [float("nan")]),
-        "pg_cpu": pg_cpu1 - pg_cpu0, "proxy_cpu": proxy_cpu, "wal": float(wal), "conns": max_conns,
+        "pg_cpu": pg_cpu, "proxy_cpu": proxy_cpu, "client_cpu": client_cpu, "wal": float(wal), "conns": max_conns,
         "errors": dict(errors), "busy_cores": busy, "ours_cores": ours / max(elapsed, 1e-9),
     }  # fmt: skip
 
@@ -430,7 +435,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     t = Table(title="Dressage load model: K agent sessions, P proxies, one PostgreSQL (same-run direct-engine baseline)")
     for col in ("K", "pooler", "turns (recorded)", "s", "turns/s", "tokens/s", "proxy-added p50/p99 ms",
                 "direct p50 ms", "proxy own p50 ms", "PG CPU ms/1k tok", "WAL B/tok", "PG conns",
-                "proxy CPU ms/1k tok", "machine busy / ours (cores)", "errors"):  # fmt: skip
+                "proxy CPU ms/1k tok", "machine busy / ours / clients (cores)", "errors"):  # fmt: skip
         t.add_column(col, justify="right" if col not in ("pooler", "errors") else "left")
     for r in rows:
         per_k = 1000 / max(r["tokens"], 1)
@@ -439,8 +444,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f"{r['turns'] / r['elapsed']:.0f}", f"{r['tokens'] / r['elapsed']:,.0f}",
             f"{r['added_p50']:.1f} / {r['added_p99']:.1f}", f"{r['direct_p50']:.1f}", f"{r['server_p50']:.1f}",
             f"{r['pg_cpu'] * 1000 * per_k:.2f}", f"{r['wal'] / max(r['tokens'], 1):.2f}", str(r["conns"]),
-            f"{r['proxy_cpu'] * 1000 * per_k:.2f}", f"{r['busy_cores']:.2f} / {r['ours_cores']:.2f}",
-            ", ".join(f"{k}: {v}" for k, v in r["errors"].items()) or "0",
+            f"{r['proxy_cpu'] * 1000 * per_k:.2f}", f"{r['busy_cores']:.2f} / {r['ours_cores']:.2f} / {r['client_cpu'] / r['elapsed']:.2f}",
+            ", ".join(f"{v}x {k[:60]}" for k, v in r["errors"].items()) or "0",
         )  # fmt: skip
     console.print(t)
     console.print("tokens = what the log stores (prompt growth + generated); ours = PostgreSQL + proxies + engine CPU "
