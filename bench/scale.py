@@ -50,13 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import psycopg
 from proxy_overhead import CALL_TEXT, ChatLoop, InstantEngine, pct
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ADMIN_TOKEN = "scale-bench-admin-token"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -232,7 +233,9 @@ class StubEngine(InstantEngine):
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 path = lines[0].split(" ")[1]
-                length = next((int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:")), 0)
+                length = next(
+                    (int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:")), 0
+                )
                 body = await reader.readexactly(length) if length else b""
                 if path == "/generate" and self.gen_s:
                     await asyncio.sleep(self.gen_s)
@@ -289,7 +292,11 @@ async def agent(client: httpx.AsyncClient, base_url: str, engine: str, cfg: dict
             prompt = int(r.headers["x-dressage-prompt-tokens"])
             reply = r.json()
             completion = int(reply["usage"]["completion_tokens"])
-            body = {"input_ids": [0] * prompt, "sampling_params": {"max_new_tokens": 64}, "return_logprob": True}
+            body = {
+                "input_ids": [0] * prompt,
+                "sampling_params": {"max_new_tokens": 64},
+                "return_logprob": True,
+            }
             t1 = time.perf_counter()
             await client.post(engine + "/generate", json=body)
             direct = (time.perf_counter() - t1) * 1000
@@ -332,7 +339,9 @@ async def open_sessions(proxies: list[str], run: str, k: int) -> list[str]:
 
         async def one(i: int) -> str:
             async with sem:
-                r = await client.post(proxies[i % len(proxies)] + "/admin/sessions", json={"run": run, "agent": "scale"})
+                r = await client.post(
+                    proxies[i % len(proxies)] + "/admin/sessions", json={"run": run, "agent": "scale"}
+                )
                 r.raise_for_status()
                 return str(r.json()["base_url"])
 
@@ -352,7 +361,9 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
         engine_url = f"http://127.0.0.1:{engine_port}"
         py = sys.executable
         env = {"PYTHONPATH": str(ROOT)}
-        engine = stack.enter_context(spawn([py, __file__, "serve-engine", str(engine_port), str(args.gen_ms)], env))
+        engine = stack.enter_context(
+            spawn([py, __file__, "serve-engine", str(engine_port), str(args.gen_ms)], env)
+        )
         proxies, procs = [], []
         for _ in range(args.proxies):
             port = free_port()
@@ -366,7 +377,12 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
         run = f"scale-{k}-{pooler}"
         sessions = asyncio.run(open_sessions(proxies, run, k))
         start = time.time() + 3 + k / 2000  # the clients import and build their agents first
-        cfg = {"turns": args.turns, "think_ms": args.think_ms, "duration": args.duration, "timeout": args.timeout}
+        cfg = {
+            "turns": args.turns,
+            "think_ms": args.think_ms,
+            "duration": args.duration,
+            "timeout": args.timeout,
+        }
         clients = []
         for c in range(args.clients):
             spec = Path(tempfile.mkstemp(suffix=".json")[1])
@@ -379,7 +395,8 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
         with psycopg.connect(db.conninfo, autocommit=True) as mon:
             lsn0 = mon.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
             pg_cpu0 = pg.cpu(db.name)
-            pg_seen = dict(pg_cpu0)  # latest CPU of every process seen: an exiting backend keeps its last sample
+            # the latest CPU of every process seen: a backend that exits keeps its last sample
+            pg_seen = dict(pg_cpu0)
             client_cpu0 = sum(cpu_seconds(c.pid) for c in clients)
             proxy_cpu0 = sum(cpu_seconds(p.pid) for p in procs)
             engine_cpu0 = cpu_seconds(engine.pid)
@@ -432,7 +449,9 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     console.print(f"machine: {os.cpu_count()} cores ({model}), load average {os.getloadavg()[0]:.2f} now; "
                   f"{args.proxies} proxies, {args.clients} client processes, stub engine {args.gen_ms:g} ms/turn, "
                   f"think {args.think_ms:g} ms (jittered 0-2x), {args.turns} turns/session, ~330 logged tokens/turn")  # fmt: skip
-    t = Table(title="Dressage load model: K agent sessions, P proxies, one PostgreSQL (same-run direct-engine baseline)")
+    t = Table(
+        title="Dressage load model: K agent sessions, P proxies, one PostgreSQL (same-run direct-engine baseline)"
+    )
     for col in ("K", "pooler", "turns (recorded)", "s", "turns/s", "tokens/s", "proxy-added p50/p99 ms",
                 "direct p50 ms", "proxy own p50 ms", "PG CPU ms/1k tok", "WAL B/tok", "PG conns",
                 "proxy CPU ms/1k tok", "machine busy / ours / clients (cores)", "errors"):  # fmt: skip
@@ -454,16 +473,24 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sessions", default="100", help="Comma-separated K values (full model: 100,1000,5000).")
+    parser.add_argument(
+        "--sessions", default="100", help="Comma-separated K values (full model: 100,1000,5000)."
+    )
     parser.add_argument("--proxies", type=int, default=2, help="P proxy processes.")
     parser.add_argument("--clients", type=int, default=2, help="Client processes running the agents.")
     parser.add_argument("--turns", type=int, default=4, help="Turns per session.")
     parser.add_argument("--think-ms", type=float, default=2000, help="Mean tool time between turns.")
-    parser.add_argument("--gen-ms", type=float, default=20, help="The stub engine's simulated generation time.")
-    parser.add_argument("--duration", type=float, default=60, help="No new turn starts after this many seconds.")
+    parser.add_argument(
+        "--gen-ms", type=float, default=20, help="The stub engine's simulated generation time."
+    )
+    parser.add_argument(
+        "--duration", type=float, default=60, help="No new turn starts after this many seconds."
+    )
     parser.add_argument("--timeout", type=float, default=120, help="Client timeout per request.")
     parser.add_argument("--pooler", choices=("none", "pgbouncer", "both"), default="none")
-    parser.add_argument("--pgbouncer-pool", type=int, default=20, help="PgBouncer server connections per database.")
+    parser.add_argument(
+        "--pgbouncer-pool", type=int, default=20, help="PgBouncer server connections per database."
+    )
     parser.add_argument("--pg-admin-url", default=None, help="Use this server instead of a private cluster.")
     args = parser.parse_args()
     ks = [int(x) for x in args.sessions.split(",") if x]
@@ -471,7 +498,11 @@ def main() -> None:
     rows = []
     with contextlib.ExitStack() as stack:
         if args.pg_admin_url:
-            pg = Postgres(args.pg_admin_url, None, int(psycopg.conninfo.conninfo_to_dict(args.pg_admin_url).get("port") or 5432))
+            pg = Postgres(
+                args.pg_admin_url,
+                None,
+                int(psycopg.conninfo.conninfo_to_dict(args.pg_admin_url).get("port") or 5432),
+            )
         else:
             pg = stack.enter_context(private_postgres(max_connections=200 + 25 * args.proxies))
         for k in ks:
