@@ -6,8 +6,9 @@ loopback only:
 * a private PostgreSQL cluster (``initdb`` into a temporary directory, its own port), so its CPU
   and WAL are this run's alone on a machine other work shares (``--pg-admin-url`` uses an existing
   server instead: WAL and CPU are then the whole server's);
-* optionally PgBouncer in transaction-pooling mode in front of it (``--pooler pgbouncer``, or
-  ``both`` for a direct and a pooled run of every K);
+* optionally PgBouncer in front of it (``--pooler none,pgbouncer-session,pgbouncer-transaction``
+  runs every K once per pooler). Transaction pooling fails with PgBouncer < 1.21: the append path
+  uses protocol-level prepared statements (see docs/scale.md);
 * a stub engine process speaking SGLang's ``/generate`` (a fixed tool-call reply with logprobs after
   ``--gen-ms`` of simulated generation: a benchmark harness, not a test double);
 * P ``dressage-worker proxy`` processes against the one database;
@@ -164,18 +165,24 @@ def private_postgres(max_connections: int) -> Iterator[Postgres]:
 
 
 @contextlib.contextmanager
-def pgbouncer(pg: Postgres, db: str, pool_size: int) -> Iterator[int]:
-    """PgBouncer in transaction-pooling mode in front of ``db``; yields its port."""
+def pgbouncer(pg: Postgres, db: str, pool_size: int, mode: str) -> Iterator[int]:
+    """PgBouncer in ``mode`` (transaction or session pooling) in front of ``db``; yields its port."""
     exe = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
     if not Path(exe).exists():
         raise RuntimeError("pgbouncer is not installed (apt-get install pgbouncer)")
+    with psycopg.connect(pg.admin, autocommit=True) as c:
+        c.execute(f'ALTER DATABASE "{db}" SET synchronous_commit = on')
+        c.execute(f"ALTER DATABASE \"{db}\" SET timezone = 'UTC'")
     work = Path(tempfile.mkdtemp(prefix="dressage-scale-pgb-"))
     port = free_port()
     (work / "users.txt").write_text('"postgres" ""\n')
     (work / "pgbouncer.ini").write_text(
         f"[databases]\n{db} = host=127.0.0.1 port={pg.port} dbname={db}\n[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nauth_type = trust\nauth_file = {work}/users.txt\n"
-        f"pool_mode = transaction\ndefault_pool_size = {pool_size}\nmax_client_conn = 20000\n"
+        f"pool_mode = {mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 20000\n"
+        # The store sends its settings as the startup parameter "options", which PgBouncer refuses
+        # ("unsupported startup parameter: options"): ignore it and set them on the database instead.
+        "ignore_startup_parameters = options\n"
         f"unix_socket_dir =\nlogfile = {work}/log\npidfile = {work}/pid\n"
     )
     user: dict[str, Any] = {}
@@ -342,7 +349,8 @@ async def open_sessions(proxies: list[str], run: str, k: int) -> list[str]:
                 r = await client.post(
                     proxies[i % len(proxies)] + "/admin/sessions", json={"run": run, "agent": "scale"}
                 )
-                r.raise_for_status()
+                if r.status_code != 200:
+                    raise RuntimeError(f"opening a session: HTTP {r.status_code} {r.text[:500]}")
                 return str(r.json()["base_url"])
 
         return list(await asyncio.gather(*(one(i) for i in range(k))))
@@ -354,8 +362,9 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
     with contextlib.ExitStack() as stack:
         db = stack.enter_context(fresh_database(pg.admin))
         url = db.url
-        if pooler == "pgbouncer":
-            port = stack.enter_context(pgbouncer(pg, db.name, args.pgbouncer_pool))
+        if pooler != "none":
+            mode = pooler.split("-", 1)[1]
+            port = stack.enter_context(pgbouncer(pg, db.name, args.pgbouncer_pool, mode))
             url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/{db.name}"
         engine_port = free_port()
         engine_url = f"http://127.0.0.1:{engine_port}"
@@ -487,14 +496,20 @@ def main() -> None:
         "--duration", type=float, default=60, help="No new turn starts after this many seconds."
     )
     parser.add_argument("--timeout", type=float, default=120, help="Client timeout per request.")
-    parser.add_argument("--pooler", choices=("none", "pgbouncer", "both"), default="none")
+    parser.add_argument(
+        "--pooler",
+        default="none",
+        help="Comma-separated: none, pgbouncer-transaction, pgbouncer-session (each K runs once per pooler).",
+    )
     parser.add_argument(
         "--pgbouncer-pool", type=int, default=20, help="PgBouncer server connections per database."
     )
     parser.add_argument("--pg-admin-url", default=None, help="Use this server instead of a private cluster.")
     args = parser.parse_args()
     ks = [int(x) for x in args.sessions.split(",") if x]
-    poolers = ["none", "pgbouncer"] if args.pooler == "both" else [args.pooler]
+    poolers = [p for p in args.pooler.split(",") if p]
+    if set(poolers) - {"none", "pgbouncer-transaction", "pgbouncer-session"}:
+        parser.error(f"unknown pooler in {args.pooler!r}")
     rows = []
     with contextlib.ExitStack() as stack:
         if args.pg_admin_url:
