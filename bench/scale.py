@@ -40,6 +40,7 @@ import os
 import pwd
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -314,7 +315,8 @@ async def agent(client: httpx.AsyncClient, base_url: str, engine: str, cfg: dict
         last = (prompt, completion)
         result.generated += completion
         loop.extend(r.text, False, turn)
-        await asyncio.sleep(random.uniform(0, 2 * think))
+        if turn + 1 < cfg["turns"]:
+            await asyncio.sleep(random.uniform(0, 2 * think))
     result.tokens += sum(last)  # the session's log: its last prompt plus the last reply (one segment)
 
 
@@ -506,6 +508,7 @@ def main() -> None:
     )
     parser.add_argument("--pg-admin-url", default=None, help="Use this server instead of a private cluster.")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the cluster and processes on the way out
     ks = [int(x) for x in args.sessions.split(",") if x]
     poolers = [p for p in args.pooler.split(",") if p]
     if set(poolers) - {"none", "pgbouncer-transaction", "pgbouncer-session"}:
