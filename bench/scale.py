@@ -429,10 +429,13 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
             engine_cpu = cpu_seconds(engine.pid) - engine_cpu0
             busy1, total1 = machine_busy()
             wal = mon.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn0,)).fetchone()[0]  # type: ignore[index]
-            recorded = mon.execute("SELECT count(*) FROM turns").fetchone()[0]  # type: ignore[index]
+            recorded, logged = mon.execute(  # what the log stores: context growth + generated, per turn
+                "SELECT count(*), coalesce(sum(cardinality(context_ids) + cardinality(generated_ids)), 0) FROM turns"
+            ).fetchone()  # type: ignore[misc]
         outs = [json.loads(c.communicate()[0] or b"{}") for c in clients]
     turns = [t for o in outs for t in o.get("turns", [])]
-    tokens = sum(o.get("tokens", 0) for o in outs)
+    delivered = sum(o.get("tokens", 0) for o in outs)
+    tokens = int(logged)
     errors: collections.Counter[str] = collections.Counter()
     for o in outs:
         errors.update(o.get("errors", {}))
@@ -441,7 +444,7 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
     ours = pg_cpu + proxy_cpu + engine_cpu
     return {
         "k": k, "p": args.proxies, "pooler": pooler, "turns": len(turns), "recorded": recorded,
-        "elapsed": elapsed, "tokens": tokens, "generated": sum(o.get("generated", 0) for o in outs),
+        "elapsed": elapsed, "tokens": tokens, "delivered_tokens": delivered, "generated": sum(o.get("generated", 0) for o in outs),
         "added_p50": statistics.median(added), "added_p99": pct(added, 99),
         "direct_p50": statistics.median([d for _, d, _ in turns] or [float("nan")]),
         "server_p50": statistics.median([o for _, _, o in turns] or [float("nan")]),
@@ -478,7 +481,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             ", ".join(f"{v}x {k[:60]}" for k, v in r["errors"].items()) or "0",
         )  # fmt: skip
     console.print(t)
-    console.print("tokens = what the log stores (prompt growth + generated); ours = PostgreSQL + proxies + engine CPU "
+    console.print("tokens = what the log stores (each turn's new context + generated ids, counted in the database); ours = PostgreSQL + proxies + engine CPU "
                   "(clients excluded); proxy-added = proxied turn minus a direct engine call of the same prompt length")  # fmt: skip
 
 
