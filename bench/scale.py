@@ -291,6 +291,7 @@ async def agent(client: httpx.AsyncClient, base_url: str, engine: str, cfg: dict
         if time.time() > deadline:
             break
         t0 = time.perf_counter()
+        target = "proxy"
         try:
             r = await client.post(base_url + "/chat/completions", json=loop.body(False))
             proxied = (time.perf_counter() - t0) * 1000
@@ -306,10 +307,11 @@ async def agent(client: httpx.AsyncClient, base_url: str, engine: str, cfg: dict
                 "return_logprob": True,
             }
             t1 = time.perf_counter()
+            target = "engine (direct)"
             await client.post(engine + "/generate", json=body)
             direct = (time.perf_counter() - t1) * 1000
         except httpx.HTTPError as e:
-            result.errors[type(e).__name__] += 1
+            result.errors[f"{type(e).__name__} from {target}"] += 1
             break
         result.turns.append((proxied, direct, float(r.headers.get("x-dressage-overhead-ms", "nan"))))
         last = (prompt, completion)
@@ -321,7 +323,10 @@ async def agent(client: httpx.AsyncClient, base_url: str, engine: str, cfg: dict
 
 
 def run_agents(spec_path: str) -> None:
-    """A client process: run the agents of ``spec_path`` and print their results as JSON."""
+    """A client process: run the agents of ``spec_path``; their results go to ``spec_path.out`` as JSON.
+
+    (Not to stdout: thousands of turns overflow a pipe the parent reads only after the child exits.)
+    """
     spec = json.loads(Path(spec_path).read_text())
     result = AgentResult()
 
@@ -332,7 +337,7 @@ def run_agents(spec_path: str) -> None:
                                    for url in spec["sessions"]))  # fmt: skip
 
     asyncio.run(main())
-    print(json.dumps({"turns": result.turns, "tokens": result.tokens, "generated": result.generated,
+    Path(spec_path + ".out").write_text(json.dumps({"turns": result.turns, "tokens": result.tokens, "generated": result.generated,
                       "errors": dict(result.errors)}))  # fmt: skip
 
 
@@ -394,12 +399,13 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
             "duration": args.duration,
             "timeout": args.timeout,
         }
-        clients = []
+        clients, specs = [], []
         for c in range(args.clients):
             spec = Path(tempfile.mkstemp(suffix=".json")[1])
+            specs.append(spec)
             spec.write_text(json.dumps({"sessions": sessions[c :: args.clients], "engine": engine_url,
                                         "cfg": cfg, "start": start}))  # fmt: skip
-            clients.append(subprocess.Popen([py, __file__, "agents", str(spec)], stdout=subprocess.PIPE,
+            clients.append(subprocess.Popen([py, __file__, "agents", str(spec)],
                                             env={**os.environ, **env}))  # fmt: skip
         while time.time() < start:
             time.sleep(0.01)
@@ -432,7 +438,9 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
             recorded, logged = mon.execute(  # what the log stores: context growth + generated, per turn
                 "SELECT count(*), coalesce(sum(cardinality(context_ids) + cardinality(generated_ids)), 0) FROM turns"
             ).fetchone()  # type: ignore[misc]
-        outs = [json.loads(c.communicate()[0] or b"{}") for c in clients]
+        for c in clients:
+            c.wait()
+        outs = [json.loads(Path(f"{s}.out").read_text()) if Path(f"{s}.out").exists() else {} for s in specs]
     turns = [t for o in outs for t in o.get("turns", [])]
     delivered = sum(o.get("tokens", 0) for o in outs)
     tokens = int(logged)
@@ -450,6 +458,17 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
         "server_p50": statistics.median([o for _, _, o in turns] or [float("nan")]),
         "pg_cpu": pg_cpu, "proxy_cpu": proxy_cpu, "client_cpu": client_cpu, "wal": float(wal), "conns": max_conns,
         "errors": dict(errors), "busy_cores": busy, "ours_cores": ours / max(elapsed, 1e-9),
+    }  # fmt: skip
+
+
+def failed_row(args: argparse.Namespace, k: int, pooler: str, e: Exception) -> dict[str, Any]:
+    """The row of a level that could not run: its error, no figures."""
+    nan = float("nan")
+    return {
+        "k": k, "p": args.proxies, "pooler": pooler, "turns": 0, "recorded": 0, "elapsed": nan, "tokens": 0,
+        "added_p50": nan, "added_p99": nan, "direct_p50": nan, "server_p50": nan, "pg_cpu": nan,
+        "proxy_cpu": nan, "client_cpu": nan, "wal": nan, "conns": 0, "busy_cores": nan, "ours_cores": nan,
+        "errors": {f"did not run: {e}"[:300]: 1},
     }  # fmt: skip
 
 
@@ -528,7 +547,12 @@ def main() -> None:
             pg = stack.enter_context(private_postgres(max_connections=200 + 25 * args.proxies))
         for k in ks:
             for pooler in poolers:
-                rows.append(measure(args, pg, k, pooler))
+                try:
+                    rows.append(measure(args, pg, k, pooler))
+                except (
+                    Exception
+                ) as e:  # a level that cannot run (e.g. PgBouncer refusing the store): report it
+                    rows.append(failed_row(args, k, pooler, e))
                 print(json.dumps(rows[-1]), file=sys.stderr)
     report(rows, args)
 
