@@ -34,14 +34,19 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 
 def has_pending_bytes(sock: socket.socket | None) -> bool:
-    """Whether ``sock`` has something to read right now (request bytes, or the peer's close)."""
+    """Whether ``sock`` has something to read right now (request bytes, or the peer's close).
+
+    ``poll``, not ``select``: a proxy with thousands of connections has descriptors past select's
+    limit of 1024.
+    """
     if sock is None:
         return False
+    poller = select.poll()
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError):  # closed or invalid descriptor: nothing to keep open for
         return False
-    return bool(readable)
 
 
 class KeepAliveProtocol(H11Protocol):

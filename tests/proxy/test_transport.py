@@ -145,3 +145,27 @@ def test_keep_alive_outlasts_client_pool_expiry() -> None:
     import httpx
 
     assert Settings().proxy_keep_alive_s > max(90.0, httpx.Limits().keepalive_expiry or 0)
+
+
+def test_pending_bytes_seen_on_descriptors_past_select_limit() -> None:
+    """At thousands of connections a socket's descriptor exceeds 1024, where select() cannot look."""
+    import fcntl
+    import resource
+
+    from dressage.proxy.keepalive import has_pending_bytes
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= 1100:
+        pytest.skip(f"the descriptor limit ({soft}) leaves no room past 1024")
+    a, b = socket.socketpair()
+    high = [socket.socket(fileno=fcntl.fcntl(s.fileno(), fcntl.F_DUPFD, 1030)) for s in (a, b)]
+    assert all(s.fileno() > 1024 for s in high)
+    a.close()
+    b.close()
+    try:
+        assert not has_pending_bytes(high[0])
+        high[1].sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert has_pending_bytes(high[0])
+    finally:
+        for s in high:
+            s.close()
