@@ -441,6 +441,9 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
         for c in clients:
             c.wait()
         outs = [json.loads(Path(f"{s}.out").read_text()) if Path(f"{s}.out").exists() else {} for s in specs]
+        for spec in specs:  # the agents' inputs and results
+            spec.unlink(missing_ok=True)
+            Path(f"{spec}.out").unlink(missing_ok=True)
     turns = [t for o in outs for t in o.get("turns", [])]
     delivered = sum(o.get("tokens", 0) for o in outs)
     tokens = int(logged)
