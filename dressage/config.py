@@ -61,6 +61,17 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=8 * 1024 * 1024, description="Largest HTTP body the proxy accepts."
     )
+    proxy_keep_alive_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds the proxy keeps an idle client connection open; longer than the clients' "
+        "pool expiry (httpx 5 s, Go and reqwest 90 s), so a client never reuses one the proxy is closing.",
+    )
+    proxy_backlog: int = Field(
+        default=4096,
+        ge=1,
+        description="Listen backlog of the proxy's TCP socket (the kernel caps it at net.core.somaxconn).",
+    )
     max_payload_bytes: int = Field(default=4 * 1024 * 1024, description="Largest JSON payload of one event.")
     default_max_tokens: int = Field(
         default=8192,

@@ -85,6 +85,17 @@ class GenerateDelta:
         return self.finish_reason is not None
 
 
+ENGINE_POOL = httpx.Limits(max_connections=4096, max_keepalive_connections=4096, keepalive_expiry=4.0)
+"""Connections to one engine: as many kept open as requests run at once (an engine batches thousands).
+
+httpx's default keeps 20 of at most 100: at 1,000 concurrent sessions (``bench/scale.py``) a proxy
+queued requests behind 100 connections and opened and closed a TCP connection for most of the rest;
+on a starved event loop some of those connects overran their 10 s timeout and turns failed with
+HTTP 502 ("engine ... is unreachable"). An idle connection expires after 4 s, before SGLang's
+uvicorn (5 s keep-alive) closes it, so a request is not sent on a connection the engine is closing.
+"""
+
+
 class EngineClient:
     """One engine at ``base_url`` (e.g. ``http://127.0.0.1:30000``).
 
@@ -100,7 +111,9 @@ class EngineClient:
         routed_experts_shape: tuple[int, int] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=httpx.Timeout(timeout, connect=10.0))
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, timeout=httpx.Timeout(timeout, connect=10.0), limits=ENGINE_POOL
+        )
         self._experts_shape = routed_experts_shape
 
     async def aclose(self) -> None:

@@ -21,6 +21,7 @@ import uvicorn
 from dressage.config import Settings, load_settings
 from dressage.errors import ConfigError
 from dressage.proxy.app import create_app
+from dressage.proxy.keepalive import KeepAliveProtocol
 from dressage.proxy.service import ProxyService, SessionHandle
 from dressage.store import EventStore, Run, Session
 
@@ -92,21 +93,19 @@ class ProxyServer:
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
-        sock.listen(1024)
+        sock.listen(self.service.settings.proxy_backlog)
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
         self.service.base_url = self.base_url
         configs: list[tuple[uvicorn.Config, list[socket.socket] | None]] = [
-            (uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off"), [sock])
+            (uvicorn.Config(self.app, **self._uvicorn_options()), [sock])
         ]
         if self.uds_path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.uds_path)
             configs.append(
                 (
-                    uvicorn.Config(
-                        self.app, uds=self.uds_path, log_level="warning", access_log=False, lifespan="off"
-                    ),
+                    uvicorn.Config(self.app, uds=self.uds_path, **self._uvicorn_options()),
                     None,
                 )
             )
@@ -121,6 +120,18 @@ class ProxyServer:
                     raise ConfigError(f"the proxy could not listen on {self.base_url}")
             await asyncio.sleep(0.01)
         log.info("proxy listening on %s", self.base_url)
+
+    def _uvicorn_options(self) -> dict[str, Any]:
+        """uvicorn's options: quiet, and idle connections closed only when no request is arriving."""
+        settings = self.service.settings
+        return {
+            "log_level": "warning",
+            "access_log": False,
+            "lifespan": "off",
+            "http": KeepAliveProtocol,
+            "timeout_keep_alive": settings.proxy_keep_alive_s,
+            "backlog": settings.proxy_backlog,
+        }
 
     async def stop(self) -> None:
         """Stop listening and close engine connections (in-flight requests are cut)."""

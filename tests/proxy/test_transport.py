@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from pathlib import Path
+
+import pytest
 
 from dressage.config import Settings
 from dressage.proxy import ProxyServer
@@ -61,3 +64,108 @@ def test_embedded_proxy_leaves_signal_handlers_alone(tmp_path: Path) -> None:
 
     before, during = asyncio.run(probe())
     assert during == before
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: proxy\r\n\r\n"
+
+
+def _read_reply(sock: socket.socket) -> bytes:
+    """One HTTP response (head and Content-Length body), or b"" when the server reset or closed."""
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return b""
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return b""
+            body += chunk
+        return head + b"\r\n\r\n" + body
+    except ConnectionResetError:
+        return b""
+
+
+def _request_at_keep_alive_expiry(tmp_path: Path) -> bytes:
+    """A keep-alive request that reaches the proxy in the loop iteration its idle timeout fires.
+
+    The schedule a starved event loop produces by chance, made deterministic: the loop is blocked
+    past the connection's keep-alive deadline; on the next iteration a callback due just before
+    that deadline sends the client's next request, after the poll and before the timeout handler
+    runs. Returns the client's reply (b"" for a connection closed or reset with no reply).
+    """
+
+    async def probe() -> bytes:
+        store = EventStore.open(settings=Settings(home=tmp_path))
+        server = ProxyServer(store, ["http://127.0.0.1:9"], settings=Settings(proxy_keep_alive_s=0.3))
+        await server.start()
+        client = socket.create_connection(("127.0.0.1", server.port))
+        try:
+            client.sendall(HEALTH)
+            first = await asyncio.to_thread(_read_reply, client)
+            assert b" 200 " in first.split(b"\r\n", 1)[0], first
+            (conn,) = server._servers[0].server_state.connections
+            deadline = conn.timeout_keep_alive_task.when()
+            loop = asyncio.get_running_loop()
+            loop.call_at(deadline - 0.001, client.sendall, HEALTH)
+            time.sleep(max(0.0, deadline - loop.time()) + 0.02)  # starve the loop past both
+            return await asyncio.to_thread(_read_reply, client)
+        finally:
+            client.close()
+            await server.stop()
+            store.close()
+
+    return asyncio.run(probe())
+
+
+def test_request_arriving_as_keep_alive_expires_is_served(tmp_path: Path) -> None:
+    """The ``httpx.ReadError`` seen under load: the proxy must not close a connection carrying a request."""
+    reply = _request_at_keep_alive_expiry(tmp_path)
+    assert reply.startswith(b"HTTP/1.1 200 "), f"request at keep-alive expiry got no reply: {reply!r}"
+
+
+def test_stock_uvicorn_protocol_drops_that_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same schedule against uvicorn's own h11 protocol loses the request (the bug reproduced)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    monkeypatch.setattr("dressage.proxy.server.KeepAliveProtocol", H11Protocol)
+    assert _request_at_keep_alive_expiry(tmp_path) == b""
+
+
+def test_keep_alive_outlasts_client_pool_expiry() -> None:
+    """The proxy keeps idle connections longer than httpx/openai (5 s) and Go/reqwest (90 s) pools do."""
+    import httpx
+
+    assert Settings().proxy_keep_alive_s > max(90.0, httpx.Limits().keepalive_expiry or 0)
+
+
+def test_pending_bytes_seen_on_descriptors_past_select_limit() -> None:
+    """At thousands of connections a socket's descriptor exceeds 1024, where select() cannot look."""
+    import fcntl
+    import resource
+
+    from dressage.proxy.keepalive import has_pending_bytes
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= 1100:
+        pytest.skip(f"the descriptor limit ({soft}) leaves no room past 1024")
+    a, b = socket.socketpair()
+    high = [socket.socket(fileno=fcntl.fcntl(s.fileno(), fcntl.F_DUPFD, 1030)) for s in (a, b)]
+    assert all(s.fileno() > 1024 for s in high)
+    a.close()
+    b.close()
+    try:
+        assert not has_pending_bytes(high[0])
+        high[1].sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert has_pending_bytes(high[0])
+    finally:
+        for s in high:
+            s.close()
