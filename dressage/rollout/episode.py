@@ -31,7 +31,7 @@ from sqlalchemy import select
 from dressage.agents import Agent, AgentContext, AgentLog, AgentResult, BlackboxAgent, Task
 from dressage.cleanup import logged_failures
 from dressage.errors import AgentError, DressageError, LeaseError, RewardError, SandboxError, StoreError
-from dressage.paddock import Sandbox, SandboxProvider, SandboxTools
+from dressage.paddock import Sandbox, SandboxProvider, SandboxSpec, SandboxTools
 from dressage.redact import redact, redact_json
 from dressage.rollout.config import RolloutConfig
 from dressage.rollout.rewards import RewardInput, Scorer
@@ -93,6 +93,7 @@ class _Held:
 
     sandbox: Sandbox | None = None
     client: Any = None
+    spec: SandboxSpec | None = None
 
 
 class _Failed(Exception):
@@ -159,7 +160,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
     try:
         try:
             result = await _play(env, task, handle, agent_log, held, sampling)
-            reward, details = await _score(env, task, result, held.sandbox)
+            reward, details = await _score(env, task, result, held)
         except _Failed as f:
             error = redact(str(f), store.secrets) or ""
             agent_log.write(f"FAILED ({f.reason}): {error}")
@@ -221,6 +222,7 @@ async def _play(
     socket_path = env.proxy_socket if isinstance(env.agent, BlackboxAgent) else None
     spec = cfg.sandbox.spec(task.files, socket_path, env.secrets.sandbox)
     try:
+        spec = held.spec = harbor_spec(spec, task)
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, OSError) as e:
         raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
@@ -255,13 +257,32 @@ async def _play(
     return result
 
 
+def harbor_spec(spec: SandboxSpec, task: Task) -> SandboxSpec:
+    """``spec`` for a Harbor task (its paths, network, built root filesystem); others unchanged."""
+    info = task.metadata.get("harbor")
+    if not isinstance(info, dict):
+        return spec
+    from dressage.harbor.rootfs import cached_rootfs
+    from dressage.harbor.sandbox import task_spec
+
+    rootfs = str(cached_rootfs(info["rootfs"])) if info.get("rootfs") else None
+    return task_spec(spec, task, rootfs)
+
+
 async def _score(
-    env: EpisodeEnv, task: Task, result: AgentResult, sandbox: Sandbox | None
+    env: EpisodeEnv, task: Task, result: AgentResult, held: _Held
 ) -> tuple[float, dict[str, Any]]:
-    assert sandbox is not None
+    sandbox, spec = held.sandbox, held.spec
+    assert sandbox is not None and spec is not None
+
+    async def fresh_sandbox() -> Sandbox:
+        return await env.provider.create(f"{sandbox.session_id}-verifier", spec)
+
     try:
         out = await env.scorer.score(
-            RewardInput(task=task, answer=result.answer, result=result, sandbox=sandbox)
+            RewardInput(
+                task=task, answer=result.answer, result=result, sandbox=sandbox, fresh_sandbox=fresh_sandbox
+            )
         )
     except (RewardError, SandboxError) as e:
         raise _Failed("reward_error", f"reward {env.scorer.kind}: {e}") from e
