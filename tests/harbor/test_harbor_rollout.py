@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from dressage.config import Settings
+from dressage.errors import ConfigError, SandboxError
 from dressage.rollout.datasets import load_tasks
 from dressage.rollout.worker import WorkerOptions, run_rollout
 from tests.harbor.conftest import DATASETS
@@ -85,3 +86,41 @@ async def test_fixture_dataset_gives_expected_rewards(tmp_path, any_db_url, engi
     else:
         assert {t.session_id for t in turns} == {s.id for s, _ in sessions.values()}
     store.close()
+
+
+def _rootfs_missing() -> str | None:
+    from dressage.harbor.rootfs import cached_rootfs
+    from dressage.harbor.tasks import harbor_info
+
+    plan = harbor_info(load_tasks(DATASETS / "apt")[0])["rootfs"]  # type: ignore[index]
+    try:
+        cached_rootfs(plan)
+    except SandboxError as e:
+        return f"the apt-only task's Debian rootfs is not built (scripts/setup-harbor.sh builds it): {e}"
+    return None
+
+
+@pytest.mark.skipif(_rootfs_missing() is not None, reason=str(_rootfs_missing()))
+@pytest.mark.parametrize("agent", ["oracle", "scripted"])
+async def test_apt_only_dockerfile_runs_in_its_debian_rootfs(tmp_path, engine_url, agent) -> None:
+    agent_cfg = (
+        {"kind": "oracle"}
+        if agent == "oracle"
+        else {"kind": "python", "path": "tests.harbor.agents_for_tests:ScriptedHarborAgent"}
+    )
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    store, run = await _rollout(tmp_path, db, engine_url, agent_cfg, DATASETS / "apt")
+    ((session, reward),) = _by_task(store, run, DATASETS / "apt").values()
+    # pytest from the rootfs (Debian's python3-pytest, not on the host), the COPY and ENV of the Dockerfile.
+    assert session.status == "finished" and session.reward == 1.0, session.error
+    assert "2 passed" in reward["details"]["test_stdout_tail"]
+    store.close()
+
+
+async def test_refused_dockerfile_stops_the_run_before_it_starts(tmp_path, engine_url) -> None:
+    with pytest.raises(
+        ConfigError, match=r"task pip-dockerfile: Dockerfile line 1: base image 'python:3.12-slim' is refused"
+    ):
+        await _rollout(
+            tmp_path, f"sqlite:///{tmp_path / 'log.db'}", engine_url, {"kind": "oracle"}, DATASETS / "refused"
+        )
