@@ -24,8 +24,17 @@ from typing import Any
 
 from dressage.config import load_settings
 from dressage.errors import ConfigError, SandboxError
+from dressage.harbor.dockerfile import RootfsPlan
 
 MOUNT_POINTS = ("workspace", "tests", "logs", "solution", "run", "tmp", "proc", "dev")
+
+
+def rootfs_plan(plan: RootfsPlan, env_dir: Path) -> dict[str, Any]:
+    """The JSON plan of a task's root filesystem: ``COPY``s into the workdir left out (they seed the
+    workspace, which is bound over the workdir), ``context`` the task's ``environment/`` directory."""
+    workdir = (plan.workdir or "/app").rstrip("/")
+    copies = [[s, d] for s, d in plan.copies if not (d.rstrip("/") == workdir or d.startswith(workdir + "/"))]
+    return {**plan.to_json(), "copies": copies, "context": str(env_dir.resolve())}
 
 
 def rootfs_cache_dir() -> Path:

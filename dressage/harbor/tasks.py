@@ -24,6 +24,7 @@ from typing import Any
 from dressage.agents.base import Task
 from dressage.errors import ConfigError
 from dressage.harbor.dockerfile import parse_dockerfile
+from dressage.harbor.rootfs import rootfs_plan
 
 DEFAULT_WORKDIR = "/app"
 DEFAULT_AGENT_TIMEOUT_S = 600.0
@@ -143,12 +144,11 @@ def load_task(task_dir: Path, index: int) -> Task:
         plan = parse_dockerfile(name, _read_text(name, dockerfile, task_dir))
         workdir = plan.workdir or DEFAULT_WORKDIR
         env.update(plan.env)
-        copies_into_rootfs: list[list[str]] = []
         for src, dst in plan.copies:
             source = (env_dir / src).resolve()
             if env_dir.resolve() not in source.parents or not source.exists():
                 raise ConfigError(f"task {name}: COPY source {src!r} is not a file of environment/")
-            if dst == workdir or dst.startswith(workdir.rstrip("/") + "/"):
+            if dst.rstrip("/") == workdir.rstrip("/") or dst.startswith(workdir.rstrip("/") + "/"):
                 rel = dst[len(workdir) :].strip("/")  # the workdir is the workspace: seed it
                 if source.is_dir():
                     for k, v in _files_under(name, source, task_dir).items():
@@ -156,9 +156,7 @@ def load_task(task_dir: Path, index: int) -> Task:
                 else:
                     target = rel if rel and not dst.endswith("/") else f"{rel}/{source.name}".lstrip("/")
                     files[target] = _read_text(name, source, task_dir)
-            else:
-                copies_into_rootfs.append([src, dst])
-        rootfs = {**plan.to_json(), "copies": copies_into_rootfs, "context": str(env_dir.resolve())}
+        rootfs = rootfs_plan(plan, env_dir)
     elif env_cfg.get("docker_image"):
         raise _refuse(
             name,
