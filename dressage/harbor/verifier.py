@@ -1,7 +1,8 @@
 """The ``harbor`` reward: run the task's own ``tests/test.sh`` and read its reward file as Harbor does.
 
 After the agent ends: ``/tests`` and ``/logs/verifier`` are emptied (nothing the agent put there
-counts), the task's tests are written to ``/tests``, and ``/tests/test.sh`` runs from the task's
+counts), the agent's final answer is written to ``/logs/agent/answer.txt`` (so tasks can score
+agents that only answer, e.g. the ``answer`` kind), the task's tests are written to ``/tests``, and ``/tests/test.sh`` runs from the task's
 working directory with ``[verifier] env`` and ``timeout_sec``, its output going to
 ``/logs/verifier/test-stdout.txt`` (Harbor's command). Then ``reward.json`` is read if present, else
 ``reward.txt``, with Harbor's rules: an empty file, text that is not a number, a non-numeric or
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from dressage.rollout.rewards import HarborRewardConfig, RewardInput, RewardOutput
 
 TAIL_CHARS = 2000
+ANSWER_FILE = ".harbor/logs/agent/answer.txt"
+"""Where the agent's final answer is for the tests (``/logs/agent/answer.txt``): answer-only agents are scored too."""
 CLEAR = "find /tests /logs -mindepth 1 -delete 2>/dev/null; mkdir -p /logs/verifier /logs/agent"
 
 
@@ -122,6 +125,7 @@ async def verify(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
         if separate:
             await _seed_from(inp.sandbox, sandbox)
         await sandbox.exec(CLEAR, timeout=60)
+        await sandbox.write_file(ANSWER_FILE, inp.answer)
         for rel, text in inp.task.tests.items():
             await sandbox.write_file(f"{TESTS_DIR}/{rel}", text)
         workdir = shlex.quote(str(info["workdir"]))
