@@ -167,6 +167,18 @@ def dataset_digest(tasks: list[Task]) -> str:
     return h.hexdigest()
 
 
+def check_reward_fits(tasks: list[Task], reward_kind: str, agent_kind: str) -> None:
+    """Refuse a Harbor dataset scored by a reward that ignores its tests (they would fail or mean
+    nothing), and the ``oracle`` agent on tasks without a reference solution."""
+    harbor = [t for t in tasks if isinstance(t.metadata.get("harbor"), dict)]
+    if harbor and reward_kind not in ("harbor", "python"):
+        raise ConfigError(
+            f"the dataset is a Harbor dataset: use reward kind 'harbor' (its tests/test.sh), not {reward_kind!r}"
+        )
+    if agent_kind == "oracle" and len(harbor) < len(tasks):
+        raise ConfigError("agent kind 'oracle' runs Harbor tasks' solution/solve.sh; this dataset is not one")
+
+
 def harbor_tasks_record(tasks: list[Task]) -> dict[str, Any]:
     """``{"harbor_tasks": {name: {checksum, config}}}`` for a run's snapshot (empty for JSONL datasets)."""
     out = {

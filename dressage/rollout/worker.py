@@ -37,7 +37,13 @@ from dressage.errors import ConfigError, DressageError, NotSupportedError
 from dressage.paddock import get_provider, serve_unix_socket_forwarder
 from dressage.redact import redact
 from dressage.rollout.config import RolloutConfig, load_config, parse_config
-from dressage.rollout.datasets import dataset_digest, harbor_tasks_record, load_tasks, task_specs
+from dressage.rollout.datasets import (
+    check_reward_fits,
+    dataset_digest,
+    harbor_tasks_record,
+    load_tasks,
+    task_specs,
+)
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv, Outcome, run_episode
 from dressage.rollout.evaluation import EvalScheduler, eval_line, read_eval_rounds
@@ -122,7 +128,9 @@ def load_new_run(config_path: str) -> NewRun:
     cfg = load_config(config_path)
     build_agent(cfg.agent)
     build_scorer(cfg.reward)
-    return NewRun(cfg, load_tasks(cfg.dataset.path, cfg.dataset.limit))
+    tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit)
+    check_reward_fits(tasks, cfg.reward.kind, cfg.agent.kind)
+    return NewRun(cfg, tasks)
 
 
 def _proxy_class() -> Any:

@@ -154,3 +154,24 @@ def test_harbor_reward_config_is_checked() -> None:
     with pytest.raises(ConfigError, match="weights must name"):
         parse_config({**base, "reward": {"kind": "harbor", "weights": {}}})
     assert parse_config({**base, "agent": {"kind": "oracle"}}).agent.kind == "oracle"
+
+
+def test_a_harbor_dataset_needs_its_reward_and_the_oracle_needs_harbor_tasks(tmp_path: Path) -> None:
+    from dressage.rollout.datasets import check_reward_fits, load_tasks
+
+    tasks = load_tasks(DATASETS / "basic")
+    check_reward_fits(tasks, "harbor", "oracle")
+    with pytest.raises(ConfigError, match="use reward kind 'harbor'"):
+        check_reward_fits(tasks, "contains", "answer")
+    (tmp_path / "t.jsonl").write_text('{"prompt": "hi", "label": "x"}\n')
+    with pytest.raises(ConfigError, match="agent kind 'oracle'"):
+        check_reward_fits(load_tasks(tmp_path / "t.jsonl"), "contains", "oracle")
+
+
+@pytest.mark.anyio
+async def test_providers_without_mount_namespaces_refuse_harbor_mounts() -> None:
+    from dressage.errors import NotSupportedError
+    from dressage.paddock.local import LocalProvider
+
+    with pytest.raises(NotSupportedError, match="need provider 'bwrap'"):
+        await LocalProvider().create("s", SandboxSpec(provider="local", mounts={"/tests": ".harbor/tests"}))
