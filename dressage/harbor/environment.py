@@ -41,8 +41,6 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
         self._network = str(network).lower() in ("1", "true", "yes")
         self._plan: RootfsPlan | None = None
         self.sandbox: BwrapSandbox | None = None
-        self.dressage_session: dict[str, Any] | None = None
-        """Set by :class:`dressage.harbor.agent.Agent`: the proxy session its model calls went to."""
         super().__init__(*args, **kwargs)
 
     @staticmethod

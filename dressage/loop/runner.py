@@ -137,7 +137,7 @@ class Loop:
             update={"admin_token": SecretStr(self.admin_token)}
         )
         self.tasks = load_tasks(self.cfg.dataset.path, self.cfg.dataset.limit)
-        check_reward_fits(self.tasks, self.cfg.reward.kind, self.cfg.agent.kind)
+        check_reward_fits(self.tasks, self.cfg.reward.kind, self.cfg.agent.kind, self.cfg.sandbox.provider)
         self.n_tasks = len(self.tasks)
         self.out_dir = opts.out_dir or settings.home / "loop" / self.run_name
         per_iteration = self.n_tasks * self.cfg.n_samples_per_prompt

@@ -167,10 +167,16 @@ def dataset_digest(tasks: list[Task]) -> str:
     return h.hexdigest()
 
 
-def check_reward_fits(tasks: list[Task], reward_kind: str, agent_kind: str) -> None:
+def check_reward_fits(tasks: list[Task], reward_kind: str, agent_kind: str, provider: str = "bwrap") -> None:
     """Refuse a Harbor dataset scored by a reward that ignores its tests (they would fail or mean
-    nothing), and the ``oracle`` agent on tasks without a reference solution."""
+    nothing) or in a sandbox without mount namespaces, and the ``oracle`` agent on tasks without a
+    reference solution."""
     harbor = [t for t in tasks if isinstance(t.metadata.get("harbor"), dict)]
+    if harbor and provider != "bwrap":
+        raise ConfigError(
+            f"the dataset is a Harbor dataset: its tasks run in sandbox provider 'bwrap', not {provider!r} "
+            "(see docs/harbor.md)"
+        )
     if harbor and reward_kind not in ("harbor", "python"):
         raise ConfigError(
             f"the dataset is a Harbor dataset: use reward kind 'harbor' (its tests/test.sh), not {reward_kind!r}"

@@ -129,7 +129,7 @@ def load_new_run(config_path: str) -> NewRun:
     build_agent(cfg.agent)
     build_scorer(cfg.reward)
     tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit)
-    check_reward_fits(tasks, cfg.reward.kind, cfg.agent.kind)
+    check_reward_fits(tasks, cfg.reward.kind, cfg.agent.kind, cfg.sandbox.provider)
     return NewRun(cfg, tasks)
 
 
