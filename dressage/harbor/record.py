@@ -4,6 +4,7 @@
 Harbor's output files are read, never its internals) walks the trial directories of a job
 (``harbor run -o JOBS`` writes ``JOBS/<job>/<trial>/result.json``) and, per trial:
 
+- numbers the trials of each task in start order (Harbor's ``--n-attempts``): the attempt;
 - finds the session :class:`dressage.harbor.agent.Agent` opened for it (its ``info.trial_name``), or
   opens one (trials of Harbor's own agents, e.g. ``oracle``, made no model call through us);
 - appends a ``reward`` event with all of the verifier's rewards and finalizes the session
@@ -54,13 +55,19 @@ def record_job(
         str(s.info.get("trial_name")): s for s in store.list_sessions(run) if s.info.get("trial_name")
     }
     counts = {"finished": 0, "failed": 0}
-    for trial_dir, result in trial_results(job_dir):
+    results = sorted(trial_results(job_dir), key=lambda tr: (str(tr[1].get("started_at") or ""), tr[0].name))
+    attempts: dict[str, int] = {}
+    for trial_dir, result in results:
         trial = str(result["trial_name"])
+        task = str(result.get("task_name"))
+        attempts[task] = attempts.get(task, 0) + 1
+        attempt = attempts[task]
         session = sessions.get(trial)
         if session is None:
             agent = (result.get("agent_info") or {}).get("name") or "harbor"
             session = store.open_session(
                 run,
+                attempt=attempt,
                 agent=f"harbor:{agent}",
                 sandbox="harbor",
                 info={"trial_name": trial, "task": result.get("task_name")},
@@ -74,6 +81,7 @@ def record_job(
             "task_checksum": result.get("task_checksum"),
             "rewards": rewards,
             "exception": exc,
+            "attempt": attempt,
         }
         error = None
         value = None
@@ -95,9 +103,17 @@ def record_job(
                     key=deterministic_key(run.name, session.id, "reward"),
                     session_id=session.id,
                 )
-                store.finalize_session(session.id, "finished", reward=value, finish_reason="harbor_trial")
+                store.finalize_session(
+                    session.id,
+                    "finished",
+                    reward=value,
+                    finish_reason="harbor_trial",
+                    info={"attempt": attempt},
+                )
             else:
-                store.finalize_session(session.id, "failed", finish_reason="harbor_trial", error=error)
+                store.finalize_session(
+                    session.id, "failed", finish_reason="harbor_trial", error=error, info={"attempt": attempt}
+                )
         counts["finished" if value is not None else "failed"] += 1
         store.put_artifact(
             run,

@@ -159,6 +159,7 @@ def test_harbor_run_with_our_environment_and_agent(tmp_path, proxy, agent) -> No
     assert all(s.info["trial_name"].startswith(f"{name}__") for name, s in sessions.items())
     rewards = {e.session_id: e.payload for e in store.read_events(run, kinds=("reward",))}
     multi = rewards[sessions["multi-key"].id]["details"]["rewards"]
+    assert all(r["details"]["attempt"] == 1 for r in rewards.values())
     assert multi == {"reward": 0.75, "correct": 1, "style": 0.5}
     names = [a.name for a in store.list_artifacts(run)]
     assert names.count("result.json") == len(sessions)
