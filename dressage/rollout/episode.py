@@ -5,7 +5,7 @@ Order of effects (each one durable before the next):
 1. a finished session for this task already exists (a worker died between finalize and release)
    -> release the lease as ``done`` and stop: nothing is counted twice;
 2. open a proxy session (``session_started``), start renewing the lease every ``lease_s / 3``;
-3. create the sandbox, run the agent under ``session_timeout_s``;
+3. create the sandbox, run the agent under ``session_timeout_s`` (or a Harbor task's shorter agent timeout);
 4. score; append the ``reward`` event (value + details);
 5. archive the workspace and the agent log (redacted: see :mod:`dressage.redact`) as artifacts;
 6. finalize the session (``finished`` with its reward, or ``failed`` with the error), then release
@@ -226,6 +226,10 @@ async def _play(
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, OSError) as e:
         raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
+    harbor = task.metadata.get("harbor")
+    agent_timeout = cfg.worker.session_timeout_s
+    if isinstance(harbor, dict):  # a Harbor task's [agent] timeout_sec, when shorter
+        agent_timeout = min(agent_timeout, float(harbor["agent_timeout_s"]))
     client = held.client = AsyncOpenAI(
         base_url=handle.base_url, api_key=handle.token, max_retries=2, timeout=cfg.worker.session_timeout_s
     )
@@ -239,16 +243,14 @@ async def _play(
         token=handle.token,
         sandbox_base_url=sandbox_session_url(env, handle.base_url),
         sampling=sampling,
-        timeout_s=cfg.worker.session_timeout_s,
+        timeout_s=agent_timeout,
         log=agent_log,
         secret_env=dict(env.secrets.agent),
     )
     try:
-        result = await asyncio.wait_for(env.agent.run(ctx), timeout=cfg.worker.session_timeout_s + 5)
+        result = await asyncio.wait_for(env.agent.run(ctx), timeout=agent_timeout + 5)
     except TimeoutError:
-        raise _Failed(
-            "agent_timeout", f"agent {env.agent.name} ran past {cfg.worker.session_timeout_s:g}s"
-        ) from None
+        raise _Failed("agent_timeout", f"agent {env.agent.name} ran past {agent_timeout:g}s") from None
     except (AgentError, SandboxError) as e:
         raise _Failed("agent_error", f"agent {env.agent.name}: {e}") from e
     except Exception as e:  # an agent is user code: any crash is a failed attempt, with its traceback logged

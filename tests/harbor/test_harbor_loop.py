@@ -62,7 +62,7 @@ def test_loop_trains_on_a_harbor_dataset(tmp_path: Path) -> None:
     asyncio.run(go())
     try:
         run = store.get_run(loop.run_name)
-        assert sorted(run.config["harbor_tasks"]) == ["letter-a", "letter-c"]
+        assert sorted(run.config["harbor_tasks"]) == ["01-e", "02-a"]
         assert [s.finished for s in loop.stats] == [4, 4]
         rewards = [e.payload for e in store.read_events(run, kinds=("reward",))]
         assert len(rewards) == 8
