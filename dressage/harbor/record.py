@@ -108,12 +108,9 @@ def record_job(
                     "finished",
                     reward=value,
                     finish_reason="harbor_trial",
-                    info={"attempt": attempt},
                 )
             else:
-                store.finalize_session(
-                    session.id, "failed", finish_reason="harbor_trial", error=error, info={"attempt": attempt}
-                )
+                store.finalize_session(session.id, "failed", finish_reason="harbor_trial", error=error)
         counts["finished" if value is not None else "failed"] += 1
         store.put_artifact(
             run,
