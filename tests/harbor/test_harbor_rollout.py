@@ -124,3 +124,17 @@ async def test_refused_dockerfile_stops_the_run_before_it_starts(tmp_path, engin
         await _rollout(
             tmp_path, f"sqlite:///{tmp_path / 'log.db'}", engine_url, {"kind": "oracle"}, DATASETS / "refused"
         )
+
+
+async def test_a_blackbox_cli_runs_harbor_tasks_through_the_proxy(tmp_path, engine_url) -> None:
+    script = (Path(__file__).with_name("blackbox_agent.py")).read_text()
+    agent = {"kind": "command", "command": ["/usr/bin/python3", "-I", "-S", "-c", script]}
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    store, run = await _rollout(tmp_path, db, engine_url, agent, DATASETS / "basic")
+    sessions = _by_task(store, run, DATASETS / "basic")
+    for name, want in EXPECTED.items():
+        s, _reward = sessions[name]
+        assert s.status == "finished" and s.reward == want, (name, s.status, s.error)
+    turns = store.read_turns(run, with_experts=False)
+    assert {t.session_id for t in turns} == {s.id for s, _ in sessions.values()}
+    store.close()
