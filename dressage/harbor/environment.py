@@ -84,9 +84,12 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
             env.update(self._plan.env)
         env.update({str(k): str(v) for k, v in (self.task_env_config.env or {}).items()})
         env.update(getattr(self, "_persistent_env", {}) or {})
+        cfg = self.task_env_config
+        mode = str(getattr(cfg.network_mode, "value", cfg.network_mode))
+        wants = bool(cfg.allow_internet) if cfg.allow_internet is not None else mode == "public"
         spec = SandboxSpec(
             provider="bwrap",
-            network=self._network,
+            network=self._network and wants,
             timeout_s=600.0,
             max_timeout_s=24 * 3600.0,
             memory_mb=self.task_env_config.memory_mb or 2048,

@@ -30,6 +30,7 @@ DEFAULT_WORKDIR = "/app"
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0
 _CANARY = "canary GUID"
+NETWORK_MODES = ("public", "no-network", "allowlist")
 
 
 def is_task_dir(path: Path) -> bool:
@@ -167,7 +168,12 @@ def load_task(task_dir: Path, index: int) -> Task:
     env.update({str(k): str(v) for k, v in dict(env_cfg.get("env") or {}).items()})
     allow_internet = env_cfg.get("allow_internet")
     network_mode = str(env_cfg.get("network_mode") or "public")
-    wants_internet = bool(allow_internet) if allow_internet is not None else network_mode != "none"
+    if network_mode not in NETWORK_MODES:
+        raise ConfigError(
+            f"task {name}: environment.network_mode {network_mode!r} is not one of {NETWORK_MODES}"
+        )
+    # An allowlist cannot be enforced by the sandbox (network is all or nothing): it gets none.
+    wants_internet = bool(allow_internet) if allow_internet is not None else network_mode == "public"
     mode = verifier_cfg.get("environment_mode") or "shared"
     ignored = [f"environment.{k}" for k in ("cpus", "memory_mb", "storage_mb", "healthcheck") if k in env_cfg]
     meta = {

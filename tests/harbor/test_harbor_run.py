@@ -179,7 +179,7 @@ from harbor.models.trial.paths import TrialPaths
 from dressage.errors import ConfigError
 from dressage.harbor.environment import Environment
 
-for d in sorted(Path(sys.argv[1]).glob("*/*")):
+for d in [*sorted(Path(sys.argv[1]).glob("*/*")), *sorted(Path(sys.argv[2]).glob("*"))]:
     task = Task(d)  # Harbor's own loader accepts every fixture
     print("accepted", task.name)
 refused = Task(Path(sys.argv[1]) / "refused" / "pip-dockerfile")
@@ -198,7 +198,13 @@ except ConfigError as e:
 
 def test_harbor_loader_accepts_the_fixtures_and_our_environment_refuses_one(tmp_path) -> None:
     r = subprocess.run(
-        [str(HARBOR_PYTHON), "-c", LOADER_CHECK, str(DATASETS)],
+        [
+            str(HARBOR_PYTHON),
+            "-c",
+            LOADER_CHECK,
+            str(DATASETS),
+            str(REPO / "examples" / "harbor" / "letters"),
+        ],
         env=_env(f"sqlite:///{tmp_path / 'log.db'}", tmp_path / "home"),
         capture_output=True,
         text=True,
@@ -206,7 +212,9 @@ def test_harbor_loader_accepts_the_fixtures_and_our_environment_refuses_one(tmp_
     )
     assert r.returncode == 0, r.stderr[-3000:]
     accepted = {ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("accepted ")}
-    assert accepted == {*EXPECTED, "missing-reward", "apt-only", "pip-dockerfile"}
+    letters = {d.name for d in (REPO / "examples" / "harbor" / "letters").iterdir()}
+    assert len(letters) == 12
+    assert accepted == {*EXPECTED, "missing-reward", "apt-only", "pip-dockerfile", *letters}
     assert (
         "refused task pip-dockerfile: Dockerfile line 1: base image 'python:3.12-slim' is refused" in r.stdout
     )

@@ -144,6 +144,8 @@ def test_internet_is_refused_unless_the_run_allows_network() -> None:
     info = {**t.metadata["harbor"], "wants_internet": False}
     offline = type(t)(index=0, prompt="x", metadata={"harbor": info})
     assert task_spec(SandboxSpec(network=True), offline).network is False
+    letters = load_harbor_tasks(DATASETS.parents[2] / "examples" / "harbor" / "letters")
+    assert all(t.metadata["harbor"]["wants_internet"] is False for t in letters)  # no-network
     assert harbor_mounts("/app")["/app"] == "." and "/workspace" not in harbor_mounts("/workspace")
 
 
