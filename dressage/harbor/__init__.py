@@ -7,7 +7,9 @@
 - :mod:`dressage.harbor.verifier`: the ``harbor`` reward (``test.sh`` and ``reward.txt``/``reward.json``);
 - :mod:`dressage.harbor.oracle`: the ``oracle`` agent (``solution/solve.sh``);
 - :mod:`dressage.harbor.environment` / :mod:`dressage.harbor.agent`: the other way round, our sandbox
-  and agents plugged into ``harbor run`` (Python 3.12 with the ``harbor`` extra).
+  and agents plugged into ``harbor run`` (Python 3.12 with the ``harbor`` extra);
+- :mod:`dressage.harbor.record` / :mod:`dressage.harbor.job`: a Harbor job as a run, each trial a
+  session (afterwards from its output files, or live through Harbor's public ``Job`` hooks).
 
 Nothing here imports torch, so the 3.12 environment (which has none) can import it.
 """

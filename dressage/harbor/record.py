@@ -27,7 +27,7 @@ from typing import Any
 from dressage.config import load_settings
 from dressage.errors import DressageError, RewardError
 from dressage.harbor.verifier import select_reward
-from dressage.store import EventStore, deterministic_key
+from dressage.store import EventStore, Run, deterministic_key
 
 
 def trial_results(job_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -42,92 +42,86 @@ def trial_results(job_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
+def job_run(store: EventStore, name: str) -> Run:
+    """The dressage run of a Harbor job (created when the job's first trial is recorded)."""
+    if name in {r.name for r in store.list_runs()}:
+        return store.get_run(name)
+    return store.create_run(name, {"harbor_job": name})
+
+
+def record_trial(
+    store: EventStore, run: Run, trial_dir: Path, result: dict[str, Any], attempt: int, key: str | None = None
+) -> bool:
+    """Record one trial (its ``result.json`` parsed) as a session; True when it finished with a reward."""
+    trial = str(result["trial_name"])
+    session = next((s for s in store.list_sessions(run) if s.info.get("trial_name") == trial), None)
+    if session is None:
+        agent = (result.get("agent_info") or {}).get("name") or "harbor"
+        session = store.open_session(
+            run,
+            attempt=attempt,
+            agent=f"harbor:{agent}",
+            sandbox="harbor",
+            info={"trial_name": trial, "task": result.get("task_name")},
+        )
+    rewards = (result.get("verifier_result") or {}).get("rewards")
+    exc = result.get("exception_info")
+    details = {
+        "kind": "harbor",
+        "trial_name": trial,
+        "task": result.get("task_name"),
+        "task_checksum": result.get("task_checksum"),
+        "rewards": rewards,
+        "exception": exc,
+        "attempt": attempt,
+    }
+    error = None
+    value = None
+    if exc:
+        error = f"{exc.get('exception_type')}: {exc.get('exception_message')}"
+    elif not rewards:
+        error = "the trial has no verifier rewards"
+    else:
+        try:
+            value = select_reward({k: float(v) for k, v in rewards.items()}, key, None)
+        except RewardError as e:
+            error = str(e)
+    if session.status == "running":
+        if value is not None:
+            store.append_event(
+                run,
+                "reward",
+                {"reward": value, "details": details},
+                key=deterministic_key(run.name, session.id, "reward"),
+                session_id=session.id,
+            )
+            store.finalize_session(session.id, "finished", reward=value, finish_reason="harbor_trial")
+        else:
+            store.finalize_session(session.id, "failed", finish_reason="harbor_trial", error=error)
+    result_json = trial_dir / "result.json"
+    data = result_json.read_bytes() if result_json.is_file() else json.dumps(result).encode()
+    store.put_artifact(run, data, name="result.json", media_type="application/json", session_id=session.id)
+    stdout = trial_dir / "verifier" / "test-stdout.txt"
+    if stdout.is_file():
+        store.put_artifact(
+            run, stdout.read_bytes(), name="test-stdout.txt", media_type="text/plain", session_id=session.id
+        )
+    return value is not None
+
+
 def record_job(
     store: EventStore, job_dir: Path, run_name: str | None = None, key: str | None = None
 ) -> dict[str, int]:
     """Record every trial of ``job_dir`` (see the module docstring); counts of finished/failed sessions."""
-    name = run_name or f"harbor-{job_dir.name}"
-    if name in {r.name for r in store.list_runs()}:
-        run = store.get_run(name)
-    else:
-        run = store.create_run(name, {"harbor_job": name})
-    sessions = {
-        str(s.info.get("trial_name")): s for s in store.list_sessions(run) if s.info.get("trial_name")
-    }
+    run = job_run(store, run_name or f"harbor-{job_dir.name}")
     counts = {"finished": 0, "failed": 0}
     results = sorted(trial_results(job_dir), key=lambda tr: (str(tr[1].get("started_at") or ""), tr[0].name))
     attempts: dict[str, int] = {}
     for trial_dir, result in results:
-        trial = str(result["trial_name"])
         task = str(result.get("task_name"))
         attempts[task] = attempts.get(task, 0) + 1
-        attempt = attempts[task]
-        session = sessions.get(trial)
-        if session is None:
-            agent = (result.get("agent_info") or {}).get("name") or "harbor"
-            session = store.open_session(
-                run,
-                attempt=attempt,
-                agent=f"harbor:{agent}",
-                sandbox="harbor",
-                info={"trial_name": trial, "task": result.get("task_name")},
-            )
-        rewards = (result.get("verifier_result") or {}).get("rewards")
-        exc = result.get("exception_info")
-        details = {
-            "kind": "harbor",
-            "trial_name": trial,
-            "task": result.get("task_name"),
-            "task_checksum": result.get("task_checksum"),
-            "rewards": rewards,
-            "exception": exc,
-            "attempt": attempt,
-        }
-        error = None
-        value = None
-        if exc:
-            error = f"{exc.get('exception_type')}: {exc.get('exception_message')}"
-        elif not rewards:
-            error = "the trial has no verifier rewards"
-        else:
-            try:
-                value = select_reward({k: float(v) for k, v in rewards.items()}, key, None)
-            except RewardError as e:
-                error = str(e)
-        if session.status == "running":
-            if value is not None:
-                store.append_event(
-                    run,
-                    "reward",
-                    {"reward": value, "details": details},
-                    key=deterministic_key(run.name, session.id, "reward"),
-                    session_id=session.id,
-                )
-                store.finalize_session(
-                    session.id,
-                    "finished",
-                    reward=value,
-                    finish_reason="harbor_trial",
-                )
-            else:
-                store.finalize_session(session.id, "failed", finish_reason="harbor_trial", error=error)
-        counts["finished" if value is not None else "failed"] += 1
-        store.put_artifact(
-            run,
-            (trial_dir / "result.json").read_bytes(),
-            name="result.json",
-            media_type="application/json",
-            session_id=session.id,
-        )
-        stdout = trial_dir / "verifier" / "test-stdout.txt"
-        if stdout.is_file():
-            store.put_artifact(
-                run,
-                stdout.read_bytes(),
-                name="test-stdout.txt",
-                media_type="text/plain",
-                session_id=session.id,
-            )
+        finished = record_trial(store, run, trial_dir, result, attempts[task], key)
+        counts["finished" if finished else "failed"] += 1
     return counts
 
 

@@ -1,8 +1,9 @@
-"""``harbor run --env/--agent`` ours: Harbor's own CLI (Python 3.12 environment) over our sandbox and agent.
+"""``harbor run --env/--agent`` ours: Harbor (Python 3.12 environment) over our sandbox and agent.
 
 A real ``dressage-worker proxy`` (on the shared dev engine, SQLite log) serves the model calls of
 :class:`dressage.harbor.agent.Agent`; Harbor's verifier reads the rewards; ``dressage.harbor.record``
-turns the job into a run with one session per trial. Skipped only when the optional Harbor
+turns the job into a run with one session per trial (``dressage.harbor.job`` does it live, through
+Harbor's public ``Job`` hooks). Skipped only when the optional Harbor
 environment (``scripts/setup-harbor.sh``) is absent.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dressage.config import Settings
 from dressage.store import EventStore
@@ -120,13 +122,39 @@ def _dataset(tmp_path: Path) -> Path:
     return ds
 
 
+def _job_with_hooks(dataset: Path, jobs: Path, db_url: str, home: Path) -> None:
+    """The oracle through ``python -m dressage.harbor.job`` (Harbor's Job API, trials recorded live)."""
+    config = {
+        "jobs_dir": str(jobs),
+        "n_concurrent_trials": 2,
+        "environment": {"import_path": "dressage.harbor.environment:Environment"},
+        "agents": [{"name": "oracle"}],
+        "datasets": [{"path": str(dataset)}],
+    }
+    path = jobs.parent / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    r = subprocess.run(
+        [str(HARBOR_PYTHON), "-m", "dressage.harbor.job", str(path)],
+        env=_env(db_url, home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(REPO),
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "recorded" in r.stdout and "failed trials" in r.stdout
+
+
 @pytest.mark.parametrize("agent", ["oracle", "scripted"])
 def test_harbor_run_with_our_environment_and_agent(tmp_path, proxy, agent) -> None:
+    """The oracle through Harbor's Job API with our hook; our agent through ``harbor run`` + record."""
     url, db_url, home = proxy
-    agent_args = (
-        ["--agent", "oracle"]
-        if agent == "oracle"
-        else [
+    jobs = tmp_path / "jobs"
+    if agent == "oracle":
+        _job_with_hooks(_dataset(tmp_path), jobs, db_url, home)
+        (job,) = list(jobs.iterdir())
+    else:
+        agent_args = [
             "--agent",
             "dressage.harbor.agent:Agent",
             "--ak",
@@ -134,19 +162,17 @@ def test_harbor_run_with_our_environment_and_agent(tmp_path, proxy, agent) -> No
             "--ak",
             "agent=tests.harbor.agents_for_tests:ScriptedHarborAgent",
         ]
-    )
-    jobs = tmp_path / "jobs"
-    r = _harbor_run(_dataset(tmp_path), jobs, db_url, home, *agent_args)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (job,) = list(jobs.iterdir())
-    rec = subprocess.run(
-        [str(HARBOR_PYTHON), "-m", "dressage.harbor.record", str(job)],
-        env=_env(db_url, home),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert rec.returncode == 0, rec.stderr
+        r = _harbor_run(_dataset(tmp_path), jobs, db_url, home, *agent_args)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        (job,) = list(jobs.iterdir())
+        rec = subprocess.run(
+            [str(HARBOR_PYTHON), "-m", "dressage.harbor.record", str(job)],
+            env=_env(db_url, home),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert rec.returncode == 0, rec.stderr
     store = EventStore.open(settings=Settings(database_url=db_url, home=home))
     run = store.get_run(f"harbor-{job.name}")
     sessions = {s.info["task"]: s for s in store.list_sessions(run)}
