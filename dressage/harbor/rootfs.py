@@ -57,8 +57,9 @@ def rootfs_key(plan: dict[str, Any]) -> str:
 
 
 def cached_rootfs(plan: dict[str, Any], cache: Path | None = None) -> Path:
-    """The built root filesystem of ``plan``; :class:`SandboxError` with the build command if absent."""
-    path = (cache or rootfs_cache_dir()) / rootfs_key(plan)
+    """The built root filesystem of ``plan`` (its ``key``, or one computed from its ``context``);
+    :class:`SandboxError` with the build command if absent."""
+    path = (cache or rootfs_cache_dir()) / str(plan.get("key") or rootfs_key(plan))
     if not (path / "usr").is_dir():
         raise SandboxError(
             f"the Debian root filesystem of this task's Dockerfile is not built ({path}); build it "
@@ -120,6 +121,7 @@ def build_rootfs(plan: dict[str, Any], cache: Path | None = None, *, mirror: str
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dressage.harbor.rootfs DATASET...``: build the root filesystems a dataset needs."""
+    from dressage.harbor.dockerfile import parse_dockerfile
     from dressage.harbor.tasks import load_task, task_dirs
 
     args = sys.argv[1:] if argv is None else argv
@@ -133,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             except ConfigError as e:
                 print(f"skipped: {e}", file=sys.stderr)
                 continue
-            plan = task.metadata["harbor"]["rootfs"]
-            if plan:
-                print(f"{task.id}: {build_rootfs(plan)}")
+            if task.metadata["harbor"]["rootfs"]:
+                env_dir = d / "environment"
+                plan = parse_dockerfile(str(task.id), (env_dir / "Dockerfile").read_text(encoding="utf-8"))
+                print(f"{task.id}: {build_rootfs(rootfs_plan(plan, env_dir))}")
     return 0
 
 

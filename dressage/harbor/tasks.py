@@ -24,7 +24,7 @@ from typing import Any
 from dressage.agents.base import Task
 from dressage.errors import ConfigError
 from dressage.harbor.dockerfile import parse_dockerfile
-from dressage.harbor.rootfs import rootfs_plan
+from dressage.harbor.rootfs import rootfs_key, rootfs_plan
 
 DEFAULT_WORKDIR = "/app"
 DEFAULT_AGENT_TIMEOUT_S = 600.0
@@ -157,7 +157,8 @@ def load_task(task_dir: Path, index: int) -> Task:
                 else:
                     target = rel if rel and not dst.endswith("/") else f"{rel}/{source.name}".lstrip("/")
                     files[target] = _read_text(name, source, task_dir)
-        rootfs = rootfs_plan(plan, env_dir)
+        full = rootfs_plan(plan, env_dir)  # the key is taken now: episodes need no task directory
+        rootfs = {**{k: v for k, v in full.items() if k != "context"}, "key": rootfs_key(full)}
     elif env_cfg.get("docker_image"):
         raise _refuse(
             name,
@@ -178,7 +179,6 @@ def load_task(task_dir: Path, index: int) -> Task:
     ignored = [f"environment.{k}" for k in ("cpus", "memory_mb", "storage_mb", "healthcheck") if k in env_cfg]
     meta = {
         "name": name,
-        "dir": str(task_dir.resolve()),
         "checksum": task_checksum(task_dir),
         "config": config,
         "workdir": workdir,
