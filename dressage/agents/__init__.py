@@ -18,6 +18,7 @@ from dressage.agents.config import (
     CommandAgentConfig,
     OpenClawAgentConfig,
     OpenCodeAgentConfig,
+    OracleAgentConfig,
     PythonAgentConfig,
 )
 from dressage.agents.native_clis import ClaudeCodeAgent, CodexAgent
@@ -33,6 +34,10 @@ def build_agent(cfg: AgentConfig) -> Agent:
         return CodingAgent(cfg.system_prompt, cfg.max_turns, cfg.tool_timeout_s)
     if isinstance(cfg, PythonAgentConfig):
         return load_python_agent(cfg.path, dict(cfg.options))
+    if isinstance(cfg, OracleAgentConfig):
+        from dressage.harbor.oracle import OracleAgent
+
+        return OracleAgent()
     if isinstance(cfg, CommandAgentConfig):
         return CommandAgent(cfg)
     if isinstance(cfg, OpenCodeAgentConfig):

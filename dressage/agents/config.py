@@ -51,6 +51,12 @@ class PythonAgentConfig(_Strict):
         return v
 
 
+class OracleAgentConfig(_Strict):
+    """Runs a Harbor task's ``solution/solve.sh`` (no model): checks that a dataset is solvable."""
+
+    kind: Literal["oracle"] = "oracle"
+
+
 class _BlackboxBase(_Strict):
     """Fields every blackbox adapter shares."""
 
@@ -128,6 +134,7 @@ AgentConfig = Annotated[
     AnswerAgentConfig
     | CodingAgentConfig
     | PythonAgentConfig
+    | OracleAgentConfig
     | CommandAgentConfig
     | OpenCodeAgentConfig
     | OpenClawAgentConfig
@@ -137,5 +144,5 @@ AgentConfig = Annotated[
 ]
 """The ``agent:`` section: pick one ``kind``."""
 
-WHITEBOX_KINDS = ("answer", "coding", "python")
+WHITEBOX_KINDS = ("answer", "coding", "python", "oracle")
 BLACKBOX_KINDS = ("command", "opencode", "openclaw", "claude_code", "codex")

@@ -44,7 +44,7 @@ from dressage.loop.progress import LoopProgress
 from dressage.loop.report import IterationStats, read_iteration
 from dressage.paddock import get_provider
 from dressage.rollout.config import LoopConfig, RolloutConfig, TrainConfig, load_config
-from dressage.rollout.datasets import dataset_digest, load_tasks
+from dressage.rollout.datasets import check_reward_fits, dataset_digest, harbor_tasks_record, load_tasks
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv
 from dressage.rollout.evaluation import EvalRound, EvalScheduler, read_eval_rounds
@@ -137,6 +137,7 @@ class Loop:
             update={"admin_token": SecretStr(self.admin_token)}
         )
         self.tasks = load_tasks(self.cfg.dataset.path, self.cfg.dataset.limit)
+        check_reward_fits(self.tasks, self.cfg.reward.kind, self.cfg.agent.kind, self.cfg.sandbox.provider)
         self.n_tasks = len(self.tasks)
         self.out_dir = opts.out_dir or settings.home / "loop" / self.run_name
         per_iteration = self.n_tasks * self.cfg.n_samples_per_prompt
@@ -161,6 +162,7 @@ class Loop:
         return {
             "rollout": self.cfg.snapshot(),
             "dataset_sha256": dataset_digest(self.tasks),
+            **harbor_tasks_record(self.tasks),
             **({"secret_digests": self.secrets.digests()} if self.secrets.values() else {}),
             "loop": {
                 "mode": self.loop_cfg.mode,

@@ -56,6 +56,13 @@ class SandboxSpec:
     proxy_port: int = 18080
     #: Seconds between SIGTERM and SIGKILL when a command times out or the sandbox terminates.
     kill_grace_s: float = 1.0
+    #: bwrap only: extra absolute paths inside the sandbox, each bound read-write to a directory of
+    #: the workspace (``{"/tests": ".harbor/tests", "/app": "."}``); the directories are created on
+    #: the host before every command. Harbor tasks use it for ``/tests``, ``/logs``, ``/solution``.
+    mounts: Mapping[str, str] = field(default_factory=dict)
+    #: bwrap only: a root filesystem directory used read-only as ``/`` instead of the host's
+    #: ``/usr`` (a cached Debian rootfs built from a task's Dockerfile, see :mod:`dressage.harbor`).
+    rootfs: str | None = None
 
 
 @dataclass(frozen=True)

@@ -195,24 +195,33 @@ class BwrapSandbox(HostWorkspaceSandbox):
         if self.spec.network:
             a.append("--share-net")
         a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
-        a += ["--ro-bind", "/usr", "/usr"]
-        for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-            if os.path.islink(d):
-                a += ["--symlink", os.readlink(d), d]
-            elif os.path.isdir(d):
-                a += ["--ro-bind", d, d]
-        for f in _ETC_FILES:
-            if os.path.exists(f) and (self.spec.network or f != "/etc/resolv.conf"):
-                a += ["--ro-bind", f, f]
-        if os.path.isdir("/etc/ssl/private"):
-            a += ["--tmpfs", "/etc/ssl/private"]  # host keys: the sandbox maps back to host root
+        if self.spec.rootfs:
+            # A task's own root filesystem, read-only; the mount points below exist in it (built so).
+            a += ["--ro-bind", self.spec.rootfs, "/"]
+            if self.spec.network and os.path.exists("/etc/resolv.conf"):
+                a += ["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
+        else:
+            a += ["--ro-bind", "/usr", "/usr"]
+            for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+                if os.path.islink(d):
+                    a += ["--symlink", os.readlink(d), d]
+                elif os.path.isdir(d):
+                    a += ["--ro-bind", d, d]
+            for f in _ETC_FILES:
+                if os.path.exists(f) and (self.spec.network or f != "/etc/resolv.conf"):
+                    a += ["--ro-bind", f, f]
+            if os.path.isdir("/etc/ssl/private"):
+                a += ["--tmpfs", "/etc/ssl/private"]  # host keys: the sandbox maps back to host root
         a += ["--ro-bind", str(self._state / "passwd"), "/etc/passwd"]
         a += ["--ro-bind", str(self._state / "group"), "/etc/group"]
         a += ["--proc", "/proc", "--dev", "/dev"]
         if self.spec.disk_mb:
             a += ["--size", str(self.spec.disk_mb * MIB)]
         a += ["--tmpfs", "/tmp", "--dir", "/run"]
-        a += ["--bind", str(self.root), WORKSPACE_MOUNT, "--chdir", cwd]
+        a += ["--bind", str(self.root), WORKSPACE_MOUNT]
+        for inside, rel in sorted(self.spec.mounts.items()):
+            a += ["--bind", str(resolve_in_workspace(self.root, rel)), inside]
+        a += ["--chdir", cwd]
         a += ["--clearenv"]
         for k, v in env.items():
             a += ["--setenv", k, v]
@@ -254,6 +263,8 @@ class BwrapSandbox(HostWorkspaceSandbox):
         """Run a command in a fresh bubblewrap over the workspace; see :meth:`Sandbox.exec`."""
         self._check()
         await asyncio.to_thread(self._check_disk)
+        for rel in self.spec.mounts.values():  # bwrap binds only existing sources
+            resolve_in_workspace(self.root, rel).mkdir(parents=True, exist_ok=True)
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         rel = relative_workspace_path(cwd or ".")
         if not resolve_in_workspace(self.root, rel).is_dir():

@@ -235,6 +235,10 @@ class E2BProvider(SandboxProvider):
             from e2b import AsyncSandbox, AuthenticationException, SandboxException
         except ImportError as e:
             raise SandboxUnavailableError("the e2b SDK is not installed: pip install 'dressage[e2b]'") from e
+        if spec.mounts or spec.rootfs:
+            raise NotSupportedError(
+                "spec.mounts / spec.rootfs are bubblewrap-only (an E2B VM has its own root filesystem)"
+            )
         if spec.proxy_socket:
             raise NotSupportedError(
                 "spec.proxy_socket is bubblewrap-only: an E2B VM cannot reach a host Unix socket; "

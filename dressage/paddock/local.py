@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from dressage.errors import NotSupportedError
 from dressage.paddock._proc import run_capped
 from dressage.paddock.base import (
     ExecResult,
@@ -101,6 +102,11 @@ class LocalProvider(SandboxProvider):
 
     async def create(self, session_id: str, spec: SandboxSpec) -> LocalSandbox:
         """Make a temp workspace, seed it, and warn that nothing is isolated."""
+        if spec.mounts or spec.rootfs:
+            raise NotSupportedError(
+                "sandbox provider 'local' has no mount namespace: spec.mounts / spec.rootfs (Harbor "
+                "tasks) need provider 'bwrap'"
+            )
         msg = (
             f"sandbox provider 'local' for session {session_id}: commands run UNISOLATED on this host "
             "(no filesystem, network, memory or process limits). Use provider 'bwrap' or 'e2b' for RL runs."

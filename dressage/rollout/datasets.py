@@ -9,6 +9,8 @@ Fields of a row (unknown fields are errors, so a typo never silently drops data)
 - ``tests``: ``{path: text}`` written only when the ``tests`` reward runs (hidden from the agent);
 - ``id``: optional stable identifier.
 
+A directory instead of a file is a Harbor dataset (task directories, see :mod:`dressage.harbor.tasks`).
+
 Blank lines and lines starting with ``//`` are skipped. Every error names the file, line and field.
 The whole file is checked before a run is created: message roles must be ones the proxy serves,
 ``files``/``tests`` paths must stay inside the workspace (no ``..``, no absolute paths), and no text
@@ -68,8 +70,12 @@ class TaskRow(BaseModel):
 
 
 def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
-    """Read a JSONL task file into :class:`Task` objects numbered from 0."""
+    """Read a JSONL task file (or a Harbor dataset directory) into :class:`Task` objects numbered from 0."""
     p = Path(path)
+    if p.is_dir():
+        from dressage.harbor.tasks import load_harbor_tasks
+
+        return load_harbor_tasks(p, limit)
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -159,6 +165,34 @@ def dataset_digest(tasks: list[Task]) -> str:
         h.update(json.dumps(t.to_payload(), sort_keys=True, separators=(",", ":")).encode())
         h.update(b"\n")
     return h.hexdigest()
+
+
+def check_reward_fits(tasks: list[Task], reward_kind: str, agent_kind: str, provider: str = "bwrap") -> None:
+    """Refuse a Harbor dataset scored by a reward that ignores its tests (they would fail or mean
+    nothing) or in a sandbox without mount namespaces, and the ``oracle`` agent on tasks without a
+    reference solution."""
+    harbor = [t for t in tasks if isinstance(t.metadata.get("harbor"), dict)]
+    if harbor and provider != "bwrap":
+        raise ConfigError(
+            f"the dataset is a Harbor dataset: its tasks run in sandbox provider 'bwrap', not {provider!r} "
+            "(see docs/harbor.md)"
+        )
+    if harbor and reward_kind not in ("harbor", "python"):
+        raise ConfigError(
+            f"the dataset is a Harbor dataset: use reward kind 'harbor' (its tests/test.sh), not {reward_kind!r}"
+        )
+    if agent_kind == "oracle" and len(harbor) < len(tasks):
+        raise ConfigError("agent kind 'oracle' runs Harbor tasks' solution/solve.sh; this dataset is not one")
+
+
+def harbor_tasks_record(tasks: list[Task]) -> dict[str, Any]:
+    """``{"harbor_tasks": {name: {checksum, config}}}`` for a run's snapshot (empty for JSONL datasets)."""
+    out = {
+        str(t.id): {"checksum": t.metadata["harbor"]["checksum"], "config": t.metadata["harbor"]["config"]}
+        for t in tasks
+        if isinstance(t.metadata.get("harbor"), dict)
+    }
+    return {"harbor_tasks": out} if out else {}
 
 
 def task_specs(tasks: list[Task]) -> list[TaskSpec]:

@@ -8,7 +8,7 @@ Order of effects (each one durable before the next):
    session an earlier, interrupted attempt left running (``session_resumed``: new token, same turns,
    the agent's matching requests answered from the log, the first attempt's sampling seed), start
    renewing the lease every ``lease_s / 3``;
-3. create the sandbox, run the agent under ``session_timeout_s``;
+3. create the sandbox, run the agent under ``session_timeout_s`` (or a Harbor task's shorter agent timeout);
 4. score; append the ``reward`` event (value + details);
 5. archive the workspace and the agent log (redacted: see :mod:`dressage.redact`) as artifacts;
 6. finalize the session (``finished`` with its reward, or ``failed`` with the error), then release
@@ -36,7 +36,7 @@ from sqlalchemy import select
 from dressage.agents import Agent, AgentContext, AgentLog, AgentResult, BlackboxAgent, Task
 from dressage.cleanup import logged_failures
 from dressage.errors import AgentError, DressageError, LeaseError, RewardError, SandboxError, StoreError
-from dressage.paddock import Sandbox, SandboxProvider, SandboxTools
+from dressage.paddock import Sandbox, SandboxProvider, SandboxSpec, SandboxTools
 from dressage.redact import redact, redact_json
 from dressage.rollout.config import RolloutConfig
 from dressage.rollout.proxy_ring import ProxyRing
@@ -106,6 +106,7 @@ class _Held:
     sandbox: Sandbox | None = None
     client: Any = None
     forwarder: asyncio.Server | None = None
+    spec: SandboxSpec | None = None
 
 
 class _Failed(Exception):
@@ -168,7 +169,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
     try:
         try:
             result = await _play(env, task, handle, agent_log, held, sampling)
-            reward, details = await _score(env, task, result, held.sandbox)
+            reward, details = await _score(env, task, result, held)
         except _Failed as f:
             error = redact(str(f), store.secrets) or ""
             agent_log.write(f"FAILED ({f.reason}): {error}")
@@ -266,11 +267,16 @@ async def _play(
     )
     spec = cfg.sandbox.spec(task.files, socket_path, env.secrets.sandbox)
     try:
+        spec = held.spec = harbor_spec(spec, task)
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, OSError) as e:
         raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
     # Several standalone proxies: the client's transport follows the session along the hash ring.
     ring_client = getattr(env.proxy, "http_client", None)
+    harbor = task.metadata.get("harbor")
+    agent_timeout = cfg.worker.session_timeout_s
+    if isinstance(harbor, dict):  # a Harbor task's [agent] timeout_sec, when shorter
+        agent_timeout = min(agent_timeout, float(harbor["agent_timeout_s"]))
     client = held.client = AsyncOpenAI(
         base_url=handle.base_url,
         api_key=handle.token,
@@ -288,16 +294,14 @@ async def _play(
         token=handle.token,
         sandbox_base_url=sandbox_session_url(env, handle.base_url),
         sampling=sampling,
-        timeout_s=cfg.worker.session_timeout_s,
+        timeout_s=agent_timeout,
         log=agent_log,
         secret_env=dict(env.secrets.agent),
     )
     try:
-        result = await asyncio.wait_for(env.agent.run(ctx), timeout=cfg.worker.session_timeout_s + 5)
+        result = await asyncio.wait_for(env.agent.run(ctx), timeout=agent_timeout + 5)
     except TimeoutError:
-        raise _Failed(
-            "agent_timeout", f"agent {env.agent.name} ran past {cfg.worker.session_timeout_s:g}s"
-        ) from None
+        raise _Failed("agent_timeout", f"agent {env.agent.name} ran past {agent_timeout:g}s") from None
     except (AgentError, SandboxError) as e:
         raise _Failed("agent_error", f"agent {env.agent.name}: {e}") from e
     except Exception as e:  # an agent is user code: any crash is a failed attempt, with its traceback logged
@@ -315,13 +319,32 @@ async def _proxy_socket(env: EpisodeEnv, session_id: str, held: _Held) -> str | 
     return path
 
 
+def harbor_spec(spec: SandboxSpec, task: Task) -> SandboxSpec:
+    """``spec`` for a Harbor task (its paths, network, built root filesystem); others unchanged."""
+    info = task.metadata.get("harbor")
+    if not isinstance(info, dict):
+        return spec
+    from dressage.harbor.rootfs import cached_rootfs
+    from dressage.harbor.sandbox import task_spec
+
+    rootfs = str(cached_rootfs(info["rootfs"])) if info.get("rootfs") else None
+    return task_spec(spec, task, rootfs)
+
+
 async def _score(
-    env: EpisodeEnv, task: Task, result: AgentResult, sandbox: Sandbox | None
+    env: EpisodeEnv, task: Task, result: AgentResult, held: _Held
 ) -> tuple[float, dict[str, Any]]:
-    assert sandbox is not None
+    sandbox, spec = held.sandbox, held.spec
+    assert sandbox is not None and spec is not None
+
+    async def fresh_sandbox() -> Sandbox:
+        return await env.provider.create(f"{sandbox.session_id}-verifier", spec)
+
     try:
         out = await env.scorer.score(
-            RewardInput(task=task, answer=result.answer, result=result, sandbox=sandbox)
+            RewardInput(
+                task=task, answer=result.answer, result=result, sandbox=sandbox, fresh_sandbox=fresh_sandbox
+            )
         )
     except (RewardError, SandboxError) as e:
         raise _Failed("reward_error", f"reward {env.scorer.kind}: {e}") from e

@@ -1,7 +1,7 @@
 """Rewards: a registry of scorers selected by the ``reward:`` config section.
 
 Built in: ``exact_match``, ``normalized_match``, ``contains``, ``length`` (simple answer properties,
-for tasks a tiny model can learn), ``tests`` (write the task's hidden tests into the sandbox, run a
+for tasks a tiny model can learn), ``harbor`` (a Harbor task's own tests and reward file), ``tests`` (write the task's hidden tests into the sandbox, run a
 command, reward 1 when it passes) and ``python`` (your function, by dotted path). A scorer returns
 a :class:`RewardOutput`; the worker appends it as a ``reward`` event (value plus details) before it
 finalizes the session.
@@ -36,6 +36,8 @@ class RewardInput:
     answer: str
     result: AgentResult
     sandbox: Sandbox
+    fresh_sandbox: Callable[[], Awaitable[Sandbox]] | None = None
+    """Starts another sandbox of the same task (Harbor's separate verifier); the caller of it terminates it."""
 
 
 @dataclass
@@ -90,6 +92,23 @@ class TestsConfig(_Strict):
     timeout_s: float = Field(default=60.0, gt=0)
 
 
+class HarborRewardConfig(_Strict):
+    """A Harbor task's own ``tests/test.sh`` and ``reward.txt``/``reward.json`` (see :mod:`dressage.harbor.verifier`)."""
+
+    kind: Literal["harbor"] = "harbor"
+    key: str | None = Field(default=None, description="The reward.json key that trains.")
+    weights: dict[str, float] | None = Field(
+        default=None, description="Train on the weighted sum of these reward.json keys."
+    )
+
+    @field_validator("weights")
+    @classmethod
+    def _some(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is not None and (not v or not all(math.isfinite(w) for w in v.values())):
+            raise ValueError("weights must name at least one key with a finite weight")
+        return v
+
+
 class PythonRewardConfig(_Strict):
     """``fn(RewardInput, **options)`` returning a float, ``(float, details)`` or a RewardOutput."""
 
@@ -111,6 +130,7 @@ RewardConfig = Annotated[
     | ContainsConfig
     | LengthConfig
     | TestsConfig
+    | HarborRewardConfig
     | PythonRewardConfig,
     Field(discriminator="kind"),
 ]
@@ -181,6 +201,12 @@ async def _tests(cfg: TestsConfig, inp: RewardInput) -> RewardOutput:
     return RewardOutput(1.0 if r.ok else 0.0, details)
 
 
+async def _harbor(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
+    from dressage.harbor.verifier import verify
+
+    return await verify(cfg, inp)
+
+
 class Scorer:
     """A configured reward: ``await scorer.score(inp)`` returns a checked :class:`RewardOutput`."""
 
@@ -201,6 +227,7 @@ class Scorer:
             "contains": _contains,
             "length": _length,
             "tests": _tests,
+            "harbor": _harbor,
         }
         if self.kind in builtin:
             out = await builtin[self.kind](self.cfg, inp)

@@ -1,0 +1,219 @@
+"""Harbor task directories as a dataset: ``task.toml`` + ``instruction.md`` + ``tests/`` + ``solution/``.
+
+A dataset is one task directory (it has a ``task.toml``) or a directory of them (sorted by name).
+Each task becomes a :class:`~dressage.agents.Task`: the prompt is ``instruction.md``, ``tests`` are
+the files of ``tests/`` (written into the sandbox only when the verifier runs, so the agent never
+sees them), and ``metadata["harbor"]`` holds what the sandbox, the verifier and the oracle need:
+the task's name, checksum (sha256 over its files) and parsed ``task.toml``, the working directory,
+timeouts, the verifier mode, the solution files and the root-filesystem plan of its Dockerfile.
+
+With Harbor importable (the ``harbor`` extra, Python 3.12) every task is also loaded by Harbor's own
+``Task`` model, so a directory Harbor rejects is rejected here too. Without it, this reader parses
+``task.toml`` itself and refuses what it cannot honour (multi-step tasks, Windows, GPUs/TPUs,
+compose files, MCP servers, a prebuilt ``docker_image``, a verifier image of its own), naming the
+task and the field. Everything read must be UTF-8 text: the task payload is JSON in the log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from dressage.agents.base import Task
+from dressage.errors import ConfigError
+from dressage.harbor.dockerfile import parse_dockerfile
+from dressage.harbor.rootfs import rootfs_key, rootfs_plan
+
+DEFAULT_WORKDIR = "/app"
+DEFAULT_AGENT_TIMEOUT_S = 600.0
+DEFAULT_VERIFIER_TIMEOUT_S = 600.0
+_CANARY = "canary GUID"
+NETWORK_MODES = ("public", "no-network", "allowlist")
+
+
+def is_task_dir(path: Path) -> bool:
+    """True when ``path`` holds a ``task.toml`` (a Harbor task directory)."""
+    return (path / "task.toml").is_file()
+
+
+def is_harbor_dataset(path: str | Path) -> bool:
+    """True when ``path`` is a Harbor task directory or a directory containing task directories."""
+    p = Path(path)
+    return p.is_dir() and (is_task_dir(p) or any(is_task_dir(c) for c in p.iterdir() if c.is_dir()))
+
+
+def task_dirs(path: str | Path) -> list[Path]:
+    """The task directories of a dataset path, sorted by name."""
+    p = Path(path)
+    if is_task_dir(p):
+        return [p]
+    dirs = sorted(c for c in p.iterdir() if c.is_dir() and is_task_dir(c))
+    if not dirs:
+        raise ConfigError(f"{p} holds no Harbor task directory (a folder with task.toml)")
+    return dirs
+
+
+def _read_text(task: str, path: Path, root: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"task {task}: {path.relative_to(root)} is not UTF-8 text; binary task files are not supported"
+        ) from None
+
+
+def _files_under(task: str, directory: Path, root: Path) -> dict[str, str]:
+    """``{relative path: text}`` of every file under ``directory`` (symlinks out of the task refused)."""
+    if not directory.is_dir():
+        return {}
+    out: dict[str, str] = {}
+    for f in sorted(directory.rglob("*")):
+        if f.is_symlink() and root.resolve() not in f.resolve().parents:
+            raise ConfigError(f"task {task}: {f.relative_to(root)} links outside the task directory")
+        if f.is_file():
+            out[f.relative_to(directory).as_posix()] = _read_text(task, f, root)
+    return out
+
+
+def task_checksum(task_dir: Path) -> str:
+    """sha256 over the task's files (relative path and bytes, sorted): changes when any file does."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in task_dir.rglob("*") if p.is_file()):
+        h.update(f.relative_to(task_dir).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _harbor_validate(task_dir: Path) -> str | None:
+    """Load the task with Harbor's own model when Harbor is importable; its name, else None."""
+    try:
+        from harbor.models.task.task import Task as HarborTask  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    try:
+        return str(HarborTask(task_dir).name)
+    except Exception as e:  # Harbor's loader raises many kinds; each is a bad task directory
+        raise ConfigError(f"task {task_dir.name}: Harbor rejects it: {type(e).__name__}: {e}") from None
+
+
+def _refuse(task: str, what: str) -> ConfigError:
+    return ConfigError(f"task {task}: {what} cannot be honoured here (see docs/harbor.md)")
+
+
+def load_task(task_dir: Path, index: int) -> Task:
+    """One Harbor task directory as a :class:`Task` (see the module docstring)."""
+    name = _harbor_validate(task_dir) or task_dir.name
+    try:
+        config: dict[str, Any] = tomllib.loads(_read_text(name, task_dir / "task.toml", task_dir))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"task {name}: task.toml is not valid TOML: {e}") from None
+    if isinstance(config.get("task"), dict) and config["task"].get("name"):
+        name = str(config["task"]["name"])
+    env_cfg = dict(config.get("environment") or {})
+    agent_cfg = dict(config.get("agent") or {})
+    verifier_cfg = dict(config.get("verifier") or {})
+    if config.get("steps"):
+        raise _refuse(name, "a multi-step task ([[steps]])")
+    if str(env_cfg.get("os", "linux")).lower() != "linux":
+        raise _refuse(name, f"environment.os = {env_cfg['os']!r}")
+    for key in ("gpus", "tpu", "mcp_servers"):
+        if env_cfg.get(key):
+            raise _refuse(name, f"environment.{key}")
+    if verifier_cfg.get("environment"):
+        raise _refuse(name, "a verifier environment of its own ([verifier.environment])")
+    instruction_path = task_dir / "instruction.md"
+    if not instruction_path.is_file():
+        raise ConfigError(f"task {name}: instruction.md is missing")
+    instruction = "\n".join(
+        ln for ln in _read_text(name, instruction_path, task_dir).splitlines() if _CANARY not in ln
+    ).strip()
+    tests = _files_under(name, task_dir / "tests", task_dir)
+    if "test.sh" not in tests:
+        raise ConfigError(f"task {name}: tests/test.sh is missing (the verifier runs it)")
+    solution = _files_under(name, task_dir / "solution", task_dir)
+    env_dir = task_dir / "environment"
+    if (env_dir / "docker-compose.yaml").exists() or (env_dir / "docker-compose.yml").exists():
+        raise _refuse(name, "environment/docker-compose.yaml")
+    files: dict[str, str] = {}
+    rootfs: dict[str, Any] | None = None
+    workdir = DEFAULT_WORKDIR
+    env: dict[str, str] = {}
+    dockerfile = env_dir / "Dockerfile"
+    if dockerfile.is_file():
+        plan = parse_dockerfile(name, _read_text(name, dockerfile, task_dir))
+        workdir = plan.workdir or DEFAULT_WORKDIR
+        env.update(plan.env)
+        for src, dst in plan.copies:
+            source = (env_dir / src).resolve()
+            if env_dir.resolve() not in source.parents or not source.exists():
+                raise ConfigError(f"task {name}: COPY source {src!r} is not a file of environment/")
+            if dst.rstrip("/") == workdir.rstrip("/") or dst.startswith(workdir.rstrip("/") + "/"):
+                rel = dst[len(workdir) :].strip("/")  # the workdir is the workspace: seed it
+                if source.is_dir():
+                    for k, v in _files_under(name, source, task_dir).items():
+                        files[f"{rel}/{k}".lstrip("/")] = v
+                else:
+                    target = rel if rel and not dst.endswith("/") else f"{rel}/{source.name}".lstrip("/")
+                    files[target] = _read_text(name, source, task_dir)
+        full = rootfs_plan(plan, env_dir)  # the key is taken now: episodes need no task directory
+        rootfs = {**{k: v for k, v in full.items() if k != "context"}, "key": rootfs_key(full)}
+    elif env_cfg.get("docker_image"):
+        raise _refuse(
+            name,
+            f"the prebuilt image {env_cfg['docker_image']!r} (no image is pulled here; "
+            "run it with Harbor's own docker/e2b environments)",
+        )
+    workdir = str(env_cfg.get("workdir") or workdir)
+    env.update({str(k): str(v) for k, v in dict(env_cfg.get("env") or {}).items()})
+    allow_internet = env_cfg.get("allow_internet")
+    network_mode = str(env_cfg.get("network_mode") or "public")
+    if network_mode not in NETWORK_MODES:
+        raise ConfigError(
+            f"task {name}: environment.network_mode {network_mode!r} is not one of {NETWORK_MODES}"
+        )
+    # An allowlist cannot be enforced by the sandbox (network is all or nothing): it gets none.
+    wants_internet = bool(allow_internet) if allow_internet is not None else network_mode == "public"
+    mode = verifier_cfg.get("environment_mode") or "shared"
+    ignored = [f"environment.{k}" for k in ("cpus", "memory_mb", "storage_mb", "healthcheck") if k in env_cfg]
+    meta = {
+        "name": name,
+        "checksum": task_checksum(task_dir),
+        "config": config,
+        "workdir": workdir,
+        "env": env,
+        "wants_internet": wants_internet,
+        "agent_timeout_s": float(agent_cfg.get("timeout_sec") or DEFAULT_AGENT_TIMEOUT_S),
+        "verifier_timeout_s": float(verifier_cfg.get("timeout_sec") or DEFAULT_VERIFIER_TIMEOUT_S),
+        "verifier_env": {str(k): str(v) for k, v in dict(verifier_cfg.get("env") or {}).items()},
+        "verifier_mode": str(mode),
+        "solution": solution,
+        "solution_env": {
+            str(k): str(v) for k, v in dict((config.get("solution") or {}).get("env") or {}).items()
+        },
+        "rootfs": rootfs,
+        "ignored": ignored,
+    }
+    return Task(index=index, id=name, prompt=instruction, files=files, tests=tests, metadata={"harbor": meta})
+
+
+def load_harbor_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
+    """Every task of a Harbor dataset directory (or the one task), numbered from 0."""
+    dirs = task_dirs(path)
+    if limit is not None:
+        dirs = dirs[:limit]
+    tasks = [load_task(d, i) for i, d in enumerate(dirs)]
+    names = [t.id for t in tasks]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ConfigError(
+            f"Harbor dataset {path}: task names repeat: {', '.join(sorted(str(d) for d in dup))}"
+        )
+    return tasks
+
+
+def harbor_info(task: Task) -> dict[str, Any] | None:
+    """``metadata["harbor"]`` of a task loaded from a Harbor directory, else None."""
+    info = task.metadata.get("harbor")
+    return info if isinstance(info, dict) else None

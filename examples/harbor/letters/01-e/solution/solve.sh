@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /logs/agent
+echo 'ee' | tee /logs/agent/answer.txt

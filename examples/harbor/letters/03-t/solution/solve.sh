@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /logs/agent
+echo 'tt' | tee /logs/agent/answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /logs/agent
+echo 'oo' | tee /logs/agent/answer.txt

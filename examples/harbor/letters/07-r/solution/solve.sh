@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /logs/agent
+echo 'rr' | tee /logs/agent/answer.txt

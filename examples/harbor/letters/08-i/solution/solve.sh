@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /logs/agent
+echo 'ii' | tee /logs/agent/answer.txt

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The optional Harbor side (docs/harbor.md), safe to run again:
+# 1. .venv-harbor: Python 3.12 with harbor==0.26.0 (all its dependencies pinned by
+#    scripts/harbor-constraints.txt) and Dressage without extras: no torch (harbor needs Python >= 3.12,
+#    the CPU torch build exists only for 3.11 here; the dev engine runs from .venv as its own process).
+# 2. mmdebstrap (Debian package) and the cached Debian root filesystem of the apt-only fixture task,
+#    so the tests run offline.
+# Without Python 3.12 or a network, it says so and exits 0: the Harbor tests are then skipped with
+# that reason (the rollout-side Harbor tests need neither).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_python312() {
+  for candidate in "${PYTHON312:-}" python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
+    [ -n "$candidate" ] || continue
+    if command -v "$candidate" >/dev/null 2>&1 &&
+      "$candidate" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 12) else 1)' 2>/dev/null; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+
+if py=$(find_python312); then
+  [ -x .venv-harbor/bin/python ] || "$py" -m venv .venv-harbor
+  .venv-harbor/bin/python -m pip install -q --upgrade pip
+  .venv-harbor/bin/python -m pip install -q -c scripts/harbor-constraints.txt -e '.[harbor]'
+  if .venv-harbor/bin/python -c 'import torch' 2>/dev/null; then
+    echo "error: torch got into .venv-harbor; the Harbor environment must not pull torch" >&2
+    exit 1
+  fi
+  echo "Harbor $(.venv-harbor/bin/python -c 'import importlib.metadata as m; print(m.version("harbor"))') is installed in .venv-harbor"
+else
+  echo "warning: no Python 3.12 (set PYTHON312=...); the harbor-run tests will be skipped" >&2
+fi
+
+if ! command -v mmdebstrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q mmdebstrap >/dev/null ||
+    echo "warning: could not install mmdebstrap" >&2
+fi
+builder=.venv/bin/python
+[ -x "$builder" ] || builder=.venv-harbor/bin/python
+if command -v mmdebstrap >/dev/null 2>&1 && [ -x "$builder" ]; then
+  "$builder" -m dressage.harbor.rootfs tests/harbor/datasets/apt ||
+    echo "warning: the apt-only fixture's root filesystem was not built; its tests will be skipped" >&2
+fi

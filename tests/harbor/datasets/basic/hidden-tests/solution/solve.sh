@@ -1,0 +1,2 @@
+#!/bin/bash
+ls -A /tests > /app/seen.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo notes > /app/notes.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo "this verifier forgets to write a reward"

@@ -1,0 +1,74 @@
+"""``dressage-worker loop`` on a Harbor dataset: rewards from each task's own test.sh train the tiny model.
+
+Two of the example letter tasks (examples/harbor/letters), two samples each, two iterations in
+bubblewrap; the assertions are about what the log must show (rewards from the verifier, a training
+step per iteration, a pushed policy version), never about reward values (examples/harbor.yaml and
+docs/harbor.md show the curve of a longer run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' extra)")
+
+from rich.console import Console
+
+from dressage.config import Settings
+from dressage.loop.progress import LoopProgress
+from dressage.loop.runner import Loop, LoopOptions
+from dressage.store import EventStore
+from tests.harbor.conftest import REPO
+from tests.rollout.conftest import requires_bwrap
+
+pytestmark = [requires_bwrap]
+
+
+def test_loop_trains_on_a_harbor_dataset(tmp_path: Path) -> None:
+    cfg = {
+        "run": "harbor-loop",
+        "dataset": {"path": str(REPO / "examples" / "harbor" / "letters"), "limit": 2},
+        "n_samples_per_prompt": 2,
+        "engine": {"kind": "dev", "model": "tiny", "seed": 0},
+        "sampling": {"max_tokens": 4, "enable_thinking": False, "seed": 0},
+        "agent": {"kind": "answer"},
+        "sandbox": {"provider": "bwrap", "timeout_s": 20, "memory_mb": 512, "max_processes": 64},
+        "reward": {"kind": "harbor"},
+        "worker": {"concurrency": 4, "lease_s": 30, "session_timeout_s": 60, "poll_s": 0.1},
+        "train": {"lr": 50.0, "trainable": "lm_head"},
+        "loop": {"iterations": 2, "mode": "sync"},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'log.db'}", home=tmp_path / "home")
+    store = EventStore.open(settings=settings)
+    loop = Loop(store, settings, LoopOptions(str(path), out_dir=tmp_path / "out"), Console(quiet=True))
+
+    async def go() -> None:
+        try:
+            await loop.start()
+            assert loop.run is not None
+            progress = LoopProgress(Console(quiet=True), 2, enabled=False)
+            progress.attach(store, loop.run)
+            with progress:
+                await loop.run_iterations(progress)
+        finally:
+            await loop.stop()
+
+    asyncio.run(go())
+    try:
+        run = store.get_run(loop.run_name)
+        assert sorted(run.config["harbor_tasks"]) == ["01-e", "02-a"]
+        assert [s.finished for s in loop.stats] == [4, 4]
+        rewards = [e.payload for e in store.read_events(run, kinds=("reward",))]
+        assert len(rewards) == 8
+        assert all(r["details"]["source"] == "reward.txt" and r["reward"] in (0.0, 1.0) for r in rewards)
+        assert [e.payload["version"] for e in store.read_events(run, kinds=("policy_version",))] == [0, 1, 2]
+        steps = store.list_steps(run, "train:loop")
+        assert [sorted(g["task_index"] for g in s.manifest["groups"]) for s in steps] == [[0, 1], [2, 3]]
+    finally:
+        store.close()

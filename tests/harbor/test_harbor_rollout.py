@@ -1,0 +1,140 @@
+"""Harbor fixture datasets through ``dressage-worker rollout``: real proxy, dev engine, bubblewrap, both databases.
+
+The oracle (``solution/solve.sh``) and a scripted whitebox agent that calls the model through the
+proxy run the same tasks; each task's own ``tests/test.sh`` gives the reward, read from
+``reward.txt`` / ``reward.json`` as Harbor reads it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from dressage.config import Settings
+from dressage.errors import ConfigError, SandboxError
+from dressage.rollout.datasets import load_tasks
+from dressage.rollout.worker import WorkerOptions, run_rollout
+from tests.harbor.conftest import DATASETS
+from tests.rollout.conftest import open_store, requires_bwrap, write_config
+
+pytestmark = [requires_bwrap, pytest.mark.anyio]
+
+EXPECTED = {"pass": 1.0, "fail": 0.0, "multi-key": 0.75, "hidden-tests": 1.0, "separate-verifier": 1.0}
+
+
+async def _rollout(tmp_path: Path, db_url: str, engine_url: str, agent: dict, dataset: Path) -> tuple:
+    cfg = write_config(
+        tmp_path,
+        engine_url,
+        dataset={"path": str(dataset)},
+        n_samples_per_prompt=1,
+        agent=agent,
+        reward={"kind": "harbor"},
+        worker={"max_attempts": 1},
+    )
+    settings = Settings(database_url=db_url, home=tmp_path / "home")
+    report = await run_rollout(
+        settings, WorkerOptions(config_path=str(cfg), show_progress=False), Console(stderr=True, quiet=True)
+    )
+    store = open_store(db_url, tmp_path / "home")
+    return store, store.get_run(report.run)
+
+
+def _by_task(store, run, dataset: Path) -> dict[str, tuple]:
+    """``{task name: (session, reward event payload or None)}`` (one sample per task)."""
+    names = [t.id for t in load_tasks(dataset)]
+    rewards = {e.session_id: e.payload for e in store.read_events(run, kinds=("reward",))}
+    return {names[s.info["task_index"]]: (s, rewards.get(s.id)) for s in store.list_sessions(run)}
+
+
+@pytest.mark.parametrize("agent", ["oracle", "scripted"])
+async def test_fixture_dataset_gives_expected_rewards(tmp_path, any_db_url, engine_url, agent) -> None:
+    agent_cfg = (
+        {"kind": "oracle"}
+        if agent == "oracle"
+        else {"kind": "python", "path": "tests.harbor.agents_for_tests:ScriptedHarborAgent"}
+    )
+    store, run = await _rollout(tmp_path, any_db_url, engine_url, agent_cfg, DATASETS / "basic")
+    sessions = _by_task(store, run, DATASETS / "basic")
+    assert set(sessions) == {*EXPECTED, "missing-reward"}
+    for name, want in EXPECTED.items():
+        s, reward = sessions[name]
+        assert s.status == "finished" and s.reward == want, (name, s.status, s.error)
+        assert reward["details"]["task"] == name and reward["details"]["kind"] == "harbor"
+    multi = sessions["multi-key"][1]["details"]
+    assert (
+        multi["rewards"] == {"reward": 0.75, "correct": 1.0, "style": 0.5}
+        and multi["source"] == "reward.json"
+    )
+    assert sessions["separate-verifier"][1]["details"]["verifier_mode"] == "separate"
+    assert sessions["pass"][1]["details"]["internet"] == "refused"
+    missing, reward = sessions["missing-reward"]
+    assert missing.status == "failed" and reward is None
+    assert "no reward file" in (missing.error or "")
+    # Each task's checksum and parsed task.toml are recorded with the run.
+    recorded = run.config["harbor_tasks"]
+    assert sorted(recorded) == sorted(sessions) and all(len(v["checksum"]) == 64 for v in recorded.values())
+    assert recorded["separate-verifier"]["config"]["verifier"]["environment_mode"] == "separate"
+    names = Counter(a.name for a in store.list_artifacts(run))
+    assert names["agent.log"] == 6 and names["workspace.tar.gz"] == 6
+    turns = store.read_turns(run, with_experts=False)
+    if agent == "oracle":
+        assert turns == []
+    else:
+        assert {t.session_id for t in turns} == {s.id for s, _ in sessions.values()}
+    store.close()
+
+
+def _rootfs_missing() -> str | None:
+    from dressage.harbor.rootfs import cached_rootfs
+    from dressage.harbor.tasks import harbor_info
+
+    plan = harbor_info(load_tasks(DATASETS / "apt")[0])["rootfs"]  # type: ignore[index]
+    try:
+        cached_rootfs(plan)
+    except SandboxError as e:
+        return f"the apt-only task's Debian rootfs is not built (scripts/setup-harbor.sh builds it): {e}"
+    return None
+
+
+@pytest.mark.skipif(_rootfs_missing() is not None, reason=str(_rootfs_missing()))
+@pytest.mark.parametrize("agent", ["oracle", "scripted"])
+async def test_apt_only_dockerfile_runs_in_its_debian_rootfs(tmp_path, engine_url, agent) -> None:
+    agent_cfg = (
+        {"kind": "oracle"}
+        if agent == "oracle"
+        else {"kind": "python", "path": "tests.harbor.agents_for_tests:ScriptedHarborAgent"}
+    )
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    store, run = await _rollout(tmp_path, db, engine_url, agent_cfg, DATASETS / "apt")
+    ((session, reward),) = _by_task(store, run, DATASETS / "apt").values()
+    # pytest from the rootfs (Debian's python3-pytest, not on the host), the COPY and ENV of the Dockerfile.
+    assert session.status == "finished" and session.reward == 1.0, session.error
+    assert "2 passed" in reward["details"]["test_stdout_tail"]
+    store.close()
+
+
+async def test_refused_dockerfile_stops_the_run_before_it_starts(tmp_path, engine_url) -> None:
+    with pytest.raises(
+        ConfigError, match=r"task pip-dockerfile: Dockerfile line 1: base image 'python:3.12-slim' is refused"
+    ):
+        await _rollout(
+            tmp_path, f"sqlite:///{tmp_path / 'log.db'}", engine_url, {"kind": "oracle"}, DATASETS / "refused"
+        )
+
+
+async def test_a_blackbox_cli_runs_harbor_tasks_through_the_proxy(tmp_path, engine_url) -> None:
+    script = (Path(__file__).with_name("blackbox_agent.py")).read_text()
+    agent = {"kind": "command", "command": ["/usr/bin/python3", "-I", "-S", "-c", script]}
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    store, run = await _rollout(tmp_path, db, engine_url, agent, DATASETS / "basic")
+    sessions = _by_task(store, run, DATASETS / "basic")
+    for name, want in EXPECTED.items():
+        s, _reward = sessions[name]
+        assert s.status == "finished" and s.reward == want, (name, s.status, s.error)
+    turns = store.read_turns(run, with_experts=False)
+    assert {t.session_id for t in turns} == {s.id for s, _ in sessions.values()}
+    store.close()

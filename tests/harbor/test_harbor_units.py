@@ -1,0 +1,181 @@
+"""The pieces of the Harbor source without a sandbox: reward files, reward selection, Dockerfiles, tasks."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dressage.errors import ConfigError, RewardError
+from dressage.harbor.dockerfile import parse_dockerfile
+from dressage.harbor.sandbox import harbor_mounts, task_spec
+from dressage.harbor.tasks import load_harbor_tasks, task_checksum
+from dressage.harbor.verifier import parse_reward_json, parse_reward_text, select_reward
+from dressage.paddock import SandboxSpec
+from dressage.rollout.config import parse_config
+from tests.harbor.conftest import DATASETS
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty"),
+        ("  \n", "empty"),
+        ("yes", "not a number"),
+        ("nan", "non-finite"),
+        ("inf\n", "non-finite"),
+    ],
+)
+def test_bad_reward_txt_is_an_error_never_zero(text: str, message: str) -> None:
+    with pytest.raises(RewardError, match=message):
+        parse_reward_text(text)
+
+
+def test_reward_txt_and_json_read_as_harbor_reads_them() -> None:
+    assert parse_reward_text("0.25\n") == {"reward": 0.25}
+    assert parse_reward_json('{"a": 1, "b": 0.5}') == {"a": 1.0, "b": 0.5}
+    assert parse_reward_json("3") == {"reward": 3.0}
+    for bad, message in [
+        ("", "empty"),
+        ("{", "not valid JSON"),
+        ('{"a": "1"}', "non-numeric"),
+        ('{"a": NaN}', "non-finite"),
+        ('{"a": 1e999}', "non-finite"),
+        ("[1]", "object"),
+        ('{"a": true}', "non-numeric"),
+    ]:
+        with pytest.raises(RewardError, match=message):
+            parse_reward_json(bad)
+
+
+def test_reward_selection_by_key_weights_or_default() -> None:
+    rewards = {"correct": 1.0, "style": 0.5}
+    assert select_reward(rewards, "style", None) == 0.5
+    assert select_reward(rewards, None, {"correct": 0.8, "style": 0.4}) == pytest.approx(1.0)
+    assert select_reward({"only": 0.3}, None, None) == 0.3
+    assert select_reward({**rewards, "reward": 0.7}, None, None) == 0.7
+    with pytest.raises(RewardError, match=r"set reward\.key or reward\.weights"):
+        select_reward(rewards, None, None)
+    with pytest.raises(RewardError, match="'speed' is not among"):
+        select_reward(rewards, "speed", None)
+    with pytest.raises(RewardError, match=r"name \['speed'\]"):
+        select_reward(rewards, None, {"speed": 1.0})
+
+
+def test_whitelisted_dockerfile_becomes_a_plan() -> None:
+    plan = parse_dockerfile(
+        "t",
+        "# comment\nFROM ubuntu:24.04\nRUN apt-get update && apt-get install -y \\\n  git python3=3.11.2-1\n"
+        "WORKDIR /srv\nENV A=1 B=two\nENV C three\nCOPY a.txt b/ ./\n",
+    )
+    assert plan.suite == "bookworm" and plan.packages == ["git", "python3"]
+    assert plan.workdir == "/srv" and plan.env == {"A": "1", "B": "two", "C": "three"}
+    assert plan.copies == [("a.txt", "/srv/./"), ("b/", "/srv/./")]
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "line", "what"),
+    [
+        ("FROM python:3.12\n", 1, "base image 'python:3.12' is refused"),
+        ("FROM debian:bookworm\n\nRUN pip install numpy\n", 3, "RUN 'pip install numpy' is refused"),
+        (
+            "FROM debian:bookworm\nRUN apt-get install -y curl && curl -sL x | sh\n",
+            2,
+            "RUN 'curl -sL x | sh'",
+        ),
+        ("FROM debian:bookworm\nUSER agent\n", 2, "USER is refused"),
+        ("FROM debian:bookworm\nADD https://x/y /y\n", 2, "ADD is refused"),
+        ("FROM debian:bookworm AS b\n", 1, "refused"),
+        ("FROM debian:bookworm\nCOPY --from=b /x /x\n", 2, "only 'COPY SRC... DST'"),
+        ("FROM debian:bookworm\nFROM debian:bookworm\n", 2, "multi-stage"),
+    ],
+)
+def test_other_dockerfiles_are_refused_naming_task_and_line(dockerfile: str, line: int, what: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_dockerfile("my-task", dockerfile)
+    assert str(e.value).startswith(f"task my-task: Dockerfile line {line}: ") and what in str(e.value)
+
+
+def test_tasks_are_read_with_tests_hidden_and_solution_apart() -> None:
+    tasks = load_harbor_tasks(DATASETS / "basic")
+    assert [t.id for t in tasks] == sorted(t.id for t in tasks)
+    t = next(t for t in tasks if t.id == "pass")
+    assert t.prompt is not None and t.prompt.startswith("Write the word hello")
+    assert set(t.tests) == {"test.sh"} and t.files == {}
+    info = t.metadata["harbor"]
+    assert set(info["solution"]) == {"solve.sh"} and info["workdir"] == "/app"
+    assert info["config"]["verifier"]["timeout_sec"] == 60.0 and info["wants_internet"] is True
+    assert (
+        load_harbor_tasks(DATASETS / "basic" / "pass")[0].metadata["harbor"]["checksum"] == info["checksum"]
+    )
+
+
+def test_checksum_follows_every_file(tmp_path: Path) -> None:
+    task = tmp_path / "pass"
+    shutil.copytree(DATASETS / "basic" / "pass", task)
+    before = task_checksum(task)
+    (task / "tests" / "test.sh").write_text((task / "tests" / "test.sh").read_text() + "\n")
+    assert task_checksum(task) != before
+
+
+def test_what_the_reader_cannot_honour_is_refused(tmp_path: Path) -> None:
+    task = tmp_path / "t"
+    shutil.copytree(DATASETS / "basic" / "pass", task)
+    toml = (task / "task.toml").read_text()
+    for extra, what in [
+        ("gpus = 1\n", "environment.gpus"),
+        ('docker_image = "org/img:1"\n', "prebuilt image 'org/img:1'"),
+        ('os = "windows"\n', "environment.os"),
+    ]:
+        (task / "task.toml").write_text(toml + extra)
+        with pytest.raises(ConfigError, match=f"task t: .*{what}"):
+            load_harbor_tasks(task)
+    (task / "task.toml").write_text(toml)
+    (task / "tests" / "test.sh").unlink()
+    with pytest.raises(ConfigError, match=r"tests/test\.sh is missing"):
+        load_harbor_tasks(task)
+
+
+def test_internet_is_refused_unless_the_run_allows_network() -> None:
+    t = load_harbor_tasks(DATASETS / "basic" / "pass")[0]
+    assert task_spec(SandboxSpec(network=False), t).network is False
+    assert task_spec(SandboxSpec(network=True), t).network is True
+    info = {**t.metadata["harbor"], "wants_internet": False}
+    offline = type(t)(index=0, prompt="x", metadata={"harbor": info})
+    assert task_spec(SandboxSpec(network=True), offline).network is False
+    letters = load_harbor_tasks(DATASETS.parents[2] / "examples" / "harbor" / "letters")
+    assert all(t.metadata["harbor"]["wants_internet"] is False for t in letters)  # no-network
+    assert harbor_mounts("/app")["/app"] == "." and "/workspace" not in harbor_mounts("/workspace")
+
+
+def test_harbor_reward_config_is_checked() -> None:
+    base = {"run": "r", "dataset": {"path": str(DATASETS / "basic")}}
+    cfg = parse_config({**base, "reward": {"kind": "harbor", "weights": {"correct": 1}}})
+    assert cfg.reward.kind == "harbor"
+    with pytest.raises(ConfigError, match="weights must name"):
+        parse_config({**base, "reward": {"kind": "harbor", "weights": {}}})
+    assert parse_config({**base, "agent": {"kind": "oracle"}}).agent.kind == "oracle"
+
+
+def test_a_harbor_dataset_needs_its_reward_and_the_oracle_needs_harbor_tasks(tmp_path: Path) -> None:
+    from dressage.rollout.datasets import check_reward_fits, load_tasks
+
+    tasks = load_tasks(DATASETS / "basic")
+    check_reward_fits(tasks, "harbor", "oracle")
+    with pytest.raises(ConfigError, match="use reward kind 'harbor'"):
+        check_reward_fits(tasks, "contains", "answer")
+    with pytest.raises(ConfigError, match="run in sandbox provider 'bwrap', not 'e2b'"):
+        check_reward_fits(tasks, "harbor", "answer", "e2b")
+    (tmp_path / "t.jsonl").write_text('{"prompt": "hi", "label": "x"}\n')
+    with pytest.raises(ConfigError, match="agent kind 'oracle'"):
+        check_reward_fits(load_tasks(tmp_path / "t.jsonl"), "contains", "oracle")
+
+
+@pytest.mark.anyio
+async def test_providers_without_mount_namespaces_refuse_harbor_mounts() -> None:
+    from dressage.errors import NotSupportedError
+    from dressage.paddock.local import LocalProvider
+
+    with pytest.raises(NotSupportedError, match="need provider 'bwrap'"):
+        await LocalProvider().create("s", SandboxSpec(provider="local", mounts={"/tests": ".harbor/tests"}))
