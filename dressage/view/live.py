@@ -5,6 +5,11 @@ events past it and sends one SSE message per event (``id`` = position, so a reco
 resumes with ``Last-Event-ID`` and misses nothing: positions are dense and commit-ordered).
 A run's page gets every event as ``log``; a session's page gets its own turns as ``turn`` and its
 other events as ``log``. A comment line every :data:`KEEPALIVE_S` keeps proxies from closing it.
+
+A stream ends when its client goes away or when the server shuts down (:class:`LiveStreams`,
+closed by :class:`dressage.view.server.ViewServer` before uvicorn waits for open responses): an
+endless response would otherwise keep uvicorn's graceful shutdown waiting for as long as a page
+stays open, with the stream still polling a log whose store is being closed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,17 @@ KEEPALIVE_S = 15.0
 BATCH = 500
 
 
+class LiveStreams:
+    """The app's open event streams' shared stop flag: set once, at server shutdown."""
+
+    def __init__(self) -> None:
+        self.closing = False
+
+    def close(self) -> None:
+        """Make every open stream end at its next poll (within :data:`POLL_S`)."""
+        self.closing = True
+
+
 def sse_message(event: Event, name: str) -> bytes:
     """One SSE message for ``event`` (data: position, kind, session)."""
     data = orjson.dumps({"position": event.position, "kind": event.kind, "session": event.session_id})
@@ -36,14 +52,15 @@ async def event_stream(
     *,
     session_id: str | None,
     disconnected: Callable[[], asyncio.Future[bool] | object],
+    streams: LiveStreams,
     poll_s: float = POLL_S,
 ) -> AsyncIterator[bytes]:
     """SSE bytes for the run's events after ``after`` (only ``session_id``'s when given), until the
-    client goes away."""
+    client goes away or the server shuts down."""
     yield b"retry: 1000\n\n"
     last_sent = time.monotonic()
     while True:
-        if await disconnected():  # type: ignore[misc]
+        if streams.closing or await disconnected():  # type: ignore[misc]
             return
         events = await asyncio.to_thread(store.read_events, run, after, BATCH)
         for e in events:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 from dressage.cli import app
-from tests.view.browser import css, one, severe_console_errors, text, url, wait
+from dressage.config import Settings
+from dressage.view.app import create_app
+from dressage.view.readonly import open_readonly_store
+from tests.view.browser import css, draw_tokens, one, severe_console_errors, text, url, wait
 from tests.view.builders import append_live_turn
-from tests.view.conftest import ViewedLog
+from tests.view.conftest import ViewedLog, serve
 
 # The first test of each backend builds the log: a real rollout (and, once per session, the dev
 # engine shared with tests/rollout), which on a busy two-core machine can take minutes.
@@ -28,7 +32,8 @@ def test_open_session_and_run_pages_update_as_turns_land(viewed: ViewedLog, brow
     append_live_turn(viewed.store, run, session.id, 1, "second answer arrives live")
     wait(browser, lambda d: one(d, "#session-body").get_attribute("data-turns") == "2")
     assert "second answer arrives live" in text(one(browser, "#turn-1 .msg.role-assistant"))
-    wait(browser, lambda d: "second answer arrives live" in text(one(d, "#tokens")))  # token view re-rendered
+    draw_tokens(browser)
+    assert "second answer arrives live" in text(one(browser, "#tokens"))  # the token view was redrawn
     viewed.store.finalize_session(session.id, "finished", reward=1.0, finish_reason="stop")
     wait(browser, lambda d: text(one(d, "#status")) == "finished")
     assert browser.execute_script("return window.notReloaded === true")
@@ -44,6 +49,24 @@ def test_open_session_and_run_pages_update_as_turns_land(viewed: ViewedLog, brow
     assert browser.execute_script("return window.notReloaded === true")
     viewed.store.finalize_session(other.id, "failed", finish_reason="agent_crashed")
     assert not severe_console_errors(browser)
+
+
+def test_stopping_the_viewer_ends_its_open_event_streams(viewed: ViewedLog) -> None:
+    """A page left open holds an endless event stream; stopping the viewer must end it (not wait
+    for the browser to leave while the stream goes on polling the log)."""
+    store = open_readonly_store(Settings(database_url=viewed.url, home=viewed.home))
+    server = serve(create_app(store))
+    server.start()
+    try:
+        live = url(server.base, "/live", run=viewed.quick, after=0)
+        with httpx.stream("GET", live, timeout=httpx.Timeout(30, read=20)) as r:
+            lines = r.iter_lines()
+            assert next(x for x in lines if x.startswith("id: "))  # the stream is open and sending
+            assert server.stop()  # the server thread ended with the stream open
+            list(lines)  # the response ended (a stream left open would raise ReadTimeout here)
+    finally:
+        server.stop()
+        store.close()
 
 
 def test_bundle_opens_from_disk_without_a_server(viewed: ViewedLog, browser, tmp_path: Path) -> None:
@@ -62,7 +85,7 @@ def test_bundle_opens_from_disk_without_a_server(viewed: ViewedLog, browser, tmp
     next(r for r in rows if r.get_attribute("data-session") == finished.id).find_element(
         "css selector", "td a"
     ).click()
-    wait(browser, lambda d: css(d, "#tokens .tok"))
+    assert draw_tokens(browser)
     assert text(one(browser, "#session-id")) == finished.id
     assert css(browser, ".msg.role-assistant")
     # the artifacts were copied next to the pages, byte for byte
