@@ -6,7 +6,8 @@ resumes with ``Last-Event-ID`` and misses nothing: positions are dense and commi
 A run's page gets every event as ``log``; a session's page gets its own turns as ``turn`` and its
 other events as ``log``. A comment line every :data:`KEEPALIVE_S` keeps proxies from closing it.
 
-A stream ends when its client goes away or when the server shuts down (:class:`LiveStreams`,
+A stream ends when its client goes away, when the log cannot be read (the browser reconnects and
+resumes), or when the server shuts down (:class:`LiveStreams`,
 closed by :class:`dressage.view.server.ViewServer` before uvicorn waits for open responses): an
 endless response would otherwise keep uvicorn's graceful shutdown waiting for as long as a page
 stays open, with the stream still polling a log whose store is being closed.
@@ -15,13 +16,17 @@ stays open, with the stream still polling a log whose store is being closed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
 import orjson
 
+from dressage.errors import StoreError
 from dressage.store import EventStore
 from dressage.store.records import Event
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.25
 KEEPALIVE_S = 15.0
@@ -62,7 +67,13 @@ async def event_stream(
     while True:
         if streams.closing or await disconnected():  # type: ignore[misc]
             return
-        events = await asyncio.to_thread(store.read_events, run, after, BATCH)
+        try:
+            events = await asyncio.to_thread(store.read_events, run, after, BATCH)
+        except StoreError as e:
+            # The log cannot be read now (database restarting, network): end this stream; the
+            # browser reconnects after ``retry`` and resumes from the last position it received.
+            log.warning("live stream of run %r ended: %s", run, e)
+            return
         for e in events:
             after = e.position
             if session_id is not None and e.session_id != session_id:

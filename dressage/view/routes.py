@@ -144,6 +144,8 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
             return JSONResponse(
                 {"error": str(e)}, status_code=404 if not isinstance(e, RequestError) else 400
             )
+        except DressageError as e:
+            return JSONResponse({"error": str(e)}, status_code=503)
         stream = event_stream(
             viewer.store,
             run_name,

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from dressage.cli import app
 from dressage.config import Settings
+from dressage.store import EventStore
+from dressage.store.db import upgrade
 from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store
 from tests.view.browser import css, draw_tokens, one, severe_console_errors, text, url, wait
@@ -66,6 +68,35 @@ def test_stopping_the_viewer_ends_its_open_event_streams(viewed: ViewedLog) -> N
             list(lines)  # the response ended (a stream left open would raise ReadTimeout here)
     finally:
         server.stop()
+        store.close()
+
+
+def test_a_stream_whose_log_cannot_be_read_ends_and_the_viewer_stays_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read error in the event stream ends that stream (the browser reconnects and resumes from
+    its last position) instead of breaking the response with a traceback."""
+    url_ = f"sqlite:///{tmp_path / 'log.db'}"
+    upgrade(url_)
+    settings = Settings(database_url=url_, home=tmp_path)
+    writer = EventStore.open(settings=settings)
+    writer.create_run("r")
+    writer.close()
+    store = open_readonly_store(settings)
+    server = serve(create_app(store))
+    server.start()
+    try:
+        with httpx.stream("GET", url(server.base, "/live", run="r", after=0), timeout=20) as r:
+            lines = r.iter_lines()
+            assert next(x for x in lines if x.startswith("id: "))  # the run's first event
+            (tmp_path / "log.db").unlink()
+            store.engine.dispose()  # the next read opens a new connection: no database file
+            list(lines)  # the stream ended (a stream left open would raise ReadTimeout here)
+        assert "live stream of run 'r' ended: database read failed" in caplog.text
+        page = httpx.get(url(server.base, "/"))  # the viewer still answers, and says why
+        assert page.status_code == 503 and "The log could not be read" in page.text
+    finally:
+        assert server.stop()
         store.close()
 
 
