@@ -61,7 +61,7 @@ async def event_stream(
     poll_s: float = POLL_S,
 ) -> AsyncIterator[bytes]:
     """SSE bytes for the run's events after ``after`` (only ``session_id``'s when given), until the
-    client goes away or the server shuts down."""
+    client goes away, the log cannot be read or the server shuts down."""
     yield b"retry: 1000\n\n"
     last_sent = time.monotonic()
     while True:
@@ -69,10 +69,10 @@ async def event_stream(
             return
         try:
             events = await asyncio.to_thread(store.read_events, run, after, BATCH)
-        except StoreError as e:
+        except StoreError as err:
             # The log cannot be read now (database restarting, network): end this stream; the
             # browser reconnects after ``retry`` and resumes from the last position it received.
-            log.warning("live stream of run %r ended: %s", run, e)
+            log.warning("live stream of run %r ended: %s", run, err)
             return
         for e in events:
             after = e.position
