@@ -63,6 +63,18 @@ def test_run_page_filters_sorts_pages_and_groups_failures(viewed: ViewedLog, bro
         (s.reward for s in viewed.store.list_sessions(viewed.quick, status="finished")), reverse=True
     )
     assert rewards == [float(f"{x:.3g}") for x in expected]
+    # sort by a turn aggregate (tokens, computed per session on the server), descending
+    browser.get(url(viewed.base, "/run", name=viewed.quick, sort="tokens", order="desc"))
+    shown = [
+        (r.get_attribute("data-session"), int(text(css(r, "td")[10]).replace(",", "")))
+        for r in css(browser, "#sessions tbody tr")
+    ]
+    tokens = {
+        s.id: sum(t.context_ids.size + t.generated_ids.size for t in viewed.store.read_turns(session_id=s.id))
+        for s in viewed.store.list_sessions(viewed.quick)
+    }
+    assert shown == sorted(tokens.items(), key=lambda kv: (-kv[1], kv[0]))
+    assert shown[-1][1] == 0  # the crashed sessions have no turns
     # server-side pages of 4
     browser.get(url(viewed.base, "/run", name=viewed.quick, per_page=4))
     assert len(css(browser, "#sessions tbody tr")) == 4
