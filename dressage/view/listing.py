@@ -3,7 +3,7 @@
 Filters and sort are typed (:class:`SessionQuery`, built from the page's query string with
 one-line errors naming the field); the SQL pages on the server, so a run with 10,000 sessions
 sends 50 rows. Turn aggregates (turns, tokens, trained tokens) are computed only for the page's
-sessions unless the table is sorted by one of them. Text search decodes the candidates' tokens and
+sessions; sorting by one orders by a per-session lookup in the turns' index. Text search decodes the candidates' tokens and
 looks for the text in the conversation, error and task; it scans at most :data:`MAX_TEXT_SCAN`
 sessions (the page says so when it stopped early).
 """
