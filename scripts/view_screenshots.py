@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dressage.config import Settings
 from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store
+from dressage.view.server import ViewServer
 from tests.loopback import ThreadedServer
 
 
@@ -37,7 +38,8 @@ def main() -> None:
     a = p.parse_args()
     store = open_readonly_store(Settings(database_url=a.database_url, home=Path(a.home)))
     session = a.session or store.list_sessions(a.run, status="finished")[0].id
-    server = ThreadedServer(create_app(store))
+    app = create_app(store)
+    server = ThreadedServer(app, server=lambda config: ViewServer(config, app.state.live))
     server.start()
     options = webdriver.ChromeOptions()
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100"):
@@ -54,7 +56,8 @@ def main() -> None:
         for name, path in pages.items():
             driver.get(server.base + path)
             time.sleep(1.0)
-            if name == "view_session":
+            if name == "view_session":  # the token view draws its turns as they come near: all now
+                driver.execute_script("document.getElementById('tokens-all').click()")
                 driver.execute_script("document.querySelector('h2').scrollIntoView()")
                 time.sleep(0.3)
             out = Path(a.out) / f"{name}.png"

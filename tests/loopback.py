@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -13,12 +14,19 @@ import uvicorn
 class ThreadedServer:
     """uvicorn in a thread: :meth:`start` returns once it listens, :meth:`stop` shuts it down."""
 
-    def __init__(self, app: Any, **config: Any) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        server: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server,
+        **config: Any,
+    ) -> None:
+        """``server`` makes the uvicorn server from its config (a subclass, e.g. the viewer's)."""
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port: int = s.getsockname()[1]
         self.base = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(
+        self._server = server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", **config)
         )
         self._thread = threading.Thread(target=self._server.run, daemon=True)
@@ -32,7 +40,8 @@ class ThreadedServer:
                 raise RuntimeError(f"test server on {self.base} did not start within {timeout:.0f} s")
             time.sleep(0.02)
 
-    def stop(self) -> None:
-        """Ask the server to exit and wait for its thread (at most 5 s)."""
+    def stop(self) -> bool:
+        """Ask the server to exit and wait for its thread (at most 5 s); True once it has ended."""
         self._server.should_exit = True
         self._thread.join(timeout=5)
+        return not self._thread.is_alive()

@@ -68,6 +68,7 @@ def view(
     import uvicorn
 
     from dressage.view.app import create_app
+    from dressage.view.server import ViewServer
 
     settings = load_settings(database_url=database_url, replica_url=replica_url)
     store = open_readonly_store(settings, replica=True)
@@ -82,7 +83,8 @@ def view(
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     render.console(stderr=True).print(f"Dressage viewer on [bold]{url}[/] (read-only; Ctrl-C stops it)")
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+        ViewServer(config, app.state.live).run()
     finally:
         store.close()
 

@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from dressage.store import EventStore
 from dressage.view.decode import TokenDecoder, default_decoder
+from dressage.view.live import LiveStreams
 from dressage.view.pages import Viewer
 from dressage.view.rendering import STATIC, environment
 from dressage.view.routes import page_routes
@@ -71,7 +72,11 @@ class SecurityMiddleware(BaseHTTPMiddleware):
                         status_code=401,
                     )
                 )
-        return _secured(await call_next(request))
+        response = await call_next(request)
+        if request.url.path.startswith("/static/") and request.query_params.get("v"):
+            # versioned by content (ServerUrls.static): never changes under this URL
+            response.headers["Cache-Control"] = "public, max-age=31536000, immutable"
+        return _secured(response)
 
     def _authorized(self, request: Request) -> bool:
         assert self.token is not None
@@ -90,12 +95,21 @@ def _secured(response: Response) -> Response:
 def create_app(
     store: EventStore, *, token: str | None = None, decoder: TokenDecoder | None = None
 ) -> Starlette:
-    """The viewer app over ``store`` (opened read-only); ``token`` required on every request when set."""
+    """The viewer app over ``store`` (opened read-only); ``token`` required on every request when set.
+
+    ``app.state.live`` stops its live event streams: serve it with
+    :class:`dressage.view.server.ViewServer`, which does so at shutdown.
+    """
     viewer = Viewer(store, decoder or default_decoder())
     env = environment()
+    streams = LiveStreams()
     app = Starlette(
-        routes=[*page_routes(viewer, env), Mount("/static", StaticFiles(directory=STATIC), name="static")],
+        routes=[
+            *page_routes(viewer, env, streams),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ],
         middleware=[Middleware(SecurityMiddleware, token=token)],
     )
     app.state.viewer = viewer
+    app.state.live = streams
     return app

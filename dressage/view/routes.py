@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from dressage.errors import DressageError, RequestError, UnknownRunError, UnknownSessionError
 from dressage.view import pages, queries
-from dressage.view.live import event_stream
+from dressage.view.live import LiveStreams, event_stream
 from dressage.view.pages import Viewer
 from dressage.view.rendering import render
 from dressage.view.tokens import experts_at
@@ -44,8 +44,8 @@ def _int(request: Request, name: str) -> int:
         raise RequestError(f"{name} must be an integer, got {text!r}", param=name) from None
 
 
-def page_routes(viewer: Viewer, env: Environment) -> list[Route]:
-    """Every route of the viewer."""
+def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[Route]:
+    """Every route of the viewer (``streams``: the stop flag of its live event streams)."""
 
     def html(name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
         return HTMLResponse(render(env, name, {"u": URLS, **context}), status_code=status)
@@ -144,8 +144,15 @@ def page_routes(viewer: Viewer, env: Environment) -> list[Route]:
             return JSONResponse(
                 {"error": str(e)}, status_code=404 if not isinstance(e, RequestError) else 400
             )
+        except DressageError as e:
+            return JSONResponse({"error": str(e)}, status_code=503)
         stream = event_stream(
-            viewer.store, run_name, after, session_id=sid, disconnected=request.is_disconnected
+            viewer.store,
+            run_name,
+            after,
+            session_id=sid,
+            disconnected=request.is_disconnected,
+            streams=streams,
         )
         return StreamingResponse(stream, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
 

@@ -3,9 +3,12 @@
 Per turn the page gets parallel arrays (one entry per piece, a piece being the ids that decode to
 whole characters): ``t`` text, ``k`` kind (0 context, 1 generated and trained, 2 generated with
 loss mask 0), ``lp`` the lowest logprob in the piece (None for context), ``v`` policy version,
-``id`` the first id and ``n`` the number of ids, ``p`` the segment position of the first id. The
-page's script turns them into spans coloured by logprob (or by policy version) and shows details on
-hover; routed experts are fetched per position on demand (``/api/experts``), so a 30k-token page
+``id`` the first id and ``n`` the number of ids; ``p0`` is the segment position of the turn's first
+id (a piece's position is ``p0`` plus the ids before it: a turn's ids are contiguous in its
+segment); ``chars`` and ``lines`` (line breaks) size the turn's block before it is drawn. The page's script turns
+each turn into spans coloured by logprob (or by policy version) when the turn is scrolled near
+(a 30k-token session is 30k spans: drawn all at load they cost most of a second), and shows details
+on hover; routed experts are fetched per position on demand (``/api/experts``), so a 30k-token page
 does not carry a ``[tokens, layers, top_k]`` array.
 """
 
@@ -108,8 +111,6 @@ def turn_tokens(
         v += turn.policy_versions[gen_starts].tolist()
     ids: list[int | None] = [*turn.context_ids[ctx_starts].tolist(), *turn.generated_ids[gen_starts].tolist()]
     sizes = np.diff(np.append(ctx_starts, n_ctx)).tolist() + np.diff(np.append(gen_starts, n_gen)).tolist()
-    base = turn.segment_offset
-    positions = (base + ctx_starts).tolist() + (base + n_ctx + gen_starts).tolist()
     texts = ctx_texts + gen_texts
     _redact_pieces(texts, ids, secrets)
     return {
@@ -121,7 +122,9 @@ def turn_tokens(
         "v": v,
         "id": ids,
         "n": sizes,
-        "p": positions,
+        "p0": turn.segment_offset,
+        "chars": sum(map(len, texts)),
+        "lines": sum(t.count("\n") for t in texts),
         "experts": has_experts or turn.routed_experts is not None,
     }
 
@@ -163,6 +166,7 @@ def token_payload(
     versions = {int(v) for t in turns for v in np.unique(t.policy_versions)}
     return {
         "segments": [{"index": i, "turns": ts} for i, ts in sorted(by_segment.items())],
+        "pieces": sum(len(t["t"]) for ts in by_segment.values() for t in ts),
         "versions": sorted(versions),
         "decoded": decoder.available,
     }

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import cache
 from urllib.parse import urlencode
+
+from dressage.view.rendering import STATIC
+
+
+@cache
+def static_version(path: str) -> str:
+    """A short hash of a static file's content: its URL changes when the file does, so browsers
+    may cache it for good (the server sends it as immutable)."""
+    return hashlib.sha256((STATIC / path).read_bytes()).hexdigest()[:12]
 
 
 class ServerUrls:
@@ -17,8 +27,8 @@ class ServerUrls:
     live = True
 
     def static(self, path: str) -> str:
-        """A file under the viewer's ``static/`` directory."""
-        return f"/static/{path}"
+        """A file under the viewer's ``static/`` directory, versioned by its content."""
+        return f"/static/{path}?v={static_version(path)}"
 
     def runs(self) -> str:
         """The runs page."""

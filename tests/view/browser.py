@@ -40,17 +40,18 @@ def text(el: WebElement) -> str:
 
 
 def severe_console_errors(driver: WebDriver) -> list[str]:
-    """Browser console errors (script errors, CSP violations), favicon misses aside.
-
-    A live page's event stream that closes and reconnects (a refused reconnect to a viewer an
-    earlier test stopped, htmx's SSE extension logging the stream's error event) is EventSource's
-    normal retry, not a script error.
-    """
+    """Browser console errors of the open page (script errors, CSP violations, failed requests,
+    an event stream that broke: htmx logs its error event), favicon misses aside."""
     return [
         e["message"]
         for e in driver.get_log("browser")  # type: ignore[attr-defined]
-        if e["level"] == "SEVERE"
-        and "favicon" not in e["message"]
-        and "ERR_CONNECTION_REFUSED" not in e["message"]
-        and '"[object Event]"' not in e["message"]
+        if e["level"] == "SEVERE" and "favicon" not in e["message"]
     ]
+
+
+def draw_tokens(driver: WebDriver) -> list[WebElement]:
+    """Draw the whole token view now (the page draws a turn's tokens as it is scrolled near) with
+    its "draw all" button; the token spans."""
+    driver.execute_script("document.getElementById('tokens-all').click()")
+    wait(driver, lambda d: not css(d, "#tokens .turn-tokens.pending"))
+    return css(driver, "#tokens .tok")

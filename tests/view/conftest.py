@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from starlette.applications import Starlette
 
 from dressage.config import Settings
 from dressage.rollout.worker import WorkerOptions, run_rollout
@@ -30,6 +31,7 @@ from dressage.store import EventStore
 from dressage.training import StepOptions, Trainer
 from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store
+from dressage.view.server import ViewServer
 from tests.conftest import create_pg_database
 from tests.loopback import ThreadedServer
 from tests.paddock.conftest import bwrap_unavailable_reason
@@ -58,6 +60,11 @@ class ViewedLog:
     quick: str
     multi: MultiSession
     base: str
+
+
+def serve(app: Starlette) -> ThreadedServer:
+    """The viewer app on loopback, served as ``dressage-worker view`` serves it (not started)."""
+    return ThreadedServer(app, server=lambda config: ViewServer(config, app.state.live))
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +129,7 @@ def viewed(
     Trainer(store, quick, StepOptions(global_batch_size=2, n_samples_per_prompt=2)).run_steps()
     multi = build_multi_session(store, f"multi-{backend}-{suffix}")
     viewer_store = open_readonly_store(settings)
-    server = ThreadedServer(create_app(viewer_store))
+    server = serve(create_app(viewer_store))
     server.start()
     yield ViewedLog(backend, url, home, store, quick, multi, server.base)
     server.stop()
@@ -133,6 +140,13 @@ def viewed(
 
 @pytest.fixture(autouse=True)
 def _fresh_console(request: pytest.FixtureRequest) -> None:
-    """Drain the browser's console log so each test sees only its own errors."""
+    """Each browser test starts on a blank page with an empty console log, so it sees only its own
+    page's errors: the log is built first (minutes, on a backend's first test), then the previous
+    test's page is left (its event stream with it: a page left open on a viewer that has stopped
+    would log its refused reconnects into this test) and the log drained."""
     if "browser" in request.fixturenames:
-        request.getfixturevalue("browser").get_log("browser")
+        if "viewed" in request.fixturenames:
+            request.getfixturevalue("viewed")
+        browser = request.getfixturevalue("browser")
+        browser.get("about:blank")
+        browser.get_log("browser")

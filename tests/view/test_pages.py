@@ -12,7 +12,7 @@ from selenium.webdriver.support.ui import Select
 from dressage.tito.tokenizer import load_qwen35_tokenizer
 from dressage.view.conversation import turn_views
 from dressage.view.decode import TokenDecoder
-from tests.view.browser import css, one, severe_console_errors, text, url, wait
+from tests.view.browser import css, draw_tokens, one, severe_console_errors, text, url, wait
 from tests.view.conftest import ViewedLog
 
 # The first test of each backend builds the log: a real rollout (and, once per session, the dev
@@ -63,6 +63,18 @@ def test_run_page_filters_sorts_pages_and_groups_failures(viewed: ViewedLog, bro
         (s.reward for s in viewed.store.list_sessions(viewed.quick, status="finished")), reverse=True
     )
     assert rewards == [float(f"{x:.3g}") for x in expected]
+    # sort by a turn aggregate (tokens, computed per session on the server), descending
+    browser.get(url(viewed.base, "/run", name=viewed.quick, sort="tokens", order="desc"))
+    shown = [
+        (r.get_attribute("data-session"), int(text(css(r, "td")[10]).replace(",", "")))
+        for r in css(browser, "#sessions tbody tr")
+    ]
+    tokens = {
+        s.id: sum(t.context_ids.size + t.generated_ids.size for t in viewed.store.read_turns(session_id=s.id))
+        for s in viewed.store.list_sessions(viewed.quick)
+    }
+    assert shown == sorted(tokens.items(), key=lambda kv: (-kv[1], kv[0]))
+    assert shown[-1][1] == 0  # the crashed sessions have no turns
     # server-side pages of 4
     browser.get(url(viewed.base, "/run", name=viewed.quick, per_page=4))
     assert len(css(browser, "#sessions tbody tr")) == 4
@@ -82,7 +94,7 @@ def test_session_page_shows_the_conversation_and_tokens_of_the_log(viewed: Viewe
     decoder = TokenDecoder(load_qwen35_tokenizer().decode)
     expected = turn_views(turns, decoder)
     browser.get(url(viewed.base, "/session", id=session.id))
-    wait(browser, lambda d: css(d, "#tokens .tok"))
+    spans = draw_tokens(browser)
     assert text(one(browser, "#session-id")) == session.id
     assert text(one(browser, "#status")) == "finished"
     assert float(text(one(browser, "#reward"))) == float(f"{session.reward:.4g}")
@@ -96,7 +108,7 @@ def test_session_page_shows_the_conversation_and_tokens_of_the_log(viewed: Viewe
     # the token view: one span per piece, context vs generated, logprob and version on hover
     n_ctx = sum(len(decoder.pieces(t.context_ids)[0]) for t in turns)
     n_pieces = n_ctx + sum(len(decoder.pieces(t.generated_ids)[0]) for t in turns)
-    assert len(css(browser, "#tokens .tok")) == n_pieces
+    assert len(spans) == n_pieces
     assert len(css(browser, "#tokens .tok.ctx")) == n_ctx
     gen = css(browser, "#tokens .tok.gen")[0]
     ActionChains(browser).move_to_element(gen).perform()
@@ -121,7 +133,10 @@ def test_session_page_shows_the_conversation_and_tokens_of_the_log(viewed: Viewe
 def test_multi_lineage_session_shows_segments_lineages_and_experts(viewed: ViewedLog, browser) -> None:
     m = viewed.multi
     browser.get(url(viewed.base, "/session", id=m.session_id))
-    wait(browser, lambda d: css(d, "#tokens .tok"))
+    # the token view draws a turn's tokens when it is scrolled near
+    browser.execute_script("document.getElementById('tokens').scrollIntoView()")
+    wait(browser, lambda d: css(d, "#tokens .turn-tokens:not(.pending) .tok"))
+    draw_tokens(browser)
     rows = [[text(c).strip() for c in css(r, "td")] for r in css(browser, "#segments tbody tr")]
     assert [r[0] for r in rows] == ["0", "1", "2", "3", "4"]
     assert [r[1] for r in rows] == ["0", "1", "0", "0", "0"]  # the subagent has its own lineage

@@ -12,10 +12,9 @@ from dressage.config import Settings
 from dressage.errors import StoreError
 from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store, reading
-from tests.loopback import ThreadedServer
-from tests.view.browser import css, one, severe_console_errors, text, url, wait
+from tests.view.browser import css, draw_tokens, one, severe_console_errors, text, url, wait
 from tests.view.builders import HOSTILE, SECRET
-from tests.view.conftest import ViewedLog
+from tests.view.conftest import ViewedLog, serve
 
 # The first test of each backend builds the log: a real rollout (and, once per session, the dev
 # engine shared with tests/rollout), which on a busy two-core machine can take minutes.
@@ -36,7 +35,7 @@ def _assert_inert(browser) -> None:
 def test_hostile_text_in_tokens_tool_output_and_names_renders_inert(viewed: ViewedLog, browser) -> None:
     m = viewed.multi
     browser.get(url(viewed.base, "/session", id=m.session_id))
-    wait(browser, lambda d: css(d, "#tokens .tok"))
+    draw_tokens(browser)
     _assert_inert(browser)
     assert len(css(browser, "script")) == 3  # htmx, its SSE extension, view.js: nothing from the log
     tool = text(css(browser, "#turn-1 .msg.role-tool pre")[0])
@@ -89,7 +88,7 @@ def test_viewer_connections_refuse_writes(viewed: ViewedLog) -> None:
 def test_a_token_is_required_when_set(viewed: ViewedLog) -> None:
     store = open_readonly_store(Settings(database_url=viewed.url, home=viewed.home))
     token = "t0ken-of-the-viewer-123456"
-    server = ThreadedServer(create_app(store, token=token))
+    server = serve(create_app(store, token=token))
     server.start()
     try:
         assert httpx.get(url(server.base, "/")).status_code == 401

@@ -30,8 +30,10 @@
                      points: { show: true, size: 6 } });
     });
     new uPlot({ width: Math.min(520, el.clientWidth || 520), height: 220, series: uSeries,
-                axes: [{ label: xLabel }, { label: "mean reward" }],
-                scales: { x: { time: false, range: function (u, min, max) { return [min - 1, max + 1]; } } } },
+                axes: [{ label: xLabel, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, { label: "mean reward" }],
+                // a fixed x range one step beyond the points (uPlot's automatic range spans 0-100
+                // around a single point at 0)
+                scales: { x: { time: false, auto: false, min: xs[0] - 1, max: xs[xs.length - 1] + 1 } } },
                data, el);
   }
 
@@ -52,46 +54,77 @@
   // inline styles and switching the colouring is one class on the container.
   function lpBucket(lp) { return Math.min(9, Math.floor(Math.exp(lp) * 10)); }
 
+  // Each turn's pieces travel in its own block's data-json; a block is drawn (one span per piece)
+  // when it comes within a screen of the viewport, or all at once with the "draw all" button. A
+  // 30k-token session is 30k spans: drawn at load they would cost most of a second.
+  function drawBlock(block, versionIndex) {
+    if (!block.classList.contains("pending")) return;
+    var turn = JSON.parse(block.dataset.json);
+    var pos = new Array(turn.t.length);
+    var frag = document.createDocumentFragment();
+    var mark = document.createElement("span");
+    mark.className = "turn-mark";
+    mark.textContent = "turn " + turn.turn;
+    frag.appendChild(mark);
+    for (var i = 0, p = turn.p0; i < turn.t.length; i++) {
+      var s = document.createElement("span");
+      var kind = turn.k[i];
+      s.className = kind === 0 ? "tok ctx"
+        : "tok " + (kind === 2 ? "untrained" : "gen") + " lp" + lpBucket(turn.lp[i]) + " pv" + (versionIndex[turn.v[i]] % 8);
+      s.textContent = turn.t[i];
+      s._i = i;
+      pos[i] = p;
+      p += turn.n[i];
+      frag.appendChild(s);
+    }
+    turn.p = pos;
+    block._turn = turn;
+    block.textContent = "";
+    block.appendChild(frag);
+    block.style.minHeight = "";
+    block.classList.remove("pending");
+    block.removeAttribute("data-json");
+  }
+
+  function versionsOf(box) {
+    if (!box._versionIndex) {
+      box._versionIndex = {};
+      JSON.parse(box.dataset.versions || "[]").forEach(function (v, i) { box._versionIndex[v] = i; });
+    }
+    return box._versionIndex;
+  }
+
+  var observer = null;
   function renderTokens() {
     var box = document.getElementById("tokens");
-    var data = readJson("tokens");
-    if (!box || !data) return;
-    var versionIndex = {};
-    data.versions.forEach(function (v, i) { versionIndex[v] = i; });
-    var frag = document.createDocumentFragment();
-    var refs = [];
-    data.segments.forEach(function (seg) {
-      var head = document.createElement("div");
-      head.className = "seg-head seg-" + (seg.index % 8);
-      head.textContent = "segment " + seg.index;
-      frag.appendChild(head);
-      var line = document.createElement("div");
-      line.className = "seg-tokens";
-      seg.turns.forEach(function (turn) {
-        var block = document.createElement("div");
-        block.className = "turn-tokens";
-        var mark = document.createElement("span");
-        mark.className = "turn-mark";
-        mark.textContent = "turn " + turn.turn;
-        block.appendChild(mark);
-        for (var i = 0; i < turn.t.length; i++) {
-          var s = document.createElement("span");
-          var kind = turn.k[i];
-          s.className = kind === 0 ? "tok ctx"
-            : "tok " + (kind === 2 ? "untrained" : "gen") + " lp" + lpBucket(turn.lp[i]) + " pv" + (versionIndex[turn.v[i]] % 8);
-          s.textContent = turn.t[i];
-          s._r = refs.length;
-          refs.push([turn, i, seg.index]);
-          block.appendChild(s);
-        }
-        line.appendChild(block);
-      });
-      frag.appendChild(line);
+    if (!box) return;
+    var versionIndex = versionsOf(box);
+    var blocks = box.querySelectorAll(".turn-tokens.pending");
+    if (observer) observer.disconnect();
+    // Until drawn, a block holds its height (estimated from its characters and line breaks) so
+    // the page does not jump as blocks are drawn.
+    var cols = Math.max(20, Math.floor((box.clientWidth - 16) / 7.6)), lineH = 21.25;
+    blocks.forEach(function (b) {
+      var lines = +b.dataset.lines + +b.dataset.chars / cols + 1;
+      b.style.minHeight = Math.ceil(lines * lineH) + "px";
     });
-    box.textContent = "";
-    box.appendChild(frag);
-    box.refs = refs;
+    if (typeof IntersectionObserver === "undefined") { drawAll(); return; }
+    observer = new IntersectionObserver(function (entries) {
+      entries.forEach(function (e) {
+        if (e.isIntersecting) { observer.unobserve(e.target); drawBlock(e.target, versionIndex); }
+      });
+    }, { rootMargin: "100% 0px" });
+    blocks.forEach(function (b) { observer.observe(b); });
     colourMode();
+  }
+
+  function drawAll() {
+    var box = document.getElementById("tokens");
+    if (!box) return;
+    box.querySelectorAll(".turn-tokens.pending").forEach(function (b) {
+      if (observer) observer.unobserve(b);
+      drawBlock(b, versionsOf(box));
+    });
   }
 
   function colourMode() {
@@ -135,9 +168,8 @@
     var box = document.getElementById("tokens");
     var tip = document.getElementById("tok-tip");
     var t = ev.target;
-    if (!box || !tip || !t.classList || !t.classList.contains("tok") || t._r === undefined) return;
-    var ref = box.refs[t._r];
-    var turn = ref[0], i = ref[1], seg = ref[2];
+    if (!box || !tip || !t.classList || !t.classList.contains("tok") || t._i === undefined) return;
+    var turn = t.parentNode._turn, i = t._i, seg = turn.segment;
     var lines = tipLines(turn, i);
     var key = seg + ":" + turn.p[i];
     if (!turn.experts) lines.push(["experts", "not recorded"]);
@@ -171,10 +203,14 @@
     renderTokens();
     legend();
     performance.measure("view.js init", "view-init");
+    // "view-ready": the first frame painted after the page's scripts ran (what bench/view_session.py
+    // reports as usable).
+    requestAnimationFrame(function () { setTimeout(function () { performance.mark("view-ready"); }, 0); });
   }
 
   document.addEventListener("DOMContentLoaded", init);
   document.addEventListener("change", function (ev) { if (ev.target.name === "colour") colourMode(); });
+  document.addEventListener("click", function (ev) { if (ev.target.id === "tokens-all") drawAll(); });
   document.addEventListener("mouseover", onHover);
   // After a live swap (outerHTML: the old element is gone, so listen for the new content's load).
   document.addEventListener("htmx:load", function (ev) {
