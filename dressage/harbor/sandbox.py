@@ -1,4 +1,4 @@
-"""The sandbox of a Harbor task: Harbor's fixed paths mapped onto our bubblewrap workspace.
+"""The sandbox of a Harbor task: Harbor's fixed paths mapped onto our sandbox's workspace.
 
 Harbor tasks address absolute paths: the working directory (``WORKDIR``, default ``/app``), ``/tests``
 (copied in by the verifier), ``/logs/verifier/reward.txt`` (written by ``test.sh``) and ``/solution``
@@ -8,6 +8,14 @@ others live under ``.harbor/`` in it, where the host reads and writes them throu
 file methods. ``/tests`` stays empty until the agent has ended, and the verifier empties ``/tests``
 and ``/logs/verifier`` before it writes the tests, so nothing the agent left there counts.
 
+The same spec serves both providers that run Harbor tasks; only how a mount is realised differs:
+bubblewrap binds each workspace directory at its path, E2B (a VM with its own filesystem) makes the
+task's working directory the workspace and each other path a symlink into it (see
+:mod:`dressage.paddock.e2b`). The verifier and the oracle read and write the same workspace paths on
+both. A task image is a Debian root filesystem on bubblewrap and an E2B template on E2B
+(:func:`e2b_template`: ``sandbox.e2b.templates`` maps the task's name or ``docker_image``; a task
+with an image and no entry is refused, naming the task, never run on another template).
+
 Internet: a task that allows it (Harbor's default) gets it only when the run's ``sandbox.network``
 is on; otherwise it is refused (the sandbox has no network), and the session records that.
 """
@@ -15,9 +23,11 @@ is on; otherwise it is refused (the sandbox has no network), and the session rec
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from dressage.agents.base import Task
+from dressage.errors import ConfigError
 from dressage.harbor.tasks import harbor_info
 from dressage.paddock.base import WORKSPACE_MOUNT, SandboxSpec
 
@@ -36,19 +46,60 @@ def harbor_mounts(workdir: str) -> dict[str, str]:
     return mounts
 
 
-def task_spec(spec: SandboxSpec, task: Task, rootfs: str | None = None) -> SandboxSpec:
-    """``spec`` adapted to a Harbor task (mounts, network, env, timeouts, root filesystem)."""
+def task_image(info: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The task's image (``{"kind": "dockerfile"|"docker_image", "ref": ...}``), None when image-less."""
+    image = info.get("image")
+    if isinstance(image, dict):
+        return image
+    return {"kind": "dockerfile", "ref": None} if info.get("rootfs") else None  # tasks loaded before "image"
+
+
+def e2b_template(info: Mapping[str, Any], templates: Mapping[str, str], default: str | None) -> str | None:
+    """The E2B template of a Harbor task: ``default`` when image-less, else its mapping, else refused."""
+    image = task_image(info)
+    if image is None:
+        return default
+    name = str(info["name"])
+    for key in (name, image.get("ref")):
+        if key and key in templates:
+            return templates[key]
+    what = "environment/Dockerfile" if image["kind"] == "dockerfile" else f"docker_image {image['ref']!r}"
+    raise ConfigError(
+        f"task {name}: its {what} needs an E2B template: build one from the task's Dockerfile "
+        f"(`e2b template build`, docs/harbor.md) and map it in sandbox.e2b.templates "
+        f"({name!r}{' or ' + repr(image['ref']) if image.get('ref') else ''}: TEMPLATE_ID)"
+    )
+
+
+def task_spec(
+    spec: SandboxSpec,
+    task: Task,
+    rootfs: str | None = None,
+    templates: Mapping[str, str] | None = None,
+) -> SandboxSpec:
+    """``spec`` adapted to a Harbor task (mounts, network, env, timeouts, root filesystem or template).
+
+    On ``e2b`` the working directory is always one of the mounts (it becomes the VM's workspace) and
+    the template comes from :func:`e2b_template`; elsewhere ``rootfs`` is the built root filesystem.
+    """
     info = harbor_info(task)
     if info is None:
         return spec
     longest = max(float(info["verifier_timeout_s"]), float(info["agent_timeout_s"]), spec.max_timeout_s)
+    workdir = str(info["workdir"])
+    mounts = harbor_mounts(workdir)
+    template = spec.template
+    if spec.provider == "e2b":
+        mounts[workdir.rstrip("/") or "/"] = "."
+        template, rootfs = e2b_template(info, templates or {}, spec.template), None
     return dataclasses.replace(
         spec,
-        mounts=harbor_mounts(str(info["workdir"])),
+        mounts=mounts,
         network=spec.network and bool(info["wants_internet"]),
         env={**dict(info.get("env") or {}), **dict(spec.env)},
         max_timeout_s=longest,
         rootfs=rootfs,
+        template=template,
     )
 
 

@@ -102,8 +102,24 @@ def _refuse(task: str, what: str) -> ConfigError:
     return ConfigError(f"task {task}: {what} cannot be honoured here (see docs/harbor.md)")
 
 
-def load_task(task_dir: Path, index: int) -> Task:
-    """One Harbor task directory as a :class:`Task` (see the module docstring)."""
+def _dockerfile_workdir(text: str) -> str | None:
+    """The last absolute ``WORKDIR`` of a Dockerfile (read without judging the rest of it)."""
+    workdir = None
+    for line in text.splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2 and parts[0].upper() == "WORKDIR" and parts[1].strip().startswith("/"):
+            workdir = parts[1].strip()
+    return workdir
+
+
+def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
+    """One Harbor task directory as a :class:`Task` (see the module docstring).
+
+    ``images`` says what a task image becomes: ``rootfs`` (bubblewrap: a whitelisted Dockerfile's
+    Debian root filesystem, anything else refused) or ``template`` (E2B: the image is an E2B template
+    built from the task's Dockerfile, or the ``docker_image``, chosen by the run config; the
+    Dockerfile is not judged here, its ``WORKDIR`` is read, and its ``COPY``s are in the template).
+    """
     name = _harbor_validate(task_dir) or task_dir.name
     try:
         config: dict[str, Any] = tomllib.loads(_read_text(name, task_dir / "task.toml", task_dir))
@@ -141,7 +157,15 @@ def load_task(task_dir: Path, index: int) -> Task:
     workdir = DEFAULT_WORKDIR
     env: dict[str, str] = {}
     dockerfile = env_dir / "Dockerfile"
+    image: dict[str, Any] | None = None
     if dockerfile.is_file():
+        image = {"kind": "dockerfile", "ref": None}
+    elif env_cfg.get("docker_image"):
+        image = {"kind": "docker_image", "ref": str(env_cfg["docker_image"])}
+    if images == "template":
+        if image is not None and image["kind"] == "dockerfile":
+            workdir = _dockerfile_workdir(_read_text(name, dockerfile, task_dir)) or DEFAULT_WORKDIR
+    elif dockerfile.is_file():
         plan = parse_dockerfile(name, _read_text(name, dockerfile, task_dir))
         workdir = plan.workdir or DEFAULT_WORKDIR
         env.update(plan.env)
@@ -193,17 +217,24 @@ def load_task(task_dir: Path, index: int) -> Task:
             str(k): str(v) for k, v in dict((config.get("solution") or {}).get("env") or {}).items()
         },
         "rootfs": rootfs,
+        "image": image,
         "ignored": ignored,
     }
     return Task(index=index, id=name, prompt=instruction, files=files, tests=tests, metadata={"harbor": meta})
 
 
-def load_harbor_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
-    """Every task of a Harbor dataset directory (or the one task), numbered from 0."""
+def images_for(provider: str) -> str:
+    """What task images become in sandbox ``provider``: E2B templates on ``e2b``, else root filesystems."""
+    return "template" if provider == "e2b" else "rootfs"
+
+
+def load_harbor_tasks(path: str | Path, limit: int | None = None, images: str = "rootfs") -> list[Task]:
+    """Every task of a Harbor dataset directory (or the one task), numbered from 0 (``images``: see
+    :func:`load_task`)."""
     dirs = task_dirs(path)
     if limit is not None:
         dirs = dirs[:limit]
-    tasks = [load_task(d, i) for i, d in enumerate(dirs)]
+    tasks = [load_task(d, i, images) for i, d in enumerate(dirs)]
     names = [t.id for t in tasks]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 TAIL_CHARS = 2000
 ANSWER_FILE = ".harbor/logs/agent/answer.txt"
 """Where the agent's final answer is for the tests (``/logs/agent/answer.txt``): answer-only agents are scored too."""
-CLEAR = "find /tests /logs -mindepth 1 -delete 2>/dev/null; mkdir -p /logs/verifier /logs/agent"
+CLEAR = "find -H /tests /logs -mindepth 1 -delete 2>/dev/null; mkdir -p /logs/verifier /logs/agent"
 
 
 def parse_reward_text(text: str) -> dict[str, float]:

@@ -136,8 +136,11 @@ class Loop:
         self.settings = with_secrets(settings, self.secrets).model_copy(
             update={"admin_token": SecretStr(self.admin_token)}
         )
-        self.tasks = load_tasks(self.cfg.dataset.path, self.cfg.dataset.limit)
-        check_reward_fits(self.tasks, self.cfg.reward.kind, self.cfg.agent.kind, self.cfg.sandbox.provider)
+        sandbox = self.cfg.sandbox
+        self.tasks = load_tasks(self.cfg.dataset.path, self.cfg.dataset.limit, sandbox.provider)
+        check_reward_fits(
+            self.tasks, self.cfg.reward.kind, self.cfg.agent.kind, sandbox.provider, sandbox.e2b.templates
+        )
         self.n_tasks = len(self.tasks)
         self.out_dir = opts.out_dir or settings.home / "loop" / self.run_name
         per_iteration = self.n_tasks * self.cfg.n_samples_per_prompt
@@ -217,7 +220,7 @@ class Loop:
         )
         self.trainer = self._build_trainer(urls)
         if cfg.eval is not None:
-            self.evals = EvalScheduler(self.store, self.run, cfg.eval)
+            self.evals = EvalScheduler(self.store, self.run, cfg.eval, provider=cfg.sandbox.provider)
 
     def _build_trainer(self, urls: list[str]) -> Any:
         from dressage.training.consumer import Trainer

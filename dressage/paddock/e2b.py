@@ -6,7 +6,14 @@ SDK. Differences from ``bwrap`` worth knowing:
 - the workspace is ``/home/user`` (E2B's default user home), configurable as ``workdir``;
 - memory, process and disk limits come from the E2B template (CPU/RAM/disk are set when building
   it), not from ``spec.memory_mb`` / ``spec.max_processes`` / ``spec.disk_mb``;
-- ``spec.network=False`` maps to ``allow_internet_access=False``;
+- ``spec.network=False`` maps to ``allow_internet_access=False`` (E2B enforces it in the VM);
+- ``spec.mounts`` (Harbor tasks' fixed paths): the VM has its own filesystem, so instead of bind
+  mounts the mount whose source is ``"."`` becomes the workspace (e.g. ``/app``) and every other
+  in-sandbox path becomes a symlink to its workspace directory (``/tests -> /app/.harbor/tests``),
+  created as root when the VM starts; the caller's code is the same as on ``bwrap``
+  (:func:`link_mounts_command`);
+- ``spec.rootfs`` (a bubblewrap root filesystem) is refused: on E2B a task image is an E2B
+  template (``spec.template``);
 - ``spec.proxy_socket`` is not supported: a cloud VM cannot reach a host Unix socket (expose the
   proxy on a URL the VM can reach instead) -> :class:`NotSupportedError`;
 - the time limit is enforced inside the VM with coreutils ``timeout -k`` (SIGTERM, then SIGKILL to
@@ -38,6 +45,30 @@ from dressage.paddock.base import (
 )
 
 DEFAULT_WORKDIR = "/home/user"
+
+
+def mounts_workdir(mounts: Mapping[str, str], default: str) -> str:
+    """The workspace of a sandbox with ``mounts``: the path mounted from ``"."``, else ``default``."""
+    return next((target for target, source in mounts.items() if source == "."), default)
+
+
+def link_mounts_command(mounts: Mapping[str, str], workdir: str) -> str | None:
+    """The root shell command that realises ``spec.mounts`` in a VM: workspace directories + symlinks.
+
+    Each in-sandbox path that is not the workspace is replaced by a symlink to its directory in the
+    workspace (created first), and the workspace is handed to E2B's ``user`` where that user exists.
+    """
+    links = {t: s for t, s in mounts.items() if s != "."}
+    if not links and workdir == DEFAULT_WORKDIR:
+        return None
+    parts = [f"mkdir -p {shlex.quote(workdir)}"]
+    for target, source in sorted(links.items()):
+        inside = posixpath.join(workdir, relative_workspace_path(source, workdir))
+        t = shlex.quote(target.rstrip("/") or "/")
+        parts.append(f"mkdir -p {shlex.quote(inside)} {shlex.quote(posixpath.dirname(target) or '/')}")
+        parts.append(f"rm -rf {t} && ln -s {shlex.quote(inside)} {t}")
+    parts.append(f"if id user >/dev/null 2>&1; then chown -R user:user {shlex.quote(workdir)}; fi")
+    return " && ".join(parts)
 
 
 class _Capped:
@@ -135,6 +166,20 @@ class E2BSandbox(Sandbox):
             stdout_truncated=out.truncated,
             stderr_truncated=err.truncated,
         )
+
+    async def run_as_root(self, line: str, timeout: float = 60.0) -> None:
+        """Run one setup command as the VM's root (outside the workspace); raise if it fails."""
+        from e2b import CommandExitException, SandboxException
+
+        self._check()
+        try:
+            await self.sbx.commands.run(line, user="root", cwd="/", timeout=timeout)
+        except CommandExitException as e:
+            raise SandboxError(
+                f"e2b sandbox {self.session_id}: setup failed (exit {e.exit_code}): {e.stderr.strip()[-300:]}"
+            ) from e
+        except SandboxException as e:
+            raise SandboxError(f"e2b sandbox {self.session_id}: setup failed to run: {e}") from e
 
     async def read_file(self, path: str) -> bytes:
         """Download a workspace file."""
@@ -235,9 +280,10 @@ class E2BProvider(SandboxProvider):
             from e2b import AsyncSandbox, AuthenticationException, SandboxException
         except ImportError as e:
             raise SandboxUnavailableError("the e2b SDK is not installed: pip install 'dressage[e2b]'") from e
-        if spec.mounts or spec.rootfs:
+        if spec.rootfs:
             raise NotSupportedError(
-                "spec.mounts / spec.rootfs are bubblewrap-only (an E2B VM has its own root filesystem)"
+                "spec.rootfs is bubblewrap-only: an E2B VM has its own root filesystem "
+                "(a task image is an E2B template, spec.template)"
             )
         if spec.proxy_socket:
             raise NotSupportedError(
@@ -265,8 +311,12 @@ class E2BProvider(SandboxProvider):
             raise SandboxUnavailableError(f"E2B rejected the API key: {e}") from e
         except SandboxException as e:
             raise SandboxError(f"could not create an e2b sandbox for session {session_id}: {e}") from e
-        sb = E2BSandbox(session_id, spec, sbx, self.workdir)
+        workdir = mounts_workdir(spec.mounts, self.workdir)
+        sb = E2BSandbox(session_id, spec, sbx, workdir)
         try:
+            setup = link_mounts_command(spec.mounts, workdir)
+            if setup is not None:
+                await sb.run_as_root(setup)
             for rel, data in spec.files.items():
                 await sb.write_file(rel, data)
         except BaseException:

@@ -160,6 +160,17 @@ class SamplingConfig(_Strict):
         return out
 
 
+class E2BSandboxConfig(_Strict):
+    """``sandbox.e2b``: which E2B template runs the Harbor tasks that have an image."""
+
+    templates: dict[str, str] = Field(
+        default_factory=dict,
+        description="Harbor task name or task.toml docker_image -> E2B template id (built from the task's "
+        "Dockerfile, docs/harbor.md); a task with an image and no entry is refused. Image-less tasks use "
+        "sandbox.template.",
+    )
+
+
 class SandboxConfig(_Strict):
     """The ``sandbox:`` section; see :class:`dressage.paddock.SandboxSpec` for the meaning of fields."""
 
@@ -175,6 +186,7 @@ class SandboxConfig(_Strict):
     output_cap_bytes: int = Field(default=64 * 1024, ge=1024)
     env: dict[str, str] = Field(default_factory=dict)
     template: str | None = Field(default=None, description="e2b: sandbox template.")
+    e2b: E2BSandboxConfig = Field(default_factory=E2BSandboxConfig)
     proxy_port: int = Field(default=18080, ge=1, le=65535, description="Loopback port of the proxy inside.")
     root_dir: str | None = Field(default=None, description="bwrap: where workspaces are created.")
 
@@ -334,6 +346,8 @@ class RolloutConfig(_Strict):
             exclude["secrets"] = True  # snapshots of runs from before the section compare equal
         if self.eval is None:
             exclude["eval"] = True
+        if self.sandbox.e2b == E2BSandboxConfig():
+            exclude["sandbox"] = {"e2b"}  # likewise for runs from before E2B templates
         return self.model_dump(mode="json", exclude=exclude)
 
 

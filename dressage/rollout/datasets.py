@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,13 +70,16 @@ class TaskRow(BaseModel):
         return self
 
 
-def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
-    """Read a JSONL task file (or a Harbor dataset directory) into :class:`Task` objects numbered from 0."""
+def load_tasks(path: str | Path, limit: int | None = None, provider: str = "bwrap") -> list[Task]:
+    """Read a JSONL task file (or a Harbor dataset directory) into :class:`Task` objects numbered from 0.
+
+    ``provider`` is the run's sandbox provider: a Harbor task's image becomes a root filesystem on
+    ``bwrap`` and an E2B template on ``e2b`` (:func:`dressage.harbor.tasks.load_task`)."""
     p = Path(path)
     if p.is_dir():
-        from dressage.harbor.tasks import load_harbor_tasks
+        from dressage.harbor.tasks import images_for, load_harbor_tasks
 
-        return load_harbor_tasks(p, limit)
+        return load_harbor_tasks(p, limit, images_for(provider))
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -167,16 +171,28 @@ def dataset_digest(tasks: list[Task]) -> str:
     return h.hexdigest()
 
 
-def check_reward_fits(tasks: list[Task], reward_kind: str, agent_kind: str, provider: str = "bwrap") -> None:
+def check_reward_fits(
+    tasks: list[Task],
+    reward_kind: str,
+    agent_kind: str,
+    provider: str = "bwrap",
+    templates: Mapping[str, str] | None = None,
+) -> None:
     """Refuse a Harbor dataset scored by a reward that ignores its tests (they would fail or mean
-    nothing) or in a sandbox without mount namespaces, and the ``oracle`` agent on tasks without a
+    nothing), in a sandbox that cannot lay out its paths (``local``), or on E2B with a task image
+    that no ``sandbox.e2b.templates`` entry maps; and the ``oracle`` agent on tasks without a
     reference solution."""
     harbor = [t for t in tasks if isinstance(t.metadata.get("harbor"), dict)]
-    if harbor and provider != "bwrap":
+    if harbor and provider not in ("bwrap", "e2b"):
         raise ConfigError(
-            f"the dataset is a Harbor dataset: its tasks run in sandbox provider 'bwrap', not {provider!r} "
-            "(see docs/harbor.md)"
+            f"the dataset is a Harbor dataset: its tasks run in sandbox provider 'bwrap' or 'e2b', "
+            f"not {provider!r} (see docs/harbor.md)"
         )
+    if harbor and provider == "e2b":
+        from dressage.harbor.sandbox import e2b_template
+
+        for t in harbor:
+            e2b_template(t.metadata["harbor"], templates or {}, None)
     if harbor and reward_kind not in ("harbor", "python"):
         raise ConfigError(
             f"the dataset is a Harbor dataset: use reward kind 'harbor' (its tests/test.sh), not {reward_kind!r}"

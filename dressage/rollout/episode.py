@@ -35,7 +35,15 @@ from sqlalchemy import select
 
 from dressage.agents import Agent, AgentContext, AgentLog, AgentResult, BlackboxAgent, Task
 from dressage.cleanup import logged_failures
-from dressage.errors import AgentError, DressageError, LeaseError, RewardError, SandboxError, StoreError
+from dressage.errors import (
+    AgentError,
+    ConfigError,
+    DressageError,
+    LeaseError,
+    RewardError,
+    SandboxError,
+    StoreError,
+)
 from dressage.paddock import Sandbox, SandboxProvider, SandboxSpec, SandboxTools
 from dressage.redact import redact, redact_json
 from dressage.rollout.config import RolloutConfig
@@ -267,9 +275,9 @@ async def _play(
     )
     spec = cfg.sandbox.spec(task.files, socket_path, env.secrets.sandbox)
     try:
-        spec = held.spec = harbor_spec(spec, task)
+        spec = held.spec = harbor_spec(spec, task, cfg.sandbox.e2b.templates)
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
-    except (SandboxError, OSError) as e:
+    except (SandboxError, ConfigError, OSError) as e:
         raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
     # Several standalone proxies: the client's transport follows the session along the hash ring.
     ring_client = getattr(env.proxy, "http_client", None)
@@ -319,16 +327,17 @@ async def _proxy_socket(env: EpisodeEnv, session_id: str, held: _Held) -> str | 
     return path
 
 
-def harbor_spec(spec: SandboxSpec, task: Task) -> SandboxSpec:
-    """``spec`` for a Harbor task (its paths, network, built root filesystem); others unchanged."""
+def harbor_spec(spec: SandboxSpec, task: Task, templates: dict[str, str] | None = None) -> SandboxSpec:
+    """``spec`` for a Harbor task (its paths, network, built root filesystem on bwrap or E2B template
+    from ``templates``, ``sandbox.e2b.templates``); others unchanged."""
     info = task.metadata.get("harbor")
     if not isinstance(info, dict):
         return spec
     from dressage.harbor.rootfs import cached_rootfs
     from dressage.harbor.sandbox import task_spec
 
-    rootfs = str(cached_rootfs(info["rootfs"])) if info.get("rootfs") else None
-    return task_spec(spec, task, rootfs)
+    rootfs = str(cached_rootfs(info["rootfs"])) if info.get("rootfs") and spec.provider != "e2b" else None
+    return task_spec(spec, task, rootfs, templates)
 
 
 async def _score(

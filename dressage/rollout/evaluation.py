@@ -37,9 +37,17 @@ def eval_specs(tasks: Sequence[Task], version: int) -> list[TaskSpec]:
 class EvalScheduler:
     """Enqueues the eval round of each new policy version a worker sees (idempotent across workers)."""
 
-    def __init__(self, store: EventStore, run: Run, cfg: EvalConfig, *, min_interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        run: Run,
+        cfg: EvalConfig,
+        *,
+        min_interval_s: float = 0.5,
+        provider: str = "bwrap",
+    ) -> None:
         self.store, self.run, self.cfg = store, run, cfg
-        self.tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit)
+        self.tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, provider)
         self.seen: int | None = None
         self.min_interval_s = min_interval_s
         self._checked_at = -float("inf")

@@ -133,8 +133,8 @@ def load_new_run(config_path: str) -> NewRun:
     cfg = load_config(config_path)
     build_agent(cfg.agent)
     build_scorer(cfg.reward)
-    tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit)
-    check_reward_fits(tasks, cfg.reward.kind, cfg.agent.kind, cfg.sandbox.provider)
+    tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, cfg.sandbox.provider)
+    check_reward_fits(tasks, cfg.reward.kind, cfg.agent.kind, cfg.sandbox.provider, cfg.sandbox.e2b.templates)
     return NewRun(cfg, tasks)
 
 
@@ -253,7 +253,11 @@ async def run_rollout(
         owner = opts.worker_id or default_worker_id()
         report = RolloutReport(run=run.name)
         progress = RolloutProgress(store, run, console=console, enabled=opts.show_progress)
-        evals = EvalScheduler(store, run, cfg.eval) if cfg.eval is not None else None
+        evals = (
+            EvalScheduler(store, run, cfg.eval, provider=cfg.sandbox.provider)
+            if cfg.eval is not None
+            else None
+        )
         async with progress:
             await _lease_loop(env, owner, report, console, evals)
         report.snapshot = await progress.refresh()

@@ -165,8 +165,8 @@ def test_a_harbor_dataset_needs_its_reward_and_the_oracle_needs_harbor_tasks(tmp
     check_reward_fits(tasks, "harbor", "oracle")
     with pytest.raises(ConfigError, match="use reward kind 'harbor'"):
         check_reward_fits(tasks, "contains", "answer")
-    with pytest.raises(ConfigError, match="run in sandbox provider 'bwrap', not 'e2b'"):
-        check_reward_fits(tasks, "harbor", "answer", "e2b")
+    with pytest.raises(ConfigError, match="run in sandbox provider 'bwrap' or 'e2b', not 'local'"):
+        check_reward_fits(tasks, "harbor", "answer", "local")
     (tmp_path / "t.jsonl").write_text('{"prompt": "hi", "label": "x"}\n')
     with pytest.raises(ConfigError, match="agent kind 'oracle'"):
         check_reward_fits(load_tasks(tmp_path / "t.jsonl"), "contains", "oracle")

@@ -12,11 +12,18 @@ One real HTTP/1.1 server (uvicorn) on loopback serves both planes; the SDK is po
 A sandbox is a temp directory standing in for ``/home/user``; the sandbox is chosen by the
 ``E2b-Sandbox-Id`` header the SDK sends. Commands run as real host processes there (no isolation:
 this is a protocol fake, not a sandbox), and paths outside ``/home/user`` are refused.
+
+``FakeE2B(vm=True)`` stands in for a VM's whole filesystem instead: the temp directory is the VM's
+``/`` (``/home/user`` is ``<dir>/home/user``, ``/app`` is ``<dir>/app``), every absolute path is
+served, and each command runs under bubblewrap with that directory as its root (the host's ``/usr``
+and ``/etc`` bound read-only in it), so what a command writes anywhere persists like on a VM. The
+``user`` a command runs as (E2B's ``root`` or ``user``) is recorded in ``users`` and otherwise ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import email.parser
 import json
@@ -43,22 +50,65 @@ ENVD_VERSION = "0.6.0"
 
 
 class _State:
-    def __init__(self) -> None:
+    def __init__(self, vm: bool = False) -> None:
+        self.vm = vm
         self.roots: dict[str, Path] = {}
         self.procs: dict[str, set[asyncio.subprocess.Process]] = {}
         self.created: list[dict] = []
+        self.users: list[str] = []
 
     def root(self, sandbox_id: str | None) -> Path:
         if not sandbox_id or sandbox_id not in self.roots:
             raise ConnectError(Code.NOT_FOUND, f"sandbox {sandbox_id} not found")
         return self.roots[sandbox_id]
 
+    def new_root(self, root: Path) -> None:
+        """Lay out a fresh sandbox directory (in VM mode: a root filesystem over the host's /usr)."""
+        if not self.vm:
+            return
+        for d in ("home/user", "tmp", "usr", "etc", "proc", "dev"):
+            (root / d).mkdir(parents=True, exist_ok=True)
+        for name in ("bin", "lib", "lib64", "sbin"):
+            host = Path("/") / name
+            if host.is_symlink():
+                (root / name).symlink_to(os.readlink(host))
+
+    def inner(self, sandbox_id: str | None, host: Path) -> str:
+        """The in-sandbox path of a host path under the sandbox's directory."""
+        rel = os.path.relpath(host, self.root(sandbox_id))
+        return os.path.normpath("/" + rel) if self.vm else os.path.join(HOME, rel)
+
     def map(self, sandbox_id: str | None, path: str) -> Path:
         root = self.root(sandbox_id)
         norm = os.path.normpath(path if os.path.isabs(path) else os.path.join(HOME, path))
+        if self.vm:
+            return root / norm.lstrip("/")
         if norm != HOME and not norm.startswith(HOME + "/"):
             raise ConnectError(Code.PERMISSION_DENIED, f"fake e2b only serves {HOME}, not {path}")
         return root / os.path.relpath(norm, HOME)
+
+    def argv(self, sandbox_id: str | None, cwd: str, cmd: str, args: list[str]) -> tuple[list[str], Path]:
+        """The host argv and working directory of a command (in VM mode: under bubblewrap)."""
+        if not self.vm:
+            return [cmd, *args], self.map(sandbox_id, cwd)
+        from dressage.paddock.bwrap import find_bwrap
+
+        root = self.root(sandbox_id)
+        inside = os.path.normpath(cwd if os.path.isabs(cwd) else os.path.join(HOME, cwd))
+        wrap = [
+            find_bwrap(),
+            "--bind",
+            str(root),
+            "/",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--ro-bind",
+            "/etc",
+            "/etc",
+        ]
+        wrap += ["--proc", "/proc", "--dev", "/dev", "--die-with-parent", "--chdir", inside, "--"]
+        return [*wrap, cmd, *args], root
 
 
 class _Unimplemented:
@@ -78,6 +128,14 @@ def _sid(ctx) -> str | None:
     return ctx.request_headers.get("e2b-sandbox-id")
 
 
+def _user(ctx) -> str:
+    """The user the SDK asks to run as (HTTP basic auth ``user:``), ``default`` when none."""
+    auth = ctx.request_headers.get("authorization") or ""
+    if not auth.lower().startswith("basic "):
+        return "default"
+    return base64.b64decode(auth[6:]).decode(errors="replace").split(":", 1)[0]
+
+
 class _Process(_Unimplemented):
     """process.Process: only Start is needed by ``commands.run``."""
 
@@ -87,13 +145,14 @@ class _Process(_Unimplemented):
     async def start(self, request: process_pb.StartRequest, ctx) -> AsyncIterator[process_pb.StartResponse]:
         sid = _sid(ctx)
         cfg = request.process
-        cwd = self.state.map(sid, cfg.cwd or HOME)
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.state.root(sid)), "LANG": "C.UTF-8"}
+        self.state.users.append(_user(ctx))
+        home = HOME if self.state.vm else str(self.state.root(sid))
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
         env.update(dict(cfg.envs))
         args = [a.replace("-l", "--noprofile") if a == "-l" else a for a in cfg.args]
+        argv, cwd = self.state.argv(sid, cfg.cwd or HOME, cfg.cmd, args)
         proc = await asyncio.create_subprocess_exec(
-            cfg.cmd,
-            *args,
+            *argv,
             cwd=cwd,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
@@ -148,7 +207,7 @@ class _Filesystem(_Unimplemented):
         for p in sorted(target.iterdir()):
             st = p.lstat()
             ftype = filesystem_pb.FileType.DIRECTORY if p.is_dir() else filesystem_pb.FileType.FILE
-            inner = os.path.join(HOME, os.path.relpath(p, self.state.root(_sid(ctx))))
+            inner = self.state.inner(_sid(ctx), p)
             entries.append(filesystem_pb.EntryInfo(name=p.name, type=ftype, path=inner, size=st.st_size))
         return filesystem_pb.ListDirResponse(entries=entries)
 
@@ -183,8 +242,8 @@ def _err(status: int, message: str) -> tuple[int, bytes]:
 class FakeE2B:
     """Context manager running the fake on ``127.0.0.1:<free port>``; ``.url`` is its base URL."""
 
-    def __init__(self) -> None:
-        self.state = _State()
+    def __init__(self, vm: bool = False) -> None:
+        self.state = _State(vm)
         self.base = Path(tempfile.mkdtemp(prefix="fake-e2b-"))
         self._process_app = ProcessASGIApplication(_Process(self.state))
         self._fs_app = FilesystemASGIApplication(_Filesystem(self.state))
@@ -229,6 +288,7 @@ class FakeE2B:
             sid = "fake" + uuid.uuid4().hex[:12]
             root = self.base / sid
             root.mkdir()
+            self.state.new_root(root)
             self.state.roots[sid] = root
             resp = {
                 "templateID": req.get("templateID", "base"),
