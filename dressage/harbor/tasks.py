@@ -10,8 +10,9 @@ timeouts, the verifier mode, the solution files and the root-filesystem plan of 
 With Harbor importable (the ``harbor`` extra, Python 3.12) every task is also loaded by Harbor's own
 ``Task`` model, so a directory Harbor rejects is rejected here too. Without it, this reader parses
 ``task.toml`` itself and refuses what it cannot honour (multi-step tasks, Windows, GPUs/TPUs,
-compose files, MCP servers, a prebuilt ``docker_image``, a verifier image of its own), naming the
-task and the field. Everything read must be UTF-8 text: the task payload is JSON in the log.
+compose files, MCP servers, a prebuilt ``docker_image`` except on E2B, a verifier image of its own),
+naming the task and the field. On E2B a task image (any Dockerfile, or ``docker_image``) is an E2B
+template chosen by the run config (:func:`dressage.harbor.sandbox.e2b_template`). Everything read must be UTF-8 text: the task payload is JSON in the log.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
         raise _refuse(
             name,
             f"the prebuilt image {env_cfg['docker_image']!r} (no image is pulled here; "
-            "run it with Harbor's own docker/e2b environments)",
+            "run it on sandbox provider e2b from a template built from it, or with Harbor's own environments)",
         )
     workdir = str(env_cfg.get("workdir") or workdir)
     env.update({str(k): str(v) for k, v in dict(env_cfg.get("env") or {}).items()})

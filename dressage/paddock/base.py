@@ -56,9 +56,11 @@ class SandboxSpec:
     proxy_port: int = 18080
     #: Seconds between SIGTERM and SIGKILL when a command times out or the sandbox terminates.
     kill_grace_s: float = 1.0
-    #: bwrap only: extra absolute paths inside the sandbox, each bound read-write to a directory of
-    #: the workspace (``{"/tests": ".harbor/tests", "/app": "."}``); the directories are created on
-    #: the host before every command. Harbor tasks use it for ``/tests``, ``/logs``, ``/solution``.
+    #: Extra absolute paths inside the sandbox, each a directory of the workspace
+    #: (``{"/tests": ".harbor/tests", "/app": "."}``). bwrap binds them read-write (the directories
+    #: are created on the host before every command); e2b makes the path mounted from ``"."`` the
+    #: workspace and the others symlinks into it. Harbor tasks use it for ``/tests``, ``/logs``,
+    #: ``/solution`` and their working directory.
     mounts: Mapping[str, str] = field(default_factory=dict)
     #: bwrap only: a root filesystem directory used read-only as ``/`` instead of the host's
     #: ``/usr`` (a cached Debian rootfs built from a task's Dockerfile, see :mod:`dressage.harbor`).

@@ -128,6 +128,8 @@ def test_template_choice_by_task_name_or_image_and_task_paths() -> None:
         "/solution": ".harbor/solution",
         "/app": ".",
     }
-    assert not spec.network
+    assert not spec.network  # the run's sandbox.network is off: the task's internet wish is refused
+    wants = next(t for t in load_tasks(DATASETS / "basic", provider="e2b") if t.id == "pass")
+    assert task_spec(SandboxSpec(provider="e2b", network=True), wants).network  # granted when allowed
     plain = Task(index=0, prompt="x")
     assert task_spec(SandboxSpec(provider="e2b"), plain) == SandboxSpec(provider="e2b")

@@ -25,3 +25,22 @@ async def test_real_e2b_roundtrip() -> None:
         assert await sb.read_file("x.txt") == b"y"
         r = await sb.exec("sleep 30", timeout=2)
         assert r.timed_out
+
+
+async def test_real_e2b_runs_a_harbor_task_verifier() -> None:
+    """A Harbor task's paths laid out in a real VM (symlinks created as root), its test.sh run as
+    E2B's user, its reward read back: the same code path as against the fake."""
+    from dressage.agents.base import AgentResult
+    from dressage.harbor.sandbox import task_spec
+    from dressage.harbor.verifier import verify
+    from dressage.rollout.datasets import load_tasks
+    from dressage.rollout.rewards import HarborRewardConfig, RewardInput
+    from tests.harbor.conftest import DATASETS
+
+    task = next(t for t in load_tasks(DATASETS / "basic", provider="e2b") if t.id == "pass")
+    spec = task_spec(SandboxSpec(provider="e2b", timeout_s=30), task)
+    async with await get_provider("e2b").create("cloud-harbor", spec) as sb:
+        assert (await sb.exec("ls -A /tests")).stdout == ""  # hidden until the verifier runs
+        assert (await sb.exec("echo hello > greeting.txt && pwd")).stdout == "/app\n"
+        out = await verify(HarborRewardConfig(), RewardInput(task, "", AgentResult(answer=""), sb))
+        assert out.reward == 1.0 and out.details["source"] == "reward.txt"
