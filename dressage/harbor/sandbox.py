@@ -90,7 +90,11 @@ def task_spec(
     mounts = harbor_mounts(workdir)
     template = spec.template
     if spec.provider == "e2b":
-        mounts[workdir.rstrip("/") or "/"] = "."
+        if workdir.rstrip("/") == "":
+            raise ConfigError(
+                f"task {info['name']}: workdir '/' cannot be an E2B workspace (it is the VM's root)"
+            )
+        mounts[workdir.rstrip("/")] = "."
         template, rootfs = e2b_template(info, templates or {}, spec.template), None
     return dataclasses.replace(
         spec,

@@ -18,6 +18,7 @@ template chosen by the run config (:func:`dressage.harbor.sandbox.e2b_template`)
 from __future__ import annotations
 
 import hashlib
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -103,14 +104,33 @@ def _refuse(task: str, what: str) -> ConfigError:
     return ConfigError(f"task {task}: {what} cannot be honoured here (see docs/harbor.md)")
 
 
-def _dockerfile_workdir(text: str) -> str | None:
-    """The last absolute ``WORKDIR`` of a Dockerfile (read without judging the rest of it)."""
-    workdir = None
-    for line in text.splitlines():
+def _dockerfile_workdir_env(text: str) -> tuple[str | None, dict[str, str]]:
+    """The last absolute ``WORKDIR`` and the ``ENV`` settings of a Dockerfile (the rest not judged).
+
+    For a task image that is an E2B template: its commands run from that directory with that
+    environment, as in the container Harbor would build (``$VAR`` references are left as written).
+    """
+    workdir: str | None = None
+    env: dict[str, str] = {}
+    for line in text.replace("\\\n", " ").splitlines():
         parts = line.strip().split(None, 1)
-        if len(parts) == 2 and parts[0].upper() == "WORKDIR" and parts[1].strip().startswith("/"):
-            workdir = parts[1].strip()
-    return workdir
+        if len(parts) != 2:
+            continue
+        instr, rest = parts[0].upper(), parts[1].strip()
+        if instr == "WORKDIR" and rest.startswith("/"):
+            workdir = rest
+        elif instr == "ENV":
+            try:
+                words = shlex.split(rest)
+            except ValueError:
+                continue
+            if words and all("=" in w for w in words):
+                for word in words:
+                    key, value = word.split("=", 1)
+                    env[key] = value
+            elif len(words) >= 2:
+                env[words[0]] = " ".join(words[1:])
+    return workdir, env
 
 
 def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
@@ -119,7 +139,7 @@ def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
     ``images`` says what a task image becomes: ``rootfs`` (bubblewrap: a whitelisted Dockerfile's
     Debian root filesystem, anything else refused) or ``template`` (E2B: the image is an E2B template
     built from the task's Dockerfile, or the ``docker_image``, chosen by the run config; the
-    Dockerfile is not judged here, its ``WORKDIR`` is read, and its ``COPY``s are in the template).
+    Dockerfile is not judged here, its ``WORKDIR`` and ``ENV`` are read, its ``COPY``s are in the template).
     """
     name = _harbor_validate(task_dir) or task_dir.name
     try:
@@ -165,7 +185,9 @@ def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
         image = {"kind": "docker_image", "ref": str(env_cfg["docker_image"])}
     if images == "template":
         if image is not None and image["kind"] == "dockerfile":
-            workdir = _dockerfile_workdir(_read_text(name, dockerfile, task_dir)) or DEFAULT_WORKDIR
+            found, dockerfile_env = _dockerfile_workdir_env(_read_text(name, dockerfile, task_dir))
+            workdir = found or DEFAULT_WORKDIR
+            env.update(dockerfile_env)
     elif dockerfile.is_file():
         plan = parse_dockerfile(name, _read_text(name, dockerfile, task_dir))
         workdir = plan.workdir or DEFAULT_WORKDIR

@@ -58,6 +58,8 @@ def link_mounts_command(mounts: Mapping[str, str], workdir: str) -> str | None:
     Each in-sandbox path that is not the workspace is replaced by a symlink to its directory in the
     workspace (created first), and the workspace is handed to E2B's ``user`` where that user exists.
     """
+    if posixpath.normpath(workdir) == "/":
+        raise SandboxError("an E2B workspace cannot be the VM's root '/': give the task another workdir")
     links = {t: s for t, s in mounts.items() if s != "."}
     if not links and workdir == DEFAULT_WORKDIR:
         return None

@@ -120,6 +120,8 @@ def test_template_choice_by_task_name_or_image_and_task_paths() -> None:
     # A docker_image task loads on e2b (bubblewrap refuses it); its working directory becomes the VM's workspace.
     (task,) = load_tasks(DATASETS / "apt", provider="e2b")
     assert task.metadata["harbor"]["rootfs"] is None and task.files == {}  # the template holds the COPYs
+    assert task.metadata["harbor"]["workdir"] == "/app"  # the Dockerfile's WORKDIR and ENV are read
+    assert task.metadata["harbor"]["env"] == {"TASK_GREETING": "bonjour"}
     spec = task_spec(SandboxSpec(provider="e2b"), task, templates={"apt-only": "tmpl-apt"})
     assert spec.template == "tmpl-apt" and spec.rootfs is None
     assert spec.mounts == {
