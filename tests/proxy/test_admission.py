@@ -153,10 +153,15 @@ def test_the_openai_sdk_retries_a_refusal_after_retry_after(start: Start, loop_t
     gate = server.service.admission
     s = loop_thread.call(server.open_session("r"))
     _hold(loop_thread, gate)
-    refusals = server.service.metrics.refused.labels("queue_full")
+    registry = server.service.metrics.registry
+
+    def refusals() -> float:
+        return (
+            registry.get_sample_value("dressage_proxy_admission_refused_total", {"reason": "queue_full"}) or 0
+        )
 
     def release_after_first_refusal() -> None:
-        _wait_for(lambda: refusals._value.get() >= 1)
+        _wait_for(lambda: refusals() >= 1)
         _release(loop_thread, gate)
 
     releaser = threading.Thread(target=release_after_first_refusal)
@@ -166,4 +171,26 @@ def test_the_openai_sdk_retries_a_refusal_after_retry_after(start: Start, loop_t
     )
     releaser.join()
     assert r.choices[0].message is not None
-    assert refusals._value.get() >= 1 and gate.active == 0
+    assert refusals() >= 1 and gate.active == 0
+
+
+def test_every_path_gives_its_slot_back(start: Start, loop_thread: LoopThread) -> None:
+    """Streamed, retried (answered from the log), abandoned and failed requests leave the gate empty.
+
+    With one slot and no queue, a slot that leaked would refuse every later request.
+    """
+    server = start(proxy_max_active=1, proxy_max_queue=0)
+    gate = server.service.admission
+    s = loop_thread.call(server.open_session("r"))
+    client = OpenAI(base_url=s.base_url, api_key="x", max_retries=0)
+    chunks = list(client.chat.completions.create(**CHAT, stream=True))
+    assert chunks
+    assert _chat(server, s.token).status_code == 200
+    assert _chat(server, s.token).headers["x-dressage-replayed"] == "1"  # the retry, from the log
+    long = {**CHAT, "messages": [{"role": "user", "content": "Count"}], "max_tokens": 3000}
+    with pytest.raises(httpx.ReadTimeout):  # the client leaves mid-generation
+        httpx.post(f"{s.base_url}/chat/completions", json=long, timeout=1.0)
+    bad = httpx.post(f"{s.base_url}/chat/completions", json={**CHAT, "max_tokens": -1}, timeout=60)
+    assert bad.status_code == 400
+    _wait_for(lambda: gate.active == 0 and gate.waiting == 0)
+    assert _chat(server, loop_thread.call(server.open_session("r")).token).status_code == 200
