@@ -293,7 +293,12 @@ async def agent(client: httpx.AsyncClient, base_url: str, engine: str, cfg: dict
         t0 = time.perf_counter()
         target = "proxy"
         try:
-            r = await client.post(base_url + "/chat/completions", json=loop.body(False))
+            for attempt in range(cfg["retries"] + 1):  # as the OpenAI/Anthropic SDKs do: 503 + Retry-After
+                r = await client.post(base_url + "/chat/completions", json=loop.body(False))
+                if r.status_code != 503 or "retry-after" not in r.headers or attempt == cfg["retries"]:
+                    break
+                result.errors["503 overloaded (retried after Retry-After)"] += 1
+                await asyncio.sleep(float(r.headers["retry-after"]))
             proxied = (time.perf_counter() - t0) * 1000
             if r.status_code != 200:
                 result.errors[f"HTTP {r.status_code}: {r.text[:300]}"] += 1
@@ -398,6 +403,7 @@ def measure(args: argparse.Namespace, pg: Postgres, k: int, pooler: str) -> dict
             "think_ms": args.think_ms,
             "duration": args.duration,
             "timeout": args.timeout,
+            "retries": args.retries,
         }
         clients, specs = [], []
         for c in range(args.clients):
@@ -523,6 +529,9 @@ def main() -> None:
         "--duration", type=float, default=60, help="No new turn starts after this many seconds."
     )
     parser.add_argument("--timeout", type=float, default=120, help="Client timeout per request.")
+    parser.add_argument(
+        "--retries", type=int, default=2, help="Retries of a 503 with Retry-After (the SDKs' default: 2)."
+    )
     parser.add_argument(
         "--pooler",
         default="none",

@@ -72,6 +72,28 @@ class Settings(BaseSettings):
         ge=1,
         description="Listen backlog of the proxy's TCP socket (the kernel caps it at net.core.somaxconn).",
     )
+    proxy_max_active: int = Field(
+        default=64,
+        ge=1,
+        description="Admission control: turns a proxy works on at once outside engine generation (parse, "
+        "render, tokenize, plan, record, reply); generations themselves are not limited.",
+    )
+    proxy_max_queue: int = Field(
+        default=1024,
+        ge=0,
+        description="Admission control: requests waiting (FIFO) for a slot; past it a request is refused "
+        "with HTTP 503 + Retry-After.",
+    )
+    proxy_queue_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Admission control: a request that waited this long in the queue is refused (503).",
+    )
+    proxy_retry_after_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Retry-After (seconds, rounded up) of a request refused under overload.",
+    )
     max_payload_bytes: int = Field(default=4 * 1024 * 1024, description="Largest JSON payload of one event.")
     default_max_tokens: int = Field(
         default=8192,

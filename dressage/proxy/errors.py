@@ -19,8 +19,12 @@ UnknownRunError, UnknownSessionError   404     invalid_request_error       not_f
 InvalidRecordError                     400     invalid_request_error       invalid_record
 IdempotencyConflictError               409     invalid_request_error       conflict
 StoreError (an outage)                 503     api_error                   store_unavailable
+OverloadedError                        503     api_error                   overloaded
 anything else                          500     api_error                   internal_error
 =====================================  ======  ==========================  ============================
+
+``overloaded`` (503, with ``Retry-After``): the proxy's admission queue was full or the request
+waited in it too long (:mod:`dressage.proxy.admission`); nothing was recorded, a retry is served anew.
 
 ``turn_conflict`` (409): another proxy serving the same session recorded the turn first; nothing
 was recorded for this request, and its retry is answered from the log.
@@ -66,6 +70,20 @@ class PayloadTooLargeError(RequestError):
         )
 
 
+class OverloadedError(DressageError):
+    """The proxy refused a request under overload (HTTP 503 + ``Retry-After``); nothing was recorded."""
+
+    def __init__(self, reason: str, retry_after: int) -> None:
+        why = (
+            "its admission queue is full"
+            if reason == "queue_full"
+            else "the request waited too long in its queue"
+        )
+        super().__init__(f"the proxy is overloaded ({why}); retry after {retry_after} s")
+        self.reason = reason
+        self.retry_after = retry_after
+
+
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     """The OpenAI error object."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
@@ -97,6 +115,8 @@ def classify(exc: BaseException) -> tuple[int, str, str | None, str | None]:
         return 400, "invalid_request_error", None, "invalid_record"
     if isinstance(exc, IdempotencyConflictError):
         return 409, "invalid_request_error", None, "conflict"
+    if isinstance(exc, OverloadedError):
+        return 503, "api_error", None, "overloaded"
     if isinstance(exc, StoreError):
         return 503, "api_error", None, "store_unavailable"
     return 500, "api_error", None, "internal_error"
@@ -109,7 +129,7 @@ def error_message(exc: BaseException, secrets: Iterable[str] = ()) -> str:
         message = str(exc)
     else:
         message = f"internal error ({type(exc).__name__}); see the proxy log"
-    if status >= 500:
+    if status >= 500 and not isinstance(exc, OverloadedError):  # refusals are counted, not logged
         log.error("proxy error %s: %s", code, redact(str(exc), secrets), exc_info=status == 500)
     return redact(message, secrets) or ""
 

@@ -77,6 +77,20 @@ class ProxyMetrics:
         self.paused = Gauge(
             "dressage_proxy_paused", "1 while generation is paused for a weight update", registry=r
         )
+        self.active = Gauge(
+            "dressage_proxy_admission_active",
+            "Turns in the proxy's own work now (admission control; engine generation excluded)",
+            registry=r,
+        )
+        self.queued = Gauge(
+            "dressage_proxy_admission_queued", "Requests waiting in the admission queue now", registry=r
+        )
+        self.refused = Counter(
+            "dressage_proxy_admission_refused",
+            "Requests refused under overload (503) by reason (queue_full, queue_timeout)",
+            ["reason"],
+            registry=r,
+        )
         self.sessions = Gauge("dressage_proxy_live_sessions", "Sessions cached in memory", registry=r)
 
     def render(self) -> tuple[bytes, str]:

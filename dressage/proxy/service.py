@@ -1,7 +1,7 @@
 """The proxy's shared state and the operations behind both the Python and the HTTP admin API.
 
 :class:`ProxyService` wires the store, the engine pool, the pause/resume coordinator, the session
-registry and the metrics; the route modules and :class:`~dressage.proxy.server.ProxyServer` only
+registry, the metrics and admission control; the route modules and :class:`~dressage.proxy.server.ProxyServer` only
 call it. Store calls are synchronous and run in worker threads so the event loop keeps streaming.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 from dressage.config import Settings
 from dressage.engines import EnginePool
 from dressage.errors import ConflictError, EngineError, UnknownSessionError
+from dressage.proxy.admission import AdmissionGate
 from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
@@ -59,6 +60,13 @@ class ProxyService:
         self.coordinator = Coordinator(self.pool)
         self.registry = SessionRegistry(store, self.profile)
         self.metrics = ProxyMetrics()
+        self.admission = AdmissionGate(
+            settings.proxy_max_active,
+            settings.proxy_max_queue,
+            settings.proxy_queue_timeout_s,
+            settings.proxy_retry_after_s,
+            self.metrics,
+        )
         self.record_experts = record_experts
         self.default_sampling = dict(default_sampling or {})
         self.secrets: tuple[str, ...] = tuple(s.get_secret_value() for s in settings.secrets) + store.secrets

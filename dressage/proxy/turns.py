@@ -34,7 +34,7 @@ from dressage.engines.protocol import FinishReason
 from dressage.errors import ContextLengthExceededError, DressageError
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
-from dressage.proxy.errors import PayloadTooLargeError, classify, error_message
+from dressage.proxy.errors import OverloadedError, PayloadTooLargeError, classify, error_message
 from dressage.proxy.recording import TurnJob, prepare_turn, record_overflow, record_turn, sibling_job
 from dressage.proxy.replies import parse_reply, reply_parse, reply_text, think_open
 from dressage.proxy.service import ProxyService
@@ -86,17 +86,30 @@ class TurnHandler:
         status, _, _, code = classify(exc)
         self.svc.metrics.errors.labels(str(status), str(code)).inc()
         self.svc.metrics.requests.labels(str(stream).lower(), "error").inc()
-        return dialect.error_response(exc, self.svc.secrets)
+        response = dialect.error_response(exc, self.svc.secrets)
+        if isinstance(exc, OverloadedError):
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     async def authenticate(self, request: Request, dialect: Dialect) -> SessionState:
         """The live session of the request's token (401 otherwise)."""
         return await self.svc.registry.authenticate(dialect.token(request))
 
     async def handle(self, request: Request, dialect: Dialect) -> Response:
-        """One generate request of ``dialect``, answered after its turn is durable."""
+        """One generate request of ``dialect``, answered after its turn is durable.
+
+        Admission control (:mod:`dressage.proxy.admission`) counts the request as active from here
+        until its generation starts, and again from the end of its generation until it is answered;
+        under overload it waits in the admission queue or is refused (503) before any work.
+        """
         started = time.perf_counter()
         svc = self.svc
         stream = False
+        try:
+            await svc.admission.enter()
+        except OverloadedError as e:
+            return self._error(dialect, e, stream)
+        active = True  # counted by admission control (not while the engine generates)
         try:
             state = await self.authenticate(request, dialect)
             raw = await read_body(request, svc.settings.max_request_bytes)
@@ -124,9 +137,16 @@ class TurnHandler:
             if stream:
                 renderers = dialect.renderers(conv, job.generation.rid, int(time.time()), len(job.prompt_ids))
                 body = self._stream(jobs, renderers, future)
+                svc.admission.leave()  # the stream counts itself again to record (see _stream)
+                active = False
                 return StreamingResponse(body, media_type="text/event-stream", headers=_sse_headers(sized))
+            svc.admission.leave()
+            active = False
             try:
-                if not await self._generate_unless_gone(request, jobs):
+                generated = await self._generate_unless_gone(request, jobs)
+                svc.admission.rejoin()
+                active = True
+                if not generated:
                     self._fail(job, future, asyncio.CancelledError())
                     return Response(status_code=499)  # nobody reads it: the client went away
                 reply = await self._record_choices(jobs)
@@ -146,6 +166,9 @@ class TurnHandler:
             return JSONResponse(body_json, headers=headers)
         except DressageError as e:
             return self._error(dialect, e, stream)
+        finally:
+            if active:
+                svc.admission.leave()
 
     async def _prepare(
         self, state: SessionState, conv: Conversation, idem: str | None, started: float
@@ -365,7 +388,11 @@ class TurnHandler:
                     job.first_turn_index = first.turn_index
                 record = asyncio.ensure_future(self._record(job))
                 claimed += 1
-                reply = await asyncio.shield(record)  # a client leaving now does not cut the append
+                svc.admission.rejoin()  # recording is the proxy's own work again
+                try:
+                    reply = await asyncio.shield(record)  # a client leaving now does not cut the append
+                finally:
+                    svc.admission.leave()
                 recorded += 1
                 first = first or reply
                 if recorded == len(jobs):

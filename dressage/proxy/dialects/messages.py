@@ -67,7 +67,7 @@ from dressage.proxy.conversation import (
     unsupported,
 )
 from dressage.proxy.dialects.base import Dialect, StreamRenderer, url_or_bearer_token
-from dressage.proxy.errors import classify, error_message
+from dressage.proxy.errors import OverloadedError, classify, error_message
 from dressage.proxy.sessions import ReplyData, SessionState
 from dressage.tito.tool_calls import ParsedAssistant
 
@@ -451,7 +451,7 @@ def event(name: str, data: dict[str, Any]) -> bytes:
 def error_object(exc: BaseException, message: str) -> tuple[int, dict[str, Any]]:
     """(HTTP status, Anthropic error body) for an exception."""
     status = classify(exc)[0]
-    kind = _ERROR_TYPES.get(status, "api_error")
+    kind = "overloaded_error" if isinstance(exc, OverloadedError) else _ERROR_TYPES.get(status, "api_error")
     return status, {"type": "error", "error": {"type": kind, "message": message}}
 
 
