@@ -40,6 +40,7 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
     def __init__(self, *args: Any, network: bool | str = False, **kwargs: Any) -> None:
         self._network = str(network).lower() in ("1", "true", "yes")
         self._plan: RootfsPlan | None = None
+        self._refusal: ConfigError | None = None
         self.sandbox: BwrapSandbox | None = None
         super().__init__(*args, **kwargs)
 
@@ -54,7 +55,15 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
         return EnvironmentCapabilities(disable_internet=True)
 
     def _validate_definition(self) -> None:
-        """Refuse what our sandbox cannot honour; read a whitelisted Dockerfile's plan."""
+        """Read a whitelisted Dockerfile's plan. What our sandbox cannot honour is kept as the refusal
+        :meth:`start` raises: Harbor builds every trial's environment before the job runs (an error
+        here would stop the whole job), while a failed start is that trial's exception."""
+        try:
+            self._check_definition()
+        except ConfigError as e:
+            self._refusal = e
+
+    def _check_definition(self) -> None:
         env_dir = Path(self.environment_dir)
         name = self.environment_name
         if (env_dir / "docker-compose.yaml").exists() or (env_dir / "docker-compose.yml").exists():
@@ -76,7 +85,10 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
         )
 
     async def start(self, force_build: bool) -> None:
-        """Create the sandbox (with its root filesystem, which must already be built)."""
+        """Create the sandbox (with its root filesystem, which must already be built); a refused task
+        definition fails here, naming the task and line."""
+        if self._refusal is not None:
+            raise self._refusal
         rootfs = None
         env: dict[str, str] = {}
         if self._plan is not None:

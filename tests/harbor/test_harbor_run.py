@@ -111,10 +111,10 @@ def _harbor_run(
 
 
 def _dataset(tmp_path: Path) -> Path:
-    """The basic tasks, plus the apt-only one when its root filesystem is built."""
+    """The basic tasks and the refused one, plus the apt-only one when its root filesystem is built."""
     ds = tmp_path / "dataset"
     ds.mkdir()
-    tasks = sorted((DATASETS / "basic").iterdir())
+    tasks = [*sorted((DATASETS / "basic").iterdir()), DATASETS / "refused" / "pip-dockerfile"]
     if _rootfs_missing() is None:
         tasks.append(DATASETS / "apt" / "apt-only")
     for t in tasks:
@@ -177,11 +177,14 @@ def test_harbor_run_with_our_environment_and_agent(tmp_path, proxy, agent) -> No
     run = store.get_run(f"harbor-{job.name}")
     sessions = {s.info["task"]: s for s in store.list_sessions(run)}
     expected = {**EXPECTED, **({"apt-only": 1.0} if "apt-only" in os.listdir(tmp_path / "dataset") else {})}
-    assert set(sessions) == {*expected, "missing-reward"}
+    assert set(sessions) == {*expected, "missing-reward", "pip-dockerfile"}
     for name, want in expected.items():
         assert sessions[name].status == "finished" and sessions[name].reward == want, name
     assert sessions["missing-reward"].status == "failed"
     assert (sessions["missing-reward"].error or "").startswith("RewardFileNotFoundError")
+    # a refused Dockerfile fails its own trial, naming the task and line; the job goes on
+    assert sessions["pip-dockerfile"].status == "failed"
+    assert "task pip-dockerfile: Dockerfile line 1" in (sessions["pip-dockerfile"].error or "")
     assert all(s.info["trial_name"].startswith(f"{name}__") for name, s in sessions.items())
     rewards = {e.session_id: e.payload for e in store.read_events(run, kinds=("reward",))}
     multi = rewards[sessions["multi-key"].id]["details"]["rewards"]
@@ -193,12 +196,13 @@ def test_harbor_run_with_our_environment_and_agent(tmp_path, proxy, agent) -> No
     if agent == "oracle":
         assert turns == [] and {s.agent for s in sessions.values()} == {"harbor:oracle"}
     else:  # every model call went through our proxy into this run
-        assert {t.session_id for t in turns} == {s.id for s in sessions.values()}
+        ran = {s.id for name, s in sessions.items() if name != "pip-dockerfile"}  # refused: no agent ran
+        assert {t.session_id for t in turns} == ran
     store.close()
 
 
 LOADER_CHECK = """
-import sys, tempfile
+import asyncio, sys, tempfile
 from pathlib import Path
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
@@ -209,14 +213,15 @@ for d in [*sorted(Path(sys.argv[1]).glob("*/*")), *sorted(Path(sys.argv[2]).glob
     task = Task(d)  # Harbor's own loader accepts every fixture
     print("accepted", task.name)
 refused = Task(Path(sys.argv[1]) / "refused" / "pip-dockerfile")
+env = Environment(  # built (Harbor builds every trial's environment up front); refused when started
+    environment_dir=refused.paths.environment_dir,
+    environment_name=refused.name,
+    session_id="refused__x__env",
+    trial_paths=TrialPaths(Path(tempfile.mkdtemp())),
+    task_env_config=refused.config.environment,
+)
 try:
-    Environment(
-        environment_dir=refused.paths.environment_dir,
-        environment_name=refused.name,
-        session_id="refused__x__env",
-        trial_paths=TrialPaths(Path(tempfile.mkdtemp())),
-        task_env_config=refused.config.environment,
-    )
+    asyncio.run(env.start(force_build=False))
 except ConfigError as e:
     print("refused", e)
 """
