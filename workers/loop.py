@@ -39,6 +39,14 @@ def loop_command(
         typer.Option("--concurrency", "-j", help="Episodes at once (overrides worker.concurrency)."),
     ] = None,
     database_url: DatabaseUrl = None,
+    replica_url: Annotated[
+        str | None,
+        typer.Option(
+            "--replica-url",
+            help="The trainer reads groups and turns from this PostgreSQL streaming replica "
+            "(default: DRESSAGE_REPLICA_URL); everything is written to the primary.",
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")] = True,
 ) -> None:
     """Alternate rollout and training on the CPU (or SGLang engines) and show the reward curve."""
@@ -51,7 +59,7 @@ def loop_command(
     from dressage.loop.runner import LoopOptions, run_loop
     from dressage.rollout.evaluation import eval_line
 
-    settings = load_settings(database_url=database_url)
+    settings = load_settings(database_url=database_url, replica_url=replica_url)
     opts = LoopOptions(
         config_path=str(config),
         iterations=iterations,

@@ -59,6 +59,7 @@ from dressage.rollout.worker import (
     with_secrets,
 )
 from dressage.store import EventStore, Run, TaskSpec
+from dressage.store.replica import open_replica_store
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,8 @@ class Loop:
         self.global_batch_size = gbs
         self.steps_per_iteration = per_iteration // gbs
         self.engine: DevEngineProcess | None = None
+        self.reader: EventStore | None = None
+        """The trainer's read replica (``settings.replica_url``), opened with the trainer."""
         self.proxy: Any = None
         self.trainer: Any = None
         self.env: EpisodeEnv | None = None
@@ -256,10 +259,15 @@ class Loop:
             std_normalize=tc.std_normalize,
             masking=MaskingPolicy(max_staleness=tc.max_staleness, failure_policy="keep_finished"),
         )
-        return Trainer(self.store, assert_run, options, backend, consumer=CONSUMER)
+        if self.reader is None:  # a streaming replica to read groups and turns from (--replica-url)
+            self.reader = open_replica_store(self.settings)
+        return Trainer(self.store, assert_run, options, backend, consumer=CONSUMER, reader=self.reader)
 
     async def stop(self) -> None:
-        """Stop the proxy and the engine (idempotent)."""
+        """Stop the proxy and the engine, close the replica reader (idempotent)."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
         if self.proxy is not None:
             with logged_failures(log, "stopping the proxy"):
                 await self.proxy.stop()

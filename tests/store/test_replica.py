@@ -10,6 +10,7 @@ the viewer's store reads from the replica.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -29,6 +30,8 @@ from dressage.training.steps import StepOptions
 from dressage.view.readonly import open_readonly_store
 from tests.store.test_server_crash import Cluster, _skip_reason
 from tests.training.builders import build_run, simple
+
+REPO = Path(__file__).resolve().parents[2]
 
 OPTIONS = StepOptions(global_batch_size=2, n_samples_per_prompt=2)
 
@@ -142,3 +145,66 @@ def test_batches_from_a_streaming_replica_are_byte_identical(clusters: tuple[Clu
     finally:
         replica.close()
         primary.close()
+
+
+def test_the_loops_trainer_reads_from_the_replica(clusters: tuple[Cluster, Standby], tmp_path: Path) -> None:
+    """``dressage-worker loop --replica-url``: one real iteration (dev engine, bwrap, answer agent) into
+    the primary; its trainer reads through the replica and commits the same batch a primary-only
+    trainer forms."""
+    pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' extra)")
+    import yaml
+    from rich.console import Console
+
+    from dressage.loop.progress import LoopProgress
+    from dressage.loop.runner import Loop, LoopOptions
+    from dressage.training.masking import MaskingPolicy
+    from tests.rollout.conftest import bwrap_unavailable_reason
+
+    if bwrap_unavailable_reason() is not None:
+        pytest.skip(str(bwrap_unavailable_reason()))
+    primary_c, standby_c = clusters
+    settings = Settings(database_url=primary_c.url, replica_url=standby_c.url, home=tmp_path / "home")
+    (tmp_path / "tasks.jsonl").write_text(
+        "".join(f'{{"prompt": "Say {c}.", "label": "{c}"}}\n' for c in "ab")
+    )
+    cfg = {
+        "run": "loop-on-replica",
+        "dataset": {"path": str(tmp_path / "tasks.jsonl")},
+        "n_samples_per_prompt": 2,
+        "engine": {"kind": "dev", "model": "tiny", "seed": 0},
+        "sampling": {"max_tokens": 4, "enable_thinking": False, "seed": 0},
+        "agent": {"kind": "answer"},
+        "sandbox": {"provider": "bwrap", "timeout_s": 20, "memory_mb": 512, "max_processes": 64},
+        "reward": {"kind": "contains"},
+        "worker": {"concurrency": 4, "lease_s": 30, "session_timeout_s": 60, "poll_s": 0.1},
+        "train": {"lr": 1.0, "trainable": "lm_head"},
+        "loop": {"iterations": 1, "mode": "sync"},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    store = EventStore.open(settings=settings, auto_upgrade=False)
+    loop = Loop(store, settings, LoopOptions(str(path), out_dir=tmp_path / "out"), Console(quiet=True))
+    reader_port: list[int | None] = []
+
+    async def go() -> None:
+        try:
+            await loop.start()
+            assert loop.run is not None
+            reader_port.append(loop.reader.engine.url.port if loop.reader is not None else None)
+            progress = LoopProgress(Console(quiet=True), 1, enabled=False)
+            progress.attach(store, loop.run)
+            with progress:
+                await loop.run_iterations(progress)
+        finally:
+            await loop.stop()
+
+    try:
+        asyncio.run(go())
+        assert reader_port == [standby_c.port]  # the trainer's groups and turns came from the replica
+        assert loop.reader is None  # closed with the loop
+        (step,) = store.list_steps(loop.run_name, "train:loop")
+        options = StepOptions(4, 2, masking=MaskingPolicy(failure_policy="keep_finished"))  # the loop's
+        (want,) = Trainer(store, loop.run_name, options, consumer="check").run_steps()
+        assert step.batch_hash == want.batch.batch_hash
+    finally:
+        store.close()
