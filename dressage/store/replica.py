@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
 from dressage.config import Settings, normalize_database_url
 from dressage.errors import ConfigError, StoreError
 from dressage.redact import redact
-from dressage.store.artifacts import LocalBlobStore
-from dressage.store.db import ensure_schema
 from dressage.store.event_store import EventStore
+from dressage.store.readonly import open_readonly_store_at
 
 REPLAY_TIMEOUT_S = 60.0
 """How long a reader waits for the replica to replay past the primary's position before failing."""
@@ -38,24 +37,7 @@ def open_replica_store(settings: Settings) -> EventStore | None:
             "--replica-url must be a PostgreSQL URL (a streaming replica of the primary); "
             f"got {url.split(':', 1)[0]!r}"
         )
-    engine = create_engine(
-        url,
-        pool_size=4,
-        max_overflow=4,
-        pool_pre_ping=True,
-        connect_args={"options": "-c default_transaction_read_only=on -c timezone=UTC"},
-    )
-    try:
-        ensure_schema(engine, auto_upgrade=False)
-    except OperationalError as e:
-        engine.dispose()
-        raise StoreError(f"cannot reach the replica {engine.url!r}: {e.orig}; is it running?") from e
-    return EventStore(
-        engine,
-        blobs=LocalBlobStore(settings.resolved_artifacts_dir()),
-        max_payload_bytes=settings.max_payload_bytes,
-        secrets=tuple(s.get_secret_value() for s in settings.secrets),
-    )
+    return open_readonly_store_at(url, settings, what="the replica")
 
 
 def wait_for_replay(

@@ -1,70 +1,23 @@
 """Read-only access to the event log for the viewer.
 
-Every connection the viewer opens refuses writes at the database itself, not only by convention:
-SQLite connections run with ``PRAGMA query_only`` and start deferred transactions (``BEGIN``, never
-the writer lock a rollout worker would wait on); PostgreSQL sessions start with
-``default_transaction_read_only``. The schema must already be at head: the viewer never migrates.
+Every connection the viewer opens refuses writes at the database itself, not only by convention
+(:mod:`dressage.store.readonly`). The schema must already be at head: the viewer never migrates.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import Connection, create_engine, event
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from dressage.config import Settings, normalize_database_url
-from dressage.errors import ConfigError, StoreError
+from dressage.errors import StoreError
 from dressage.redact import redact
 from dressage.store import EventStore
-from dressage.store.artifacts import LocalBlobStore
-from dressage.store.db import SQLITE_BUSY_TIMEOUT_MS, ensure_schema
-
-
-def make_readonly_engine(url: str) -> Engine:
-    """An engine on ``url`` whose every connection is read-only at the database level."""
-    url = normalize_database_url(url)
-    if url.startswith("postgresql"):
-        return create_engine(
-            url,
-            pool_size=4,
-            max_overflow=4,
-            pool_pre_ping=True,
-            connect_args={"options": "-c default_transaction_read_only=on -c timezone=UTC"},
-        )
-    if not url.startswith("sqlite"):
-        raise ConfigError(
-            f"unsupported database URL {url.split(':', 1)[0]!r}: use sqlite:///PATH or postgresql://..."
-        )
-    path = url.split(":///", 1)[1] if ":///" in url else ""
-    engine = create_engine(
-        url,
-        poolclass=NullPool if path in ("", ":memory:") else None,
-        connect_args={
-            "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
-            "isolation_level": None,
-            "check_same_thread": False,
-        },
-    )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA query_only=ON")
-        cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN")  # deferred: a reader never takes the write lock
-
-    return engine
+from dressage.store.readonly import open_readonly_store_at
 
 
 def open_readonly_store(settings: Settings, *, replica: bool = False) -> EventStore:
@@ -80,18 +33,7 @@ def open_readonly_store(settings: Settings, *, replica: bool = False) -> EventSt
         path = url.split(":///", 1)[1]
         if not Path(path).is_file():
             raise StoreError(f"no database file at {path}; run a rollout first or pass --database-url")
-    engine = make_readonly_engine(url)
-    try:
-        ensure_schema(engine, auto_upgrade=False)
-    except OperationalError as e:
-        engine.dispose()
-        raise StoreError(f"cannot reach the database {engine.url!r}: {e.orig}; is it running?") from e
-    return EventStore(
-        engine,
-        blobs=LocalBlobStore(settings.resolved_artifacts_dir()),
-        max_payload_bytes=settings.max_payload_bytes,
-        secrets=tuple(s.get_secret_value() for s in settings.secrets),
-    )
+    return open_readonly_store_at(url, settings)
 
 
 @contextmanager
