@@ -279,8 +279,6 @@ async def _play(
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, ConfigError, OSError) as e:
         raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
-    # Several standalone proxies: the client's transport follows the session along the hash ring.
-    ring_client = getattr(env.proxy, "http_client", None)
     harbor = task.metadata.get("harbor")
     agent_timeout = cfg.worker.session_timeout_s
     if isinstance(harbor, dict):  # a Harbor task's [agent] timeout_sec, when shorter
@@ -290,7 +288,12 @@ async def _play(
         api_key=handle.token,
         max_retries=2,
         timeout=cfg.worker.session_timeout_s,
-        http_client=ring_client(handle.session_id, cfg.worker.session_timeout_s) if ring_client else None,
+        # Several standalone proxies: the client's transport follows the session along the hash ring.
+        http_client=(
+            env.proxy.http_client(handle.session_id, cfg.worker.session_timeout_s)
+            if isinstance(env.proxy, ProxyRing)
+            else None
+        ),
     )
     ctx = AgentContext(
         task=task,

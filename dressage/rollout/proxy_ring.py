@@ -49,9 +49,10 @@ def _point(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
-def _host_port(url: str) -> tuple[str, int]:
+def host_port(url: str) -> tuple[str, int]:
+    """``(host, port)`` of an ``http(s)://host[:port]`` URL (the scheme's port when none is given)."""
     parts = urlsplit(url)
-    assert parts.hostname is not None  # checked by HashRing
+    assert parts.hostname is not None  # a proxy's URL (checked by HashRing, or our own server's)
     return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
@@ -220,9 +221,9 @@ class ProxyRing:
         each connection goes to the session's proxy, or along the ring when it refuses."""
 
         def targets() -> list[tuple[str, int]]:
-            return [_host_port(url) for url in self.health.order(self.ring.walk(session_id))]
+            return [host_port(url) for url in self.health.order(self.ring.walk(session_id))]
 
-        by_target = {_host_port(url): url for url in self.ring.urls}
+        by_target = {host_port(url): url for url in self.ring.urls}
         return await serve_unix_socket_router(path, targets, lambda t: self.health.dead(by_target[t]))
 
     async def stop(self) -> None:

@@ -51,7 +51,7 @@ from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv, Outcome, run_episode
 from dressage.rollout.evaluation import EvalScheduler, eval_line, read_eval_rounds
 from dressage.rollout.progress import RolloutProgress, Snapshot
-from dressage.rollout.proxy_ring import ProxyRing
+from dressage.rollout.proxy_ring import ProxyRing, host_port
 from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import RunSecrets, resolve_secrets
 from dressage.store import EventStore, Run
@@ -245,7 +245,7 @@ async def run_rollout(
                 not cfg.proxy.urls
             ):  # one socket to this worker's proxy (several: one per session, on the ring)
                 proxy_socket = str(Path(socket_dir) / "proxy.sock")
-                host, port = _host_port(proxy.base_url)
+                host, port = host_port(proxy.base_url)
                 forwarder = await serve_unix_socket_forwarder(proxy_socket, host, port)
         env = EpisodeEnv(store, proxy, run, cfg, agent, scorer, provider, proxy_socket, sandbox_url, secrets)
         if cfg.proxy.urls and socket_dir is not None:
@@ -295,13 +295,6 @@ def with_secrets(settings: Settings, secrets: RunSecrets) -> Settings:
         return settings
     extra = [SecretStr(v) for v in secrets.values()]
     return settings.model_copy(update={"secrets": [*settings.secrets, *extra]})
-
-
-def _host_port(url: str) -> tuple[str, int]:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    return parts.hostname or "127.0.0.1", int(parts.port or 80)
 
 
 def _fmt_outcomes(outcomes: dict[str, int]) -> str:
