@@ -31,6 +31,15 @@ def rollout_command(
     ] = None,
     database_url: DatabaseUrl = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")] = True,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Run the workers (and proxies) as actors of a Ray cluster: auto, HOST:PORT, or local "
+            "(start one here); placement from the config's ray: section (docs/scale.md).",
+        ),
+    ] = None,
 ) -> None:
     """Create (or --resume) a run and drive episodes until every (task, sample) is done."""
     import asyncio
@@ -50,7 +59,13 @@ def rollout_command(
         show_progress=progress,
     )
     console = Console(stderr=True, emoji=False)
-    report = asyncio.run(run_rollout(settings, opts, console))
+    if ray_address is not None:
+        from dressage.cluster import ray_rollout_module
+
+        run_ray = ray_rollout_module().run_ray_rollout
+        report = asyncio.run(run_ray(settings, opts, ray_address, console))
+    else:
+        report = asyncio.run(run_rollout(settings, opts, console))
     url = settings.resolved_database_url()
     db = "" if database_url is None else f" --database-url {url}"
     console.print(

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from dressage.agents.config import AgentConfig, AnswerAgentConfig
+from dressage.cluster.config import RayConfig
 from dressage.errors import ConfigError
 from dressage.paddock import SandboxSpec
 from dressage.rollout.rewards import ContainsConfig, RewardConfig
@@ -300,6 +301,9 @@ class RolloutConfig(_Strict):
     eval: EvalConfig | None = Field(default=None, description="Evaluation of each new policy version.")
     train: TrainConfig | None = Field(default=None, description="Training of `dressage-worker loop`.")
     loop: LoopConfig | None = Field(default=None, description="Defaults of `dressage-worker loop`.")
+    ray: RayConfig | None = Field(
+        default=None, description="Actor placement of `--ray` (docs/scale.md); not frozen with the run."
+    )
 
     @field_validator("model_profile")
     @classmethod
@@ -332,8 +336,8 @@ class RolloutConfig(_Strict):
         return v
 
     def snapshot(self) -> dict[str, Any]:
-        """The frozen part of a rollout: all but ``worker.concurrency`` and ``proxy.urls`` (per-process
-        choices) and the
+        """The frozen part of a rollout: all but ``worker.concurrency``, ``proxy.urls`` and ``ray``
+        (per-deployment choices) and the
         ``train``/``loop`` sections (the loop records those in its run's config separately); without
         an ``eval`` section the snapshot is what it was before evaluation existed."""
         exclude: dict[str, Any] = {
@@ -341,6 +345,7 @@ class RolloutConfig(_Strict):
             "proxy": {"urls"},
             "train": True,
             "loop": True,
+            "ray": True,
         }
         if self.secrets == SecretsConfig():
             exclude["secrets"] = True  # snapshots of runs from before the section compare equal

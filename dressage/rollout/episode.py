@@ -96,6 +96,8 @@ class EpisodeEnv:
     session_socket_dir: str | None = None
     """With several standalone proxies (``proxy.urls``) and blackbox agents without network: the
     directory of the per-session sockets to the session's proxy on the ring (instead of ``proxy_socket``)."""
+    session_info: dict[str, Any] = field(default_factory=dict)
+    """Joins every session's ``info`` (e.g. the Ray node that ran it: :mod:`dressage.cluster.actors`)."""
 
 
 @dataclass
@@ -188,7 +190,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
                 "failed",
                 finish_reason=f.reason,
                 error=error,
-                metadata=_meta(lease, None),
+                metadata={**env.session_info, **_meta(lease, None)},
                 attempt=lease.attempt,
             )
             await asyncio.to_thread(store.release_task, lease, "retry", max_attempts=cfg.worker.max_attempts)
@@ -208,7 +210,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             "finished",
             reward=reward,
             finish_reason=result.finish_reason,
-            metadata=redact_json(_meta(lease, result), store.secrets),
+            metadata=redact_json({**env.session_info, **_meta(lease, result)}, store.secrets),
             attempt=lease.attempt,
         )
         await asyncio.to_thread(store.release_task, lease, "done")
@@ -253,7 +255,7 @@ async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHan
         attempt=lease.attempt,
         agent=env.agent.name,
         sandbox=env.cfg.sandbox.provider,
-        info=_session_info(lease),
+        info={**env.session_info, **_session_info(lease)},
     )
     return handle, lease.attempt
 

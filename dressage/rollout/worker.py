@@ -68,6 +68,10 @@ class WorkerOptions:
     concurrency: int | None = None
     worker_id: str | None = None
     show_progress: bool = True
+    proxy_urls: list[str] | None = None
+    """Overrides ``proxy.urls`` (the proxies a ``--ray`` rollout placed: :mod:`dressage.cluster`)."""
+    session_info: dict[str, Any] | None = None
+    """Joins every session's ``info`` (a Ray worker's node id and address)."""
 
 
 @dataclass
@@ -211,6 +215,8 @@ async def run_rollout(
             cfg = cfg.model_copy(
                 update={"worker": cfg.worker.model_copy(update={"concurrency": opts.concurrency})}
             )
+        if opts.proxy_urls:
+            cfg = cfg.model_copy(update={"proxy": cfg.proxy.model_copy(update={"urls": opts.proxy_urls})})
         secrets = resolve_secrets(cfg.secrets)
         store.secrets = (*store.secrets, *secrets.values())
         settings = with_secrets(settings, secrets)
@@ -250,6 +256,7 @@ async def run_rollout(
         env = EpisodeEnv(store, proxy, run, cfg, agent, scorer, provider, proxy_socket, sandbox_url, secrets)
         if cfg.proxy.urls and socket_dir is not None:
             env.session_socket_dir = socket_dir
+        env.session_info = dict(opts.session_info or {})
         owner = opts.worker_id or default_worker_id()
         report = RolloutReport(run=run.name)
         progress = RolloutProgress(store, run, console=console, enabled=opts.show_progress)

@@ -1,0 +1,316 @@
+"""``--ray``: connect to a Ray cluster, place the run's actors, drain its queue, print the same summary.
+
+The driver (``dressage-worker rollout --ray ADDRESS``) does what one worker process does before its
+lease loop (check the config and dataset, create the run, enqueue its (task, sample) pairs) and
+then, instead of playing episodes itself, places actors (:mod:`dressage.cluster.layout` decides
+where, :mod:`dressage.cluster.actors` are the actors):
+
+1. ``engine.kind: dev``: the dev engine as an actor (``ray.engine`` resources); SGLang engines are
+   the run's ``engine.urls`` (or slime's, :mod:`dressage.integrations.slime`);
+2. one proxy actor per engine, pinned to the engine's node (hard affinity to the dev engine's actor,
+   soft to the node whose address is an SGLang URL's host); with ``proxy.urls`` the run's own
+   standalone proxies are used instead;
+3. ``ray.workers_per_node`` rollout worker actors on each node that has their resources, each one
+   the unchanged lease loop of :func:`dressage.rollout.worker.run_rollout` over the proxies
+   (``proxy.urls``), so leases, takeover and in-flight resume are exactly those of many worker
+   processes on one database.
+
+Worker actors are restarted by Ray (``ray.max_restarts``, their pass retried) on their node or,
+when it is gone, wherever their resources are. Whatever Ray does, the log's leases keep every
+(task, sample) exactly once. The progress bar, the summary table and the exit code are the
+single-machine ones; the summary adds how many Ray workers ran on how many nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from rich.console import Console
+
+from dressage.cluster.actors import ActorSettings, EngineActor, ProxyActor, RolloutWorkerActor, WorkerResult
+from dressage.cluster.config import RayConfig
+from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
+from dressage.config import Settings
+from dressage.errors import ConfigError, DressageError
+from dressage.rollout.config import RolloutConfig, load_config
+from dressage.rollout.datasets import dataset_digest, harbor_tasks_record, task_specs
+from dressage.rollout.progress import RolloutProgress
+from dressage.rollout.proxy_ring import ProxyRing
+from dressage.rollout.secrets import resolve_secrets
+from dressage.rollout.worker import RolloutReport, WorkerOptions, load_new_run, resolve_config
+from dressage.store import EventStore, Run
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "dressage"
+"""The Ray namespace of the worker actors, named ``dressage-worker:RUN:K`` (``ray.get_actor(name, NAMESPACE)``)."""
+
+
+def connect(address: str) -> bool:
+    """Join the Ray cluster at ``address`` (``auto``, ``HOST:PORT``, or ``local``: start one here).
+
+    Returns True when this call connected (the caller disconnects when done); inside a Ray actor
+    (slime's rollout manager) the existing connection is used and False returned.
+    """
+    if ray.is_initialized():
+        return False
+    try:
+        if address == "local":
+            ray.init(include_dashboard=False, logging_level=logging.WARNING)
+        else:
+            ray.init(address=address, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise DressageError(
+            f"cannot connect to the Ray cluster at {address!r}: {e}. Give `--ray auto` (the cluster this "
+            "node belongs to), `--ray HOST:PORT` (its GCS address) or `--ray local` (start one here)"
+        ) from None
+    return True
+
+
+async def remote_call(ref: Any, what: str) -> Any:
+    """Await an actor call; its failure becomes a one-line :class:`DressageError` naming ``what``."""
+    try:
+        return await ref
+    except ray.exceptions.RayTaskError as e:
+        raise DressageError(f"{what} failed: {type(e.cause).__name__}: {e.cause}") from None
+    except ray.exceptions.RayError as e:
+        raise DressageError(f"{what} died: {str(e).splitlines()[0]}") from None
+
+
+def alive_nodes() -> list[NodeInfo]:
+    """The cluster's alive nodes."""
+    return [NodeInfo.from_ray(n) for n in ray.nodes() if n.get("Alive")]
+
+
+def actor_settings(settings: Settings, admin_token: str | None = None) -> ActorSettings:
+    """What the driver hands its actors: the log, the artifacts, a proxy admin token."""
+    token = admin_token or (settings.admin_token.get_secret_value() if settings.admin_token else None)
+    return ActorSettings(
+        database_url=settings.resolved_database_url(),
+        home=str(settings.home),
+        artifacts_uri=settings.artifacts_uri,
+        admin_token=token or secrets.token_urlsafe(24),
+    )
+
+
+@dataclass
+class Placement:
+    """The actors of one ``--ray`` rollout: engine, proxies, workers (see the module docstring)."""
+
+    cfg: RolloutConfig
+    ray_cfg: RayConfig
+    settings: ActorSettings
+    console: Console
+    engine: Any = None
+    proxies: list[Any] = field(default_factory=list)
+    proxy_urls: list[str] = field(default_factory=list)
+    workers: list[Any] = field(default_factory=list)
+    worker_nodes: list[NodeInfo] = field(default_factory=list)
+
+    async def start_proxies(self, engine_urls: list[str] | None = None) -> list[str]:
+        """The proxies to use: ``proxy.urls``, else one proxy actor per engine (started here)."""
+        if self.cfg.proxy.urls:
+            self.proxy_urls = list(self.cfg.proxy.urls)
+            return self.proxy_urls
+        slots: list[tuple[str, str | None, bool]]  # engine url, node id, hard affinity
+        if engine_urls is None and self.cfg.engine.kind == "dev":
+            e = self.cfg.engine
+            self.engine = EngineActor.options(**self.ray_cfg.engine.ray_options()).remote(
+                e.model, e.seed, e.threads
+            )
+            with self.console.status(f"starting the dev engine (model {e.model}) as a Ray actor"):
+                url, node_id = await remote_call(self.engine.start.remote(), "the dev engine actor")
+            slots = [(url, node_id, True)]
+        else:
+            urls = engine_urls if engine_urls is not None else list(self.cfg.engine.urls)
+            slots = [
+                (s.engine_url, s.node.node_id if s.node else None, False)
+                for s in proxy_slots(urls, alive_nodes())
+            ]
+        options = {
+            "profile": self.cfg.model_profile,
+            "record_experts": self.cfg.proxy.record_experts,
+            "context_window": self.cfg.proxy.context_window,
+            "default_sampling": self.cfg.sampling.engine_defaults(),
+        }
+        for url, node_id, hard in slots:
+            strategy = NodeAffinitySchedulingStrategy(node_id, soft=not hard) if node_id else "DEFAULT"
+            self.proxies.append(
+                ProxyActor.options(**self.ray_cfg.proxy.ray_options(), scheduling_strategy=strategy).remote(
+                    self.settings, url, options
+                )
+            )
+        with self.console.status(f"starting {len(self.proxies)} proxy actor(s)"):
+            starts = [remote_call(p.start.remote(), "a proxy actor") for p in self.proxies]
+            self.proxy_urls = list(await asyncio.gather(*starts))
+        return self.proxy_urls
+
+    def start_workers(self, run: str) -> None:
+        """Create the worker actors, spread over the nodes that have their resources."""
+        restarts = self.ray_cfg.max_restarts
+        for i, slot in enumerate(worker_slots(alive_nodes(), self.ray_cfg)):
+            self.workers.append(
+                RolloutWorkerActor.options(
+                    name=f"dressage-worker:{run}:{i}",
+                    namespace=NAMESPACE,
+                    max_restarts=restarts,
+                    max_task_retries=-1 if restarts != 0 else 0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(slot.node.node_id, soft=True),
+                    **self.ray_cfg.worker.ray_options(),
+                ).remote(self.settings, i)
+            )
+            self.worker_nodes.append(slot.node)
+
+    async def drain(self, store: EventStore, run: Run) -> list[WorkerResult]:
+        """One pass of every worker actor over the run's queue; returns when the queue is drained.
+
+        That is when every worker's pass has ended, or when no pair is pending or leased any more
+        while some workers still have not ended (a restarted actor waiting for room on a smaller
+        cluster: it has nothing left to do). A worker that died for good (restarts used up) is
+        reported; if pairs are still pending or leased when all are gone, that is an error saying
+        how to continue (``--resume RUN``).
+        """
+        refs = {
+            w.run.remote(run.name, self.proxy_urls, self.cfg.worker.concurrency): node
+            for w, node in zip(self.workers, self.worker_nodes, strict=True)
+        }
+        results: list[WorkerResult] = []
+        lost = 0
+        pending = list(refs)
+        while pending:
+            done, pending = await asyncio.to_thread(ray.wait, pending, num_returns=len(pending), timeout=1.0)
+            for ref in done:
+                result = await self._result(ref, refs[ref])
+                if result is None:
+                    lost += 1
+                else:
+                    results.append(result)
+            counts = await asyncio.to_thread(store.task_counts, run)
+            if pending and not counts["pending"] and not counts["leased"]:
+                break
+        if lost and (counts["pending"] or counts["leased"]):
+            raise DressageError(
+                f"{lost} Ray rollout worker(s) died past ray.max_restarts with {counts['pending']} pending and "
+                f"{counts['leased']} leased (task, sample) pairs left; continue with `--resume {run.name}`"
+            )
+        return results
+
+    async def _result(self, ref: Any, node: NodeInfo) -> WorkerResult | None:
+        """A worker's pass, None (reported) when its actor died for good; its own failure raises."""
+        try:
+            result: WorkerResult = await ref
+            return result
+        except ray.exceptions.RayTaskError as e:
+            cause = e.cause
+            what = str(cause) if isinstance(cause, DressageError) else f"{type(cause).__name__}: {cause}"
+            raise DressageError(f"a Ray rollout worker on {node.ip}: {what}") from None
+        except ray.exceptions.RayError as e:
+            self.console.print(
+                f"[yellow]a Ray rollout worker on {node.ip} died for good: {str(e).splitlines()[0]}[/]"
+            )
+            return None
+
+    def stop(self) -> None:
+        """Kill every actor of the placement (the proxies and the engine last)."""
+        for actor in [*self.workers, *self.proxies]:
+            ray.kill(actor)
+        if self.engine is not None:
+            ray.kill(self.engine)
+        self.workers, self.proxies, self.engine = [], [], None
+
+
+def new_run_snapshot(cfg: RolloutConfig, tasks: list[Any]) -> dict[str, Any]:
+    """A new run's frozen config, as ``dressage-worker rollout`` records it."""
+    snapshot: dict[str, Any] = {
+        "rollout": cfg.snapshot(),
+        "dataset_sha256": dataset_digest(tasks),
+        **harbor_tasks_record(tasks),
+    }
+    run_secrets = resolve_secrets(cfg.secrets)
+    if run_secrets.values():
+        snapshot["secret_digests"] = run_secrets.digests()
+    return snapshot
+
+
+def _placement_config(store: EventStore, opts: WorkerOptions) -> tuple[RolloutConfig, RayConfig, Any]:
+    """The run's config (new or resumed), its ``ray:`` section, and a new run's checked tasks."""
+    if opts.resume is None and opts.config_path:
+        fresh = load_new_run(opts.config_path)
+        cfg = fresh.cfg
+        tasks = fresh.tasks
+    else:
+        cfg, _stored = resolve_config(store, opts)
+        tasks = None
+    given = cfg if tasks is not None else (load_config(opts.config_path) if opts.config_path else None)
+    ray_cfg = (given.ray if given is not None else None) or RayConfig()
+    if opts.concurrency is not None:
+        if opts.concurrency < 1:
+            raise ConfigError(f"--concurrency must be >= 1, got {opts.concurrency}")
+        cfg = cfg.model_copy(
+            update={"worker": cfg.worker.model_copy(update={"concurrency": opts.concurrency})}
+        )
+    return cfg, ray_cfg, tasks
+
+
+async def run_ray_rollout(
+    settings: Settings, opts: WorkerOptions, address: str, console: Console | None = None
+) -> RolloutReport:
+    """``dressage-worker rollout --ray ADDRESS``: see the module docstring."""
+    console = console or Console(stderr=True)
+    if opts.resume is None and opts.config_path is None:
+        raise ConfigError("give --config run.yaml (a new or shared run) or --resume RUN")
+    store = EventStore.open(settings=settings)
+    owned = False
+    placement: Placement | None = None
+    try:
+        cfg, ray_cfg, tasks = _placement_config(store, opts)
+        owned = await asyncio.to_thread(connect, address)
+        placement = Placement(cfg, ray_cfg, actor_settings(settings), console)
+        urls = await placement.start_proxies()
+        ring = ProxyRing(urls, placement.settings.admin_token, store)
+        snapshot = new_run_snapshot(cfg, tasks) if tasks is not None else store.get_run(cfg.run).config
+        run = await ring.create_run(cfg.run, snapshot)
+        if tasks is not None and sum(store.task_counts(run).values()) == 0:
+            store.enqueue_tasks(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
+        placement.start_workers(run.name)
+        progress = RolloutProgress(store, run, console=console, enabled=opts.show_progress)
+        async with progress:
+            results = await placement.drain(store, run)
+        return await _report(store, run, progress, results, opts, console)
+    finally:
+        if placement is not None:
+            placement.stop()
+        if owned:
+            ray.shutdown()
+        store.close()
+
+
+async def _report(
+    store: EventStore,
+    run: Run,
+    progress: RolloutProgress,
+    results: list[WorkerResult],
+    opts: WorkerOptions,
+    console: Console,
+) -> RolloutReport:
+    """The single-machine summary, plus a line on the Ray workers."""
+    report = RolloutReport(run=run.name)
+    for r in results:
+        for k, v in r.outcomes.items():
+            report.outcomes[k] = report.outcomes.get(k, 0) + v
+    report.snapshot = await progress.refresh()
+    finished = await asyncio.to_thread(store.list_sessions, run, status="finished")
+    report.example_session = finished[0].id if finished else None
+    if opts.show_progress:
+        nodes = len({r.node_id for r in results})
+        done = ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())) or "nothing"
+        console.print(
+            progress.summary_table(report.snapshot, {f"Ray workers ({len(results)} on {nodes} nodes)": done})
+        )
+    return report

@@ -1,0 +1,157 @@
+"""``dressage-worker rollout --ray`` on a 3-node Ray test cluster, on PostgreSQL (conftest.py).
+
+The quickstart (made small) spreads its workers over the nodes, and ends with exactly one finished
+session per (task, sample); the same when a worker actor is killed with ``ray.kill`` and when a
+node is removed mid-run (its sessions taken over by the other nodes' workers, in-flight resume
+included). The node that ran each session is in its ``info``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from dressage.cluster.ray_rollout import NAMESPACE
+from dressage.store import schema as t
+from tests.cluster.conftest import RayTestCluster, open_store, quickstart_config, ray, start_driver
+from tests.rollout.conftest import requires_bwrap
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, requires_bwrap, pytest.mark.timeout(600)]
+
+
+def sessions_of(url: str, home: Path, run: str) -> list[Any]:
+    """Every session of ``run`` with its task's (task, sample) pair."""
+    store = open_store(url, home)
+    try:
+        r = store.get_run(run)
+        q = (
+            select(t.sessions, t.tasks.c.task_index, t.tasks.c.sample_index)
+            .join(t.tasks, t.tasks.c.id == t.sessions.c.task_id)
+            .where(t.sessions.c.run_id == r.id)
+        )
+        with store.engine.connect() as conn:
+            return list(conn.execute(q).all())
+    finally:
+        store.close()
+
+
+def events_of(url: str, home: Path, run: str, kind: str) -> int:
+    """How many ``kind`` events ``run`` has."""
+    store = open_store(url, home)
+    try:
+        r = store.get_run(run)
+        with store.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.events.c.position).where(t.events.c.run_id == r.id, t.events.c.kind == kind)
+            ).all()
+        return len(rows)
+    finally:
+        store.close()
+
+
+def assert_exactly_once(rows: list[Any], pairs: int) -> None:
+    """One finished session per (task, sample), all pairs done."""
+    finished = Counter((r.task_index, r.sample_index) for r in rows if r.status == "finished")
+    assert len(finished) == pairs, finished
+    assert set(finished.values()) == {1}, finished
+
+
+def wait_for(predicate: Any, what: str, timeout_s: float = 240.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = predicate()
+        if out:
+            return out
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def finish(proc: Any) -> str:
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-4000:]
+    return str(out)
+
+
+def test_quickstart_spreads_over_the_nodes_once_per_pair(
+    ray_cluster: RayTestCluster, cluster_pg_url: str, tmp_path: Path
+) -> None:
+    config = quickstart_config(tmp_path)
+    run = config.read_text().split("run: ")[1].split()[0]
+    out = finish(start_driver(config, ray_cluster.address, cluster_pg_url, tmp_path / "home"))
+    rows = sessions_of(cluster_pg_url, tmp_path / "home", run)
+    assert_exactly_once(rows, 12)
+    nodes = {r.info["ray_node_id"] for r in rows if r.status == "finished"}
+    assert nodes == {ray_cluster.node_id(n) for n in ("head", "node-2", "node-3")}, nodes
+    assert all(r.info["worker"].startswith("ray-127.0.0.1-") for r in rows)
+    assert "Ray workers (3 on 3 nodes)" in out and "sessions finished" in out
+    assert f"run {run} done" in " ".join(out.split())
+
+
+def running_on(url: str, home: Path, run: str, node_id: str | None = None) -> list[Any]:
+    """Running sessions of ``run`` with at least one recorded turn (on ``node_id``, if given)."""
+    store = open_store(url, home)
+    try:
+        r = store.get_run(run)
+        q = (
+            select(t.sessions.c.id, t.sessions.c.info)
+            .where(t.sessions.c.run_id == r.id, t.sessions.c.status == "running")
+            .where(select(t.turns.c.id).where(t.turns.c.session_id == t.sessions.c.id).exists())
+        )
+        with store.engine.connect() as conn:
+            rows = conn.execute(q).all()
+    except Exception:  # the run is not created yet
+        return []
+    finally:
+        store.close()
+    return [r for r in rows if node_id is None or r.info.get("ray_node_id") == node_id]
+
+
+def slow_config(tmp: Path) -> Path:
+    """The small quickstart with an agent that pauses after its model call, so sessions are in flight."""
+    return quickstart_config(
+        tmp, agent={"kind": "python", "path": "tests.rollout.agents_for_tests:slow_answer"}
+    )
+
+
+def test_a_killed_worker_actor_is_restarted_and_each_pair_finishes_once(
+    ray_cluster: RayTestCluster, cluster_pg_url: str, tmp_path: Path
+) -> None:
+    config = slow_config(tmp_path)
+    run = config.read_text().split("run: ")[1].split()[0]
+    home = tmp_path / "home"
+    proc = start_driver(config, ray_cluster.address, cluster_pg_url, home)
+    busy = wait_for(lambda: running_on(cluster_pg_url, home, run), "a session in flight")
+    victim = busy[0].info["worker"]
+    index = int(victim.split("-")[-2])
+    actor = ray.get_actor(f"dressage-worker:{run}:{index}", namespace=NAMESPACE)
+    ray.kill(actor, no_restart=False)
+    ray.get(actor.__ray_ready__.remote(), timeout=180)  # Ray restarted it (a dead actor raises here)
+    finish(proc)
+    rows = sessions_of(cluster_pg_url, home, run)
+    assert_exactly_once(rows, 12)
+    killed = {s.id for s in busy if s.info["worker"] == victim}
+    assert all(r.status == "finished" and r.info["worker"] != victim for r in rows if r.id in killed)
+    assert events_of(cluster_pg_url, home, run, "session_resumed") >= 1
+
+
+def test_a_removed_node_s_sessions_are_taken_over(
+    ray_cluster: RayTestCluster, cluster_pg_url: str, tmp_path: Path
+) -> None:
+    config = slow_config(tmp_path)
+    run = config.read_text().split("run: ")[1].split()[0]
+    home = tmp_path / "home"
+    gone = ray_cluster.node_id("node-3")
+    proc = start_driver(config, ray_cluster.address, cluster_pg_url, home)
+    in_flight = wait_for(lambda: running_on(cluster_pg_url, home, run, gone), "a session in flight on node-3")
+    ray_cluster.cluster.remove_node(ray_cluster.nodes.pop("node-3"))
+    finish(proc)
+    rows = sessions_of(cluster_pg_url, home, run)
+    assert_exactly_once(rows, 12)
+    taken = {r.id: r for r in rows if r.id in {s.id for s in in_flight}}
+    assert taken and all(r.status == "finished" and r.info["ray_node_id"] != gone for r in taken.values())
+    assert events_of(cluster_pg_url, home, run, "session_resumed") >= 1
