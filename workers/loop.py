@@ -48,6 +48,15 @@ def loop_command(
         ),
     ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")] = True,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Play each iteration's rollout on Ray worker actors: auto, HOST:PORT, or local "
+            "(start one here); the loop's proxy must be reachable from the nodes (docs/scale.md).",
+        ),
+    ] = None,
 ) -> None:
     """Alternate rollout and training on the CPU (or SGLang engines) and show the reward curve."""
     import asyncio
@@ -68,6 +77,7 @@ def loop_command(
         out_dir=out,
         concurrency=concurrency,
         show_progress=progress,
+        ray_address=ray_address,
     )
     console = Console(stderr=True, emoji=False)
     report = asyncio.run(run_loop(settings, opts, console))

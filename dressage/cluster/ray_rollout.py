@@ -314,3 +314,40 @@ async def _report(
             progress.summary_table(report.snapshot, {f"Ray workers ({len(results)} on {nodes} nodes)": done})
         )
     return report
+
+
+class RayLoopWorkers:
+    """``dressage-worker loop --ray``: each iteration's rollout on Ray worker actors.
+
+    The loop keeps its engine, its proxy (weight pushes pause and continue it) and its trainer in
+    its own process; the worker actors (placed as for ``rollout --ray``) play the iteration's
+    (task, sample) pairs through that proxy, so ``proxy.host`` must be an address the nodes reach.
+    """
+
+    def __init__(self, address: str, cfg: RolloutConfig, settings: Settings, console: Console) -> None:
+        self.address, self.cfg, self.settings, self.console = address, cfg, settings, console
+        self.placement: Placement | None = None
+        self.owned = False
+
+    async def start(self, run: Run, proxy_url: str) -> None:
+        """Connect and create the worker actors (they live for the whole loop)."""
+        self.owned = await asyncio.to_thread(connect, self.address)
+        self.placement = Placement(
+            self.cfg, self.cfg.ray or RayConfig(), actor_settings(self.settings), self.console
+        )
+        self.placement.proxy_urls = [proxy_url]
+        self.placement.start_workers(run.name)
+
+    async def drain(self, store: EventStore, run: Run) -> list[WorkerResult]:
+        """Play every pending (task, sample) pair of the run on the worker actors."""
+        assert self.placement is not None, "start() first"
+        return await self.placement.drain(store, run)
+
+    def stop(self) -> None:
+        """Kill the actors; disconnect when this loop connected."""
+        if self.placement is not None:
+            self.placement.stop()
+            self.placement = None
+        if self.owned:
+            ray.shutdown()
+            self.owned = False

@@ -77,6 +77,8 @@ class LoopOptions:
     out_dir: Path | None = None
     concurrency: int | None = None
     show_progress: bool = True
+    ray_address: str | None = None
+    """Play each iteration's rollout on Ray worker actors (:class:`dressage.cluster.ray_rollout.RayLoopWorkers`)."""
 
 
 @dataclass
@@ -162,6 +164,7 @@ class Loop:
         self.run: Run | None = None
         self.stats: list[IterationStats] = []
         self.evals: EvalScheduler | None = None
+        self.ray_workers: Any = None
 
     def snapshot(self) -> dict[str, Any]:
         """The run's frozen config: the rollout snapshot plus the loop's train/loop sections."""
@@ -224,6 +227,12 @@ class Loop:
         self.trainer = self._build_trainer(urls)
         if cfg.eval is not None:
             self.evals = EvalScheduler(self.store, self.run, cfg.eval, provider=cfg.sandbox.provider)
+        if self.opts.ray_address is not None:
+            from dressage.cluster import ray_rollout_module
+
+            workers = ray_rollout_module().RayLoopWorkers
+            self.ray_workers = workers(self.opts.ray_address, cfg, self.settings, self.console)
+            await self.ray_workers.start(self.run, self.proxy.base_url)
 
     def _build_trainer(self, urls: list[str]) -> Any:
         from dressage.training.consumer import Trainer
@@ -264,7 +273,10 @@ class Loop:
         return Trainer(self.store, assert_run, options, backend, consumer=CONSUMER, reader=self.reader)
 
     async def stop(self) -> None:
-        """Stop the proxy and the engine, close the replica reader (idempotent)."""
+        """Stop the Ray workers, the proxy and the engine, close the replica reader (idempotent)."""
+        if self.ray_workers is not None:
+            self.ray_workers.stop()
+            self.ray_workers = None
         if self.reader is not None:
             self.reader.close()
             self.reader = None
@@ -286,7 +298,10 @@ class Loop:
         owner = f"{default_worker_id()}-loop"
         total = len(specs) * self.cfg.n_samples_per_prompt
         async with progress.rollout(k, total, already_done=k * total):
-            await _lease_loop(self.env, owner, report, self.console, self.evals)
+            if self.ray_workers is not None:
+                await self.ray_workers.drain(self.store, self.run)
+            else:
+                await _lease_loop(self.env, owner, report, self.console, self.evals)
         stats = await asyncio.to_thread(read_iteration, self.store, self.run, k, self.n_tasks)
         stats.rollout_s = time.monotonic() - started
         return stats

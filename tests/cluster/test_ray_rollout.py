@@ -8,6 +8,9 @@ included). The node that ran each session is in its ``info``.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,7 +21,15 @@ from sqlalchemy import select
 
 from dressage.cluster.ray_rollout import NAMESPACE
 from dressage.store import schema as t
-from tests.cluster.conftest import RayTestCluster, open_store, quickstart_config, ray, start_driver
+from tests.cluster.conftest import (
+    NODE,
+    REPO,
+    RayTestCluster,
+    open_store,
+    quickstart_config,
+    ray,
+    start_driver,
+)
 from tests.rollout.conftest import requires_bwrap
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, requires_bwrap, pytest.mark.timeout(600)]
@@ -149,9 +160,51 @@ def test_a_removed_node_s_sessions_are_taken_over(
     proc = start_driver(config, ray_cluster.address, cluster_pg_url, home)
     in_flight = wait_for(lambda: running_on(cluster_pg_url, home, run, gone), "a session in flight on node-3")
     ray_cluster.cluster.remove_node(ray_cluster.nodes.pop("node-3"))
-    finish(proc)
+    try:
+        finish(proc)
+    finally:  # the next test gets three nodes again
+        ray_cluster.nodes["node-3"] = ray_cluster.cluster.add_node(**NODE, resources={"sandbox_host": 1})
     rows = sessions_of(cluster_pg_url, home, run)
     assert_exactly_once(rows, 12)
     taken = {r.id: r for r in rows if r.id in {s.id for s in in_flight}}
     assert taken and all(r.status == "finished" and r.info["ray_node_id"] != gone for r in taken.values())
     assert events_of(cluster_pg_url, home, run, "session_resumed") >= 1
+
+
+def test_one_loop_iteration_with_its_rollout_on_ray(
+    ray_cluster: RayTestCluster, cluster_pg_url: str, tmp_path: Path
+) -> None:
+    config = quickstart_config(tmp_path, limit=4)
+    run = f"loop-{config.read_text().split('run: ')[1].split()[0]}"
+    home = tmp_path / "home"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DRESSAGE_HOME": str(home)}
+    env.pop("DRESSAGE_DATABASE_URL", None)
+    argv = [
+        sys.executable,
+        "-c",
+        "from dressage.cli import main; main()",
+        "loop",
+        "--ray",
+        ray_cluster.address,
+    ]
+    argv += [
+        "--config",
+        str(config),
+        "-k",
+        "1",
+        "--run",
+        run,
+        "--database-url",
+        cluster_pg_url,
+        "--no-progress",
+    ]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    rows = sessions_of(cluster_pg_url, home, run)
+    assert_exactly_once(rows, 8)
+    assert all(r.info.get("ray_node_id") for r in rows), [r.info for r in rows]
+    store = open_store(cluster_pg_url, home)
+    try:
+        assert store.latest_policy_version(store.get_run(run)) == 1  # the iteration trained and pushed
+    finally:
+        store.close()
