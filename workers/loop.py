@@ -68,6 +68,10 @@ def loop_command(
     from dressage.loop.runner import LoopOptions, run_loop
     from dressage.rollout.evaluation import eval_line
 
+    if ray_address is not None:  # Ray missing: say how to install it before anything starts
+        from dressage.cluster import ray_rollout_module
+
+        ray_rollout_module()
     settings = load_settings(database_url=database_url, replica_url=replica_url)
     opts = LoopOptions(
         config_path=str(config),

@@ -1,7 +1,7 @@
 """The Ray actors of a ``--ray`` rollout: the dev engine, one proxy per engine, the rollout workers.
 
 Imported only by :mod:`dressage.cluster.ray_rollout` (and so only when Ray is installed and asked
-for). Each actor is a thin shell around the component a single-machine rollout already uses:
+for), which makes them actor classes with ``ray.remote``. Each actor is a thin shell around the component a single-machine rollout already uses:
 
 * :class:`EngineActor` runs :class:`~dressage.rollout.engine_process.DevEngineProcess` (``engine.kind: dev``);
 * :class:`ProxyActor` runs a :class:`~dressage.proxy.server.ProxyServer` bound to its node's address;
@@ -62,7 +62,6 @@ def here() -> tuple[str, str]:
     return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
 
-@ray.remote
 class EngineActor:
     """The CPU dev engine as a child process of this actor; its URL is on this node's loopback."""
 
@@ -81,7 +80,6 @@ class EngineActor:
         self.engine.stop()
 
 
-@ray.remote
 class ProxyActor:
     """A TITO proxy in front of one engine, listening on this node's address on a free port."""
 
@@ -115,7 +113,6 @@ class ProxyActor:
             self.store = None
 
 
-@ray.remote
 class RolloutWorkerActor:
     """One rollout worker: :func:`~dressage.rollout.worker.run_rollout` on the run until its queue is empty."""
 

@@ -48,6 +48,10 @@ from dressage.store import EventStore, Run
 
 log = logging.getLogger(__name__)
 
+ENGINE_ACTOR: Any = ray.remote(EngineActor)
+PROXY_ACTOR: Any = ray.remote(ProxyActor)
+WORKER_ACTOR: Any = ray.remote(RolloutWorkerActor)
+
 NAMESPACE = "dressage"
 """The Ray namespace of the worker actors, named ``dressage-worker:RUN:K`` (``ray.get_actor(name, NAMESPACE)``)."""
 
@@ -121,7 +125,7 @@ class Placement:
         slots: list[tuple[str, str | None, bool]]  # engine url, node id, hard affinity
         if engine_urls is None and self.cfg.engine.kind == "dev":
             e = self.cfg.engine
-            self.engine = EngineActor.options(**self.ray_cfg.engine.ray_options()).remote(
+            self.engine = ENGINE_ACTOR.options(**self.ray_cfg.engine.ray_options()).remote(
                 e.model, e.seed, e.threads
             )
             with self.console.status(f"starting the dev engine (model {e.model}) as a Ray actor"):
@@ -142,7 +146,7 @@ class Placement:
         for url, node_id, hard in slots:
             strategy = NodeAffinitySchedulingStrategy(node_id, soft=not hard) if node_id else "DEFAULT"
             self.proxies.append(
-                ProxyActor.options(**self.ray_cfg.proxy.ray_options(), scheduling_strategy=strategy).remote(
+                PROXY_ACTOR.options(**self.ray_cfg.proxy.ray_options(), scheduling_strategy=strategy).remote(
                     self.settings, url, options
                 )
             )
@@ -156,7 +160,7 @@ class Placement:
         restarts = self.ray_cfg.max_restarts
         for i, slot in enumerate(worker_slots(alive_nodes(), self.ray_cfg)):
             self.workers.append(
-                RolloutWorkerActor.options(
+                WORKER_ACTOR.options(
                     name=f"dressage-worker:{run}:{i}",
                     namespace=NAMESPACE,
                     max_restarts=restarts,
