@@ -27,23 +27,39 @@ import asyncio
 import logging
 import secrets
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
+import yaml
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rich.console import Console
 
+from dressage.agents import build_agent
 from dressage.cluster.actors import ActorSettings, EngineActor, ProxyActor, RolloutWorkerActor, WorkerResult
 from dressage.cluster.config import RayConfig
 from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError
-from dressage.rollout.config import RolloutConfig, load_config
-from dressage.rollout.datasets import dataset_digest, harbor_tasks_record, task_specs
+from dressage.rollout.config import RolloutConfig, load_config, parse_config
+from dressage.rollout.datasets import (
+    check_reward_fits,
+    dataset_digest,
+    harbor_tasks_record,
+    load_tasks,
+    task_specs,
+)
 from dressage.rollout.progress import RolloutProgress
 from dressage.rollout.proxy_ring import ProxyRing
+from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import resolve_secrets
-from dressage.rollout.worker import RolloutReport, WorkerOptions, load_new_run, resolve_config
+from dressage.rollout.worker import (
+    NewRun,
+    RolloutReport,
+    WorkerOptions,
+    load_new_run,
+    resolve_config,
+)
 from dressage.store import EventStore, Run
 
 log = logging.getLogger(__name__)
@@ -116,6 +132,7 @@ class Placement:
     proxy_urls: list[str] = field(default_factory=list)
     workers: list[Any] = field(default_factory=list)
     worker_nodes: list[NodeInfo] = field(default_factory=list)
+    passes: list[Any] = field(default_factory=list)
 
     async def start_proxies(self, engine_urls: list[str] | None = None) -> list[str]:
         """The proxies to use: ``proxy.urls``, else one proxy actor per engine (started here)."""
@@ -171,6 +188,13 @@ class Placement:
             )
             self.worker_nodes.append(slot.node)
 
+    def launch(self, run: Run) -> list[Any]:
+        """Start every worker actor's pass over the run's queue (not awaited); returns their refs."""
+        self.passes = [
+            w.run.remote(run.name, self.proxy_urls, self.cfg.worker.concurrency) for w in self.workers
+        ]
+        return self.passes
+
     async def drain(self, store: EventStore, run: Run) -> list[WorkerResult]:
         """One pass of every worker actor over the run's queue; returns when the queue is drained.
 
@@ -180,10 +204,7 @@ class Placement:
         reported; if pairs are still pending or leased when all are gone, that is an error saying
         how to continue (``--resume RUN``).
         """
-        refs = {
-            w.run.remote(run.name, self.proxy_urls, self.cfg.worker.concurrency): node
-            for w, node in zip(self.workers, self.worker_nodes, strict=True)
-        }
+        refs = dict(zip(self.launch(run), self.worker_nodes, strict=True))
         results: list[WorkerResult] = []
         lost = 0
         pending = list(refs)
@@ -242,9 +263,37 @@ def new_run_snapshot(cfg: RolloutConfig, tasks: list[Any]) -> dict[str, Any]:
     return snapshot
 
 
-def _placement_config(store: EventStore, opts: WorkerOptions) -> tuple[RolloutConfig, RayConfig, Any]:
+def load_run_on_engines(config_path: str, engine_urls: list[str]) -> NewRun:
+    """A new run's config with ``engine: {kind: sglang, urls: engine_urls}`` (engines someone else
+    started: slime's), checked whole as :func:`~dressage.rollout.worker.load_new_run` checks it."""
+    path = Path(config_path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read the run config {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (run, dataset, agent, ...)")
+    engine = dict(data.get("engine") or {})
+    engine.update(kind="sglang", urls=list(engine_urls))
+    for dev_only in ("seed", "threads", "model"):
+        engine.pop(dev_only, None)
+    cfg = parse_config({**data, "engine": engine}, source=str(path), base_dir=path.parent.resolve())
+    build_agent(cfg.agent)
+    build_scorer(cfg.reward)
+    tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, cfg.sandbox.provider)
+    check_reward_fits(tasks, cfg.reward.kind, cfg.agent.kind, cfg.sandbox.provider, cfg.sandbox.e2b.templates)
+    return NewRun(cfg, tasks)
+
+
+def _placement_config(
+    store: EventStore, opts: WorkerOptions, engine_urls: list[str] | None = None
+) -> tuple[RolloutConfig, RayConfig, Any]:
     """The run's config (new or resumed), its ``ray:`` section, and a new run's checked tasks."""
-    if opts.resume is None and opts.config_path:
+    if opts.resume is None and opts.config_path and engine_urls is not None:
+        fresh = load_run_on_engines(opts.config_path, engine_urls)
+        cfg = fresh.cfg
+        tasks = fresh.tasks
+    elif opts.resume is None and opts.config_path:
         fresh = load_new_run(opts.config_path)
         cfg = fresh.cfg
         tasks = fresh.tasks
@@ -262,6 +311,55 @@ def _placement_config(store: EventStore, opts: WorkerOptions) -> tuple[RolloutCo
     return cfg, ray_cfg, tasks
 
 
+@dataclass
+class PlacedRun:
+    """A run whose actors are placed: the placement, the run, and whether this process connected to Ray."""
+
+    placement: Placement
+    run: Run
+    owned: bool
+
+    def stop(self) -> None:
+        """Kill the actors; disconnect when this process connected."""
+        self.placement.stop()
+        if self.owned:
+            ray.shutdown()
+            self.owned = False
+
+
+async def place_run(
+    store: EventStore,
+    settings: Settings,
+    opts: WorkerOptions,
+    address: str,
+    console: Console,
+    engine_urls: list[str] | None = None,
+) -> PlacedRun:
+    """Check the config, connect, start the proxies, create (or join) the run and enqueue it, and
+    create the worker actors (their passes are started by :meth:`Placement.drain`).
+
+    ``engine_urls`` are engines started by someone else (slime's SGLang engines): they replace the
+    config's ``engine`` section (``kind: sglang``).
+    """
+    cfg, ray_cfg, tasks = _placement_config(store, opts, engine_urls)
+    owned = await asyncio.to_thread(connect, address)
+    placement = Placement(cfg, ray_cfg, actor_settings(settings), console)
+    try:
+        urls = await placement.start_proxies(engine_urls)
+        ring = ProxyRing(urls, placement.settings.admin_token, store)
+        snapshot = new_run_snapshot(cfg, tasks) if tasks is not None else store.get_run(cfg.run).config
+        run = await ring.create_run(cfg.run, snapshot)
+        if tasks is not None and sum(store.task_counts(run).values()) == 0:
+            store.enqueue_tasks(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
+        placement.start_workers(run.name)
+    except BaseException:
+        placement.stop()
+        if owned:
+            ray.shutdown()
+        raise
+    return PlacedRun(placement, run, owned)
+
+
 async def run_ray_rollout(
     settings: Settings, opts: WorkerOptions, address: str, console: Console | None = None
 ) -> RolloutReport:
@@ -270,28 +368,16 @@ async def run_ray_rollout(
     if opts.resume is None and opts.config_path is None:
         raise ConfigError("give --config run.yaml (a new or shared run) or --resume RUN")
     store = EventStore.open(settings=settings)
-    owned = False
-    placement: Placement | None = None
+    placed: PlacedRun | None = None
     try:
-        cfg, ray_cfg, tasks = _placement_config(store, opts)
-        owned = await asyncio.to_thread(connect, address)
-        placement = Placement(cfg, ray_cfg, actor_settings(settings), console)
-        urls = await placement.start_proxies()
-        ring = ProxyRing(urls, placement.settings.admin_token, store)
-        snapshot = new_run_snapshot(cfg, tasks) if tasks is not None else store.get_run(cfg.run).config
-        run = await ring.create_run(cfg.run, snapshot)
-        if tasks is not None and sum(store.task_counts(run).values()) == 0:
-            store.enqueue_tasks(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
-        placement.start_workers(run.name)
-        progress = RolloutProgress(store, run, console=console, enabled=opts.show_progress)
+        placed = await place_run(store, settings, opts, address, console)
+        progress = RolloutProgress(store, placed.run, console=console, enabled=opts.show_progress)
         async with progress:
-            results = await placement.drain(store, run)
-        return await _report(store, run, progress, results, opts, console)
+            results = await placed.placement.drain(store, placed.run)
+        return await _report(store, placed.run, progress, results, opts, console)
     finally:
-        if placement is not None:
-            placement.stop()
-        if owned:
-            ray.shutdown()
+        if placed is not None:
+            placed.stop()
         store.close()
 
 

@@ -60,7 +60,10 @@ __all__ = [
     "rollout_options",
     "sample_to_slime_dict",
     "slime_command",
+    "slime_engine_urls",
     "slime_rollout_command",
+    "start_rollout_actors",
+    "stop_rollout_actors",
 ]
 
 
@@ -388,6 +391,13 @@ def add_dressage_arguments(parser: Any) -> Any:
     group.add_argument("--dressage-last-version-only", action="store_true", default=False)
     group.add_argument("--dressage-group-version-window", type=int, default=None)
     group.add_argument("--dressage-failure-policy", choices=["drop_group", "keep_finished"], default=None)
+    group.add_argument(
+        "--dressage-config",
+        type=str,
+        default=None,
+        help="run.yaml: start dressage's rollout workers and proxies as Ray actors next to slime's SGLang "
+        "engines (their URLs from slime's router); needs dressage's ray extra.",
+    )
     return parser
 
 
@@ -435,7 +445,8 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     from dressage.store.event_store import EventStore
 
     settings = load_settings()
-    run_name = _arg(args, "dressage_run") or settings.run
+    placed_run = start_rollout_actors(args, settings) if _arg(args, "dressage_config") else None
+    run_name = _arg(args, "dressage_run") or placed_run or settings.run
     if not run_name:
         raise ConfigError("set DRESSAGE_RUN (or args.dressage_run) to the run slime should train on")
     store = EventStore.open(_arg(args, "dressage_database_url"), settings=settings)
@@ -464,6 +475,86 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         "dressage/trainable_tokens": batch.manifest["n_trainable_tokens"],
     }
     return train_output_cls(samples=nested, metrics=metrics)
+
+
+# --- dressage's rollout workers and proxies inside slime's Ray cluster -------------------------------
+
+_PLACED: Any = None
+"""The actors :func:`start_rollout_actors` placed (one placement per slime rollout-manager process)."""
+
+
+def slime_engine_urls(args: Any, *, timeout_s: float = 30.0) -> list[str]:
+    """The SGLang engines slime started: ``GET /workers`` of slime's router.
+
+    slime's ``RolloutManager`` starts the router and sets ``args.sglang_router_ip`` /
+    ``args.sglang_router_port``; each engine actor registers ``http://{its node IP}:{port}`` there
+    (``SGLangEngine._register_to_router``), so the URL's host is the engine's Ray node.
+    """
+    import httpx
+
+    ip, port = _arg(args, "sglang_router_ip"), _arg(args, "sglang_router_port")
+    if not ip or not port:
+        raise ConfigError(
+            "--dressage-config starts dressage's workers next to slime's SGLang engines, but slime's args have "
+            "no sglang_router_ip/port: run slime with its own engines (without --debug-train-only)"
+        )
+    try:
+        reply = httpx.get(f"http://{ip}:{port}/workers", timeout=timeout_s)
+        reply.raise_for_status()
+        urls = [str(w["url"]) for w in reply.json()["workers"]]
+    except (httpx.HTTPError, KeyError, TypeError, ValueError) as e:
+        raise ConfigError(
+            f"slime's router at {ip}:{port} did not list its engines (GET /workers): {e}"
+        ) from None
+    if not urls:
+        raise ConfigError(f"slime's router at {ip}:{port} lists no engines yet (GET /workers)")
+    return urls
+
+
+def start_rollout_actors(args: Any, settings: Settings) -> str:
+    """Once per process: dressage's rollout workers and one proxy per slime engine as actors in
+    slime's Ray cluster; returns the run's name.
+
+    The run comes from ``args.dressage_config`` (a ``run.yaml`` whose ``engine`` section is replaced
+    by slime's engines, :func:`slime_engine_urls`); placement from its ``ray:`` section, each proxy
+    on its engine's node (:mod:`dressage.cluster.ray_rollout`). The workers play the run's tasks in
+    the background while :func:`generate_rollout` serves slime steps from the log as groups finish.
+    """
+    global _PLACED
+    if _PLACED is not None:
+        return str(_PLACED.run.name)
+    import asyncio
+
+    from rich.console import Console
+
+    from dressage.cluster import ray_rollout_module
+    from dressage.rollout.worker import WorkerOptions
+    from dressage.store.event_store import EventStore
+
+    module = ray_rollout_module()
+    url = _arg(args, "dressage_database_url")
+    placement_settings = settings.model_copy(update={"database_url": url}) if url else settings
+    opts = WorkerOptions(config_path=str(args.dressage_config), show_progress=False)
+    store = EventStore.open(settings=placement_settings)
+    try:
+        placed = asyncio.run(
+            module.place_run(
+                store, placement_settings, opts, "auto", Console(stderr=True), slime_engine_urls(args)
+            )
+        )
+    finally:
+        store.close()
+    placed.placement.launch(placed.run)
+    _PLACED = placed
+    return str(placed.run.name)
+
+
+def stop_rollout_actors() -> None:
+    """Kill the actors :func:`start_rollout_actors` placed (slime ends them with its job otherwise)."""
+    global _PLACED
+    if _PLACED is not None:
+        _PLACED.stop()
+        _PLACED = None
 
 
 def _serve_step(store: Any, run: Run, args: Any, rollout_id: int, settings: Settings) -> StepBatch:
