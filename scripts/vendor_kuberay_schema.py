@@ -26,7 +26,11 @@ def strict(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     out = {k: strict(v) for k, v in node.items()}
-    if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
