@@ -32,6 +32,12 @@ Checked against THUDM/slime commit ``624b824a898ab0ec1fcb4d373004c7f3852bf515``:
   ``--disable-rewards-normalization``.
 * slime reads routed experts only when the first sample has them, then from every sample; a step
   where some sample lacks them is written without experts.
+* The rollout function runs inside ``RolloutManager``, a Ray actor (``slime/ray/rollout.py``), so
+  Ray is initialised there. Without ``--debug-train-only`` slime starts its router and sets
+  ``args.sglang_router_ip`` / ``args.sglang_router_port``; each ``SGLangEngine`` actor registers
+  ``http://{host}:{port}`` with ``POST /workers`` (host = its node's IP, ``get_host_info``), and
+  ``GET /workers`` lists ``{"workers": [{"url": ...}]}`` (slime's own ``abort`` reads it so). With
+  ``--dressage-config``, :func:`start_rollout_actors` places dressage's workers and proxies there.
 """
 
 from __future__ import annotations
@@ -446,6 +452,10 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
 
     settings = load_settings()
     placed_run = start_rollout_actors(args, settings) if _arg(args, "dressage_config") else None
+    if placed_run is not None and _arg(args, "dressage_run") not in (None, placed_run):
+        raise ConfigError(
+            f"--dressage-run {args.dressage_run!r} but --dressage-config plays run {placed_run!r}; drop one"
+        )
     run_name = _arg(args, "dressage_run") or placed_run or settings.run
     if not run_name:
         raise ConfigError("set DRESSAGE_RUN (or args.dressage_run) to the run slime should train on")
