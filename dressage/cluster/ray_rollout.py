@@ -82,7 +82,8 @@ def connect(address: str) -> bool:
         return False
     try:
         if address == "local":
-            ray.init(include_dashboard=False, logging_level=logging.WARNING)
+            # one machine: loopback, whatever outward address Ray would detect (it may not be routable)
+            ray.init(include_dashboard=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
         else:
             ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as e:
