@@ -8,7 +8,7 @@ then, per backend (PostgreSQL, SQLite), in the same process:
   :meth:`StepBuilder.form` forms every step (read turns, segments, samples, advantages, masking,
   prompt-equal weights, manifest and batch hash) — samples/s and tokens/s (all tokens of every
   sample);
-* of that, ``read_turns``: the store's share (:meth:`EventStore.read_turns` of every group);
+* of that, ``read_turns``: the store's share (:meth:`EventStore.turns.read` of every group);
 * ``slime torch.load``: ``torch.load`` of the ``{rollout_id}.pt`` files the ``slime-dump`` backend
   wrote for the same steps (what slime's ``--load-debug-rollout-data`` does).
 
@@ -35,7 +35,7 @@ from bench_db import fresh_database
 from rich.console import Console
 from rich.table import Table
 
-from dressage.store import EventStore, TaskSpec, TurnRecord
+from dressage.store import EventStore, NewTurn, TaskSpec
 from dressage.store.db import upgrade
 from dressage.training.groups import START_CURSOR, GroupTracker
 from dressage.training.steps import StepBuilder, StepOptions
@@ -45,7 +45,7 @@ console = Console()
 
 def session_turns(
     sid: str, rng: np.random.Generator, turns: int, tokens: int, experts: tuple[int, int] | None
-) -> list[TurnRecord]:
+) -> list[NewTurn]:
     """One linear segment of ``turns`` turns (prompt, then tool outputs + generations), ~``tokens`` long."""
     per_turn = tokens // turns
     records, offset = [], 0
@@ -57,7 +57,7 @@ def session_turns(
         if experts is not None:
             routed = rng.integers(0, 64, (rows, *experts), dtype=np.uint8)
         records.append(
-            TurnRecord(
+            NewTurn(
                 session_id=sid,
                 turn_index=i,
                 context_ids=rng.integers(0, 248_000, n_ctx, dtype=np.int32),
@@ -77,16 +77,16 @@ def session_turns(
 def build(store: EventStore, run: str, args: argparse.Namespace) -> None:
     """Enqueue, claim and play every (task, sample) as one finished session."""
     rng = np.random.default_rng(0)
-    store.create_run(run)
-    store.enqueue_tasks(run, [TaskSpec(i, {"prompt": i}) for i in range(args.groups)], n_samples=args.n)
-    while leases := store.claim_tasks(run, "bench", n=64):
+    store.runs.create(run)
+    store.tasks.enqueue(run, [TaskSpec(i, {"prompt": i}) for i in range(args.groups)], n_samples=args.n)
+    while leases := store.tasks.claim(run, "bench", n=64):
         for lease in leases:
             sid = f"{run}-{lease.task_index}-{lease.sample_index}"
-            store.open_session(run, session_id=sid, task_id=lease.task_id, attempt=lease.attempt)
+            store.sessions.open(run, session_id=sid, task_id=lease.task_id, attempt=lease.attempt)
             for rec in session_turns(sid, rng, args.turns, args.tokens, args.experts):
-                store.append_turn(run, rec)
-            store.finalize_session(sid, "finished", reward=float(rng.random() < 0.5))
-            store.release_task(lease, "done")
+                store.turns.append(run, rec)
+            store.sessions.finalize(sid, "finished", reward=float(rng.random() < 0.5))
+            store.tasks.release(lease, "done")
 
 
 def measure(store: EventStore, run: str, args: argparse.Namespace, out: Path) -> dict[str, float]:
@@ -96,7 +96,7 @@ def measure(store: EventStore, run: str, args: argparse.Namespace, out: Path) ->
     from dressage.integrations.slime import SlimeDumpBackend
 
     options = StepOptions(global_batch_size=args.steps_groups * args.n, n_samples_per_prompt=args.n)
-    r = store.get_run(run)
+    r = store.runs.get(run)
     t_mat = float("inf")
     for _ in range(args.repeat):  # best round: noise on a shared machine only slows a round down
         builder = StepBuilder(store, r, options)
@@ -115,7 +115,7 @@ def measure(store: EventStore, run: str, args: argparse.Namespace, out: Path) ->
     for _ in range(args.repeat):
         t0 = time.perf_counter()
         for ids in sessions:
-            store.read_turns(session_ids=ids)
+            store.turns.read(session_ids=ids)
         t_read = min(t_read, time.perf_counter() - t0)
 
     dump = SlimeDumpBackend(out / run)

@@ -309,7 +309,7 @@ async def run_loop(
                 overhead.append(float(headers["x-dressage-overhead-ms"]))
             loop.extend(raw, stream, turn)
     recorded = await asyncio.to_thread(
-        server.service.store.read_turns, run, session_id=handle.session_id, with_experts=False
+        server.service.store.turns.read, run, session_id=handle.session_id, with_experts=False
     )
     last = recorded[-1]
     warm = added[WARMUP:] or added

@@ -39,7 +39,7 @@ from bench_db import fresh_database
 from rich.console import Console
 from rich.table import Table
 
-from dressage.store import EventStore, TurnRecord
+from dressage.store import EventStore, NewTurn
 from dressage.store.db import upgrade
 from dressage.store.pg_arrays import PgBoolArray, PgFloat4Array, PgInt4Array, register_dumpers
 
@@ -49,10 +49,10 @@ SEGMENT_TURNS = 8
 console = Console(width=160)
 
 
-def make_turn(session_id: str, i: int, experts: bool) -> TurnRecord:
+def make_turn(session_id: str, i: int, experts: bool) -> NewTurn:
     """A deterministic 512-token turn (experts: [512, 40, 8] uint8 when asked)."""
     rng = np.random.default_rng(i)
-    return TurnRecord(
+    return NewTurn(
         session_id=session_id,
         turn_index=i,
         context_ids=rng.integers(0, 248_000, N_CTX, dtype=np.int32),
@@ -71,17 +71,17 @@ def make_turn(session_id: str, i: int, experts: bool) -> TurnRecord:
 
 def _ours(url: str, run: str, n: int, experts: bool, barrier: Any) -> list[float]:
     store = EventStore.open(url, auto_upgrade=False, pool_size=1)
-    store.create_run(run)
+    store.runs.create(run)
     # Untimed warm-up, as the bare INSERT gets: connect and prepare with one append of another session.
-    warm = store.open_session(run, session_id=uuid.uuid4().hex)
-    store.append_turn(run, make_turn(warm.id, 0, experts))
-    session = store.open_session(run, session_id=uuid.uuid4().hex)
+    warm = store.sessions.open(run, session_id=uuid.uuid4().hex)
+    store.turns.append(run, make_turn(warm.id, 0, experts))
+    session = store.sessions.open(run, session_id=uuid.uuid4().hex)
     turns = [make_turn(session.id, i, experts) for i in range(n)]
     barrier.wait()
     lat = []
     for turn in turns:
         t0 = time.perf_counter()
-        store.append_turn(run, turn)
+        store.turns.append(run, turn)
         lat.append(time.perf_counter() - t0)
     store.close()
     return lat
@@ -202,7 +202,7 @@ def readback(url: str, run: str, rounds: int = 3) -> tuple[float, float]:
     rates = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        arrays = store.read_token_arrays(run)
+        arrays = store.turns.read_token_arrays(run)
         rates.append(arrays["token_ids"].size / (time.perf_counter() - t0))
     store.close()
     return rates[0], max(rates)

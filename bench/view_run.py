@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dressage.config import Settings
-from dressage.store import EventStore, TurnRecord
+from dressage.store import EventStore, NewTurn
 from dressage.store.db import upgrade
 from dressage.store.records import TaskSpec
 from dressage.view.app import create_app
@@ -48,18 +48,18 @@ SAMPLES = 4
 
 def build_run(store: EventStore, run: str, n_sessions: int) -> None:
     """``n_sessions`` sessions of ``n_sessions / SAMPLES`` tasks, one short turn each."""
-    store.create_run(run)
+    store.runs.create(run)
     n_tasks = max(1, n_sessions // SAMPLES)
-    store.enqueue_tasks(run, [TaskSpec(i, {"prompt": f"task {i}"}) for i in range(n_tasks)], SAMPLES)
+    store.tasks.enqueue(run, [TaskSpec(i, {"prompt": f"task {i}"}) for i in range(n_tasks)], SAMPLES)
     rng = np.random.default_rng(0)
     done = 0
-    while leases := store.claim_tasks(run, "bench", n=500, lease_s=3600):
+    while leases := store.tasks.claim(run, "bench", n=500, lease_s=3600):
         for lease in leases:
-            s = store.open_session(run, task_id=lease.task_id, agent="bench")
+            s = store.sessions.open(run, task_id=lease.task_id, agent="bench")
             n_gen = int(rng.integers(4, 40))
-            store.append_turn(
+            store.turns.append(
                 run,
-                TurnRecord(
+                NewTurn(
                     session_id=s.id,
                     turn_index=0,
                     context_ids=rng.integers(0, 1000, 30),
@@ -70,10 +70,10 @@ def build_run(store: EventStore, run: str, n_sessions: int) -> None:
                 ),
             )
             if done % 10 == 9:
-                store.finalize_session(s.id, "failed", finish_reason="agent_crashed", error="boom")
+                store.sessions.finalize(s.id, "failed", finish_reason="agent_crashed", error="boom")
             else:
-                store.finalize_session(s.id, "finished", reward=float(rng.random()), finish_reason="stop")
-            store.release_task(lease, "done")
+                store.sessions.finalize(s.id, "finished", reward=float(rng.random()), finish_reason="stop")
+            store.tasks.release(lease, "done")
             done += 1
 
 
@@ -116,7 +116,7 @@ def measure(backend: str, a: argparse.Namespace) -> list[list[str]]:
         t0 = time.perf_counter()
         build_run(writer, "bench", a.sessions)
         built = time.perf_counter() - t0
-        n = len(writer.list_sessions("bench"))
+        n = len(writer.sessions.list("bench"))
         writer.close()
         store = open_readonly_store(settings)
         app = create_app(store)
@@ -124,7 +124,7 @@ def measure(backend: str, a: argparse.Namespace) -> list[list[str]]:
         server.start()
         rows = []
         try:
-            base = timed(lambda: store.list_sessions("bench"), a.repeat)
+            base = timed(lambda: store.sessions.list("bench"), a.repeat)
             bmed = statistics.median(base)
             rows.append(
                 [

@@ -48,7 +48,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dressage.config import Settings
-from dressage.store import EventStore, TurnRecord
+from dressage.store import EventStore, NewTurn
 from dressage.store.db import upgrade
 from dressage.tito.tokenizer import load_qwen35_tokenizer
 from dressage.view.app import create_app
@@ -67,9 +67,9 @@ CALL = "<tool_call>\n<function=run>\n<parameter=cmd>\npytest -q tests/test_confi
 def build_session(store: EventStore, run: str, turns: int, tokens: int) -> str:
     """One session: a prompt, then ``turns`` turns of tool output + reply, ~``tokens`` in all."""
     tok = load_qwen35_tokenizer()
-    store.create_run(run)
+    store.runs.create(run)
     sid = f"bench-{uuid.uuid4().hex[:8]}"
-    store.open_session(run, session_id=sid, agent="bench")
+    store.sessions.open(run, session_id=sid, agent="bench")
     rng = np.random.default_rng(0)
     body = tok.encode(TEXT * 200)
     per_turn = tokens // turns
@@ -85,9 +85,9 @@ def build_session(store: EventStore, run: str, turns: int, tokens: int) -> str:
             ctx += tok.encode("\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
         gen = body[: per_turn - len(ctx) - 40] + tok.encode(CALL + "<|im_end|>")
         rows = len(ctx) + len(gen) - (0 if offset else 1)
-        store.append_turn(
+        store.turns.append(
             run,
-            TurnRecord(
+            NewTurn(
                 session_id=sid,
                 turn_index=i,
                 context_ids=ctx,
@@ -101,7 +101,7 @@ def build_session(store: EventStore, run: str, turns: int, tokens: int) -> str:
             ),
         )
         offset += len(ctx) + len(gen)
-    store.finalize_session(sid, "finished", reward=1.0, finish_reason="stop")
+    store.sessions.finalize(sid, "finished", reward=1.0, finish_reason="stop")
     return sid
 
 
@@ -221,7 +221,7 @@ def measure(backend: str, a: argparse.Namespace) -> tuple[list[str], list[str] |
         big = [build_session(writer, "bench", a.turns, a.tokens) for _ in range(a.cold + 1)]
         small = build_session(writer, "bench", 1, a.tokens // a.turns)
         n_tokens = sum(
-            t.context_ids.size + t.generated_ids.size for t in writer.read_turns(session_id=big[0])
+            t.context_ids.size + t.generated_ids.size for t in writer.turns.read(session_id=big[0])
         )
         writer.close()
         store = open_readonly_store(settings)
@@ -234,7 +234,7 @@ def measure(backend: str, a: argparse.Namespace) -> tuple[list[str], list[str] |
                 client.get(f"{server.base}/session?id={small}").raise_for_status()  # warm-up
                 size = len(client.get(page).content)
                 served = timed(lambda: client.get(page).raise_for_status(), a.repeat)
-            read = timed(lambda: store.read_turns(session_id=big[-1], with_experts=False), a.repeat)
+            read = timed(lambda: store.turns.read(session_id=big[-1], with_experts=False), a.repeat)
             times = browser_times(server.base, big[:-1], small, a.repeat)
         finally:
             server.stop()

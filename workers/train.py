@@ -86,7 +86,7 @@ def train_command(
     reader = None
     try:
         reader = open_replica_store(settings)
-        store.get_run(from_run)  # an unknown run fails before any output is written
+        store.runs.get(from_run)  # an unknown run fails before any output is written
         if replay:
             _replay(console, store, from_run, consumer, reader)
             return
@@ -159,7 +159,7 @@ def _replay(
     from dressage.training.consumer import Trainer, consumer_name
     from dressage.training.steps import StepBatch, StepOptions
 
-    steps = store.list_steps(run, consumer_name(consumer))
+    steps = store.consumers.steps(run, consumer_name(consumer))
     if not steps:
         console.print(
             f"nothing to replay: no recorded steps for {consumer_name(consumer)} of run {run!r}", markup=False
@@ -223,7 +223,7 @@ def _train(
     if pattern is not None:
         from dressage.integrations.slime import slime_command, slime_rollout_command
 
-        total = len(store.list_steps(run, trainer.consumer))
+        total = len(store.consumers.steps(run, trainer.consumer))
         console.print(slime_command(str(pattern), options, total), highlight=False, soft_wrap=True)
         console.print("or let slime ask the log for each step (launcher: docs/architecture.md):")
         console.print(slime_rollout_command(run, options), highlight=False, soft_wrap=True)
@@ -235,7 +235,7 @@ def _report_evals(console: Console, store: EventStore, run: str) -> None:
 
     rounds = read_eval_rounds(store, run)
     if rounds:
-        eval_cfg = store.get_run(run).config.get("rollout", {}).get("eval") or {}
+        eval_cfg = store.runs.get(run).config.get("rollout", {}).get("eval") or {}
         console.print(eval_line(rounds, str(eval_cfg.get("name") or "eval")), highlight=False, soft_wrap=True)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import sys
 from collections.abc import Callable
 from decimal import Decimal
@@ -21,17 +20,15 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import numpy as np
 import typer
-from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from dressage.cli import render
 from dressage.config import Settings, load_settings
-from dressage.errors import DressageError, InvalidRecordError, StoreError, VerificationError
-from dressage.redact import redact
-from dressage.store import EventStore, schema
+from dressage.errors import DressageError, StoreError, VerificationError
+from dressage.store import EventStore
 from dressage.store import db as dbm
-from dressage.store.db import READONLY_OPTION
 from dressage.store.export import export_run, verify_export
+from dressage.store.read_only_sql import first_line, run_read_only
 from dressage.store.records import SESSION_STATUSES, Turn
 
 P = ParamSpec("P")
@@ -121,9 +118,7 @@ def db_current(database_url: DatabaseUrl = None) -> None:
     try:
         current = dbm.current_revision(engine)
     except SQLAlchemyError as e:
-        raise StoreError(
-            f"cannot read the schema revision: {_first_line(e)}; is the database running?"
-        ) from e
+        raise StoreError(f"cannot read the schema revision: {first_line(e)}; is the database running?") from e
     finally:
         engine.dispose()
     head = dbm.head_revision()
@@ -145,7 +140,7 @@ def runs(
     """List runs with their sessions by status, turns, tokens, trained tokens and mean reward."""
     store = _open(database_url)
     try:
-        items = [(r, store.run_summary(r)) for r in store.list_runs()]
+        items = [(r, store.runs.summary(r)) for r in store.runs.list()]
     finally:
         store.close()
     if as_json:
@@ -222,10 +217,10 @@ def show(
     """Show one session: header, turns, segments and (with --tokens) its tokens."""
     store = _open(database_url)
     try:
-        session = store.get_session(session_id)
-        run = store.get_run_by_id(session.run_id)
-        turns = store.read_turns(session_id=session_id, with_experts=False)
-        kinds = _event_kinds(store, run.id, session_id)
+        session = store.sessions.get(session_id)
+        run = store.runs.by_id(session.run_id)
+        turns = store.turns.read(session_id=session_id, with_experts=False)
+        kinds = store.events.count_by_kind(run, session_id)
     finally:
         store.close()
     out = render.console()
@@ -274,19 +269,6 @@ def show(
         out.print(render.token_stream(shown, None if ids else _decoder(run.config)))
 
 
-def _event_kinds(store: EventStore, run_id: int, session_id: str) -> dict[str, int]:
-    """How many events of each kind a session has (one indexed query; the API has no such read)."""
-    e = schema.events
-    q = (
-        select(e.c.kind, func.count())
-        .where(e.c.run_id == run_id, e.c.session_id == session_id)
-        .group_by(e.c.kind)
-        .order_by(e.c.kind)
-    )
-    with store.engine.connect().execution_options(**{READONLY_OPTION: True}) as conn:
-        return {kind: int(n) for kind, n in conn.execute(q).all()}
-
-
 def _versions(turn: Turn) -> str | None:
     if not turn.policy_versions.size:
         return None
@@ -295,74 +277,6 @@ def _versions(turn: Turn) -> str | None:
 
 
 # --- sql ------------------------------------------------------------------------------------------
-
-_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
-
-
-def check_read_only(query: str) -> str:
-    """Return ``query`` without its trailing semicolon if it is one SELECT/WITH statement.
-
-    A first line of defence with a clear message; :func:`run_read_only` also runs the query in a
-    read-only transaction that is rolled back, so a data-modifying CTE cannot write either.
-    """
-    stripped = query.strip().rstrip(";").strip()
-    bare = _COMMENTS.sub(" ", stripped).strip()
-    first = bare.split(None, 1)[0].upper() if bare else ""
-    if first not in ("SELECT", "WITH"):
-        raise InvalidRecordError(
-            f"only SELECT or WITH queries are allowed, got {first or 'an empty query'!r}; "
-            "use `dressage-worker drop` or `db` commands to change the log"
-        )
-    if ";" in _COMMENTS.sub(" ", stripped):
-        raise InvalidRecordError("give one statement only (no ';' inside the query)")
-    return stripped
-
-
-def run_read_only(
-    store: EventStore, query: str, *, limit: int
-) -> tuple[list[str], list[tuple[Any, ...]], bool]:
-    """Run one SELECT in a read-only, rolled-back transaction; return columns, rows, truncated."""
-    sql = check_read_only(query)
-    sqlite = store.dialect == "sqlite"
-    dbapi_error = store.engine.dialect.loaded_dbapi.Error
-    try:
-        with store.engine.connect() as conn:
-            conn = conn.execution_options(**{READONLY_OPTION: True})
-            trans = conn.begin()
-            try:
-                _guard(conn, sqlite, on=True)
-                # The DBAPI cursor, without parameters, so '%' and ':name' in the query stay literal.
-                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-                try:
-                    cursor.execute(sql)
-                    columns = [d[0] for d in cursor.description or ()]
-                    rows = [tuple(r) for r in cursor.fetchmany(limit + 1)] if columns else []
-                finally:
-                    cursor.close()
-            finally:
-                trans.rollback()
-                if sqlite:
-                    _guard(conn, sqlite, on=False)
-    except dbapi_error as e:
-        raise StoreError(
-            f"query failed: {redact((str(e).strip() or type(e).__name__).splitlines()[0], store.secrets)}"
-        ) from e
-    except SQLAlchemyError as e:
-        raise StoreError(f"query failed: {redact(_first_line(e), store.secrets)}") from e
-    return columns, rows[:limit], len(rows) > limit
-
-
-def _guard(conn: Connection, sqlite: bool, *, on: bool) -> None:
-    """Make the connection refuse writes (SQLite ``query_only``, PostgreSQL ``READ ONLY``)."""
-    if sqlite:
-        conn.exec_driver_sql(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
-    elif on:
-        conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-
-
-def _first_line(e: SQLAlchemyError) -> str:
-    orig = getattr(e, "orig", None)
-    return str(orig if orig is not None else e).strip().splitlines()[0]
 
 
 def _jsonable(value: Any) -> Any:
@@ -398,7 +312,7 @@ def sql(
         query = sys.stdin.read()
     store = _open(database_url)
     try:
-        columns, rows, truncated = run_read_only(store, query, limit=limit)
+        columns, rows, truncated = run_read_only(store.db, query, limit=limit)
     finally:
         store.close()
     if as_json:
@@ -446,7 +360,7 @@ def drop(
     """Delete every row of a run (export it first; artifact blobs are kept)."""
     store = _open(database_url)
     try:
-        summary = store.run_summary(run)
+        summary = store.runs.summary(run)
         if not yes:
             n_sessions = sum(summary["sessions"].values())
             question = (
@@ -457,7 +371,7 @@ def drop(
                 raise StoreError(
                     f"run {run!r} was not dropped (not confirmed); pass --yes to skip the question"
                 )
-        store.drop_run(run)
+        store.runs.drop(run)
     finally:
         store.close()
     render.console().print(f"dropped run {run!r}")

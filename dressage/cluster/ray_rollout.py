@@ -217,7 +217,7 @@ class Placement:
                     lost += 1
                 else:
                     results.append(result)
-            counts = await asyncio.to_thread(store.task_counts, run)
+            counts = await asyncio.to_thread(store.tasks.counts, run)
             if pending and not counts["pending"] and not counts["leased"]:
                 break
         if lost and (counts["pending"] or counts["leased"]):
@@ -348,10 +348,10 @@ async def place_run(
     try:
         urls = await placement.start_proxies(engine_urls)
         ring = ProxyRing(urls, placement.settings.admin_token, store)
-        snapshot = new_run_snapshot(cfg, tasks) if tasks is not None else store.get_run(cfg.run).config
+        snapshot = new_run_snapshot(cfg, tasks) if tasks is not None else store.runs.get(cfg.run).config
         run = await ring.create_run(cfg.run, snapshot)
-        if tasks is not None and sum(store.task_counts(run).values()) == 0:
-            store.enqueue_tasks(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
+        if tasks is not None and sum(store.tasks.counts(run).values()) == 0:
+            store.tasks.enqueue(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
         placement.start_workers(run.name)
     except BaseException:
         placement.stop()
@@ -396,7 +396,7 @@ async def _report(
         for k, v in r.outcomes.items():
             report.outcomes[k] = report.outcomes.get(k, 0) + v
     report.snapshot = await progress.refresh()
-    finished = await asyncio.to_thread(store.list_sessions, run, status="finished")
+    finished = await asyncio.to_thread(store.sessions.list, run, status="finished")
     report.example_session = finished[0].id if finished else None
     if opts.show_progress:
         nodes = len({r.node_id for r in results})

@@ -44,9 +44,9 @@ def trial_results(job_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
 
 def job_run(store: EventStore, name: str) -> Run:
     """The dressage run of a Harbor job (created when the job's first trial is recorded)."""
-    if name in {r.name for r in store.list_runs()}:
-        return store.get_run(name)
-    return store.create_run(name, {"harbor_job": name})
+    if name in {r.name for r in store.runs.list()}:
+        return store.runs.get(name)
+    return store.runs.create(name, {"harbor_job": name})
 
 
 def record_trial(
@@ -54,10 +54,10 @@ def record_trial(
 ) -> bool:
     """Record one trial (its ``result.json`` parsed) as a session; True when it finished with a reward."""
     trial = str(result["trial_name"])
-    session = next((s for s in store.list_sessions(run) if s.info.get("trial_name") == trial), None)
+    session = next((s for s in store.sessions.list(run) if s.info.get("trial_name") == trial), None)
     if session is None:
         agent = (result.get("agent_info") or {}).get("name") or "harbor"
-        session = store.open_session(
+        session = store.sessions.open(
             run,
             attempt=attempt,
             agent=f"harbor:{agent}",
@@ -88,22 +88,22 @@ def record_trial(
             error = str(e)
     if session.status == "running":
         if value is not None:
-            store.append_event(
+            store.events.append(
                 run,
                 "reward",
                 {"reward": value, "details": details},
                 key=deterministic_key(run.name, session.id, "reward"),
                 session_id=session.id,
             )
-            store.finalize_session(session.id, "finished", reward=value, finish_reason="harbor_trial")
+            store.sessions.finalize(session.id, "finished", reward=value, finish_reason="harbor_trial")
         else:
-            store.finalize_session(session.id, "failed", finish_reason="harbor_trial", error=error)
+            store.sessions.finalize(session.id, "failed", finish_reason="harbor_trial", error=error)
     result_json = trial_dir / "result.json"
     data = result_json.read_bytes() if result_json.is_file() else json.dumps(result).encode()
-    store.put_artifact(run, data, name="result.json", media_type="application/json", session_id=session.id)
+    store.artifacts.put(run, data, name="result.json", media_type="application/json", session_id=session.id)
     stdout = trial_dir / "verifier" / "test-stdout.txt"
     if stdout.is_file():
-        store.put_artifact(
+        store.artifacts.put(
             run, stdout.read_bytes(), name="test-stdout.txt", media_type="text/plain", session_id=session.id
         )
     return value is not None

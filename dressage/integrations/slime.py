@@ -461,7 +461,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         raise ConfigError("set DRESSAGE_RUN (or args.dressage_run) to the run slime should train on")
     store = EventStore.open(_arg(args, "dressage_database_url"), settings=settings)
     try:
-        run = store.get_run(run_name)
+        run = store.runs.get(run_name)
         if evaluation:
             return evaluation_output(store, run, sample_cls, eval_output_cls)
         batch = _serve_step(store, run, args, rollout_id, settings)
@@ -573,14 +573,14 @@ def _serve_step(store: Any, run: Run, args: Any, rollout_id: int, settings: Sett
 
     n_tasks = None
     if _arg(args, "rollout_batch_size") is None and _arg(args, "global_batch_size") is None:
-        counts = store.task_counts(run, kind="train")
+        counts = store.tasks.counts(run, kind="train")
         n = _arg(args, "n_samples_per_prompt") or _recorded(run, "rollout", "n_samples_per_prompt") or 1
         n_tasks = sum(counts.values()) // int(n)
     options = rollout_options(args, run, n_tasks=n_tasks, settings=settings)
     consumer = _arg(args, "dressage_consumer") or settings.consumer or "slime"
     trainer = Trainer(store, run, options, SlimeRolloutBackend(), consumer=consumer)
     step = rollout_id + 1
-    ckpt = store.get_checkpoint(run, trainer.consumer)
+    ckpt = store.consumers.checkpoint(run, trainer.consumer)
     if ckpt is None:
         trainer.start_step = rollout_id
         return trainer.run_steps(follow=True, max_steps=1)[0].batch
@@ -615,7 +615,7 @@ def evaluation_output(
             f"run {run.name!r} has no eval: section, so its workers run no eval sessions; add one to "
             "run.yaml (eval: {dataset: {path: ...}}) or give slime --eval-function-path of another evaluator"
         )
-    current = store.latest_policy_version(run) or 0
+    current = store.versions.latest(run) or 0
     while True:
         ready = [r for r in read_eval_rounds(store, run) if r.complete and r.version >= current]
         if ready:
@@ -644,7 +644,7 @@ def _eval_samples(store: Any, sessions: Sequence[Any], sample_cls: Any) -> tuple
     from dressage.training.materialize import Trajectory, materialize_trajectory
 
     turns: dict[str, list[Any]] = {s.id: [] for s in sessions}
-    for turn in store.read_turns(session_ids=list(turns), with_experts=False) if turns else []:
+    for turn in store.turns.read(session_ids=list(turns), with_experts=False) if turns else []:
         turns[turn.session_id].append(turn)
     samples, truncated = [], []
     for i, session in enumerate(sessions):

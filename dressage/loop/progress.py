@@ -61,7 +61,7 @@ class LoopProgress:
 
         async def poll() -> None:
             while self.store is not None and self.run is not None:
-                counts = await asyncio.to_thread(self.store.task_counts, self.run, kind="train")
+                counts = await asyncio.to_thread(self.store.tasks.counts, self.run, kind="train")
                 done = counts.get("done", 0) + counts.get("failed", 0) - already_done
                 self._progress.update(bar, completed=max(0, min(total, done)))
                 await asyncio.sleep(0.5)

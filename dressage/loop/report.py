@@ -53,7 +53,7 @@ def read_iteration(store: EventStore, run: Run, iteration: int, n_tasks: int) ->
     stats = IterationStats(iteration)
     sessions = [
         s
-        for s in store.list_sessions(run)
+        for s in store.sessions.list(run)
         if isinstance(s.info.get("task_index"), int)
         and "eval_version" not in s.info
         and iteration_of(int(s.info["task_index"]), n_tasks) == iteration
@@ -67,7 +67,7 @@ def read_iteration(store: EventStore, run: Run, iteration: int, n_tasks: int) ->
         stats.reward_stderr = float(rewards.std(ddof=1) / np.sqrt(len(rewards))) if len(rewards) > 1 else 0.0
     versions: set[int] = set()
     for turn in (
-        store.read_turns(session_ids=[s.id for s in sessions], with_experts=False) if sessions else []
+        store.turns.read(session_ids=[s.id for s in sessions], with_experts=False) if sessions else []
     ):
         v = turn.policy_versions[turn.policy_versions >= 0]
         versions.update(int(x) for x in np.unique(v))

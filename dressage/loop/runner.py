@@ -135,7 +135,7 @@ class Loop:
         self.cfg, self.loop_cfg, self.train_cfg, self.run_name = resolve(load_config(opts.config_path), opts)
         self.admin_token = secrets.token_urlsafe(24)
         self.secrets = resolve_secrets(self.cfg.secrets)
-        store.secrets = (*store.secrets, *self.secrets.values())
+        store.db.secrets = (*store.db.secrets, *self.secrets.values())
         self.settings = with_secrets(settings, self.secrets).model_copy(
             update={"admin_token": SecretStr(self.admin_token)}
         )
@@ -186,7 +186,7 @@ class Loop:
         """Check the run is new, start the engine and the proxy, create the run, build the trainer."""
         from dressage.proxy.server import ProxyServer
 
-        if self.run_name in {r.name for r in self.store.list_runs()}:
+        if self.run_name in {r.name for r in self.store.runs.list()}:
             raise ConfigError(
                 f"run {self.run_name!r} already exists; a loop starts a new run: pass --run NEW-NAME"
             )
@@ -205,7 +205,7 @@ class Loop:
             self.store, cfg, self.settings, self.console, ProxyServer
         )
         self.run = await self.proxy.create_run(self.run_name, self.snapshot())
-        await asyncio.to_thread(self.store.record_policy_version, self.run, 0, None)
+        await asyncio.to_thread(self.store.versions.record, self.run, 0, None)
         await self.proxy.resume(0)  # tokens of iteration 0 carry version 0
         agent = self.agent
         provider = get_provider(
@@ -293,7 +293,7 @@ class Loop:
         assert self.env is not None and self.run is not None
         started = time.monotonic()
         specs = iteration_specs(self.tasks, k)
-        await asyncio.to_thread(self.store.enqueue_tasks, self.run, specs, self.cfg.n_samples_per_prompt)
+        await asyncio.to_thread(self.store.tasks.enqueue, self.run, specs, self.cfg.n_samples_per_prompt)
         report = RolloutReport(run=self.run_name)
         owner = f"{default_worker_id()}-loop"
         total = len(specs) * self.cfg.n_samples_per_prompt

@@ -83,7 +83,7 @@ from dressage.proxy.sessions import (
     context_key,
 )
 from dressage.redact import redact
-from dressage.store import EventStore, TurnRecord, turn_key
+from dressage.store import EventStore, NewTurn, turn_key
 from dressage.tito import TitoPlan
 from dressage.tito.incremental import PromptIds
 from dressage.tito.tool_calls import ParsedAssistant
@@ -231,7 +231,7 @@ async def record_overflow(store: EventStore, state: SessionState, stage: str, in
     payload = {"stage": stage, **info}
     try:
         await asyncio.to_thread(
-            store.append_event, state.run_name, "context_overflow", payload, session_id=state.session_id
+            store.events.append, state.run_name, "context_overflow", payload, session_id=state.session_id
         )
     except DressageError as e:
         log.warning("could not record context_overflow for session %s: %s", state.session_id, e)
@@ -407,7 +407,7 @@ async def record_turn(
             info["tool_call_failures"] = [
                 {"reason": x.reason, "text": redact(x.text[:2000], secrets)} for x in parsed.failures
             ]
-        record = TurnRecord(
+        record = NewTurn(
             session_id=state.session_id,
             turn_index=turn_index,
             context_ids=f.context,
@@ -429,7 +429,7 @@ async def record_turn(
             key=turn_id,
         )
         try:
-            await store.append_turn_async(state.run_name, record)
+            await store.turns.append_async(state.run_name, record)
         except (TurnIndexTakenError, IdempotencyConflictError) as e:
             # Another proxy recorded this turn index first (two proxies raced on one session).
             registry.evict(state.session_id)
@@ -441,7 +441,7 @@ async def record_turn(
             ) from e
         except InvalidRecordError as e:
             registry.evict(state.session_id)
-            session = await asyncio.to_thread(store.get_session, state.session_id)
+            session = await asyncio.to_thread(store.sessions.get, state.session_id)
             if session.status != "running":
                 raise AuthError(
                     f"session {state.session_id} is {session.status}; nothing was recorded"

@@ -69,7 +69,9 @@ class ProxyService:
         )
         self.record_experts = record_experts
         self.default_sampling = dict(default_sampling or {})
-        self.secrets: tuple[str, ...] = tuple(s.get_secret_value() for s in settings.secrets) + store.secrets
+        self.secrets: tuple[str, ...] = (
+            tuple(s.get_secret_value() for s in settings.secrets) + store.db.secrets
+        )
         admin = settings.admin_token.get_secret_value() if settings.admin_token else None
         if admin:
             self.secrets += (admin,)
@@ -82,7 +84,7 @@ class ProxyService:
     async def aclose(self) -> None:
         """Close engine connections and this loop's store connections."""
         await self.pool.aclose()
-        await self.store.aclose_async()
+        await self.store.turns.aclose_async()
 
     async def context_window(self) -> int:
         """The context window: configured, else the engine's ``max_context``, else the profile's."""
@@ -114,9 +116,9 @@ class ProxyService:
         return await asyncio.to_thread(self._create_run, name, config or {})
 
     def _create_run(self, name: str, config: dict[str, Any]) -> Run:
-        if name in {r.name for r in self.store.list_runs()}:
-            check_run_profile(name, self.store.get_run(name).config, self.profile)
-        return self.store.create_run(name, {**config, RUN_RECORD_KEY: profile_record(self.profile)})
+        if name in {r.name for r in self.store.runs.list()}:
+            check_run_profile(name, self.store.runs.get(name).config, self.profile)
+        return self.store.runs.create(name, {**config, RUN_RECORD_KEY: profile_record(self.profile)})
 
     async def open_session(
         self,
@@ -141,10 +143,10 @@ class ProxyService:
                 param="session_id",
                 code="session_exists",
             )
-        found = await asyncio.to_thread(self.store.get_run, run)
+        found = await asyncio.to_thread(self.store.runs.get, run)
         check_run_profile(found.name, found.config, self.profile)
         session = await asyncio.to_thread(
-            self.store.open_session,
+            self.store.sessions.open,
             run,
             session_id=session_id,
             task_id=task_id,
@@ -158,7 +160,7 @@ class ProxyService:
 
     def _session_exists(self, session_id: str) -> bool:
         try:
-            self.store.get_session(session_id)
+            self.store.sessions.get(session_id)
         except UnknownSessionError:
             return False
         return True
@@ -170,11 +172,11 @@ class ProxyService:
         the log (see :mod:`dressage.proxy.replay` and :mod:`dressage.store.resume`).
         """
         token = TOKEN_PREFIX + pysecrets.token_urlsafe(24)
-        session = await asyncio.to_thread(self.store.get_session, session_id)
-        run = await asyncio.to_thread(self.store.get_run_by_id, session.run_id)
+        session = await asyncio.to_thread(self.store.sessions.get, session_id)
+        run = await asyncio.to_thread(self.store.runs.by_id, session.run_id)
         check_run_profile(run.name, run.config, self.profile)
         self.registry.evict(session_id)  # a cached state of the old attempt answers no one now
-        await asyncio.to_thread(self.store.resume_session, session_id, attempt=attempt, token=token)
+        await asyncio.to_thread(self.store.sessions.take_over, session_id, attempt=attempt, token=token)
         return SessionHandle(session_id, token, self.session_url(token))
 
     async def finalize_session(
@@ -198,7 +200,7 @@ class ProxyService:
             metadata = {**(metadata or {}), "replay": state.replay.summary()}
         self.registry.finish(session_id)
         session = await asyncio.to_thread(
-            self.store.finalize_session,
+            self.store.sessions.finalize,
             session_id,
             status,
             reward=reward,

@@ -7,7 +7,7 @@ derivable from the session's recorded turns (each turn's ``info["tito"]`` keeps 
 needs), so :class:`SessionRegistry` rebuilds a state from the log whenever a token is not cached:
 after a proxy restart the agent's retried request continues the same session. Several proxies can
 serve one session from one log: each request first checks the session's status and recorded turn
-count (:meth:`~dressage.store.EventStore.session_head`), and a cache that is behind the log (another
+count (:meth:`~dressage.store.EventStore.sessions.head`), and a cache that is behind the log (another
 proxy recorded a turn) is rebuilt before the request is planned.
 
 Log lineages vs TITO lineages: a TITO lineage is one token-contiguous chain (a *segment* in the
@@ -289,13 +289,13 @@ class SessionRegistry:
 
     def _build(self, token: str) -> SessionState | None:
         """Look the token up and replay the session's turns (runs in a worker thread)."""
-        session = self.store.session_by_token(token)
+        session = self.store.sessions.by_token(token)
         if session is None or session.status != "running":
             return None
-        run = self.store.get_run_by_id(session.run_id)
+        run = self.store.runs.by_id(session.run_id)
         check_run_profile(run.name, run.config, self.profile)
         state = SessionState(session=session, run_name=run.name, index=LineageIndex(self.profile))
-        turns = self.store.read_turns(session_id=session.id, with_experts=False)
+        turns = self.store.turns.read(session_id=session.id, with_experts=False)
         for turn in turns:
             state.apply_turn(turn)
         state.replay = build_replay(session, turns)
@@ -344,7 +344,7 @@ class SessionRegistry:
         recorded turns since this cache was built, or finalized the session. One indexed read per
         request tells; a log *behind* the cache only means this proxy's own appends are in flight.
         """
-        head = await self.store.session_head_async(state.session_id)
+        head = await self.store.sessions.head_async(state.session_id)
         if head.status != "running":
             self.finish(state.session_id)
             raise AuthError(f"session {state.session_id} is {head.status}; its token no longer works")

@@ -31,8 +31,6 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from sqlalchemy import select
-
 from dressage.agents import Agent, AgentContext, AgentLog, AgentResult, BlackboxAgent, Task
 from dressage.cleanup import logged_failures
 from dressage.errors import (
@@ -51,8 +49,7 @@ from dressage.rollout.proxy_ring import ProxyRing
 from dressage.rollout.rewards import RewardInput, Scorer
 from dressage.rollout.secrets import RunSecrets
 from dressage.store import EventStore, Run, TaskLease, deterministic_key
-from dressage.store import schema as t
-from dressage.store.resume import seed_attempt
+from dressage.store.sessions import seed_attempt
 
 log = logging.getLogger(__name__)
 
@@ -125,20 +122,13 @@ class _Failed(Exception):
         self.reason = reason
 
 
-def finished_session_exists(store: EventStore, task_id: int) -> bool:
-    """True when the (task, sample) queue entry already has a finished session."""
-    q = select(t.sessions.c.id).where(t.sessions.c.task_id == task_id, t.sessions.c.status == "finished")
-    with store.engine.connect() as conn:
-        return conn.execute(q.limit(1)).first() is not None
-
-
 async def _renew(env: EpisodeEnv, lease: TaskLease, owner_task: asyncio.Task[Any], lost: list[bool]) -> None:
     """Renew the lease every third of its length; on loss, cancel the episode."""
     lease_s = env.cfg.worker.lease_s
     while True:
         await asyncio.sleep(lease_s / 3)
         try:
-            lease = await asyncio.to_thread(env.store.renew_lease, lease, lease_s)
+            lease = await asyncio.to_thread(env.store.tasks.renew, lease, lease_s)
         except LeaseError:
             lost[0] = True
             owner_task.cancel()
@@ -160,9 +150,9 @@ def sandbox_session_url(env: EpisodeEnv, host_session_url: str) -> str:
 async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
     """Play one claimed (task, sample); see the module docstring. Never raises for agent failures."""
     store, run, cfg = env.store, env.run, env.cfg
-    if await asyncio.to_thread(finished_session_exists, store, lease.task_id):
+    if await asyncio.to_thread(store.sessions.has_finished, lease.task_id):
         with contextlib.suppress(LeaseError):
-            await asyncio.to_thread(store.release_task, lease, "done")
+            await asyncio.to_thread(store.tasks.release, lease, "done")
         return Outcome("skipped")
     task = Task.from_payload(lease.payload)
     handle, seed_from = await _open_or_resume(env, lease)
@@ -181,7 +171,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             result = await _play(env, task, handle, agent_log, held, sampling)
             reward, details = await _score(env, task, result, held)
         except _Failed as f:
-            error = redact(str(f), store.secrets) or ""
+            error = redact(str(f), store.db.secrets) or ""
             agent_log.write(f"FAILED ({f.reason}): {error}")
             await _archive(env, sid, held.sandbox, agent_log)
             renewer.cancel()
@@ -193,13 +183,13 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
                 metadata={**env.session_info, **_meta(lease, None)},
                 attempt=lease.attempt,
             )
-            await asyncio.to_thread(store.release_task, lease, "retry", max_attempts=cfg.worker.max_attempts)
+            await asyncio.to_thread(store.tasks.release, lease, "retry", max_attempts=cfg.worker.max_attempts)
             return Outcome("failed", error=error)
         await asyncio.to_thread(
-            store.append_event,
+            store.events.append,
             run,
             "reward",
-            redact_json({"reward": reward, "details": details}, store.secrets),
+            redact_json({"reward": reward, "details": details}, store.db.secrets),
             key=deterministic_key(run.name, sid, "reward"),
             session_id=sid,
         )
@@ -210,10 +200,10 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             "finished",
             reward=reward,
             finish_reason=result.finish_reason,
-            metadata=redact_json({**env.session_info, **_meta(lease, result)}, store.secrets),
+            metadata=redact_json({**env.session_info, **_meta(lease, result)}, store.db.secrets),
             attempt=lease.attempt,
         )
-        await asyncio.to_thread(store.release_task, lease, "done")
+        await asyncio.to_thread(store.tasks.release, lease, "done")
         return Outcome("finished", reward=reward)
     except asyncio.CancelledError:
         if not lost[0]:
@@ -243,7 +233,7 @@ async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHan
     """
     store = env.store
     if env.cfg.worker.resume_in_flight:
-        old = await asyncio.to_thread(store.interrupted_session, lease.task_id, lease.attempt)
+        old = await asyncio.to_thread(store.sessions.interrupted, lease.task_id, lease.attempt)
         if old is not None:
             with contextlib.suppress(LeaseError):  # finalized meanwhile: open a new one
                 handle = await env.proxy.resume_session(old.id, attempt=lease.attempt)
@@ -370,9 +360,9 @@ async def _archive(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log
     store, run = env.store, env.run
     try:
         await asyncio.to_thread(
-            store.put_artifact,
+            store.artifacts.put,
             run,
-            (redact(agent_log.text(), store.secrets) or "").encode(),
+            (redact(agent_log.text(), store.db.secrets) or "").encode(),
             name="agent.log",
             media_type="text/plain",
             session_id=sid,
@@ -380,7 +370,7 @@ async def _archive(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log
         if sandbox is not None and env.cfg.worker.archive_workspace:
             data = await sandbox.archive()
             await asyncio.to_thread(
-                store.put_artifact,
+                store.artifacts.put,
                 run,
                 data,
                 name="workspace.tar.gz",

@@ -57,7 +57,7 @@ class EvalScheduler:
         self.seen = version if self.seen is None else max(self.seen, version)
         if version % self.cfg.every:
             return 0
-        return self.store.enqueue_tasks(
+        return self.store.tasks.enqueue(
             self.run, eval_specs(self.tasks, version), self.cfg.n_samples_per_prompt, eval_version=version
         )
 
@@ -70,7 +70,7 @@ class EvalScheduler:
         if now - self._checked_at < self.min_interval_s:
             return 0
         self._checked_at = now
-        version = self.store.latest_policy_version(self.run) or 0
+        version = self.store.versions.latest(self.run) or 0
         if self.seen is not None and version <= self.seen:
             return 0
         return self.enqueue(version)
@@ -110,12 +110,12 @@ class EvalRound:
 
 def read_eval_rounds(store: EventStore, run: str | Run) -> list[EvalRound]:
     """Every eval round of the run, by policy version, from the tasks and sessions of the log."""
-    r = store.get_run(run)
-    states = store.list_task_states(r, kind="eval")
+    r = store.runs.get(run)
+    states = store.tasks.states(r, kind="eval")
     if not states:
         return []
     finished: dict[int, Session] = {}
-    for s in store.list_sessions(r, status="finished"):
+    for s in store.sessions.list(r, status="finished"):
         if s.task_id is not None:
             finished[s.task_id] = s
     rounds: dict[int, EvalRound] = {}

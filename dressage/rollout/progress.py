@@ -36,8 +36,8 @@ class Snapshot:
 
 def read_snapshot(store: EventStore, run: Run) -> Snapshot:
     """Counters of ``run`` from the log."""
-    tasks = store.task_counts(run)
-    summary = store.run_summary(run)
+    tasks = store.tasks.counts(run)
+    summary = store.runs.summary(run)
     return Snapshot(
         done=tasks.get("done", 0) + tasks.get("failed", 0),
         total=sum(tasks.values()),

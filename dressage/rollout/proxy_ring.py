@@ -187,7 +187,7 @@ class ProxyRing:
     async def create_run(self, name: str, config: dict[str, Any] | None) -> Run:
         """Create (or get) the run through a proxy, so its config records the proxies' model profile."""
         await self._post(name, "/admin/runs", {"name": name, "config": config or {}})
-        run: Run = self.store.get_run(name)
+        run: Run = self.store.runs.get(name)
         return run
 
     async def open_session(self, run: Run, **kwargs: Any) -> RingSession:

@@ -99,7 +99,7 @@ def resolve_config(store: EventStore, opts: WorkerOptions) -> tuple[RolloutConfi
         if opts.config_path is None:
             raise ConfigError("give --config run.yaml (a new or shared run) or --resume RUN")
         return load_config(opts.config_path), None
-    run = store.get_run(opts.resume)
+    run = store.runs.get(opts.resume)
     stored = run.config.get("rollout")
     if not isinstance(stored, dict):
         raise ConfigError(
@@ -218,7 +218,7 @@ async def run_rollout(
         if opts.proxy_urls:
             cfg = cfg.model_copy(update={"proxy": cfg.proxy.model_copy(update={"urls": opts.proxy_urls})})
         secrets = resolve_secrets(cfg.secrets)
-        store.secrets = (*store.secrets, *secrets.values())
+        store.db.secrets = (*store.db.secrets, *secrets.values())
         settings = with_secrets(settings, secrets)
         agent = build_agent(cfg.agent)
         scorer = build_scorer(cfg.reward)
@@ -240,8 +240,8 @@ async def run_rollout(
         else:
             engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
         run: Run = await proxy.create_run(cfg.run, snapshot)
-        if tasks is not None and sum(store.task_counts(run).values()) == 0:
-            store.enqueue_tasks(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
+        if tasks is not None and sum(store.tasks.counts(run).values()) == 0:
+            store.tasks.enqueue(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
         proxy_socket = None
         sandbox_url = cfg.proxy.public_url or proxy.base_url
         if isinstance(agent, BlackboxAgent) and cfg.sandbox.provider == "bwrap" and not cfg.sandbox.network:
@@ -268,7 +268,7 @@ async def run_rollout(
         async with progress:
             await _lease_loop(env, owner, report, console, evals)
         report.snapshot = await progress.refresh()
-        finished = await asyncio.to_thread(store.list_sessions, run, status="finished")
+        finished = await asyncio.to_thread(store.sessions.list, run, status="finished")
         report.example_session = finished[0].id if finished else None
         if opts.show_progress:
             extra = {"this worker": _fmt_outcomes(report.outcomes)}
@@ -333,7 +333,7 @@ async def _lease_loop(
             claimed = []
             if free > 0:
                 claimed = await asyncio.to_thread(
-                    store.claim_tasks,
+                    store.tasks.claim,
                     run,
                     owner,
                     n=free,
@@ -344,7 +344,7 @@ async def _lease_loop(
                 for lease in claimed:
                     active.add(asyncio.create_task(run_episode(env, lease)))
             if not active:
-                counts = await asyncio.to_thread(store.task_counts, run)
+                counts = await asyncio.to_thread(store.tasks.counts, run)
                 if counts["pending"] == 0 and counts["leased"] == 0:
                     return
                 await asyncio.sleep(w.poll_s)  # other workers hold leases: wait for them or their expiry
@@ -355,7 +355,7 @@ async def _lease_loop(
                 try:
                     out = task.result()
                 except DressageError as e:  # e.g. the proxy could not open a session; the lease will expire
-                    out = Outcome("error", error=redact(str(e), store.secrets))
+                    out = Outcome("error", error=redact(str(e), store.db.secrets))
                 report.outcomes[out.status] = report.outcomes.get(out.status, 0) + 1
                 if out.status in ("failed", "error"):
                     console.print(f"[yellow]{out.status}[/]: {escape(out.error or '')}", highlight=False)

@@ -6,6 +6,7 @@ from dressage.store.records import (
     ArtifactRef,
     ConsumerCheckpoint,
     Event,
+    NewTurn,
     Run,
     Session,
     TaskLease,
@@ -13,7 +14,6 @@ from dressage.store.records import (
     TaskState,
     TrainStep,
     Turn,
-    TurnRecord,
     deterministic_key,
     turn_key,
 )
@@ -24,6 +24,7 @@ __all__ = [
     "ConsumerCheckpoint",
     "Event",
     "EventStore",
+    "NewTurn",
     "Run",
     "Session",
     "TaskLease",
@@ -31,7 +32,6 @@ __all__ = [
     "TaskState",
     "TrainStep",
     "Turn",
-    "TurnRecord",
     "deterministic_key",
     "turn_key",
 ]

@@ -16,18 +16,23 @@ from sqlalchemy import Connection, insert, select, update
 
 from dressage.errors import IdempotencyConflictError, InvalidRecordError
 from dressage.store import schema as t
-from dressage.store.members import StoreMembers
+from dressage.store.database import Database
 from dressage.store.records import ConsumerCheckpoint, Run, TrainStep, canonical_json, check_text
+from dressage.store.runs import RunRepository
 
 
-class ConsumerMixin(StoreMembers):
-    """Consumer checkpoint and step-manifest methods of the event store."""
+class ConsumerRepository:
+    """Consumer checkpoints and step manifests."""
 
-    def get_checkpoint(self, run: str | Run, consumer: str) -> ConsumerCheckpoint | None:
+    def __init__(self, db: Database, runs: RunRepository) -> None:
+        self.db = db
+        self.runs = runs
+
+    def checkpoint(self, run: str | Run, consumer: str) -> ConsumerCheckpoint | None:
         """The consumer's last committed checkpoint, or None before its first step."""
-        r = self.get_run(run)
+        r = self.runs.get(run)
         c = t.consumer_checkpoints.c
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 select(t.consumer_checkpoints).where(c.run_id == r.id, c.consumer == consumer)
             ).first()
@@ -58,11 +63,11 @@ class ConsumerMixin(StoreMembers):
                 f"step must be >= 1, position and start_step >= 0, got step={step} position={position} "
                 f"start_step={start_step}"
             )
-        r = self.get_run(run)
+        r = self.runs.get(run)
         manifest = dict(manifest)
         state = dict(state or {})
-        canonical_json(manifest, what=f"manifest of step {step}", max_bytes=self.max_payload_bytes * 4)
-        canonical_json(state, what="consumer state", max_bytes=self.max_payload_bytes)
+        canonical_json(manifest, what=f"manifest of step {step}", max_bytes=self.db.max_payload_bytes * 4)
+        canonical_json(state, what="consumer state", max_bytes=self.db.max_payload_bytes)
         c = t.consumer_checkpoints.c
         s = t.train_steps.c
 
@@ -111,13 +116,13 @@ class ConsumerMixin(StoreMembers):
                 )
             return TrainStep(consumer, step, position, batch_hash, manifest, now)
 
-        return self._retrying(tx)
+        return self.db.retrying(tx)
 
-    def list_steps(self, run: str | Run, consumer: str) -> list[TrainStep]:
+    def steps(self, run: str | Run, consumer: str) -> list[TrainStep]:
         """Every recorded step of ``consumer``, in order."""
-        r = self.get_run(run)
+        r = self.runs.get(run)
         s = t.train_steps.c
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(t.train_steps).where(s.run_id == r.id, s.consumer == consumer).order_by(s.step)
             ).all()

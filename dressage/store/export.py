@@ -92,7 +92,7 @@ def _sha256_file(path: Path) -> str:
 
 def _table_rows(store: EventStore, table: Any, run_id: int, order: list[Any]) -> list[dict[str, Any]]:
     """All rows of ``table`` for a run (the store API has no listing for tasks or all train steps)."""
-    with store.engine.connect().execution_options(**{READONLY_OPTION: True}) as conn:
+    with store.db.engine.connect().execution_options(**{READONLY_OPTION: True}) as conn:
         rows = conn.execute(select(table).where(table.c.run_id == run_id).order_by(*order)).mappings()
         return [_without_run_id(dict(row)) for row in rows]
 
@@ -153,7 +153,7 @@ def export_run(store: EventStore, run: str, out_dir: Path | str) -> dict[str, An
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise StoreError(f"export directory {out} exists and is not empty; choose a new directory")
-    r = store.get_run(run)
+    r = store.runs.get(run)
     out.mkdir(parents=True, exist_ok=True)
     (out / "artifacts").mkdir()
 
@@ -161,14 +161,14 @@ def export_run(store: EventStore, run: str, out_dir: Path | str) -> dict[str, An
 
     def events() -> Iterator[dict[str, Any]]:
         nonlocal last_position
-        for e in store.tail_events(r):  # streamed in batches, position order
+        for e in store.events.tail(r):  # streamed in batches, position order
             last_position = e.position
             yield _event_row(e)
 
-    sessions = store.list_sessions(r)
-    turns = sorted(store.read_turns(r), key=lambda x: x.position)
+    sessions = store.sessions.list(r)
+    turns = sorted(store.turns.read(r), key=lambda x: x.position)
     arrays, turn_rows = _turn_arrays(turns)
-    artifacts = store.list_artifacts(r)
+    artifacts = store.artifacts.list(r)
     counts = {
         "events": _jsonl(out / "events.jsonl", events()),
         "sessions": _jsonl(out / "sessions.jsonl", (_without_run_id(asdict(s)) for s in sessions)),
@@ -193,7 +193,7 @@ def export_run(store: EventStore, run: str, out_dir: Path | str) -> dict[str, An
     for ref in artifacts:
         blob = out / "artifacts" / ref.sha256
         if not blob.exists():
-            blob.write_bytes(store.get_artifact(ref))
+            blob.write_bytes(store.artifacts.get(ref))
 
     files = {
         p.relative_to(out).as_posix(): {"sha256": _sha256_file(p), "bytes": p.stat().st_size}
@@ -208,8 +208,8 @@ def export_run(store: EventStore, run: str, out_dir: Path | str) -> dict[str, An
         "config_hash": r.config_hash,
         "run_created_at": r.created_at,
         "exported_at": time.time(),
-        "backend": store.dialect,
-        "schema_revision": current_revision(store.engine),
+        "backend": store.db.dialect,
+        "schema_revision": current_revision(store.db.engine),
         "last_position": last_position,
         "counts": counts,
         "files": files,

@@ -202,8 +202,8 @@ _LITTLE_ENDIAN = {"int32": np.dtype("<i4"), "float32": np.dtype("<f4"), "bool": 
 
 
 @dataclass
-class TurnRecord:
-    """One LLM call as the proxy records it (the input of :meth:`EventStore.append_turn`).
+class NewTurn:
+    """One LLM call as the proxy records it (the input of :meth:`EventStore.turns.append`).
 
     ``context_ids`` are the tokens added since the lineage's previous turn (or the whole prompt
     when a new segment starts); they are never trained on. ``generated_ids`` are the engine's
@@ -235,7 +235,7 @@ class TurnRecord:
 
 @dataclass(slots=True)
 class PreparedTurn:
-    """A validated :class:`TurnRecord`: normalised arrays, compressed experts, content hash."""
+    """A validated :class:`NewTurn`: normalised arrays, compressed experts, content hash."""
 
     key: str
     row: dict[str, Any]
@@ -253,7 +253,7 @@ class PreparedTurn:
 
 
 def prepare_turn(
-    run_name: str, rec: TurnRecord, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    run_name: str, rec: NewTurn, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 ) -> PreparedTurn:
     """Validate ``rec`` and build the row to insert; raises :class:`InvalidRecordError` on bad input."""
     check_text(rec.session_id, what="session_id", max_chars=64)
@@ -564,6 +564,17 @@ class TaskLease:
     expires_at: float
     kind: str = "train"
     eval_version: int | None = None
+
+
+@dataclass(frozen=True)
+class TaskPair:
+    """Where a (task, sample) queue entry sits: its task, group and sample indexes and its kind."""
+
+    id: int
+    task_index: int
+    group_index: int
+    sample_index: int
+    kind: str
 
 
 @dataclass(frozen=True)

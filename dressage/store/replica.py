@@ -48,13 +48,13 @@ def wait_for_replay(
     A replica that is not in recovery (``pg_last_wal_replay_lsn()`` is NULL: the URL points at a
     primary) is as fresh as its server and passes at once.
     """
-    if primary.dialect != "postgresql" or replica.dialect != "postgresql":
+    if primary.db.dialect != "postgresql" or replica.db.dialect != "postgresql":
         raise ConfigError("read replicas need PostgreSQL for both the log and the replica")
     try:
-        with primary.engine.connect() as conn:
+        with primary.db.engine.connect() as conn:
             target = str(conn.execute(text("SELECT pg_current_wal_lsn()")).scalar_one())
         deadline = time.monotonic() + timeout_s
-        with replica.engine.connect() as conn:
+        with replica.db.engine.connect() as conn:
             while True:
                 row = conn.execute(
                     text("SELECT pg_last_wal_replay_lsn(), pg_last_wal_replay_lsn() >= CAST(:t AS pg_lsn)"),
@@ -72,5 +72,5 @@ def wait_for_replay(
                 time.sleep(poll_s)
     except SQLAlchemyError as e:
         raise StoreError(
-            f"checking the replica's replay position failed: {redact(str(e), primary.secrets)}"
+            f"checking the replica's replay position failed: {redact(str(e), primary.db.secrets)}"
         ) from e

@@ -3,7 +3,7 @@
 Exactly-once effect (DESIGN.md section 3.5): for each step the backend first does its work (an
 optimizer step and a checkpoint carrying ``(run, position, step)``, or a rollout file), then the
 step manifest, its batch hash and the consumer checkpoint are committed in one transaction
-(:meth:`EventStore.commit_step`). After a crash the trainer resumes at the step after the last
+(:meth:`EventStore.consumers.commit_step`). After a crash the trainer resumes at the step after the last
 committed one; the cursor in the checkpoint state makes the next batch byte-identical to what an
 uninterrupted run would have formed. Replay re-forms every recorded step and checks its hash.
 
@@ -88,7 +88,7 @@ class Trainer:
         """A read replica (:mod:`dressage.store.replica`) that groups and turns are read from, or None."""
         self.replica_timeout_s = replica_timeout_s
         self.start_step = start_step
-        self.run = store.get_run(run)
+        self.run = store.runs.get(run)
         self.options = options
         self.backend: Backend = backend or NullBackend()
         self.consumer = consumer_name(consumer)
@@ -117,7 +117,7 @@ class Trainer:
         A consumer without a checkpoint numbers its first step ``start_step + 1`` (its weights were
         trained ``start_step`` steps elsewhere) and keeps ``start_step`` in its checkpoint state.
         """
-        ckpt = self.store.get_checkpoint(self.run, self.consumer)
+        ckpt = self.store.consumers.checkpoint(self.run, self.consumer)
         step = ckpt.step if ckpt else self.start_step
         start_step = int(ckpt.state.get("start_step", 0)) if ckpt else self.start_step
         cursor: Cursor = tuple(ckpt.state.get("cursor", START_CURSOR)) if ckpt else START_CURSOR
@@ -134,7 +134,7 @@ class Trainer:
                 time.sleep(poll_s)
                 continue
             metrics = self.backend.train_step(batch)
-            record = self.store.commit_step(
+            record = self.store.consumers.commit_step(
                 self.run,
                 self.consumer,
                 step=batch.step,
@@ -165,7 +165,7 @@ class Trainer:
 
         Raises :class:`ReplayDriftError` naming the step, and the first differing sample and field.
         """
-        recorded = self.store.list_steps(self.run, self.consumer)
+        recorded = self.store.consumers.steps(self.run, self.consumer)
         if upto is not None:
             recorded = [rec for rec in recorded if rec.step <= upto]
         cursor: Cursor = START_CURSOR

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
-
 from dressage.errors import TrainingError
-from dressage.store import schema as t
 from dressage.store.event_store import EventStore
 from dressage.store.records import Event, Run
 
@@ -80,7 +77,7 @@ class GroupTracker:
 
     def __init__(self, store: EventStore, run: str | Run, n_samples_per_prompt: int | None = None) -> None:
         self.store = store
-        self.run = store.get_run(run)
+        self.run = store.runs.get(run)
         self.n_samples_per_prompt = n_samples_per_prompt
         self.position = 0
         self._pairs: dict[int, _Pair] = {}  # by task row id
@@ -91,13 +88,7 @@ class GroupTracker:
         self._not_trained: set[int] = set()  # task row ids of eval tasks
 
     def _load_tasks(self) -> None:
-        c = t.tasks.c
-        with self.store._read() as conn:
-            rows = conn.execute(
-                select(c.id, c.task_index, c.group_index, c.sample_index, c.kind).where(
-                    c.run_id == self.run.id
-                )
-            ).all()
+        rows = self.store.tasks.pairs(self.run)
         for row in rows:
             if row.kind != "train":
                 self._not_trained.add(row.id)  # eval tasks: never part of a group to train
@@ -130,8 +121,8 @@ class GroupTracker:
             # stay in the database). Positions are dense and commit-ordered, so every event up to
             # the run's last position as read *before* the query is visible to the query: after a
             # short read the tracker has seen everything it needs up to there.
-            bound = self.store.last_position(self.run)
-            events = self.store.read_events(self.run, self.position, limit, kinds=TRACKED_KINDS)
+            bound = self.store.events.last_position(self.run)
+            events = self.store.events.read(self.run, self.position, limit, kinds=TRACKED_KINDS)
             for ev in events:
                 group = self._apply(ev)
                 if group is not None:

@@ -150,7 +150,7 @@ class StepBuilder:
 
     def _read(self, session_ids: list[str]) -> dict[str, list[Any]]:
         by_session: dict[str, list[Any]] = {sid: [] for sid in session_ids}
-        for turn in self.store.read_turns(session_ids=session_ids) if session_ids else []:
+        for turn in self.store.turns.read(session_ids=session_ids) if session_ids else []:
             by_session[turn.session_id].append(turn)
         return by_session
 

@@ -8,7 +8,7 @@ One push of policy version ``v`` (after trainer step ``v - initial_version``):
    in-flight requests keeping their partial output and pauses its engines) when a proxy admin URL
    is given, else each engine directly (``/pause_generation``);
 3. ``update_weights_from_disk(path, weight_version=v)`` on every engine (concurrently);
-4. :meth:`EventStore.record_policy_version` ``(run, v, uri)`` (idempotent per version, so a step
+4. :meth:`EventStore.versions.record` ``(run, v, uri)`` (idempotent per version, so a step
    redone after a crash pushes and records again harmlessly);
 5. **resume**: ``POST /admin/resume {"version": v}`` (the proxy continues its engines and tags later
    tokens with ``v``), else each engine's ``/continue_generation``.
@@ -158,7 +158,7 @@ class WeightPusher:
                     "mixed weights; fix the engine (path visible to it? same architecture?) and restart the "
                     "trainer, which redoes this step and pushes again"
                 ) from e
-            self.store.record_policy_version(run, version, path.as_uri())
+            self.store.versions.record(run, version, path.as_uri())
             await self._resume(pool, version)
         finally:
             await pool.aclose()

@@ -33,7 +33,7 @@ def write_bundle(
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out} is not empty; choose a new directory for the bundle")
     store = viewer.store
-    run = store.get_run(run_name)
+    run = store.runs.get(run_name)
     ctx = pages.run_page(viewer, run.name, {}, all_sessions=True)
     if session_ids is not None:
         wanted = set(session_ids)
@@ -87,12 +87,12 @@ def _copy_artifacts(viewer: Viewer, run: str, sessions: list[str], folder: Path)
     """Copy the sessions' artifacts as ``<id>-<safe name>``; returns the file name by artifact id."""
     wanted = set(sessions)
     names: dict[int, str] = {}
-    for ref in viewer.store.list_artifacts(run):
+    for ref in viewer.store.artifacts.list(run):
         if ref.session_id not in wanted:
             continue
         folder.mkdir(parents=True, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in ref.name)[:80] or "artifact"
         name = f"{ref.id}-{safe}"
-        (folder / name).write_bytes(viewer.store.get_artifact(ref))
+        (folder / name).write_bytes(viewer.store.artifacts.get(ref))
         names[ref.id] = name
     return names

@@ -196,7 +196,7 @@ def _aggregate_of_session(name: str) -> ScalarSelect[Any]:
 
 def list_sessions(store: EventStore, run: str, q: SessionQuery, decoder: TokenDecoder) -> SessionPage:
     """The page of sessions of ``run`` that ``q`` asks for."""
-    r = store.get_run(run)
+    r = store.runs.get(run)
     base = _filtered(r.id, q)
     direction = desc if q.descending else asc
     if q.sort in AGGREGATE_SORTS:
@@ -246,7 +246,7 @@ def _text_matches(
     ids = [x["session"] for x in rows]
     texts: dict[str, list[str]] = {sid: [] for sid in ids}
     for start in range(0, len(ids), 200):
-        for turn in store.read_turns(session_ids=ids[start : start + 200], with_experts=False):
+        for turn in store.turns.read(session_ids=ids[start : start + 200], with_experts=False):
             texts[turn.session_id].append(decoder.text(turn.context_ids))
             texts[turn.session_id].append(decoder.text(turn.generated_ids))
     with reading(store) as conn:

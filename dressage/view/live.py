@@ -68,7 +68,7 @@ async def event_stream(
         if streams.closing or await disconnected():  # type: ignore[misc]
             return
         try:
-            events = await asyncio.to_thread(store.read_events, run, after, BATCH)
+            events = await asyncio.to_thread(store.events.read, run, after, BATCH)
         except StoreError as err:
             # The log cannot be read now (database restarting, network): end this stream; the
             # browser reconnects after ``retry`` and resumes from the last position it received.

@@ -37,19 +37,19 @@ class Viewer:
 
     def redact(self, text: str | None) -> str | None:
         """``text`` with secrets replaced (the store's configured secrets and the usual patterns)."""
-        return redact(text, self.store.secrets)
+        return redact(text, self.store.db.secrets)
 
 
 def runs_page(v: Viewer) -> dict[str, Any]:
     """Every run with its counts."""
-    return {"runs": [queries.run_overview(v.store, r) for r in v.store.list_runs()]}
+    return {"runs": [queries.run_overview(v.store, r) for r in v.store.runs.list()]}
 
 
 def run_page(
     v: Viewer, run_name: str, params: dict[str, str], *, all_sessions: bool = False
 ) -> dict[str, Any]:
     """A run: counts, reward curves, failures and one page of its sessions."""
-    run = v.store.get_run(run_name)
+    run = v.store.runs.get(run_name)
     q = SessionQuery.from_params({k: val for k, val in params.items() if k != "name"})
     if all_sessions:
         q = SessionQuery(per_page=10**9)
@@ -101,9 +101,9 @@ def _redact_message(v: Viewer, m: Message) -> Message:
 
 def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
     """A session: conversation, token view, segments diagram, reward, artifacts, steps, events."""
-    session = v.store.get_session(session_id)
-    run = v.store.get_run_by_id(session.run_id)
-    turns = v.store.read_turns(session_id=session_id, with_experts=False)
+    session = v.store.sessions.get(session_id)
+    run = v.store.runs.by_id(session.run_id)
+    turns = v.store.turns.read(session_id=session_id, with_experts=False)
     views = turn_views(turns, v.decoder_for(run))
     for tv in views:
         tv.context_messages = [_redact_message(v, m) for m in tv.context_messages]
@@ -121,16 +121,16 @@ def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
         "tokens": token_payload(
             turns,
             v.decoder_for(run),
-            v.store.secrets,
+            v.store.db.secrets,
             with_experts=queries.turns_with_experts(v.store, session_id),
         ),
         "events": [{**e, "payload": v.redact(_pretty(e["payload"]))} for e in events],
         "reward_details": v.redact(_pretty(reward_events[-1]["payload"].get("details")))
         if reward_events
         else None,
-        "artifacts": v.store.list_artifacts(run, session_id=session_id),
+        "artifacts": v.store.artifacts.list(run, session_id=session_id),
         "steps": queries.steps_of_session(v.store, run, session_id),
-        "last_position": v.store.last_position(run),
+        "last_position": v.store.events.last_position(run),
         "totals": {
             "tokens": sum(t.context_ids.size + t.generated_ids.size for t in turns),
             "trained": sum(int(t.loss_mask.sum()) for t in turns),
@@ -140,15 +140,15 @@ def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
 
 def sql_page(v: Viewer, session_id: str) -> dict[str, Any]:
     """The SQL behind a session page."""
-    session = v.store.get_session(session_id)
+    session = v.store.sessions.get(session_id)
     return {"session": session, "sql": queries.session_sql(session_id)}
 
 
 def conversation_text(v: Viewer, session: Session) -> list[str]:
     """A session's conversation as lines of text (what the group diff compares)."""
-    turns = v.store.read_turns(session_id=session.id, with_experts=False)
+    turns = v.store.turns.read(session_id=session.id, with_experts=False)
     lines: list[str] = []
-    for tv in turn_views(turns, v.decoder_for(v.store.get_run_by_id(session.run_id))):
+    for tv in turn_views(turns, v.decoder_for(v.store.runs.by_id(session.run_id))):
         for m in [*tv.context_messages, *([tv.reply] if tv.reply else [])]:
             lines.append(f"[{m.role}]")
             if m.reasoning:
@@ -161,7 +161,7 @@ def conversation_text(v: Viewer, session: Session) -> list[str]:
 
 def group_page(v: Viewer, run_name: str, group: int, diff: tuple[str, str] | None = None) -> dict[str, Any]:
     """The samples of one group side by side; with ``diff``, a diff of two of their conversations."""
-    run = v.store.get_run(run_name)
+    run = v.store.runs.get(run_name)
     members = queries.group_members(v.store, run, group)
     if not members:
         raise UnknownRunError(f"run {run.name!r} has no group {group}")
@@ -187,17 +187,19 @@ def group_page(v: Viewer, run_name: str, group: int, diff: tuple[str, str] | Non
 
 def training_page(v: Viewer, run_name: str) -> dict[str, Any]:
     """Consumers of a run, their checkpoints and steps."""
-    run = v.store.get_run(run_name)
+    run = v.store.runs.get(run_name)
     out = []
     for consumer in queries.consumers(v.store, run):
         steps = queries.steps(v.store, run, consumer)
-        out.append({"name": consumer, "checkpoint": v.store.get_checkpoint(run, consumer), "steps": steps})
+        out.append(
+            {"name": consumer, "checkpoint": v.store.consumers.checkpoint(run, consumer), "steps": steps}
+        )
     return {"run": run, "consumers": out}
 
 
 def step_page(v: Viewer, run_name: str, consumer: str, step: int) -> dict[str, Any]:
     """One step's manifest: sessions, segments, token counts per policy version, batch hash."""
-    run = v.store.get_run(run_name)
+    run = v.store.runs.get(run_name)
     found = [s for s in queries.steps(v.store, run, consumer) if s.step == step]
     if not found:
         raise RequestError(f"consumer {consumer!r} of run {run.name!r} has no step {step}", param="step")

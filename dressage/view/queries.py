@@ -56,7 +56,7 @@ class RunOverview:
 
 def run_overview(store: EventStore, run: Run) -> RunOverview:
     """Counts of one run (sessions by status, turns, tokens, trained share, mean reward)."""
-    s = store.run_summary(run)
+    s = store.runs.summary(run)
     return RunOverview(
         run,
         {k: s["sessions"].get(k, 0) for k in SESSION_STATUSES},
@@ -147,7 +147,7 @@ def consumers(store: EventStore, run: Run) -> list[str]:
 
 def steps(store: EventStore, run: Run, consumer: str) -> list[TrainStep]:
     """Every step of ``consumer`` on ``run``, in order."""
-    return store.list_steps(run, consumer)
+    return store.consumers.steps(run, consumer)
 
 
 def step_rewards(step: TrainStep) -> CurvePoint | None:
@@ -272,7 +272,7 @@ def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMe
             else {}
         )
     members = [
-        GroupMember(store.get_session(sid), sample, int(counts.get(sid, 0)), None, "-")
+        GroupMember(store.sessions.get(sid), sample, int(counts.get(sid, 0)), None, "-")
         for sid, sample in rows
     ]
     recorded: dict[str, tuple[float, list[int], str]] = {}

@@ -40,7 +40,7 @@ def open_readonly_store(settings: Settings, *, replica: bool = False) -> EventSt
 def reading(store: EventStore) -> Iterator[Connection]:
     """A read-only transaction on the viewer's store; database errors become :class:`StoreError`."""
     try:
-        with store.engine.connect() as conn, conn.begin():
+        with store.db.engine.connect() as conn, conn.begin():
             yield conn
     except SQLAlchemyError as e:
-        raise StoreError(f"database read failed: {redact(str(e), store.secrets)}") from e
+        raise StoreError(f"database read failed: {redact(str(e), store.db.secrets)}") from e

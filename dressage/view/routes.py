@@ -107,7 +107,7 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
         ref = queries.artifact_by_id(viewer.store, artifact_id)
         if ref is None:
             raise RequestError(f"no artifact with id {artifact_id}", param="id")
-        data = viewer.store.get_artifact(ref)
+        data = viewer.store.artifacts.get(ref)
         safe_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in ref.name) or "artifact"
         if request.query_params.get("download") or not _is_text(data):
             return Response(
@@ -122,8 +122,8 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
 
     def experts(request: Request) -> Response:
         sid = _param(request, "session")
-        viewer.store.get_session(sid)
-        turns = viewer.store.read_turns(session_id=sid, with_experts=True)
+        viewer.store.sessions.get(sid)
+        turns = viewer.store.turns.read(session_id=sid, with_experts=True)
         rows = experts_at(turns, _int(request, "segment"), _int(request, "position"))
         return JSONResponse({"experts": rows})
 
@@ -131,11 +131,11 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
         sid = request.query_params.get("session")
         try:
             if sid:
-                s = await asyncio.to_thread(viewer.store.get_session, sid)
-                run_name = (await asyncio.to_thread(viewer.store.get_run_by_id, s.run_id)).name
+                s = await asyncio.to_thread(viewer.store.sessions.get, sid)
+                run_name = (await asyncio.to_thread(viewer.store.runs.by_id, s.run_id)).name
             else:
                 run_name = _param(request, "run")
-                await asyncio.to_thread(viewer.store.get_run, run_name)
+                await asyncio.to_thread(viewer.store.runs.get, run_name)
             resume = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
             after = int(resume)
         except ValueError:

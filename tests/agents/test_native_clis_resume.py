@@ -89,11 +89,11 @@ def test_codex_killed_mid_run_resumes_from_the_log(tmp_path: Path) -> None:
     assert [c for c in policy.calls if c[0] == "resume"] == [("resume", "answer")]  # the call: replayed
     store = open_store(db, home)
     try:
-        (session,) = store.list_sessions(name)
+        (session,) = store.sessions.list(name)
         assert session.status == "finished" and session.reward == 1.0 and session.attempt == 2
         assert session.info["replay"]["outcome"] == "completed"
         assert session.info["replay"]["turns_replayed"] == 1
-        turns = store.read_turns(session_id=session.id, with_experts=False)
+        turns = store.turns.read(session_id=session.id, with_experts=False)
         assert [(t.turn_index, t.segment_index, t.route) for t in turns] == [
             (0, 0, "create"),
             (1, 0, "append"),

@@ -115,14 +115,14 @@ def test_agent_cli_rollout_through_the_proxy_is_recorded_token_exact(tmp_path: P
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     store = open_store(f"sqlite:///{tmp_path / 'log.db'}", tmp_path / "home")
     try:
-        runs = store.list_runs()
+        runs = store.runs.list()
         assert len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
         run = runs[0]
-        (session,) = store.list_sessions(run)
+        (session,) = store.sessions.list(run)
         log = _agent_log(store, run, session.id)
         assert session.status == "finished", f"{session.error}\n{log[-4000:]}"
         assert session.reward == 1.0, log[-4000:]
-        turns = store.read_turns(run, with_experts=False)
+        turns = store.turns.read(run, with_experts=False)
         decode = engine.profile.tokenizer.decode
         texts = [decode([int(i) for i in t.generated_ids]) for t in turns]
         prompts = [decode([int(i) for i in t.context_ids]) for t in turns]
@@ -162,7 +162,7 @@ def _assert_token_exact(engine: ScriptedEngine, script: Callable[[str, int], str
 
 def _agent_log(store: Any, run: Any, session_id: str) -> str:
     """The session's ``agent.log`` artifact, for failure messages."""
-    for a in store.list_artifacts(run, session_id=session_id):
+    for a in store.artifacts.list(run, session_id=session_id):
         if a.name == "agent.log":
-            return store.get_artifact(a).decode(errors="replace")
+            return store.artifacts.get(a).decode(errors="replace")
     return ""

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from dressage.store import EventStore, TurnRecord
+from dressage.store import EventStore, NewTurn
 
 
 @dataclass
@@ -25,14 +25,14 @@ class Populated:
     run: str
     other_run: str
     sessions: dict[str, str]
-    turns: list[TurnRecord] = field(default_factory=list)
+    turns: list[NewTurn] = field(default_factory=list)
     artifact: bytes = b"sandbox archive \x00\x01 bytes"
 
 
 def _turn(
     sid: str, index: int, ctx: list[int], gen: list[int], lps: list[float], vers: list[int], **kw
-) -> TurnRecord:
-    return TurnRecord(
+) -> NewTurn:
+    return NewTurn(
         session_id=sid,
         turn_index=index,
         context_ids=ctx,
@@ -48,11 +48,11 @@ def populated(store: EventStore, run_name: str) -> Populated:
     """Insert the run described in the module docstring and return what was inserted."""
     sid = {k: f"{run_name}-{k}" for k in ("s1", "s2", "s3", "s4")}
     p = Populated(run=run_name, other_run=f"{run_name}-other", sessions=sid)
-    store.create_run(run_name, {"model": "tiny", "seed": 7})
-    store.record_policy_version(run_name, 0)
-    store.record_policy_version(run_name, 1, "file:///ckpt/1")
+    store.runs.create(run_name, {"model": "tiny", "seed": 7})
+    store.versions.record(run_name, 0)
+    store.versions.record(run_name, 1, "file:///ckpt/1")
     for k in sid:
-        store.open_session(run_name, session_id=sid[k], agent="whitebox")
+        store.sessions.open(run_name, session_id=sid[k], agent="whitebox")
     rng = np.random.default_rng(0)
     p.turns = [
         _turn(
@@ -96,16 +96,16 @@ def populated(store: EventStore, run_name: str) -> Populated:
         _turn(sid["s4"], 0, [9], [], [], [], finish_reason=None),
     ]
     for rec in p.turns:
-        store.append_turn(run_name, rec)
-    store.append_event(run_name, "context_overflow", {"n_tokens": 99}, session_id=sid["s4"])
-    store.put_artifact(run_name, p.artifact, name="sandbox.tar", session_id=sid["s1"])
-    store.finalize_session(sid["s1"], "finished", reward=1.0, finish_reason="stop")
-    store.finalize_session(sid["s2"], "finished", reward=0.0, finish_reason="stop")
-    store.finalize_session(sid["s3"], "failed", finish_reason="context_length_exceeded", error="too long")
+        store.turns.append(run_name, rec)
+    store.events.append(run_name, "context_overflow", {"n_tokens": 99}, session_id=sid["s4"])
+    store.artifacts.put(run_name, p.artifact, name="sandbox.tar", session_id=sid["s1"])
+    store.sessions.finalize(sid["s1"], "finished", reward=1.0, finish_reason="stop")
+    store.sessions.finalize(sid["s2"], "finished", reward=0.0, finish_reason="stop")
+    store.sessions.finalize(sid["s3"], "failed", finish_reason="context_length_exceeded", error="too long")
 
-    store.create_run(p.other_run)
-    other = store.open_session(p.other_run, session_id=f"{run_name}-o1")
-    store.append_turn(p.other_run, _turn(other.id, 0, [1, 2, 3], [4], [-0.1], [0]))
+    store.runs.create(p.other_run)
+    other = store.sessions.open(p.other_run, session_id=f"{run_name}-o1")
+    store.turns.append(p.other_run, _turn(other.id, 0, [1, 2, 3], [4], [-0.1], [0]))
     return p
 
 

@@ -133,7 +133,7 @@ def test_broken_rollout_inputs_fail_in_one_line_and_create_nothing(
 def _with_run(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'log.db'}"
     store = EventStore.open(settings=Settings(database_url=url, home=tmp_path / "home"))
-    store.create_run("r", {})
+    store.runs.create("r", {})
     store.close()
     return url
 

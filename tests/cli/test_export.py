@@ -31,7 +31,7 @@ def test_export_verifies_and_round_trips(
     counts = manifest["counts"]
     assert (counts["sessions"], counts["turns"], counts["tokens"], counts["trained_tokens"]) == (4, 6, 22, 8)
     assert (counts["policy_versions"], counts["artifacts"]) == (2, 1)
-    assert counts["events"] == manifest["last_position"] == store.last_position(populated.run)
+    assert counts["events"] == manifest["last_position"] == store.events.last_position(populated.run)
     assert (out / "tasks.jsonl").exists() and (out / "train_steps.jsonl").exists()
 
     events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]

@@ -39,13 +39,13 @@ def sessions_of(url: str, home: Path, run: str) -> list[Any]:
     """Every session of ``run`` with its task's (task, sample) pair."""
     store = open_store(url, home)
     try:
-        r = store.get_run(run)
+        r = store.runs.get(run)
         q = (
             select(t.sessions, t.tasks.c.task_index, t.tasks.c.sample_index)
             .join(t.tasks, t.tasks.c.id == t.sessions.c.task_id)
             .where(t.sessions.c.run_id == r.id)
         )
-        with store.engine.connect() as conn:
+        with store.db.engine.connect() as conn:
             return list(conn.execute(q).all())
     finally:
         store.close()
@@ -55,8 +55,8 @@ def events_of(url: str, home: Path, run: str, kind: str) -> int:
     """How many ``kind`` events ``run`` has."""
     store = open_store(url, home)
     try:
-        r = store.get_run(run)
-        with store.engine.connect() as conn:
+        r = store.runs.get(run)
+        with store.db.engine.connect() as conn:
             rows = conn.execute(
                 select(t.events.c.position).where(t.events.c.run_id == r.id, t.events.c.kind == kind)
             ).all()
@@ -107,13 +107,13 @@ def running_on(url: str, home: Path, run: str, node_id: str | None = None) -> li
     """Running sessions of ``run`` with at least one recorded turn (on ``node_id``, if given)."""
     store = open_store(url, home)
     try:
-        r = store.get_run(run)
+        r = store.runs.get(run)
         q = (
             select(t.sessions.c.id, t.sessions.c.info)
             .where(t.sessions.c.run_id == r.id, t.sessions.c.status == "running")
             .where(select(t.turns.c.id).where(t.turns.c.session_id == t.sessions.c.id).exists())
         )
-        with store.engine.connect() as conn:
+        with store.db.engine.connect() as conn:
             rows = conn.execute(q).all()
     except Exception:  # the run is not created yet
         return []
@@ -205,6 +205,6 @@ def test_one_loop_iteration_with_its_rollout_on_ray(
     assert all(r.info.get("ray_node_id") for r in rows), [r.info for r in rows]
     store = open_store(cluster_pg_url, home)
     try:
-        assert store.latest_policy_version(store.get_run(run)) == 1  # the iteration trained and pushed
+        assert store.versions.latest(store.runs.get(run)) == 1  # the iteration trained and pushed
     finally:
         store.close()

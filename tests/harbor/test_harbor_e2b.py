@@ -57,14 +57,14 @@ async def _rollout(tmp_path: Path, engine_url: str, dataset: Path, sandbox: dict
         settings, WorkerOptions(config_path=str(cfg), show_progress=False), Console(stderr=True, quiet=True)
     )
     store = open_store(db_url, tmp_path / "home")
-    return store, store.get_run(report.run)
+    return store, store.runs.get(report.run)
 
 
 async def test_fixture_dataset_gives_the_bwrap_rewards_on_e2b(tmp_path, engine_url, fake_vm) -> None:
     store, run = await _rollout(tmp_path, engine_url, DATASETS / "basic", {"template": "harbor-base"})
     names = [t.id for t in load_tasks(DATASETS / "basic", provider="e2b")]
-    rewards = {e.session_id: e.payload for e in store.read_events(run, kinds=("reward",))}
-    sessions = {names[s.info["task_index"]]: (s, rewards.get(s.id)) for s in store.list_sessions(run)}
+    rewards = {e.session_id: e.payload for e in store.events.read(run, kinds=("reward",))}
+    sessions = {names[s.info["task_index"]]: (s, rewards.get(s.id)) for s in store.sessions.list(run)}
     assert set(sessions) == {*EXPECTED, "missing-reward"}
     for name, want in EXPECTED.items():
         s, reward = sessions[name]
@@ -104,7 +104,7 @@ async def test_a_mapped_task_image_runs_on_its_template(tmp_path, engine_url, fa
     """A Dockerfile bubblewrap refuses (``FROM python``, ``pip``) runs on E2B from its template."""
     templates = {"pip-dockerfile": "tmpl-pip"}
     store, run = await _rollout(tmp_path, engine_url, DATASETS / "refused", {"e2b": {"templates": templates}})
-    (session,) = store.list_sessions(run)
+    (session,) = store.sessions.list(run)
     assert session.status == "finished" and session.reward == 1.0, session.error
     assert [c.get("templateID") for c in fake_vm.state.created] == ["tmpl-pip"]
     store.close()

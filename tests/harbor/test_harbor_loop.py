@@ -61,14 +61,14 @@ def test_loop_trains_on_a_harbor_dataset(tmp_path: Path) -> None:
 
     asyncio.run(go())
     try:
-        run = store.get_run(loop.run_name)
+        run = store.runs.get(loop.run_name)
         assert sorted(run.config["harbor_tasks"]) == ["01-e", "02-a"]
         assert [s.finished for s in loop.stats] == [4, 4]
-        rewards = [e.payload for e in store.read_events(run, kinds=("reward",))]
+        rewards = [e.payload for e in store.events.read(run, kinds=("reward",))]
         assert len(rewards) == 8
         assert all(r["details"]["source"] == "reward.txt" and r["reward"] in (0.0, 1.0) for r in rewards)
-        assert [e.payload["version"] for e in store.read_events(run, kinds=("policy_version",))] == [0, 1, 2]
-        steps = store.list_steps(run, "train:loop")
+        assert [e.payload["version"] for e in store.events.read(run, kinds=("policy_version",))] == [0, 1, 2]
+        steps = store.consumers.steps(run, "train:loop")
         assert [sorted(g["task_index"] for g in s.manifest["groups"]) for s in steps] == [[0, 1], [2, 3]]
     finally:
         store.close()

@@ -40,14 +40,14 @@ async def _rollout(tmp_path: Path, db_url: str, engine_url: str, agent: dict, da
         settings, WorkerOptions(config_path=str(cfg), show_progress=False), Console(stderr=True, quiet=True)
     )
     store = open_store(db_url, tmp_path / "home")
-    return store, store.get_run(report.run)
+    return store, store.runs.get(report.run)
 
 
 def _by_task(store, run, dataset: Path) -> dict[str, tuple]:
     """``{task name: (session, reward event payload or None)}`` (one sample per task)."""
     names = [t.id for t in load_tasks(dataset)]
-    rewards = {e.session_id: e.payload for e in store.read_events(run, kinds=("reward",))}
-    return {names[s.info["task_index"]]: (s, rewards.get(s.id)) for s in store.list_sessions(run)}
+    rewards = {e.session_id: e.payload for e in store.events.read(run, kinds=("reward",))}
+    return {names[s.info["task_index"]]: (s, rewards.get(s.id)) for s in store.sessions.list(run)}
 
 
 @pytest.mark.parametrize("agent", ["oracle", "scripted"])
@@ -78,9 +78,9 @@ async def test_fixture_dataset_gives_expected_rewards(tmp_path, any_db_url, engi
     recorded = run.config["harbor_tasks"]
     assert sorted(recorded) == sorted(sessions) and all(len(v["checksum"]) == 64 for v in recorded.values())
     assert recorded["separate-verifier"]["config"]["verifier"]["environment_mode"] == "separate"
-    names = Counter(a.name for a in store.list_artifacts(run))
+    names = Counter(a.name for a in store.artifacts.list(run))
     assert names["agent.log"] == 6 and names["workspace.tar.gz"] == 6
-    turns = store.read_turns(run, with_experts=False)
+    turns = store.turns.read(run, with_experts=False)
     if agent == "oracle":
         assert turns == []
     else:
@@ -135,6 +135,6 @@ async def test_a_blackbox_cli_runs_harbor_tasks_through_the_proxy(tmp_path, engi
     for name, want in EXPECTED.items():
         s, _reward = sessions[name]
         assert s.status == "finished" and s.reward == want, (name, s.status, s.error)
-    turns = store.read_turns(run, with_experts=False)
+    turns = store.turns.read(run, with_experts=False)
     assert {t.session_id for t in turns} == {s.id for s, _ in sessions.values()}
     store.close()

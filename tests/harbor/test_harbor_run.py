@@ -174,8 +174,8 @@ def test_harbor_run_with_our_environment_and_agent(tmp_path, proxy, agent) -> No
         )
         assert rec.returncode == 0, rec.stderr
     store = EventStore.open(settings=Settings(database_url=db_url, home=home))
-    run = store.get_run(f"harbor-{job.name}")
-    sessions = {s.info["task"]: s for s in store.list_sessions(run)}
+    run = store.runs.get(f"harbor-{job.name}")
+    sessions = {s.info["task"]: s for s in store.sessions.list(run)}
     expected = {**EXPECTED, **({"apt-only": 1.0} if "apt-only" in os.listdir(tmp_path / "dataset") else {})}
     assert set(sessions) == {*expected, "missing-reward", "pip-dockerfile"}
     for name, want in expected.items():
@@ -186,13 +186,13 @@ def test_harbor_run_with_our_environment_and_agent(tmp_path, proxy, agent) -> No
     assert sessions["pip-dockerfile"].status == "failed"
     assert "task pip-dockerfile: Dockerfile line 1" in (sessions["pip-dockerfile"].error or "")
     assert all(s.info["trial_name"].startswith(f"{name}__") for name, s in sessions.items())
-    rewards = {e.session_id: e.payload for e in store.read_events(run, kinds=("reward",))}
+    rewards = {e.session_id: e.payload for e in store.events.read(run, kinds=("reward",))}
     multi = rewards[sessions["multi-key"].id]["details"]["rewards"]
     assert all(r["details"]["attempt"] == 1 for r in rewards.values())
     assert multi == {"reward": 0.75, "correct": 1, "style": 0.5}
-    names = [a.name for a in store.list_artifacts(run)]
+    names = [a.name for a in store.artifacts.list(run)]
     assert names.count("result.json") == len(sessions)
-    turns = store.read_turns(run, with_experts=False)
+    turns = store.turns.read(run, with_experts=False)
     if agent == "oracle":
         assert turns == [] and {s.agent for s in sessions.values()} == {"harbor:oracle"}
     else:  # every model call went through our proxy into this run

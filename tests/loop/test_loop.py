@@ -55,7 +55,7 @@ def write_config(tmp: Path, mode: str, train: dict[str, Any] | None = None) -> P
 
 def policy_versions(store: EventStore, run: str) -> list[int]:
     """The run's recorded policy versions, in log order."""
-    return [e.payload["version"] for e in store.read_events(run, kinds=("policy_version",))]
+    return [e.payload["version"] for e in store.events.read(run, kinds=("policy_version",))]
 
 
 def token_versions(store: EventStore, run: str, min_task_index: int) -> list[int]:
@@ -65,7 +65,7 @@ def token_versions(store: EventStore, run: str, min_task_index: int) -> list[int
         "JOIN tasks k ON k.id = s.task_id WHERE te.run_name = :run AND k.task_index >= :i "
         "AND te.policy_version IS NOT NULL"
     )
-    with store.engine.connect() as conn:
+    with store.db.engine.connect() as conn:
         return [int(r[0]) for r in conn.execute(sql, {"run": run, "i": min_task_index})]
 
 
@@ -112,9 +112,9 @@ def test_sync_loop_pushes_versions_and_trains_each_iteration(tmp_path: Path) -> 
         assert [s.finished for s in loop.stats] == [4, 4]
         assert min(token_versions(store, run, min_task_index=2)) >= 1  # iteration 1 = task indexes 2, 3
         assert set(token_versions(store, run, min_task_index=0)) == {0, 1}
-        ckpt = store.get_checkpoint(run, "train:loop")
+        ckpt = store.consumers.checkpoint(run, "train:loop")
         assert ckpt is not None and ckpt.step == 2
-        steps = store.list_steps(run, "train:loop")
+        steps = store.consumers.steps(run, "train:loop")
         assert [s.manifest["trainer_version"] for s in steps] == [0, 1]
         groups = [sorted(g["task_index"] for g in s.manifest["groups"]) for s in steps]
         assert groups == [[0, 1], [2, 3]]  # each step trained on its own iteration's groups
@@ -137,11 +137,11 @@ def test_async_loop_records_versions_per_token(tmp_path: Path) -> None:
         iteration1 = token_versions(store, run, min_task_index=2)
         assert set(iteration1) <= {0, 1}
         log_versions: dict[tuple[str, int], list[int]] = {}
-        for turn in store.read_turns(run, with_experts=False):
+        for turn in store.turns.read(run, with_experts=False):
             v = turn.policy_versions[turn.policy_versions >= 0]
             assert (v[1:] >= v[:-1]).all(), "a turn's versions only grow across a pause/resume"
             log_versions.setdefault((turn.session_id, turn.segment_index), []).extend(v.tolist())
-        steps = store.list_steps(run, "train:loop")
+        steps = store.consumers.steps(run, "train:loop")
         assert len(steps) == 2 and steps[1].manifest["options"]["masking"]["max_staleness"] == 0
         masked = []
         for step in steps:
@@ -166,7 +166,7 @@ def test_a_loop_refuses_an_existing_run(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'log.db'}", home=tmp_path / "home")
     store = EventStore.open(settings=settings)
     try:
-        store.create_run("loop-test-sync")
+        store.runs.create("loop-test-sync")
         loop = Loop(store, settings, LoopOptions(str(write_config(tmp_path, "sync"))), Console())
         with pytest.raises(ConfigError, match="already exists"):
             asyncio.run(loop.start())
@@ -224,16 +224,18 @@ def test_the_loop_evaluates_each_policy_version(tmp_path: Path) -> None:
         counts = text(
             "SELECT kind, COUNT(*) FROM trajectories WHERE run_name = :r GROUP BY kind ORDER BY kind"
         )
-        with store.engine.connect() as conn:
+        with store.db.engine.connect() as conn:
             pairs = conn.execute(sql).all()
             kinds = [tuple(r) for r in conn.execute(counts, {"r": run})]
         assert pairs and all(v == pv for v, pv in pairs)
         assert kinds == [("eval", 4), ("train", 4)]
         eval_ids = {s.id for r in rounds for s in r.sessions}
-        assert all(s.info["eval_version"] in (0, 1) for s in store.list_sessions(run) if s.id in eval_ids)
+        assert all(s.info["eval_version"] in (0, 1) for s in store.sessions.list(run) if s.id in eval_ids)
         # never trained: no step manifest names an eval session
         trained = {
-            e["session"] for step in store.list_steps(run, "train:loop") for e in step.manifest["samples"]
+            e["session"]
+            for step in store.consumers.steps(run, "train:loop")
+            for e in step.manifest["samples"]
         }
         assert trained and not trained & eval_ids
     finally:

@@ -43,10 +43,10 @@ def test_loop_runs_on_the_family(tmp_path: Path, profile: str, monkeypatch: pyte
     assert loop.stats and loop.stats[0].finished == 4
     store = EventStore.open(settings=settings)
     try:
-        run = store.get_run(loop.run_name)
+        run = store.runs.get(loop.run_name)
         recorded = run.config[RUN_RECORD_KEY]
         assert recorded == {"model_profile": profile, "template_sha256": get_profile(profile).template_hash}
-        turns = store.read_turns(run=loop.run_name, with_experts=False)
+        turns = store.turns.read(run=loop.run_name, with_experts=False)
         assert len(turns) == 4 and all(t.route == "create" for t in turns)
         # what the proxy recorded equals the independent reference (official rendering + shipped vocabulary)
         want = [REFERENCES[profile]([{"role": "user", "content": p}], None, thinking) for p in PROMPTS]

@@ -76,7 +76,7 @@ def _chat(server: ProxyServer, token: str) -> httpx.Response:
 
 
 def _assert_token_exact(store: EventStore, session_id: str, r: httpx.Response) -> None:
-    (turn,) = store.read_turns(session_id=session_id, with_experts=False)
+    (turn,) = store.turns.read(session_id=session_id, with_experts=False)
     body = r.json()
     assert r.headers["x-dressage-turn-id"] == turn.id
     assert body["usage"]["completion_tokens"] == turn.generated_ids.size
@@ -112,7 +112,7 @@ def test_past_the_queue_requests_are_refused_in_their_dialect_and_recorded_nowhe
         assert anthropic.json()["error"]["type"] == "overloaded_error"
 
         for s in (chat_s, messages_s):
-            assert sqlite_store.read_turns(session_id=s.session_id, with_experts=False) == []
+            assert sqlite_store.turns.read(session_id=s.session_id, with_experts=False) == []
         assert not queued.done()  # still waiting for the slot the test holds
         _release(loop_thread, gate)
         served = queued.result(timeout=60)
@@ -138,7 +138,7 @@ def test_a_request_waiting_past_the_queue_timeout_is_refused(
     refused = _chat(server, s.token)
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert "waited too long" in refused.json()["error"]["message"]
-    assert gate.waiting == 0 and sqlite_store.read_turns(session_id=s.session_id, with_experts=False) == []
+    assert gate.waiting == 0 and sqlite_store.turns.read(session_id=s.session_id, with_experts=False) == []
     assert 'reason="queue_timeout"} 1.0' in httpx.get(f"{server.base_url}/metrics").text
     _release(loop_thread, gate)
     _wait_for(lambda: gate.active == 0)

@@ -64,8 +64,8 @@ def debug_log() -> Iterator[io.StringIO]:
 
 
 def _dump(store: EventStore, url: str) -> str:
-    if store.dialect == "sqlite":
-        raw = store.engine.raw_connection()
+    if store.db.dialect == "sqlite":
+        raw = store.db.engine.raw_connection()
         try:
             return "\n".join(raw.driver_connection.iterdump())  # type: ignore[union-attr]
         finally:
@@ -83,7 +83,7 @@ def test_no_canary_at_rest(
     proxy = ProxyServer(store, [server_app.base], settings=settings)
     loop_thread.call(proxy.start())
     try:
-        run = f"canary-{store.dialect}"
+        run = f"canary-{store.db.dialect}"
         loop_thread.call(proxy.create_run(run, {"note": "no secrets here"}))
         s = loop_thread.call(proxy.open_session(run, agent="canary"))
         headers = {"x-api-key": CANARY_KEY, "cookie": f"session={CANARY_KEY}", "x-extra": CANARY_CONFIGURED}

@@ -16,7 +16,7 @@ MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 
 def _token_events(proxy: Harness, sid: str) -> list[Any]:
-    with proxy.store.engine.connect() as conn:
+    with proxy.store.db.engine.connect() as conn:
         return conn.execute(
             text(
                 "SELECT turn_index, token_id, logprob, loss_mask, policy_version FROM token_events "
@@ -49,7 +49,7 @@ def test_every_received_token_is_logged(proxy_any: Harness) -> None:
     assert len(rows) == len(received) == 12
     assert all(bool(row.loss_mask) for row in rows)
     assert np.allclose([row.logprob for row in rows], received, atol=1e-6)
-    turns = proxy.store.read_turns(run, session_id=s.session_id)
+    turns = proxy.store.turns.read(run, session_id=s.session_id)
     assert r.usage.completion_tokens == turns[0].generated_ids.size
     assert r.usage.prompt_tokens == turns[0].segment_offset + turns[0].context_ids.size
     assert usage.completion_tokens == turns[1].generated_ids.size
@@ -70,7 +70,7 @@ def test_streaming_equals_non_streaming_for_the_same_seed(proxy: Harness) -> Non
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert content == full.choices[0].message.content
     assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
-    ta, tb = (proxy.store.read_turns(run, session_id=x.session_id)[0] for x in (a, b))
+    ta, tb = (proxy.store.turns.read(run, session_id=x.session_id)[0] for x in (a, b))
     assert ta.generated_ids.tolist() == tb.generated_ids.tolist()
     assert np.array_equal(ta.logprobs, tb.logprobs)
 
@@ -97,7 +97,7 @@ def test_async_client_bearer_header_and_models(proxy: Harness) -> None:
     assert models.data[0].id == "qwen3.5"
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5
     assert parts[-1].choices[0].finish_reason == "length"
-    assert len(proxy.store.read_turns(run, session_id=s.session_id)) == 2
+    assert len(proxy.store.turns.read(run, session_id=s.session_id)) == 2
 
 
 def test_retry_returns_the_recorded_reply_and_restart_continues(proxy: Harness) -> None:
@@ -113,18 +113,18 @@ def test_retry_returns_the_recorded_reply_and_restart_continues(proxy: Harness) 
     assert again.choices[0].message.content == first.choices[0].message.content
     keyed = dict(kw, extra_headers={"Idempotency-Key": "k1"}, max_tokens=3)
     k1 = client.chat.completions.create(messages=msgs, **keyed)
-    assert len(proxy.store.read_turns(run, session_id=s.session_id)) == 2
+    assert len(proxy.store.turns.read(run, session_id=s.session_id)) == 2
     proxy.restart()  # the proxy dies; a new one on the same log serves the agent's retries
     client = OpenAI(base_url=f"{proxy.server.base_url}/s/{s.token}/v1", api_key="x", max_retries=0)
     probe = OpenAI(base_url=proxy.session(run).base_url, api_key="x")
     assert client.chat.completions.create(messages=msgs, **keyed).usage == k1.usage
     replay = client.chat.completions.create(messages=msgs, **kw)
     assert replay.choices[0].message.content == first.choices[0].message.content
-    assert len(proxy.store.read_turns(run, session_id=s.session_id)) == 2
+    assert len(proxy.store.turns.read(run, session_id=s.session_id)) == 2
     msgs += [{"role": "assistant", "content": first.choices[0].message.content}]
     msgs += [{"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]
     step(client, probe, msgs)
-    turns = proxy.store.read_turns(run, session_id=s.session_id)
+    turns = proxy.store.turns.read(run, session_id=s.session_id)
     assert [t.turn_index for t in turns] == [0, 1, 2]
     assert turns[2].route == "append" and turns[2].parent_turn_id == turns[0].id
     assert turns[2].segment_index == turns[0].segment_index

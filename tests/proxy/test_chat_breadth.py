@@ -31,7 +31,7 @@ def client(proxy: Harness) -> Iterator[OpenAI]:
 
 
 def _turns(proxy: Harness, client: OpenAI) -> list[Any]:
-    return proxy.store.read_turns(session_id=client.session_id)  # type: ignore[attr-defined]
+    return proxy.store.turns.read(session_id=client.session_id)  # type: ignore[attr-defined]
 
 
 def test_n_choices_are_sibling_branches_all_trainable_and_replayed_after_a_restart(

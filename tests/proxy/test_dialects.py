@@ -60,7 +60,7 @@ def proxy_s(loop_thread: LoopThread, store: EventStore, scripted: ScriptedEngine
 
 
 def _turns(proxy: Harness, sid: str) -> list[Any]:
-    return proxy.store.read_turns(session_id=sid, with_experts=False)
+    return proxy.store.turns.read(session_id=sid, with_experts=False)
 
 
 def _segment_ids(turns: list[Any]) -> list[int]:

@@ -72,7 +72,7 @@ def test_corpus_through_the_proxy_is_token_exact(
                     kwargs: dict[str, Any] = {"tools": tools} if tools else {}
                     client.chat.completions.create(model="m", messages=prefix, max_tokens=4096, **kwargs)
                     wants.append(reference(prefix, tools, thinking))
-                turns = proxy.store.read_turns(session_id=s.session_id, with_experts=False)
+                turns = proxy.store.turns.read(session_id=s.session_id, with_experts=False)
                 got = prompts_from_log(turns)
                 assert len(got) == len(wants), name
                 for g, w in zip(got, wants, strict=True):

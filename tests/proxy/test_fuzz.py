@@ -228,7 +228,7 @@ def test_hostile_requests_get_clear_4xx_and_lose_nothing(proxy_f: Harness) -> No
         assert "SELECT" not in text and "INSERT" not in text and "[parameters" not in text, text
 
     # Still serving valid requests, token-exactly, and the session's turns are dense.
-    turns = proxy_f.store.read_turns(session_id=s.session_id, with_experts=False)
+    turns = proxy_f.store.turns.read(session_id=s.session_id, with_experts=False)
     assert [t.turn_index for t in turns] == list(range(len(turns)))
     with httpx.Client(base_url=s.base_url, timeout=30) as http:
         msgs: list[dict[str, Any]] = [{"role": "user", "content": "What is in /tmp?"}]
@@ -239,6 +239,6 @@ def test_hostile_requests_get_clear_4xx_and_lose_nothing(proxy_f: Harness) -> No
         msgs += [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "a.txt"}]
         second = http.post("/chat/completions", json={"model": "m", "messages": msgs, "tools": tools})
         assert second.status_code == 200
-    after = proxy_f.store.read_turns(session_id=s.session_id, with_experts=False)
+    after = proxy_f.store.turns.read(session_id=s.session_id, with_experts=False)
     assert [t.turn_index for t in after] == list(range(len(after)))
     assert after[-1].route == "append" and after[-1].segment_index == after[-2].segment_index

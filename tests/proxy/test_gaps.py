@@ -29,7 +29,7 @@ def test_named_tool_choice_forces_the_opening_as_context(proxy: Harness) -> None
         model="m", messages=msgs, tools=TOOLS, tool_choice=NAMED, max_tokens=6, seed=1, extra_body=NOTHINK
     )
     forced = _encode("<tool_call>\n<function=ls>\n")
-    turn = proxy.store.read_turns(run, session_id=s.session_id)[0]
+    turn = proxy.store.turns.read(run, session_id=s.session_id)[0]
     # The opening is context (not sampled: no logprob, never trained); the engine continued it.
     assert turn.context_ids.tolist()[-len(forced) :] == forced
     assert turn.generated_ids.size == 6 and bool(turn.loss_mask.all())
@@ -49,7 +49,7 @@ def test_named_tool_choice_forces_the_opening_as_context(proxy: Harness) -> None
         client.chat.completions.create(
             model="m", messages=msgs, max_tokens=2, tools=TOOLS, extra_body=NOTHINK
         )
-        nxt = proxy.store.read_turns(run, session_id=s.session_id)[1]
+        nxt = proxy.store.turns.read(run, session_id=s.session_id)[1]
         assert (nxt.route, nxt.segment_index) == ("append", turn.segment_index)
 
 
@@ -93,7 +93,7 @@ def test_required_tool_choice_with_one_tool_forces_its_name_and_streams(proxy: H
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert content.startswith("<tool_call>\n<function=ls>\n")
     assert chunks[-1].choices[0].finish_reason == "length"
-    turn = proxy.store.read_turns(run, session_id=s.session_id)[0]
+    turn = proxy.store.turns.read(run, session_id=s.session_id)[0]
     forced = _encode("\n</think>\n\n<tool_call>\n<function=ls>\n")
     assert turn.context_ids.tolist()[-len(forced) :] == forced and turn.generated_ids.size == 4
 
@@ -117,7 +117,7 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
             if received >= 3:
                 break  # the client goes away: the connection is closed mid-stream
     deadline = time.monotonic() + 30
-    while not (turns := proxy.store.read_turns(run, session_id=s.session_id)) and time.monotonic() < deadline:
+    while not (turns := proxy.store.turns.read(run, session_id=s.session_id)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(turns) == 1, "the abandoned turn was not recorded"
     aborted = turns[0]
@@ -132,7 +132,7 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
         model="m", messages=MSGS, max_tokens=5, seed=4, extra_headers={"Idempotency-Key": "turn-1"},
         extra_body=NOTHINK,
     )  # fmt: skip
-    turns = proxy.store.read_turns(run, session_id=s.session_id)
+    turns = proxy.store.turns.read(run, session_id=s.session_id)
     assert len(turns) == 2 and r.usage.completion_tokens == 5
     retry = turns[1]
     assert retry.finish_reason == "length" and retry.route == "create" and retry.boundary_reason is None
@@ -141,7 +141,7 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
     nxt = [*MSGS, {"role": "assistant", "content": r.choices[0].message.content}]
     nxt.append({"role": "user", "content": "More."})
     client.chat.completions.create(model="m", messages=nxt, max_tokens=2, extra_body=NOTHINK)
-    last = proxy.store.read_turns(run, session_id=s.session_id)[-1]
+    last = proxy.store.turns.read(run, session_id=s.session_id)[-1]
     if (r.choices[0].message.content or "") == (r.choices[0].message.content or "").strip():
         assert (last.route, last.segment_index, last.parent_turn_id) == (
             "append",
@@ -156,7 +156,7 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
         extra_body=NOTHINK,
     )  # fmt: skip
     assert again.choices[0].message.content == r.choices[0].message.content  # replayed, not regenerated
-    assert len(proxy.store.read_turns(run, session_id=s.session_id)) == 3
+    assert len(proxy.store.turns.read(run, session_id=s.session_id)) == 3
 
 
 def test_stop_string_spanning_a_pause_resume_seam_stops_generation(proxy: Harness) -> None:

@@ -28,7 +28,7 @@ LONG = "once upon a time " * 200
 def _wait_turns(store: EventStore, sid: str, n: int) -> list:
     deadline = time.monotonic() + 30
     while (
-        len(turns := store.read_turns(session_id=sid, with_experts=False)) < n and time.monotonic() < deadline
+        len(turns := store.turns.read(session_id=sid, with_experts=False)) < n and time.monotonic() < deadline
     ):
         time.sleep(0.05)
     return turns
@@ -104,7 +104,7 @@ def test_non_streaming_client_leaving_aborts_and_records_a_dead_end(proxy: Harne
     assert 0 < dead.generated_ids.size < 3000
     time.sleep(1.0)  # the engine was told: nothing more is generated for nobody
     assert (
-        proxy.store.read_turns(session_id=s.session_id, with_experts=False)[0].generated_ids.size
+        proxy.store.turns.read(session_id=s.session_id, with_experts=False)[0].generated_ids.size
         == dead.generated_ids.size
     )
 

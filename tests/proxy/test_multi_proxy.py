@@ -235,7 +235,7 @@ def test_turns_alternate_between_proxies_token_exact_and_dense(
     _, single, token_s = _session(urls)
     assert _converse(urls[:1], token_s, 5) == calls  # the same conversation on one proxy
 
-    got, want = store.read_turns(session_id=alternating), store.read_turns(session_id=single)
+    got, want = store.turns.read(session_id=alternating), store.turns.read(session_id=single)
     _assert_dense(got, 5)
     _assert_dense(want, 5)
     tokenizer = get_profile("qwen3.5").tokenizer
@@ -281,13 +281,13 @@ def test_two_proxies_racing_on_one_turn_record_it_once(
     loser = next(i for i, r in results.items() if r.status_code == 409)
     winner = results[1 - loser]
     assert results[loser].json()["error"]["code"] == "turn_conflict"
-    turns = store.read_turns(session_id=sid)
+    turns = store.turns.read(session_id=sid)
     _assert_dense(turns, 2)  # one row for turn 1, not two
     # The loser's retry is answered from the log: the winner's reply, nothing new recorded.
     retry = _chat(urls[loser], token, messages)
     assert retry.status_code == 200
     assert retry.json()["choices"][0]["message"] == winner.json()["choices"][0]["message"]
-    assert len(store.read_turns(session_id=sid)) == 2
+    assert len(store.turns.read(session_id=sid)) == 2
 
 
 def test_hash_ring_keeps_sessions_and_moves_only_a_dead_proxys_share() -> None:
@@ -341,9 +341,9 @@ def test_rollout_over_proxies_survives_killing_one(tmp_path: Path, pg_url: str, 
         def moving_session() -> str | None:
             """A running session owned by proxy 0 on the ring, part-way through its turns."""
             try:
-                r = store.get_run(run)
-                for s in store.list_sessions(r, status="running"):
-                    n = len(store.read_turns(session_id=s.id, with_experts=False))
+                r = store.runs.get(run)
+                for s in store.sessions.list(r, status="running"):
+                    n = len(store.turns.read(session_id=s.id, with_experts=False))
                     if ring.walk(s.id)[0] == procs[0].url and 1 <= n < 4:
                         return s.id
             except DressageError:
@@ -360,13 +360,13 @@ def test_rollout_over_proxies_survives_killing_one(tmp_path: Path, pg_url: str, 
         out, _ = worker.communicate(timeout=180)
         assert worker.returncode == 0, out.decode(errors="replace")[-3000:]
 
-        r = store.get_run(run)
-        sessions = store.list_sessions(r)
+        r = store.runs.get(run)
+        sessions = store.sessions.list(r)
         finished = [s for s in sessions if s.status == "finished"]
         assert sorted(Counter(s.task_id for s in finished).values()) == [1] * n_tasks
-        assert store.task_counts(r) == {"pending": 0, "leased": 0, "done": n_tasks, "failed": 0}
+        assert store.tasks.counts(r) == {"pending": 0, "leased": 0, "done": n_tasks, "failed": 0}
         for s in finished:  # every turn once, in order: nothing lost, nothing recorded twice
-            _assert_dense(store.read_turns(session_id=s.id, with_experts=False), 4)
+            _assert_dense(store.turns.read(session_id=s.id, with_experts=False), 4)
         assert moved in {s.id for s in finished}  # the session on the killed proxy finished on the other
     finally:
         store.close()
@@ -398,7 +398,7 @@ def test_a_session_resumed_through_another_proxys_admin_api_replays_from_the_log
         messages = _next(messages, reply, k)
     assert replayed == ["resume", "resume", None]
     assert [c[0][1] for c in first] == ['{"n": 0}', '{"n": 1}']
-    _assert_dense(store.read_turns(session_id=sid), 3)
+    _assert_dense(store.turns.read(session_id=sid), 3)
     bad = httpx.post(
         urls[0] + f"/admin/sessions/{sid}/resume",
         json={"attempt": "two"},
@@ -440,14 +440,14 @@ def test_blackbox_agents_without_network_reach_their_sessions_proxy_on_the_ring(
         )
         out, _ = worker.communicate(timeout=240)
         assert worker.returncode == 0, out.decode(errors="replace")[-3000:]
-        sessions = store.list_sessions(store.get_run(run))
+        sessions = store.sessions.list(store.runs.get(run))
         assert len(sessions) == 12 and {s.status for s in sessions} == {"finished"}, [
             s.error for s in sessions
         ]
         ring = HashRing([p.url for p in procs])
         assert {ring.walk(s.id)[0] for s in sessions} == {p.url for p in procs}  # 12 sessions: both owners
         for s in sessions:
-            turns = store.read_turns(session_id=s.id, with_experts=False)
+            turns = store.turns.read(session_id=s.id, with_experts=False)
             assert len(turns) == 1 and turns[0].generated_ids.size > 0
     finally:
         store.close()

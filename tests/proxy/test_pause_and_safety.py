@@ -41,7 +41,7 @@ def test_pause_resume_during_streaming_switches_versions(proxy: Harness) -> None
                 proxy.loop.call(proxy.server.resume(1))
 
             threading.Thread(target=resume).start()
-    turn = proxy.store.read_turns(run, session_id=s.session_id)[0]
+    turn = proxy.store.turns.read(run, session_id=s.session_id)[0]
     assert turn.generated_ids.size == len(received) == 40  # nothing lost or duplicated
     assert turn.logprobs.tolist() == pytest.approx(received, abs=1e-6)
     versions = turn.policy_versions.tolist()
@@ -106,7 +106,7 @@ def test_bad_requests_get_openai_4xx_and_leave_the_log_unchanged(proxy: Harness)
     run = proxy.run()
     s = proxy.session(run)
     other = proxy.session(run)
-    before = proxy.store.last_position(run)
+    before = proxy.store.events.last_position(run)
     url = "/v1/chat/completions"
     for body, code in BAD_BODIES:
         r = _post(proxy, url, body, token=s.token)
@@ -123,16 +123,16 @@ def test_bad_requests_get_openai_4xx_and_leave_the_log_unchanged(proxy: Harness)
         == 401
     )
     assert httpx.get(f"{proxy.server.base_url}/v1/nothing").status_code == 404
-    events = proxy.store.read_events(run, after=before)
+    events = proxy.store.events.read(run, after=before)
     assert [e.kind for e in events] == ["context_overflow"]  # the one refusal that is recorded
-    assert proxy.store.read_turns(run) == []
+    assert proxy.store.turns.read(run) == []
     # a finished session's token is refused, with the official client too
     proxy.loop.call(proxy.server.finalize_session(s.session_id, "finished", reward=1.0))
     with pytest.raises(openai.AuthenticationError):
         OpenAI(base_url=s.base_url, api_key="x", max_retries=0).chat.completions.create(
             model="m", messages=MSGS
         )
-    assert proxy.store.read_turns(run) == []
+    assert proxy.store.turns.read(run) == []
     metrics = httpx.get(f"{proxy.server.base_url}/metrics").text
     assert "dressage_proxy_errors_total" in metrics and "sk-" not in metrics
 
@@ -160,7 +160,7 @@ def test_admin_api_and_secrets(proxy: Harness) -> None:
     assert httpx.post(f"{base}/admin/pause", headers=auth).json() == {"paused": True}
     assert httpx.get(f"{base}/health").json()["paused"] is True
     assert httpx.post(f"{base}/admin/resume", json={"version": 3}, headers=auth).json()["paused"] is False
-    turns = proxy.store.read_turns("admin-run")
+    turns = proxy.store.turns.read("admin-run")
     stored = repr([(t.info, t.sampling_params) for t in turns])
     assert (
         "sup3r-secret-value" not in stored

@@ -15,7 +15,7 @@ from tests.proxy.helpers import NOTHINK
 
 def test_run_records_profile_and_a_restart_with_another_is_refused(proxy: Harness) -> None:
     run = proxy.run()
-    recorded = proxy.store.get_run(run).config[RUN_RECORD_KEY]
+    recorded = proxy.store.runs.get(run).config[RUN_RECORD_KEY]
     assert recorded == {"model_profile": "qwen3.5", "template_sha256": get_profile("qwen3.5").template_hash}
     s = proxy.session(run)
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "Hi"}]
@@ -32,6 +32,6 @@ def test_run_records_profile_and_a_restart_with_another_is_refused(proxy: Harnes
     with pytest.raises(APIStatusError) as e:
         client.chat.completions.create(model="m", messages=msgs, max_tokens=2, extra_body=NOTHINK)
     assert "recorded with model profile 'qwen3.5'" in str(e.value)
-    assert len(proxy.store.read_turns(run, session_id=s.session_id)) == 1
+    assert len(proxy.store.turns.read(run, session_id=s.session_id)) == 1
     fresh = proxy.run()
-    assert proxy.store.get_run(fresh).config[RUN_RECORD_KEY]["model_profile"] == "qwen3.6"
+    assert proxy.store.runs.get(fresh).config[RUN_RECORD_KEY]["model_profile"] == "qwen3.6"

@@ -89,7 +89,7 @@ def agent(
 
 def _tokens(store: EventStore, sid: str) -> list[tuple[Any, ...]]:
     out = []
-    for t in store.read_turns(session_id=sid, with_experts=False):
+    for t in store.turns.read(session_id=sid, with_experts=False):
         arrays = (t.context_ids, t.generated_ids, t.logprobs, t.policy_versions)
         head = (t.turn_index, t.segment_index, t.segment_offset, t.route, t.lineage_index)
         out.append((*head, *(a.tolist() for a in arrays)))
@@ -130,14 +130,14 @@ def test_resumed_session_replays_recorded_turns_then_goes_live(
     assert len(scripted.prompts) - calls_before == 2  # only the turns past the recorded ones
     assert _tokens(store, crashed.session_id) == reference  # token-exact, one dense segment
 
-    turns = store.read_turns(session_id=crashed.session_id, with_experts=False)
+    turns = store.turns.read(session_id=crashed.session_id, with_experts=False)
     assert turns[2].info["replay"]["outcome"] == "completed"
     assert turns[2].info["replay"]["turns_replayed"] == 1  # the restarted proxy replayed one more
     assert turns[2].boundary_reason is None
     h.loop.call(h.server.finalize_session(crashed.session_id, "finished", reward=1.0, attempt=2))
-    session = store.get_session(crashed.session_id)
+    session = store.sessions.get(crashed.session_id)
     assert session.attempt == 2 and session.info["resume"]["from_attempt"] == 1
-    resumed_events = store.read_events(run, kinds=("session_resumed",))
+    resumed_events = store.events.read(run, kinds=("session_resumed",))
     assert [(e.session_id, e.payload["next_turn"]) for e in resumed_events] == [(crashed.session_id, 2)]
 
 
@@ -155,7 +155,7 @@ def test_agent_that_diverges_after_resume_goes_live_on_a_replay_diverged_segment
     headers = agent(h, resumed.token, tool_output=lambda step: f"changed {step}")
     assert headers == ["resume", "", "", ""]
     assert len(scripted.prompts) - calls_before == 3
-    turns = store.read_turns(session_id=s.session_id, with_experts=False)
+    turns = store.turns.read(session_id=s.session_id, with_experts=False)
     assert [t.turn_index for t in turns] == list(range(6))  # dense: nothing replayed was written again
     live = turns[3]
     assert live.boundary_reason == "replay_diverged" and live.route == "branch"
@@ -171,7 +171,7 @@ def test_agent_that_diverges_after_resume_goes_live_on_a_replay_diverged_segment
     segments = build_segments(turns)
     anchor = anchor_position(segments)
     assert anchor is not None and segments[anchor].segment_index == 1
-    assert store.get_session(s.session_id).info["replay"]["outcome"] == "diverged"
+    assert store.sessions.get(s.session_id).info["replay"]["outcome"] == "diverged"
 
 
 def test_agent_that_diverges_at_its_first_request_takes_the_root_over(
@@ -185,7 +185,7 @@ def test_agent_that_diverges_at_its_first_request_takes_the_root_over(
     # A system prompt that changed (a CLI that writes the time into it): nothing can be replayed.
     headers = agent(h, resumed.token, system="You are a coding agent. It is 10:02.")
     assert headers == [""] * (STEPS + 1)
-    turns = store.read_turns(session_id=s.session_id, with_experts=False)
+    turns = store.turns.read(session_id=s.session_id, with_experts=False)
     live = turns[2]
     assert (live.route, live.lineage_index, live.boundary_reason) == ("create", 1, "replay_diverged")
     assert live.info["replay"]["turns_replayed"] == 0 and live.info["replay"]["outcome"] == "diverged"

@@ -24,7 +24,7 @@ def test_thirty_turn_tool_loop_keeps_one_segment(proxy: Harness) -> None:
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List files."}]
     for _ in range(30):
         step(client, probe, messages)
-    turns = proxy.store.read_turns(run, session_id=sid)
+    turns = proxy.store.turns.read(run, session_id=sid)
     assert len(turns) == 30
     assert {t.segment_index for t in turns} == {0} and {t.lineage_index for t in turns} == {0}
     assert [t.route for t in turns] == ["create"] + ["append"] * 29
@@ -67,7 +67,7 @@ def test_new_user_turn_compaction_and_subagent_boundaries(proxy: Harness) -> Non
         {"role": "user", "content": "Summary: said hello."},
     ]
     client.chat.completions.create(model="m", messages=rewritten, max_tokens=4, seed=1, extra_body=NOTHINK)
-    turns = proxy.store.read_turns(run, session_id=sid)
+    turns = proxy.store.turns.read(run, session_id=sid)
     got = [(t.route, t.boundary_reason, t.lineage_index, t.segment_index) for t in turns]
     assert got[0] == ("create", None, 0, 0)
     assert got[1] == ("create", "think_stripped", 0, 1)
@@ -89,7 +89,7 @@ def test_subagent_sharing_the_system_prompt_gets_its_own_lineage(proxy: Harness)
     step(client, probe, main)  # interleaved
     step(client, probe, sub)
     step(client, probe, main)
-    turns = proxy.store.read_turns(run, session_id=sid)
+    turns = proxy.store.turns.read(run, session_id=sid)
     got = [(t.route, t.boundary_reason, t.lineage_index, t.segment_index) for t in turns]
     assert got == [
         ("create", None, 0, 0),
@@ -105,5 +105,5 @@ def test_subagent_sharing_the_system_prompt_gets_its_own_lineage(proxy: Harness)
     client.chat.completions.create(
         model="m", messages=main[:2], max_tokens=3, tools=TOOLS, extra_body=NOTHINK
     )
-    last = proxy.store.read_turns(run, session_id=sid)[-1]
+    last = proxy.store.turns.read(run, session_id=sid)[-1]
     assert (last.route, last.lineage_index, last.parent_turn_id) == ("branch", 0, turns[0].id)

@@ -331,7 +331,7 @@ def test_vllm_single_chat_session(client: OpenAI, proxy: Harness) -> None:
     assert r.id is not None and len(r.choices) == 1
     choice = r.choices[0]
     assert choice.finish_reason == "length"
-    turn = proxy.store.read_turns(session_id=client.session_id)[0]  # type: ignore[attr-defined]
+    turn = proxy.store.turns.read(session_id=client.session_id)[0]  # type: ignore[attr-defined]
     prompt = turn.segment_offset + turn.context_ids.size
     assert r.usage == openai.types.CompletionUsage(
         completion_tokens=5, prompt_tokens=prompt, total_tokens=prompt + 5
@@ -532,7 +532,7 @@ def test_vllm_n_parameter(client: OpenAI, proxy: Harness) -> None:
         assert choice.message.content is not None and len(choice.message.content) > 0
     assert len({c.message.content for c in r.choices}) > 1
     assert r.usage is not None
-    turns = proxy.store.read_turns(session_id=client.session_id)  # type: ignore[attr-defined]
+    turns = proxy.store.turns.read(session_id=client.session_id)  # type: ignore[attr-defined]
     assert r.usage.completion_tokens == sum(t.generated_ids.size for t in turns) == 3 * 8
     chunks_by_index: dict[int, list[str]] = defaultdict(list)
     for chunk in client.chat.completions.create(

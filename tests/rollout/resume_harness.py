@@ -101,7 +101,7 @@ def _finish(proc: subprocess.Popen[bytes], timeout: float = 180) -> str:
 def trajectory(store: EventStore, session_id: str) -> list[tuple[Any, ...]]:
     """The session's turns as comparable tuples: placement and every per-token array."""
     out = []
-    for t in store.read_turns(session_id=session_id, with_experts=False):
+    for t in store.turns.read(session_id=session_id, with_experts=False):
         head = (t.turn_index, t.segment_index, t.segment_offset, t.route, t.lineage_index, t.boundary_reason)
         arrays = (t.context_ids, t.generated_ids, t.logprobs, t.policy_versions, t.loss_mask)
         out.append((*head, *(a.tolist() for a in arrays)))
@@ -117,7 +117,7 @@ def uninterrupted(tmp: Path, db_url: str, engine_url: str) -> list[tuple[Any, ..
     store = open_store(db_url, home)
     try:
         name = yaml.safe_load(cfg.read_text())["run"]
-        (session,) = store.list_sessions(name, status="finished")
+        (session,) = store.sessions.list(name, status="finished")
         return trajectory(store, session.id)
     finally:
         store.close()
@@ -160,15 +160,15 @@ def crash_and_resume(
         script.release.set()
     store = open_store(db_url, home)
     try:
-        (running,) = store.list_sessions(name, status="running")
-        recorded = len(store.read_turns(session_id=running.id, with_experts=False))
+        (running,) = store.sessions.list(name, status="running")
+        recorded = len(store.turns.read(session_id=running.id, with_experts=False))
         time.sleep(0.1)
         _finish(start_worker(["--resume", name, "--database-url", db_url], home))
         prefix = script.generated("resume", below_step=recorded)
         live = script.generated("resume")[0] - prefix[0]
-        sessions = store.list_sessions(name)
+        sessions = store.sessions.list(name)
         (finished,) = [s for s in sessions if s.status == "finished"]
-        events = store.read_events(name, kinds=("session_resumed", "session_finalized"))
+        events = store.events.read(name, kinds=("session_resumed", "session_finalized"))
         return Resumed(recorded, prefix[0], prefix[1], live, sessions, trajectory(store, finished.id), events)
     finally:
         store.close()

@@ -109,13 +109,13 @@ async def test_declared_secrets_reach_the_agent_and_never_come_to_rest(
     )
 
     store = open_store(canary_db_url, home)
-    run = store.get_run(report.run)
-    sessions = {s.status: s for s in store.list_sessions(run)}
+    run = store.runs.get(report.run)
+    sessions = {s.status: s for s in store.sessions.list(run)}
     assert set(sessions) == {"finished", "failed"}
     assert "fatal: upstream refused key [REDACTED]" in (sessions["failed"].error or "")
     assert run.config["rollout"]["secrets"] == {"sandbox": ["CANARY_SANDBOX"], "agent": ["CANARY_AGENT"]}
     assert set(run.config["secret_digests"]) == {"sandbox.CANARY_SANDBOX", "agent.CANARY_AGENT"}
-    logs = [store.get_artifact(a) for a in store.list_artifacts(run) if a.name == "agent.log"]
+    logs = [store.artifacts.get(a) for a in store.artifacts.list(run) if a.name == "agent.log"]
     assert len(logs) == 2 and all(b"stdout [REDACTED] [REDACTED]" in log for log in logs)
     store.close()
 

@@ -45,12 +45,12 @@ def _finish(proc, timeout: float = 120) -> str:
 
 
 def _check_exactly_once(store, run, n_pairs: int) -> list:
-    sessions = store.list_sessions(run)
+    sessions = store.sessions.list(run)
     finished = Counter(s.task_id for s in sessions if s.status == "finished")
     assert len(finished) == n_pairs and set(finished.values()) == {1}, finished
-    assert store.task_counts(run) == {"pending": 0, "leased": 0, "done": n_pairs, "failed": 0}
+    assert store.tasks.counts(run) == {"pending": 0, "leased": 0, "done": n_pairs, "failed": 0}
     # One reward event per finished session, none for abandoned ones.
-    rewards = Counter(e.session_id for e in store.read_events(run, kinds=("reward",), limit=100_000))
+    rewards = Counter(e.session_id for e in store.events.read(run, kinds=("reward",), limit=100_000))
     assert {s.id for s in sessions if s.status == "finished"} <= set(rewards) and set(rewards.values()) == {1}
     return sessions
 
@@ -73,7 +73,7 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, any_db_url: str, engine_url:
 
     def progressed() -> bool:
         try:
-            sessions = store.list_sessions(name)
+            sessions = store.sessions.list(name)
         except Exception:
             return False
         return sum(s.status == "finished" for s in sessions) >= 3 and any(
@@ -83,9 +83,9 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, any_db_url: str, engine_url:
     _wait_for(progressed, 90, "3 finished sessions and one running", proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    run = store.get_run(name)
-    running_at_kill = {s.id for s in store.list_sessions(run) if s.status == "running"}
-    assert running_at_kill and store.task_counts(run)["leased"] >= 1
+    run = store.runs.get(name)
+    running_at_kill = {s.id for s in store.sessions.list(run) if s.status == "running"}
+    assert running_at_kill and store.tasks.counts(run)["leased"] >= 1
 
     resumed = start_worker(
         ["--resume", name, "--database-url", any_db_url], home, DRESSAGE_TEST_AGENT_SLEEP="0.1"
@@ -115,9 +115,9 @@ def test_two_workers_share_one_postgres_run(tmp_path: Path, rollout_pg_url: str,
     import yaml
 
     store = open_store(rollout_pg_url, home)
-    run = store.get_run(yaml.safe_load(cfg.read_text())["run"])
+    run = store.runs.get(yaml.safe_load(cfg.read_text())["run"])
     sessions = _check_exactly_once(store, run, n_pairs=12)
     assert len(sessions) == 12  # no duplicate attempt anywhere
-    owners = Counter(e.payload["owner"] for e in store.read_events(run, kinds=("task_claimed",)))
+    owners = Counter(e.payload["owner"] for e in store.events.read(run, kinds=("task_claimed",)))
     assert set(owners) == {"worker-a", "worker-b"} and sum(owners.values()) == 12
     store.close()

@@ -34,19 +34,19 @@ def test_quickstart_runs_and_tells_what_to_look_at(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     assert "dressage-worker runs" in r.stderr and "dressage-worker show" in r.stderr
     store = open_store(f"sqlite:///{tmp_path / '.dressage' / 'dressage.db'}", tmp_path / ".dressage")
-    summary = store.run_summary("quickstart")
+    summary = store.runs.summary("quickstart")
     # 12 tasks x 4 samples, and the eval round of policy version 0: 6 held-out tasks x 2
     assert summary["sessions"] == {"finished": 60} and summary["turns"] == 60
-    assert store.task_counts("quickstart", kind="eval") == {
+    assert store.tasks.counts("quickstart", kind="eval") == {
         "pending": 0,
         "leased": 0,
         "done": 12,
         "failed": 0,
     }
     assert "held-out letters (eval)" in r.stderr
-    train_ids = {s.id for s in store.list_sessions("quickstart") if "eval_version" not in s.info}
+    train_ids = {s.id for s in store.sessions.list("quickstart") if "eval_version" not in s.info}
     assert len(train_ids) == 48
-    rewards = [s.reward for s in store.list_sessions("quickstart") if s.id in train_ids]
+    rewards = [s.reward for s in store.sessions.list("quickstart") if s.id in train_ids]
     assert 0.0 < sum(rewards) / len(rewards) < 1.0  # the task set has signal: some answers earn it, some not
     assert elapsed < 180, f"quickstart took {elapsed:.0f}s"
     store.close()

@@ -37,25 +37,25 @@ async def test_answer_agent_run_records_turns_rewards_and_artifacts(tmp_path, an
     cfg = write_config(tmp_path, engine_url)
     report = await _run(tmp_path, any_db_url, cfg)
     store = open_store(any_db_url, tmp_path / "home")
-    run = store.get_run(report.run)
-    sessions = store.list_sessions(run)
+    run = store.runs.get(report.run)
+    sessions = store.sessions.list(run)
     assert len(sessions) == 10 and {s.status for s in sessions} == {"finished"}
-    assert store.task_counts(run)["done"] == 10
-    rewards = {e.session_id: e.payload for e in store.read_events(run, kinds=("reward",))}
+    assert store.tasks.counts(run)["done"] == 10
+    rewards = {e.session_id: e.payload for e in store.events.read(run, kinds=("reward",))}
     assert set(rewards) == {s.id for s in sessions}
     assert all(
         rewards[s.id]["reward"] == s.reward and rewards[s.id]["details"]["kind"] == "contains"
         for s in sessions
     )
-    turns = store.read_turns(run, with_experts=False)
+    turns = store.turns.read(run, with_experts=False)
     assert {t.session_id for t in turns} == {s.id for s in sessions}
     assert all(len(t.generated_ids) <= 8 and t.loss_mask.all() for t in turns)
-    names = Counter(a.name for a in store.list_artifacts(run))
+    names = Counter(a.name for a in store.artifacts.list(run))
     assert names == {"agent.log": 10, "workspace.tar.gz": 10}
     assert run.config["rollout"]["agent"]["kind"] == "answer" and "dataset_sha256" in run.config
     # Running the same config again continues the run and does nothing twice.
     again = await _run(tmp_path, any_db_url, cfg)
-    assert again.outcomes == {} and len(store.list_sessions(run)) == 10
+    assert again.outcomes == {} and len(store.sessions.list(run)) == 10
     store.close()
 
 
@@ -76,17 +76,17 @@ async def test_failures_are_recorded_attempts_and_the_run_goes_on(tmp_path, engi
     )
     report = await _run(tmp_path, db, cfg)
     store = open_store(db, tmp_path / "home")
-    run = store.get_run(report.run)
+    run = store.runs.get(report.run)
     by_task: dict[int, list] = {}
-    for s in store.list_sessions(run):
+    for s in store.sessions.list(run):
         by_task.setdefault(s.info["task_index"], []).append(s)
     assert [s.status for s in by_task[0]] == ["finished"]
     assert [(s.status, s.finish_reason) for s in by_task[1]] == [("failed", "agent_crashed")] * 2
     assert "RuntimeError: boom: the agent has a bug" in by_task[1][0].error
     assert [(s.status, s.finish_reason) for s in by_task[2]] == [("failed", "agent_timeout")] * 2
-    assert store.task_counts(run) == {"pending": 0, "leased": 0, "done": 1, "failed": 2}
-    log = next(a for a in store.list_artifacts(run, session_id=by_task[1][0].id) if a.name == "agent.log")
-    assert b"Traceback" in store.get_artifact(log)
+    assert store.tasks.counts(run) == {"pending": 0, "leased": 0, "done": 1, "failed": 2}
+    log = next(a for a in store.artifacts.list(run, session_id=by_task[1][0].id) if a.name == "agent.log")
+    assert b"Traceback" in store.artifacts.get(log)
     store.close()
 
 
@@ -98,10 +98,10 @@ async def test_sandbox_that_fails_to_start_and_missing_binary(tmp_path, engine_u
     report = await _run(tmp_path, db, cfg)
     monkeypatch.delenv("DRESSAGE_BWRAP")
     store = open_store(db, tmp_path / "home")
-    sessions = store.list_sessions(report.run)
+    sessions = store.sessions.list(report.run)
     assert len(sessions) == 4 and {s.finish_reason for s in sessions} == {"sandbox_failed"}
     assert "sandbox bwrap failed to start: cannot run bubblewrap" in sessions[0].error
-    assert store.task_counts(report.run)["failed"] == 2
+    assert store.tasks.counts(report.run)["failed"] == 2
 
     (tmp_path / "b").mkdir()
     write_tasks(tmp_path / "b" / "tasks.jsonl", LETTERS[:1])
@@ -112,7 +112,7 @@ async def test_sandbox_that_fails_to_start_and_missing_binary(tmp_path, engine_u
         agent={"kind": "command", "command": ["no-such-agent"]},
     )
     report = await _run(tmp_path, db, cfg)
-    sessions = store.list_sessions(report.run)
+    sessions = store.sessions.list(report.run)
     assert {s.finish_reason for s in sessions} == {"agent_error"}
     assert "agent binary 'no-such-agent' not found in the sandbox" in sessions[0].error
     store.close()
@@ -130,9 +130,9 @@ async def test_blackbox_curl_through_the_proxy_without_network(tmp_path, engine_
     cfg = write_config(tmp_path, engine_url, agent=example["agent"], sandbox={"network": False})
     report = await _run(tmp_path, db, cfg)
     store = open_store(db, tmp_path / "home")
-    sessions = store.list_sessions(report.run)
+    sessions = store.sessions.list(report.run)
     assert len(sessions) == 4 and {s.status for s in sessions} == {"finished"}, [s.error for s in sessions]
-    turns = store.read_turns(report.run, with_experts=False)
+    turns = store.turns.read(report.run, with_experts=False)
     assert len(turns) == 4 and all(len(t.generated_ids) > 0 for t in turns)
     assert all(t.sampling_params.get("max_new_tokens", 8) == 8 for t in turns)
     store.close()
@@ -172,7 +172,7 @@ def test_resume_rejects_a_changed_config(tmp_path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'log.db'}", tmp_path / "home")
     from dressage.rollout.config import load_config
 
-    store.create_run("frozen", {"rollout": load_config(cfg).snapshot()})
+    store.runs.create("frozen", {"rollout": load_config(cfg).snapshot()})
     resolved, _ = resolve_config(store, WorkerOptions(resume="frozen"))
     assert resolved.run == "frozen"
     changed = write_config(tmp_path, "http://127.0.0.1:1", name="frozen", sampling={"max_tokens": 99})
@@ -200,13 +200,13 @@ async def test_answer_agent_run_on_other_sandbox_providers(
         db_url = f"sqlite:///{tmp_path / 'log.db'}"
         report = await _run(tmp_path, db_url, cfg)
         store = open_store(db_url, tmp_path / "home")
-        run = store.get_run(report.run)
-        sessions = store.list_sessions(run)
+        run = store.runs.get(report.run)
+        sessions = store.sessions.list(run)
         assert len(sessions) == 4 and {s.status for s in sessions} == {"finished"}
         assert {s.sandbox for s in sessions} == {provider}
-        turns = store.read_turns(run, with_experts=False)
+        turns = store.turns.read(run, with_experts=False)
         assert {t.session_id for t in turns} == {s.id for s in sessions}
-        names = Counter(a.name for a in store.list_artifacts(run))
+        names = Counter(a.name for a in store.artifacts.list(run))
         assert names == {"agent.log": 4, "workspace.tar.gz": 4}
         assert run.config["rollout"]["sandbox"]["provider"] == provider
         store.close()

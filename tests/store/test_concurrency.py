@@ -60,7 +60,7 @@ def _acks(out: str) -> list[tuple[str, int, int, str]]:
 
 
 def test_writers_and_tailer(store: EventStore, db_url: str, run_name: str) -> None:
-    store.create_run(run_name)
+    store.runs.create(run_name)
     n_writers, per_writer = 4, 40
     seen: list[int] = []
     done = threading.Event()
@@ -69,7 +69,7 @@ def test_writers_and_tailer(store: EventStore, db_url: str, run_name: str) -> No
         after = 0
         while True:
             finished = done.is_set()
-            for ev in store.read_events(run_name, after=after, limit=500):
+            for ev in store.events.read(run_name, after=after, limit=500):
                 seen.append(ev.position)
                 after = ev.position
             if finished:
@@ -85,11 +85,11 @@ def test_writers_and_tailer(store: EventStore, db_url: str, run_name: str) -> No
     for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
 
-    last = store.last_position(run_name)
+    last = store.events.last_position(run_name)
     # run_created + per writer: session_started + its turns
     assert last == 1 + n_writers * (1 + per_writer)
     assert seen == list(range(1, last + 1)), "the tailer must see every position once, in order"
-    events = store.read_events(run_name, limit=10_000)
+    events = store.events.read(run_name, limit=10_000)
     assert [e.position for e in events] == list(range(1, last + 1))
     by_key = {e.key: e for e in events}
     for k, (out, _) in enumerate(outputs):
@@ -103,7 +103,7 @@ def test_writers_and_tailer(store: EventStore, db_url: str, run_name: str) -> No
 def test_kill9_keeps_every_acknowledged_append(
     store: EventStore, db_url: str, run_name: str, seed: int
 ) -> None:
-    store.create_run(run_name)
+    store.runs.create(run_name)
     rnd = random.Random(seed)
     acked: dict[str, tuple[int, str]] = {}
     progress = {f"{run_name}-w0": 0, f"{run_name}-w1": 0}
@@ -129,7 +129,7 @@ def test_kill9_keeps_every_acknowledged_append(
             if rows:
                 progress[w] = rows[-1][1] + 1
     assert len(acked) > 10, "the writers should have acknowledged appends before being killed"
-    events = store.read_events(run_name, limit=100_000)
+    events = store.events.read(run_name, limit=100_000)
     positions = [e.position for e in events]
     assert positions == list(range(1, len(events) + 1)), "a hole in positions is a bug"
     keys = [e.key for e in events]
@@ -138,5 +138,5 @@ def test_kill9_keeps_every_acknowledged_append(
     for key, (pos, content_hash) in acked.items():
         assert key in by_key, f"acknowledged append {key} was lost"
         assert by_key[key].position == pos and by_key[key].content_hash == content_hash
-    turns = store.read_turns(run_name)
+    turns = store.turns.read(run_name)
     assert len(turns) == len([e for e in events if e.kind == "turn"])

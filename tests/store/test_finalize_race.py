@@ -42,17 +42,17 @@ def test_append_waiting_behind_a_finalize_does_not_land_after_it(pg_url: str) ->
     store = EventStore.open(settings=Settings(database_url=pg_url), auto_upgrade=False)
     dsn = pg_url.replace("postgresql+psycopg://", "postgresql://")
     run = f"race-{uuid.uuid4().hex[:8]}"
-    store.create_run(run)
-    sid = store.open_session(run).id
-    store.append_turn(run, make_turn(sid, 0))
+    store.runs.create(run)
+    sid = store.sessions.open(run).id
+    store.turns.append(run, make_turn(sid, 0))
     outcome: dict[str, Any] = {}
 
     def finalize() -> None:
-        outcome["final"] = store.finalize_session(sid, "finished", reward=1.0)
+        outcome["final"] = store.sessions.finalize(sid, "finished", reward=1.0)
 
     def append() -> None:
         try:
-            outcome["append"] = store.append_turn(run, make_turn(sid, 1))
+            outcome["append"] = store.turns.append(run, make_turn(sid, 1))
         except DressageError as e:
             outcome["append_error"] = e
 

@@ -18,7 +18,7 @@ from dressage.store.pg_arrays import (
 )
 from dressage.store.records import (
     KEY_NAMESPACE,
-    TurnRecord,
+    NewTurn,
     canonical_json,
     deterministic_key,
     prepare_turn,
@@ -78,7 +78,7 @@ def test_turn_key_is_the_turn_s_deterministic_key(run: str, session: str, index:
     assert turn_key(run, session, index + 1) != expected  # the cached prefix is not the whole key
 
 
-def _record(**kw: object) -> TurnRecord:
+def _record(**kw: object) -> NewTurn:
     fields: dict[str, object] = {
         "session_id": "s-1",
         "turn_index": 7,
@@ -93,7 +93,7 @@ def _record(**kw: object) -> TurnRecord:
         "finish_reason": "stop",
     }
     fields.update(kw)
-    return TurnRecord(**fields)  # type: ignore[arg-type]
+    return NewTurn(**fields)  # type: ignore[arg-type]
 
 
 def test_content_hash_is_pinned_and_independent_of_input_layout() -> None:

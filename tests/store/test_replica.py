@@ -94,7 +94,7 @@ def test_batches_from_a_streaming_replica_are_byte_identical(clusters: tuple[Clu
         build_run(primary, run, groups)  # a rollout into the primary: sessions, turns, rewards
         wait_for_replay(primary, replica)
         with pytest.raises(StoreError):  # the replica refuses writes
-            replica.create_run("nope", {})
+            replica.runs.create("nope", {})
 
         want = Trainer(primary, run, OPTIONS, consumer="primary").run_steps()
         got = Trainer(primary, run, OPTIONS, consumer="replica", reader=replica).run_steps()
@@ -102,7 +102,7 @@ def test_batches_from_a_streaming_replica_are_byte_identical(clusters: tuple[Clu
         assert [r.batch.batch_hash for r in got] == [r.batch.batch_hash for r in want]
         assert [r.batch.manifest["samples"] for r in got] == [r.batch.manifest["samples"] for r in want]
         # The consumer's checkpoint and steps went to the primary.
-        assert primary.get_checkpoint(run, "train:replica").step == 3
+        assert primary.consumers.checkpoint(run, "train:replica").step == 3
 
         # A lagging replica: the trainer waits for what the primary holds, and says so when it cannot.
         _replay_paused(standby_c, True)
@@ -130,16 +130,16 @@ def test_batches_from_a_streaming_replica_are_byte_identical(clusters: tuple[Clu
         args += ["--database-url", primary_c.url, "--replica-url", standby_c.url]
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
-        cli_steps = primary.list_steps(run, "train:cli")
+        cli_steps = primary.consumers.steps(run, "train:cli")
         assert [s.batch_hash for s in cli_steps] == [
-            s.batch_hash for s in primary.list_steps(run, "train:primary")
+            s.batch_hash for s in primary.consumers.steps(run, "train:primary")
         ]
 
         # The viewer reads from the replica when one is configured.
         viewer = open_readonly_store(settings, replica=True)
         try:
-            assert viewer.engine.url.port == standby_c.port
-            assert run in {r.name for r in viewer.list_runs()}
+            assert viewer.db.engine.url.port == standby_c.port
+            assert run in {r.name for r in viewer.runs.list()}
         finally:
             viewer.close()
     finally:
@@ -190,7 +190,7 @@ def test_the_loops_trainer_reads_from_the_replica(clusters: tuple[Cluster, Stand
         try:
             await loop.start()
             assert loop.run is not None
-            reader_port.append(loop.reader.engine.url.port if loop.reader is not None else None)
+            reader_port.append(loop.reader.db.engine.url.port if loop.reader is not None else None)
             progress = LoopProgress(Console(quiet=True), 1, enabled=False)
             progress.attach(store, loop.run)
             with progress:
@@ -202,7 +202,7 @@ def test_the_loops_trainer_reads_from_the_replica(clusters: tuple[Cluster, Stand
         asyncio.run(go())
         assert reader_port == [standby_c.port]  # the trainer's groups and turns came from the replica
         assert loop.reader is None  # closed with the loop
-        (step,) = store.list_steps(loop.run_name, "train:loop")
+        (step,) = store.consumers.steps(loop.run_name, "train:loop")
         options = StepOptions(4, 2, masking=MaskingPolicy(failure_policy="keep_finished"))  # the loop's
         (want,) = Trainer(store, loop.run_name, options, consumer="check").run_steps()
         assert step.batch_hash == want.batch.batch_hash

@@ -124,7 +124,7 @@ def test_server_crash_mid_append_loses_and_doubles_nothing(cluster: Cluster) -> 
         cluster.start()
     store = EventStore.open(settings=Settings(database_url=cluster.url), auto_upgrade=False)
     try:
-        events = store.read_events(run, limit=100_000)
+        events = store.events.read(run, limit=100_000)
     finally:
         store.close()
     positions = [e.position for e in events]

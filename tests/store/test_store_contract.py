@@ -17,14 +17,13 @@ from dressage.errors import (
     UnknownRunError,
     UnknownSessionError,
 )
-from dressage.store import AppendResult, EventStore, TaskSpec, TurnRecord
+from dressage.store import AppendResult, EventStore, NewTurn, TaskSpec
+from dressage.store.turn_appenders import PostgresTurnAppender
 
 
-def _turn(
-    session_id: str, i: int, n_ctx: int = 3, n_gen: int = 4, version: int = 0, **kw: object
-) -> TurnRecord:
+def _turn(session_id: str, i: int, n_ctx: int = 3, n_gen: int = 4, version: int = 0, **kw: object) -> NewTurn:
     rng = np.random.default_rng(i)
-    return TurnRecord(
+    return NewTurn(
         session_id=session_id,
         turn_index=i,
         context_ids=rng.integers(0, 248_000, n_ctx),
@@ -36,26 +35,26 @@ def _turn(
 
 
 def test_run_create_continue_and_frozen_config(store: EventStore, run_name: str) -> None:
-    run = store.create_run(run_name, {"model": "tiny", "seed": 1})
-    again = store.create_run(run_name, {"model": "tiny", "seed": 1})
+    run = store.runs.create(run_name, {"model": "tiny", "seed": 1})
+    again = store.runs.create(run_name, {"model": "tiny", "seed": 1})
     assert again.id == run.id and again.config == {"model": "tiny", "seed": 1}
-    assert store.create_run(run_name).id == run.id  # continue without a config
+    assert store.runs.create(run_name).id == run.id  # continue without a config
     with pytest.raises(InvalidRecordError, match="different config"):
-        store.create_run(run_name, {"model": "tiny", "seed": 2})
+        store.runs.create(run_name, {"model": "tiny", "seed": 2})
     with pytest.raises(UnknownRunError):
-        store.get_run(run_name + "-missing")
-    assert run_name in [r.name for r in store.list_runs()]
+        store.runs.get(run_name + "-missing")
+    assert run_name in [r.name for r in store.runs.list()]
 
 
 def test_turn_roundtrip_exact(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    s = store.open_session(run_name, agent="a", sandbox="bwrap")
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name, agent="a", sandbox="bwrap")
     experts = np.random.default_rng(0).integers(0, 8, (6, 2, 2)).astype(np.uint8)
     rec = _turn(s.id, 0, routed_experts=experts, finish_reason="stop", sampling_params={"temperature": 1.0})
     rec.loss_mask = [True, False, True, True]
-    res = store.append_turn(run_name, rec)
+    res = store.turns.append(run_name, rec)
     assert not res.duplicate
-    [turn] = store.read_turns(run_name)
+    [turn] = store.turns.read(run_name)
     assert turn.position == res.position
     np.testing.assert_array_equal(turn.context_ids, np.asarray(rec.context_ids, dtype=np.int32))
     np.testing.assert_array_equal(turn.generated_ids, np.asarray(rec.generated_ids, dtype=np.int32))
@@ -68,45 +67,45 @@ def test_turn_roundtrip_exact(store: EventStore, run_name: str) -> None:
 
 
 def test_positions_dense_and_idempotent(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    s = store.open_session(run_name)
-    positions = [store.append_turn(run_name, _turn(s.id, i)).position for i in range(5)]
-    retry = store.append_turn(run_name, _turn(s.id, 2))
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name)
+    positions = [store.turns.append(run_name, _turn(s.id, i)).position for i in range(5)]
+    retry = store.turns.append(run_name, _turn(s.id, 2))
     assert retry.duplicate and retry.position == positions[2]
-    events = store.read_events(run_name)
+    events = store.events.read(run_name)
     assert [e.position for e in events] == list(range(1, len(events) + 1))
-    assert store.last_position(run_name) == len(events)
-    assert [e.position for e in store.read_events(run_name, after=positions[1], limit=2)] == positions[2:4]
-    assert [e.position for e in store.tail_events(run_name, after=0)] == list(range(1, len(events) + 1))
+    assert store.events.last_position(run_name) == len(events)
+    assert [e.position for e in store.events.read(run_name, after=positions[1], limit=2)] == positions[2:4]
+    assert [e.position for e in store.events.tail(run_name, after=0)] == list(range(1, len(events) + 1))
 
 
 def test_same_key_different_content_raises_and_changes_nothing(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    s = store.open_session(run_name)
-    store.append_turn(run_name, _turn(s.id, 0))
-    before = store.last_position(run_name)
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name)
+    store.turns.append(run_name, _turn(s.id, 0))
+    before = store.events.last_position(run_name)
     changed = _turn(s.id, 0)
     changed.logprobs = np.asarray(changed.logprobs) - 0.5
     with pytest.raises(IdempotencyConflictError, match="different content"):
-        store.append_turn(run_name, changed)
-    assert store.last_position(run_name) == before
-    k1 = store.append_event(run_name, "note", {"x": 1}, key="k1")
-    assert store.append_event(run_name, "note", {"x": 1}, key="k1") == k1.__class__(k1.position, "k1", True)
+        store.turns.append(run_name, changed)
+    assert store.events.last_position(run_name) == before
+    k1 = store.events.append(run_name, "note", {"x": 1}, key="k1")
+    assert store.events.append(run_name, "note", {"x": 1}, key="k1") == k1.__class__(k1.position, "k1", True)
     with pytest.raises(IdempotencyConflictError):
-        store.append_event(run_name, "note", {"x": 2}, key="k1")
+        store.events.append(run_name, "note", {"x": 2}, key="k1")
 
 
 def test_a_turn_index_is_recorded_once_per_session(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    s = store.open_session(run_name)
-    first = store.append_turn(run_name, _turn(s.id, 0))
-    before = store.last_position(run_name)
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name)
+    first = store.turns.append(run_name, _turn(s.id, 0))
+    before = store.events.last_position(run_name)
     other_key = _turn(s.id, 0, key="another-key-for-turn-0")
     with pytest.raises(InvalidRecordError, match="already has a turn 0 recorded under another key"):
-        store.append_turn(run_name, other_key)
-    assert store.last_position(run_name) == before
-    assert [t.id for t in store.read_turns(run_name)] == [first.key]
-    assert store.append_turn(run_name, _turn(s.id, 1)).position == before + 1  # the log goes on, dense
+        store.turns.append(run_name, other_key)
+    assert store.events.last_position(run_name) == before
+    assert [t.id for t in store.turns.read(run_name)] == [first.key]
+    assert store.turns.append(run_name, _turn(s.id, 1)).position == before + 1  # the log goes on, dense
 
 
 @pytest.mark.parametrize(
@@ -132,166 +131,168 @@ def test_a_turn_index_is_recorded_once_per_session(store: EventStore, run_name: 
 def test_bad_turns_are_refused_and_log_unchanged(
     store: EventStore, run_name: str, change: dict, match: str
 ) -> None:
-    store.create_run(run_name)
-    s = store.open_session(run_name)
-    before = store.last_position(run_name)
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name)
+    before = store.events.last_position(run_name)
     rec = _turn(s.id, 0)
     for k, v in change.items():
         setattr(rec, k, v)
     with pytest.raises(InvalidRecordError, match=match):
-        store.append_turn(run_name, rec)
-    assert store.last_position(run_name) == before
-    assert store.read_turns(run_name) == []
+        store.turns.append(run_name, rec)
+    assert store.events.last_position(run_name) == before
+    assert store.turns.read(run_name) == []
 
 
 def test_unknown_run_or_session_and_finished_session(store: EventStore, run_name: str) -> None:
     with pytest.raises(UnknownRunError):
-        store.append_turn(run_name, _turn("nope", 0))
-    store.create_run(run_name)
+        store.turns.append(run_name, _turn("nope", 0))
+    store.runs.create(run_name)
     with pytest.raises(UnknownSessionError):
-        store.append_turn(run_name, _turn("nope", 0))
-    s = store.open_session(run_name)
-    store.finalize_session(s.id, "finished", reward=0.5)
+        store.turns.append(run_name, _turn("nope", 0))
+    s = store.sessions.open(run_name)
+    store.sessions.finalize(s.id, "finished", reward=0.5)
     with pytest.raises(InvalidRecordError, match="finished"):
-        store.append_turn(run_name, _turn(s.id, 0))
-    other = store.create_run(run_name + "-other")
+        store.turns.append(run_name, _turn(s.id, 0))
+    other = store.runs.create(run_name + "-other")
     with pytest.raises(InvalidRecordError, match="another run"):
-        store.append_turn(other, _turn(s.id, 0))
-    assert store.read_turns(run_name) == [] and store.read_turns(other) == []
+        store.turns.append(other, _turn(s.id, 0))
+    assert store.turns.read(run_name) == [] and store.turns.read(other) == []
 
 
 def test_appending_to_a_dropped_run_records_nothing(store: EventStore, run_name: str) -> None:
-    run = store.create_run(run_name)
-    s = store.open_session(run)
-    store.append_turn(run, _turn(s.id, 0))
-    store.drop_run(run_name)
+    run = store.runs.create(run_name)
+    s = store.sessions.open(run)
+    store.turns.append(run, _turn(s.id, 0))
+    store.runs.drop(run_name)
     with pytest.raises(UnknownSessionError):  # the stale Run object still names the dropped run
-        store.append_turn(run, _turn(s.id, 1))
+        store.turns.append(run, _turn(s.id, 1))
     with pytest.raises(UnknownRunError):
-        store.get_run(run_name)
+        store.runs.get(run_name)
 
 
 def test_session_lifecycle_is_idempotent(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    s = store.open_session(run_name, session_id="s-1", token="secret-token-123", agent="answer")
-    assert store.open_session(run_name, session_id="s-1", agent="answer").id == "s-1"
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name, session_id="s-1", token="secret-token-123", agent="answer")
+    assert store.sessions.open(run_name, session_id="s-1", agent="answer").id == "s-1"
     with pytest.raises(IdempotencyConflictError):
-        store.open_session(run_name, session_id="s-1", agent="other")
-    assert store.session_by_token("secret-token-123").id == "s-1"
-    assert store.session_by_token("other") is None
-    done = store.finalize_session(s.id, "finished", reward=1.0, finish_reason="stop")
+        store.sessions.open(run_name, session_id="s-1", agent="other")
+    assert store.sessions.by_token("secret-token-123").id == "s-1"
+    assert store.sessions.by_token("other") is None
+    done = store.sessions.finalize(s.id, "finished", reward=1.0, finish_reason="stop")
     assert done.status == "finished" and done.reward == 1.0
-    assert store.finalize_session(s.id, "finished", reward=1.0).status == "finished"
+    assert store.sessions.finalize(s.id, "finished", reward=1.0).status == "finished"
     with pytest.raises(IdempotencyConflictError):
-        store.finalize_session(s.id, "failed", reward=0.0)
-    kinds = [e.kind for e in store.read_events(run_name)]
+        store.sessions.finalize(s.id, "failed", reward=0.0)
+    kinds = [e.kind for e in store.events.read(run_name)]
     assert kinds.count("session_started") == 1 and kinds.count("session_finalized") == 1
     with pytest.raises(InvalidRecordError):
-        store.finalize_session(s.id, "done")
+        store.sessions.finalize(s.id, "done")
 
 
 def test_errors_are_redacted(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    s = store.open_session(run_name)
-    done = store.finalize_session(
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name)
+    done = store.sessions.finalize(
         s.id, "failed", error="agent crashed: Authorization: Bearer abcdefghijklmnop sk-abcdefghijklmnopqrstu"
     )
     assert "abcdefghijklmnop" not in done.error and "sk-abc" not in done.error and "[REDACTED]" in done.error
 
 
 def test_task_leases(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
+    store.runs.create(run_name)
     assert (
-        store.enqueue_tasks(
+        store.tasks.enqueue(
             run_name, [TaskSpec(0, {"prompt": "a"}), TaskSpec(1, {"prompt": "b"})], n_samples=2
         )
         == 4
     )
-    assert store.enqueue_tasks(run_name, [TaskSpec(0, {"prompt": "a"})], n_samples=2) == 0
-    first = store.claim_tasks(run_name, "w1", n=3, lease_s=60)
+    assert store.tasks.enqueue(run_name, [TaskSpec(0, {"prompt": "a"})], n_samples=2) == 0
+    first = store.tasks.claim(run_name, "w1", n=3, lease_s=60)
     assert [(x.task_index, x.sample_index) for x in first] == [(0, 0), (0, 1), (1, 0)]
-    second = store.claim_tasks(run_name, "w2", n=3, lease_s=60)
+    second = store.tasks.claim(run_name, "w2", n=3, lease_s=60)
     assert [(x.task_index, x.sample_index) for x in second] == [(1, 1)]
-    assert store.claim_tasks(run_name, "w3", n=1) == []
-    renewed = store.renew_lease(first[0], lease_s=120)
+    assert store.tasks.claim(run_name, "w3", n=1) == []
+    renewed = store.tasks.renew(first[0], lease_s=120)
     assert renewed.expires_at > first[0].expires_at
-    assert store.release_task(first[0], "done") == "done"
+    assert store.tasks.release(first[0], "done") == "done"
     with pytest.raises(LeaseError):
-        store.release_task(first[0], "done")
+        store.tasks.release(first[0], "done")
     with pytest.raises(LeaseError):
-        store.renew_lease(first[0])
-    assert store.release_task(first[1], "retry", max_attempts=3) == "pending"
-    again = store.claim_tasks(run_name, "w2", n=1)
+        store.tasks.renew(first[0])
+    assert store.tasks.release(first[1], "retry", max_attempts=3) == "pending"
+    again = store.tasks.claim(run_name, "w2", n=1)
     assert again[0].task_id == first[1].task_id and again[0].attempt == 2
-    assert store.task_counts(run_name)["done"] == 1
+    assert store.tasks.counts(run_name)["done"] == 1
 
 
 def test_expired_lease_abandons_running_session(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    store.enqueue_tasks(run_name, [TaskSpec(0, {})], n_samples=1)
-    [lease] = store.claim_tasks(run_name, "crashed", lease_s=-1)  # already expired
-    s = store.open_session(run_name, task_id=lease.task_id, attempt=lease.attempt)
-    store.append_turn(run_name, _turn(s.id, 0))
-    [retry] = store.claim_tasks(run_name, "w2", lease_s=60)
+    store.runs.create(run_name)
+    store.tasks.enqueue(run_name, [TaskSpec(0, {})], n_samples=1)
+    [lease] = store.tasks.claim(run_name, "crashed", lease_s=-1)  # already expired
+    s = store.sessions.open(run_name, task_id=lease.task_id, attempt=lease.attempt)
+    store.turns.append(run_name, _turn(s.id, 0))
+    [retry] = store.tasks.claim(run_name, "w2", lease_s=60)
     assert retry.attempt == 2
-    assert store.get_session(s.id).status == "abandoned"
+    assert store.sessions.get(s.id).status == "abandoned"
     with pytest.raises(LeaseError):
-        store.release_task(lease, "done")
+        store.tasks.release(lease, "done")
     with pytest.raises(IdempotencyConflictError):
-        store.finalize_session(s.id, "finished", reward=1.0)
-    assert store.get_session(s.id).finish_reason == "lease_expired"
+        store.sessions.finalize(s.id, "finished", reward=1.0)
+    assert store.sessions.get(s.id).finish_reason == "lease_expired"
 
 
 def test_max_attempts_fails_task(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    store.enqueue_tasks(run_name, [TaskSpec(0, {})])
-    [lease] = store.claim_tasks(run_name, "w")
-    assert store.release_task(lease, "retry", max_attempts=1) == "failed"
-    assert store.claim_tasks(run_name, "w") == []
+    store.runs.create(run_name)
+    store.tasks.enqueue(run_name, [TaskSpec(0, {})])
+    [lease] = store.tasks.claim(run_name, "w")
+    assert store.tasks.release(lease, "retry", max_attempts=1) == "failed"
+    assert store.tasks.claim(run_name, "w") == []
 
 
 def test_consumer_steps_exactly_once(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    assert store.get_checkpoint(run_name, "train:main") is None
-    store.commit_step(run_name, "train:main", step=1, position=5, batch_hash="h1", manifest={"samples": [1]})
-    again = store.commit_step(
+    store.runs.create(run_name)
+    assert store.consumers.checkpoint(run_name, "train:main") is None
+    store.consumers.commit_step(
+        run_name, "train:main", step=1, position=5, batch_hash="h1", manifest={"samples": [1]}
+    )
+    again = store.consumers.commit_step(
         run_name, "train:main", step=1, position=5, batch_hash="h1", manifest={"samples": [1]}
     )
     assert again.step == 1
     with pytest.raises(IdempotencyConflictError, match="not deterministic"):
-        store.commit_step(run_name, "train:main", step=1, position=5, batch_hash="h2", manifest={})
+        store.consumers.commit_step(run_name, "train:main", step=1, position=5, batch_hash="h2", manifest={})
     with pytest.raises(InvalidRecordError, match="next step must be 2"):
-        store.commit_step(run_name, "train:main", step=3, position=9, batch_hash="h3", manifest={})
-    store.commit_step(
+        store.consumers.commit_step(run_name, "train:main", step=3, position=9, batch_hash="h3", manifest={})
+    store.consumers.commit_step(
         run_name, "train:main", step=2, position=9, batch_hash="h2", manifest={}, state={"lr": 1}
     )
-    cp = store.get_checkpoint(run_name, "train:main")
+    cp = store.consumers.checkpoint(run_name, "train:main")
     assert (cp.step, cp.position, cp.state) == (2, 9, {"lr": 1})
-    assert [s.batch_hash for s in store.list_steps(run_name, "train:main")] == ["h1", "h2"]
+    assert [s.batch_hash for s in store.consumers.steps(run_name, "train:main")] == ["h1", "h2"]
 
 
 def test_artifacts_and_policy_versions(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    s = store.open_session(run_name)
-    ref = store.put_artifact(run_name, b"workspace bytes", name="workspace.tar.gz", session_id=s.id)
-    same = store.put_artifact(run_name, b"workspace bytes", name="workspace.tar.gz", session_id=s.id)
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name)
+    ref = store.artifacts.put(run_name, b"workspace bytes", name="workspace.tar.gz", session_id=s.id)
+    same = store.artifacts.put(run_name, b"workspace bytes", name="workspace.tar.gz", session_id=s.id)
     assert same.id == ref.id and ref.size == 15
-    assert store.get_artifact(ref) == b"workspace bytes"
-    assert [a.sha256 for a in store.list_artifacts(run_name, session_id=s.id)] == [ref.sha256]
-    assert store.latest_policy_version(run_name) is None
-    p1 = store.record_policy_version(run_name, 1, "file:///ckpt/1")
-    assert store.record_policy_version(run_name, 1, "file:///ckpt/1").position == p1.position
-    store.record_policy_version(run_name, 2)
-    assert store.latest_policy_version(run_name) == 2
+    assert store.artifacts.get(ref) == b"workspace bytes"
+    assert [a.sha256 for a in store.artifacts.list(run_name, session_id=s.id)] == [ref.sha256]
+    assert store.versions.latest(run_name) is None
+    p1 = store.versions.record(run_name, 1, "file:///ckpt/1")
+    assert store.versions.record(run_name, 1, "file:///ckpt/1").position == p1.position
+    store.versions.record(run_name, 2)
+    assert store.versions.latest(run_name) == 2
 
 
 def test_views(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    s = store.open_session(run_name)
-    store.append_turn(run_name, _turn(s.id, 0, n_ctx=3, n_gen=2, version=4))
-    store.append_turn(run_name, _turn(s.id, 1, n_ctx=2, n_gen=3, version=5, segment_offset=5))
-    store.finalize_session(s.id, "finished", reward=0.25)
-    with store.engine.connect() as conn:
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name)
+    store.turns.append(run_name, _turn(s.id, 0, n_ctx=3, n_gen=2, version=4))
+    store.turns.append(run_name, _turn(s.id, 1, n_ctx=2, n_gen=3, version=5, segment_offset=5))
+    store.sessions.finalize(s.id, "finished", reward=0.25)
+    with store.db.engine.connect() as conn:
         rows = conn.execute(
             text(
                 "SELECT turn_index, position, token_id, logprob, loss_mask, policy_version FROM token_events "
@@ -301,7 +302,7 @@ def test_views(store: EventStore, run_name: str) -> None:
         ).all()
         traj = conn.execute(text("SELECT * FROM trajectories WHERE run_name = :r"), {"r": run_name}).one()
     assert [r.position for r in rows] == list(range(10))
-    turns = store.read_turns(run_name)
+    turns = store.turns.read(run_name)
     expected = np.concatenate([np.concatenate([t.context_ids, t.generated_ids]) for t in turns])
     assert [r.token_id for r in rows] == expected.tolist()
     assert [bool(r.loss_mask) for r in rows] == [False] * 3 + [True] * 2 + [False] * 2 + [True] * 3
@@ -316,8 +317,8 @@ def test_views(store: EventStore, run_name: str) -> None:
 
 def test_reads_rebuild_the_constant_mask_and_versions_exactly(store: EventStore, run_name: str) -> None:
     # Reads skip a loss mask that is all true and versions that are one value; the rest come as stored.
-    store.create_run(run_name)
-    s = store.open_session(run_name)
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name)
     cases = [
         {"loss_mask": None, "policy_versions": [7, 7, 7, 7]},  # both skipped by the read
         {"loss_mask": [True, False, True, True], "policy_versions": [3, 3, 4, 4]},  # both read
@@ -326,10 +327,10 @@ def test_reads_rebuild_the_constant_mask_and_versions_exactly(store: EventStore,
     for i, kw in enumerate(cases):
         rec = _turn(s.id, i)
         rec.loss_mask, rec.policy_versions = kw["loss_mask"], kw["policy_versions"]
-        store.append_turn(run_name, rec)
+        store.turns.append(run_name, rec)
     empty = _turn(s.id, 3, n_ctx=2, n_gen=0)
-    store.append_turn(run_name, empty)
-    turns = store.read_turns(run_name)
+    store.turns.append(run_name, empty)
+    turns = store.turns.read(run_name)
     for turn, kw in zip(turns, cases, strict=False):
         mask = [True] * 4 if kw["loss_mask"] is None else kw["loss_mask"]
         assert turn.loss_mask.dtype == np.bool_ and turn.loss_mask.tolist() == mask
@@ -337,7 +338,7 @@ def test_reads_rebuild_the_constant_mask_and_versions_exactly(store: EventStore,
             turn.policy_versions.dtype == np.int32 and turn.policy_versions.tolist() == kw["policy_versions"]
         )
     assert turns[3].generated_ids.size == turns[3].loss_mask.size == turns[3].policy_versions.size == 0
-    arrays = store.read_token_arrays(run_name)
+    arrays = store.turns.read_token_arrays(run_name)
     generated = arrays["logprobs"] == arrays["logprobs"]  # not NaN: the generated tokens
     assert arrays["loss_mask"][generated].tolist() == [True] * 4 + [True, False, True, True] + [False] * 4
     assert arrays["policy_versions"][generated].tolist() == [7] * 4 + [3, 3, 4, 4] + [0] * 4
@@ -345,48 +346,48 @@ def test_reads_rebuild_the_constant_mask_and_versions_exactly(store: EventStore,
 
 
 def test_read_token_arrays_and_drop(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    other = store.create_run(run_name + "-other")
-    s = store.open_session(run_name)
-    o = store.open_session(other)
+    store.runs.create(run_name)
+    other = store.runs.create(run_name + "-other")
+    s = store.sessions.open(run_name)
+    o = store.sessions.open(other)
     for i in range(3):
-        store.append_turn(run_name, _turn(s.id, i))
-    store.append_turn(other, _turn(o.id, 0))
-    arrays = store.read_token_arrays(run_name)
+        store.turns.append(run_name, _turn(s.id, i))
+    store.turns.append(other, _turn(o.id, 0))
+    arrays = store.turns.read_token_arrays(run_name)
     assert arrays["token_ids"].size == 21 and arrays["loss_mask"].sum() == 12
     assert arrays["turn_offsets"].tolist() == [0, 7, 14, 21]
-    store.drop_run(run_name)
+    store.runs.drop(run_name)
     with pytest.raises(UnknownRunError):
-        store.get_run(run_name)
-    assert len(store.read_turns(other)) == 1
+        store.runs.get(run_name)
+    assert len(store.turns.read(other)) == 1
 
 
 def test_append_turn_async_matches_the_sync_contract(store: EventStore, run_name: str) -> None:
     import asyncio
 
-    store.create_run(run_name)
-    s = store.open_session(run_name)
+    store.runs.create(run_name)
+    s = store.sessions.open(run_name)
 
     async def go() -> list[object]:
-        first = await store.append_turn_async(run_name, _turn(s.id, 0))
-        again = await store.append_turn_async(run_name, _turn(s.id, 0))
+        first = await store.turns.append_async(run_name, _turn(s.id, 0))
+        again = await store.turns.append_async(run_name, _turn(s.id, 0))
         concurrent = await asyncio.gather(
-            *(store.append_turn_async(run_name, _turn(s.id, i)) for i in range(1, 6))
+            *(store.turns.append_async(run_name, _turn(s.id, i)) for i in range(1, 6))
         )
         changed = _turn(s.id, 1)
         changed.logprobs = np.asarray(changed.logprobs) - 0.5
         with pytest.raises(IdempotencyConflictError):
-            await store.append_turn_async(run_name, changed)
+            await store.turns.append_async(run_name, changed)
         with pytest.raises(UnknownSessionError):
-            await store.append_turn_async(run_name, _turn("nope", 0))
-        await store.aclose_async()
+            await store.turns.append_async(run_name, _turn("nope", 0))
+        await store.turns.aclose_async()
         return [first, again, *concurrent]
 
     first, again, *rest = asyncio.run(go())
     assert again.duplicate and again.position == first.position
     positions = sorted([first.position, *(r.position for r in rest)])
     assert positions == list(range(positions[0], positions[0] + 6)), "dense positions"
-    assert [t.turn_index for t in store.read_turns(run_name)] == list(range(6))
+    assert [t.turn_index for t in store.turns.read(run_name)] == list(range(6))
 
 
 def test_postgresql_append_survives_a_dropped_connection(pg_url: str, tmp_path: Path, run_name: str) -> None:
@@ -396,17 +397,19 @@ def test_postgresql_append_survives_a_dropped_connection(pg_url: str, tmp_path: 
         settings=Settings(database_url=pg_url, home=tmp_path / "home"), auto_upgrade=False
     )
     try:
-        store.create_run(run_name)
-        s = store.open_session(run_name)
-        first = store.append_turn(run_name, _turn(s.id, 0))
-        pid = store._pg_appender()._conn.info.backend_pid  # type: ignore[union-attr]
+        store.runs.create(run_name)
+        s = store.sessions.open(run_name)
+        first = store.turns.append(run_name, _turn(s.id, 0))
+        appender = store.turns.appender
+        assert isinstance(appender, PostgresTurnAppender)
+        pid = appender._thread_appender()._conn.info.backend_pid  # type: ignore[union-attr]
         admin = pg_url.replace("postgresql+psycopg://", "postgresql://", 1)
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        second = store.append_turn(run_name, _turn(s.id, 1))
+        second = store.turns.append(run_name, _turn(s.id, 1))
         assert (second.position, second.duplicate) == (first.position + 1, False)
-        assert store.append_turn(run_name, _turn(s.id, 1)) == AppendResult(second.position, second.key, True)
-        assert [t.turn_index for t in store.read_turns(run_name)] == [0, 1]
+        assert store.turns.append(run_name, _turn(s.id, 1)) == AppendResult(second.position, second.key, True)
+        assert [t.turn_index for t in store.turns.read(run_name)] == [0, 1]
     finally:
         store.close()
 
@@ -422,42 +425,44 @@ def test_postgresql_async_append_survives_a_dropped_connection(
     )
     admin = pg_url.replace("postgresql+psycopg://", "postgresql://", 1)
     try:
-        store.create_run(run_name)
-        s = store.open_session(run_name)
+        store.runs.create(run_name)
+        s = store.sessions.open(run_name)
 
         async def go() -> tuple[AppendResult, AppendResult, AppendResult]:
-            first = await store.append_turn_async(run_name, _turn(s.id, 0))
-            pool = store._async_appenders[asyncio.get_running_loop()]
+            first = await store.turns.append_async(run_name, _turn(s.id, 0))
+            appender = store.turns.appender
+            assert isinstance(appender, PostgresTurnAppender)
+            pool = appender._pools[asyncio.get_running_loop()]
             pids = [a._conn.info.backend_pid for a in pool._all if a._conn is not None]
             assert pids, "the first append opened an async connection"
             with psycopg.connect(admin, autocommit=True) as conn:  # end every async appender's backend
                 conn.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,))
-            second = await store.append_turn_async(run_name, _turn(s.id, 1))
-            again = await store.append_turn_async(run_name, _turn(s.id, 1))
-            await store.aclose_async()
+            second = await store.turns.append_async(run_name, _turn(s.id, 1))
+            again = await store.turns.append_async(run_name, _turn(s.id, 1))
+            await store.turns.aclose_async()
             return first, second, again
 
         first, second, again = asyncio.run(go())
         assert (second.position, second.duplicate) == (first.position + 1, False)
         assert again == AppendResult(second.position, second.key, True)
-        assert [t.turn_index for t in store.read_turns(run_name)] == [0, 1]
+        assert [t.turn_index for t in store.turns.read(run_name)] == [0, 1]
     finally:
         store.close()
 
 
 def test_resuming_claim_keeps_the_session_for_the_next_attempt(store: EventStore, run_name: str) -> None:
-    store.create_run(run_name)
-    store.enqueue_tasks(run_name, [TaskSpec(0, {})], n_samples=1)
-    [lease] = store.claim_tasks(run_name, "crashed", lease_s=-1, resume=True)
-    s = store.open_session(run_name, task_id=lease.task_id, attempt=lease.attempt, token="sk-old")
-    store.append_turn(run_name, _turn(s.id, 0))
-    [retry] = store.claim_tasks(run_name, "w2", lease_s=-1, resume=True, max_attempts=3)
-    assert retry.attempt == 2 and store.get_session(s.id).status == "running"
-    found = store.interrupted_session(retry.task_id, retry.attempt)
+    store.runs.create(run_name)
+    store.tasks.enqueue(run_name, [TaskSpec(0, {})], n_samples=1)
+    [lease] = store.tasks.claim(run_name, "crashed", lease_s=-1, resume=True)
+    s = store.sessions.open(run_name, task_id=lease.task_id, attempt=lease.attempt, token="sk-old")
+    store.turns.append(run_name, _turn(s.id, 0))
+    [retry] = store.tasks.claim(run_name, "w2", lease_s=-1, resume=True, max_attempts=3)
+    assert retry.attempt == 2 and store.sessions.get(s.id).status == "running"
+    found = store.sessions.interrupted(retry.task_id, retry.attempt)
     assert found is not None and found.id == s.id
-    store.resume_session(s.id, attempt=retry.attempt, token="sk-new")
-    assert store.session_by_token("sk-old") is None
-    taken = store.session_by_token("sk-new")
+    store.sessions.take_over(s.id, attempt=retry.attempt, token="sk-new")
+    assert store.sessions.by_token("sk-old") is None
+    taken = store.sessions.by_token("sk-new")
     assert taken is not None and taken.attempt == 2
     assert taken.info["resume"] == {
         "attempt": 2,
@@ -466,11 +471,11 @@ def test_resuming_claim_keeps_the_session_for_the_next_attempt(store: EventStore
         "next_turn": 1,
         "count": 1,
     }
-    assert store.interrupted_session(retry.task_id, 2) is None  # it belongs to attempt 2 now
+    assert store.sessions.interrupted(retry.task_id, 2) is None  # it belongs to attempt 2 now
     with pytest.raises(LeaseError):  # the stalled first attempt cannot finalize it
-        store.finalize_session(s.id, "finished", reward=1.0, attempt=1)
+        store.sessions.finalize(s.id, "finished", reward=1.0, attempt=1)
     # The last attempt expires too: no attempt is left, so this claim abandons the session.
-    assert store.claim_tasks(run_name, "w3", resume=True, max_attempts=2) == []
-    final = store.get_session(s.id)
+    assert store.tasks.claim(run_name, "w3", resume=True, max_attempts=2) == []
+    final = store.sessions.get(s.id)
     assert final.status == "abandoned" and final.finish_reason == "lease_expired"
-    assert store.task_counts(run_name)["failed"] == 1
+    assert store.tasks.counts(run_name)["failed"] == 1

@@ -11,13 +11,13 @@ import sys
 import numpy as np
 
 from dressage.config import Settings
-from dressage.store import EventStore, TurnRecord
+from dressage.store import EventStore, NewTurn
 
 
-def make_turn(session_id: str, i: int) -> TurnRecord:
+def make_turn(session_id: str, i: int) -> NewTurn:
     """The deterministic turn ``i`` of a writer's session."""
     rng = np.random.default_rng(i * 7919 + sum(session_id.encode()))
-    return TurnRecord(
+    return NewTurn(
         session_id=session_id,
         turn_index=i,
         context_ids=rng.integers(0, 248_000, 16),
@@ -30,14 +30,14 @@ def make_turn(session_id: str, i: int) -> TurnRecord:
 def main() -> None:
     url, run, session_id, start, count, resend_every = sys.argv[1:7]
     store = EventStore.open(settings=Settings(database_url=url), auto_upgrade=False)
-    store.create_run(run)
-    store.open_session(run, session_id=session_id)
+    store.runs.create(run)
+    store.sessions.open(run, session_id=session_id)
     for i in range(int(start), int(start) + int(count)):
-        res = store.append_turn(run, make_turn(session_id, i))
+        res = store.turns.append(run, make_turn(session_id, i))
         print(f"ACK {i} {res.position} {res.key}", flush=True)
         every = int(resend_every)
         if every and i % every == 0 and i >= 3:
-            again = store.append_turn(run, make_turn(session_id, i - 3))
+            again = store.turns.append(run, make_turn(session_id, i - 3))
             assert again.duplicate, "a re-sent key must return the stored position"
             print(f"DUP {i - 3} {again.position} {again.key}", flush=True)
     store.close()

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from dressage.store import EventStore, TaskSpec, TurnRecord
+from dressage.store import EventStore, NewTurn, TaskSpec
 from dressage.store.records import Turn
 
 VOCAB = 4096
@@ -45,7 +45,7 @@ class TrajSpec:
     order: list[tuple[int, int]] | None = field(default=None)  # (segment, turn) in turn order
 
 
-def turn_records(session_id: str, spec: TrajSpec, rng: np.random.Generator) -> list[TurnRecord]:
+def turn_records(session_id: str, spec: TrajSpec, rng: np.random.Generator) -> list[NewTurn]:
     """The TurnRecords of a trajectory, with consistent offsets and expert rows."""
     order = spec.order or [(si, ti) for si, seg in enumerate(spec.segments) for ti in range(len(seg.turns))]
     offsets = [0] * len(spec.segments)
@@ -56,7 +56,7 @@ def turn_records(session_id: str, spec: TrajSpec, rng: np.random.Generator) -> l
         versions = t.versions or [t.version] * t.n_gen
         rows = t.n_ctx + t.n_gen - (1 if off == 0 else 0)
         records.append(
-            TurnRecord(
+            NewTurn(
                 session_id=session_id,
                 turn_index=turn_index,
                 context_ids=rng.integers(0, VOCAB, t.n_ctx).tolist(),
@@ -103,9 +103,9 @@ def build_run(
     rng = np.random.default_rng(seed)
     n = len(groups[0])
     if first_task == 0:
-        store.create_run(run, config)
+        store.runs.create(run, config)
     tasks = [TaskSpec(first_task + i, {"prompt": first_task + i}) for i in range(len(groups))]
-    store.enqueue_tasks(run, tasks, n_samples=n)
+    store.tasks.enqueue(run, tasks, n_samples=n)
     attempts = {
         (first_task + g, k): (e if isinstance(e, list) else [e])
         for g, grp in enumerate(groups)
@@ -113,21 +113,21 @@ def build_run(
     }
     sessions: dict[tuple[int, int], list[str]] = {}
     while True:
-        leases = store.claim_tasks(run, "test-worker", n=1)
+        leases = store.tasks.claim(run, "test-worker", n=1)
         if not leases:
             break
         lease = leases[0]
         key = (lease.task_index, lease.sample_index)
         spec = attempts[key][lease.attempt - 1]
         sid = f"{run}-t{key[0]}-s{key[1]}-a{lease.attempt}"
-        store.open_session(run, session_id=sid, task_id=lease.task_id, attempt=lease.attempt)
+        store.sessions.open(run, session_id=sid, task_id=lease.task_id, attempt=lease.attempt)
         for rec in turn_records(sid, spec, rng):
-            store.append_turn(run, rec)
+            store.turns.append(run, rec)
         reward = spec.reward if spec.status == "finished" else None
-        store.finalize_session(sid, spec.status, reward=reward)
+        store.sessions.finalize(sid, spec.status, reward=reward)
         sessions.setdefault(key, []).append(sid)
         more = lease.attempt < len(attempts[key])
-        store.release_task(lease, "retry" if more else ("done" if spec.status == "finished" else "failed"))
+        store.tasks.release(lease, "retry" if more else ("done" if spec.status == "finished" else "failed"))
     return sessions
 
 

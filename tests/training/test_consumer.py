@@ -33,21 +33,21 @@ def test_steps_broadcast_and_replay(store: EventStore, run_name: str) -> None:
     ]
     assert first.samples[0].rollout_routed_experts.shape == (len(first.samples[0].tokens) - 1, 2, 2)
     assert sum(float(s.loss_weights.sum()) for s in first.samples) == pytest.approx(1.0)
-    steps = store.list_steps(run_name, "train:main")
+    steps = store.consumers.steps(run_name, "train:main")
     assert [s.batch_hash for s in steps] == [r.batch.batch_hash for r in results]
-    assert store.get_checkpoint(run_name, "train:main").step == 3
+    assert store.consumers.checkpoint(run_name, "train:main").step == 3
     assert trainer.run_steps() == []  # nothing new
     assert len(Trainer(store, run_name, StepOptions(2, 2)).replay()) == 3
 
     # tamper with one stored logprob of the second group's first session: replay names it
     sid = f"{run_name}-t1-s0-a1"
-    with store.engine.begin() as conn:
+    with store.db.engine.begin() as conn:
         row = conn.execute(
             text("SELECT id, logprobs FROM turns WHERE session_id = :s ORDER BY turn_index"), {"s": sid}
         ).first()
-        lps = list(row.logprobs) if store.dialect == "postgresql" else json.loads(row.logprobs)
+        lps = list(row.logprobs) if store.db.dialect == "postgresql" else json.loads(row.logprobs)
         lps[0] = -9.5
-        value = lps if store.dialect == "postgresql" else json.dumps(lps)
+        value = lps if store.db.dialect == "postgresql" else json.dumps(lps)
         conn.execute(text("UPDATE turns SET logprobs = :v WHERE id = :i"), {"v": value, "i": row.id})
     with pytest.raises(
         ReplayDriftError, match=rf"step 2 .*sample 0 \(session {sid} segment 0\): field rollout_log_probs"
@@ -106,4 +106,4 @@ def test_version_window_and_staleness_are_recorded(store: EventStore, run_name: 
         {"recorded_trainable": 6, "masked_stale": 6, "trainable": 0},
     ]
     # the recorded manifest (not only the in-memory batch) carries them
-    assert store.list_steps(run_name, "train:main")[0].manifest["samples"] == entries
+    assert store.consumers.steps(run_name, "train:main")[0].manifest["samples"] == entries

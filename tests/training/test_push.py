@@ -60,9 +60,9 @@ def probe(url: str) -> tuple[str | None, list[float]]:
 
 def recorded_versions(store: EventStore, run: str) -> dict[int, str | None]:
     """The run's rows of the ``policy_versions`` table."""
-    r = store.get_run(run)
+    r = store.runs.get(run)
     c = t.policy_versions.c
-    with store._read() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(select(c.version, c.checkpoint_uri).where(c.run_id == r.id)).all()
     return {row.version: row.checkpoint_uri for row in rows}
 
@@ -96,7 +96,7 @@ def test_push_to_engine_directly(
     assert all(torch.equal(served_state[k], v) for k, v in trained.items())  # the engine serves step 1
     assert (hf_dir / "config.json").is_file() and list(hf_dir.glob("*.safetensors"))
     assert recorded_versions(store, run_name) == {1: hf_dir.resolve().as_uri()}
-    assert store.latest_policy_version(run_name) == 1
+    assert store.versions.latest(run_name) == 1
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -106,7 +106,9 @@ def test_push_through_proxy_admin_api(
     """Two proxies on one log (a ``proxy.urls`` deployment): both paused, the engine loaded, both resumed."""
     from dressage.proxy.server import ProxyServer
 
-    settings = Settings(database_url=str(store.engine.url), home=tmp_path / "home", admin_token=ADMIN_TOKEN)
+    settings = Settings(
+        database_url=str(store.db.engine.url), home=tmp_path / "home", admin_token=ADMIN_TOKEN
+    )
     proxies = [ProxyServer(store, [engine_url], settings=settings) for _ in range(2)]
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -117,7 +119,7 @@ def test_push_through_proxy_admin_api(
     try:
         with pytest.raises(TrainingError, match="refused the admin token"):
             WeightPusher(store, [engine_url], proxy_admin_urls=urls, admin_token="wrong").push(
-                store.create_run(f"{run_name}-x"), 7, tmp_path
+                store.runs.create(f"{run_name}-x"), 7, tmp_path
             )
         assert [httpx.get(f"{url}/health").json()["paused"] for url in urls] == [False, False]
         pusher = WeightPusher(store, [engine_url], proxy_admin_urls=urls, admin_token=ADMIN_TOKEN)
@@ -138,7 +140,7 @@ def test_push_through_proxy_admin_api(
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_push_errors_name_the_url(store: EventStore, run_name: str, tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    run = store.create_run(run_name)
+    run = store.runs.create(run_name)
     with pytest.raises(TrainingError, match=f"pause_generation failed on {dead}"):
         WeightPusher(store, [dead]).push(run, 1, tmp_path)
     with pytest.raises(TrainingError, match=f"admin API at {dead}/admin/pause is unreachable"):

@@ -63,22 +63,22 @@ def test_kill9_resume_is_byte_identical_and_replay_detects_drift(db_url: str, tm
         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     deadline = time.time() + 60
-    while len(store.list_steps(run_b, "train:main")) < 2:
+    while len(store.consumers.steps(run_b, "train:main")) < 2:
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
         assert time.time() < deadline, "the trainer did not commit 2 steps in time"
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_at = len(store.list_steps(run_b, "train:main"))
+    killed_at = len(store.consumers.steps(run_b, "train:main"))
     assert killed_at < 5
     done = subprocess.run(
         train_cmd(run_b, db_url, out, *torch_args), env=env, cwd=tmp_path, capture_output=True, timeout=120
     )
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
-    assert [s.batch_hash for s in store.list_steps(run_b, "train:main")] == expected
+    assert [s.batch_hash for s in store.consumers.steps(run_b, "train:main")] == expected
     meta = checkpoint_metadata(out / "step-000005.safetensors")
     assert (meta["run"], meta["step"]) == (run_b, "5")
-    assert meta["position"] == str(store.get_checkpoint(run_b, "train:main").position)
+    assert meta["position"] == str(store.consumers.checkpoint(run_b, "train:main").position)
     # same batches, same weights and Adam state carried over the kill: bitwise the reference's
     for name in ("step-000005.safetensors", "optim-000005.safetensors"):
         got, want = load_file(str(out / name)), load_file(str(tmp_path / "ref" / name))
@@ -99,7 +99,7 @@ def test_replay_cli_names_drift(db_url: str, tmp_path: Path) -> None:
     run = f"drift-{os.urandom(4).hex()}"
     build_run(store, run, groups(2))
     Trainer(store, run, StepOptions(2, 2)).run_steps()
-    with store.engine.begin() as conn:
+    with store.db.engine.begin() as conn:
         conn.exec_driver_sql(
             "UPDATE turns SET generated_ids = '[1,2,3]' WHERE session_id = ?", (f"{run}-t1-s1-a1",)
         )

@@ -131,8 +131,8 @@ def test_slimes_own_rollout_contract_passes_on_a_real_log(tmp_path: Path) -> Non
     assert passed and int(passed.group(1)) >= 6 and "failed" not in out, out[-2000:]
     store = EventStore.open(url, settings=Settings(database_url=url, home=tmp_path / "home"))
     try:
-        ckpt = store.get_checkpoint(run, "train:slime")
+        ckpt = store.consumers.checkpoint(run, "train:slime")
         assert ckpt is not None and ckpt.step == 3 and ckpt.state["start_step"] == 2
-        assert store.task_counts(run, kind="eval")["done"] == 2
+        assert store.tasks.counts(run, kind="eval")["done"] == 2
     finally:
         store.close()

@@ -124,7 +124,7 @@ def expected_segments(store: EventStore, session_id: str) -> list[dict[str, Any]
     tokens = every turn's context + generated ids, the response starts at the first generated
     token, loss mask 1 on generated tokens, logprob 0.0 on context tokens, experts concatenated."""
     by_segment: dict[int, list[Any]] = {}
-    for turn in store.read_turns(session_id=session_id):
+    for turn in store.turns.read(session_id=session_id):
         by_segment.setdefault(turn.segment_index, []).append(turn)
     out = []
     for seg, turns in by_segment.items():
@@ -229,40 +229,40 @@ def test_generate_rollout_serves_each_step_once_and_resumes(
         check_rollout(store, run_name, step, nested)
         assert metrics["dressage/step"] == step and metrics["dressage/trajectories"] == 4
         assert metrics["dressage/samples"] == len(flat)
-        ckpt = store.get_checkpoint(run_name, "train:slime")
+        ckpt = store.consumers.checkpoint(run_name, "train:slime")
         assert ckpt is not None and ckpt.step == step
-    steps = store.list_steps(run_name, "train:slime")
+    steps = store.consumers.steps(run_name, "train:slime")
     assert [s.manifest["backend"] for s in steps] == ["slime", "slime"]
     assert [sorted(g["task_index"] for g in s.manifest["groups"]) for s in steps] == [[0, 1], [2, 3]]
     assert steps[0].manifest["options"]["global_batch_size"] == 4  # rollout_batch_size x n
     assert len(flat) == 5  # rollout 1: TWO_ROOT has two segments
     # asked again (slime restarted from its checkpoint before rollout 0): the same samples, re-formed
     check_rollout(store, run_name, 1, call_like_slime(args, 0)[0])
-    assert store.get_checkpoint(run_name, "train:slime").step == 2
+    assert store.consumers.checkpoint(run_name, "train:slime").step == 2
 
     # rollout 2 waits until two more groups are ready
     got: list[Any] = []
     waiting = threading.Thread(target=lambda: got.append(call_like_slime(args, 2)), daemon=True)
     waiting.start()
     time.sleep(1.5)
-    assert waiting.is_alive() and store.get_checkpoint(run_name, "train:slime").step == 2
+    assert waiting.is_alive() and store.consumers.checkpoint(run_name, "train:slime").step == 2
     build_run(store, run_name, GROUPS[4:], seed=6, first_task=4)
     waiting.join(timeout=60)
     assert not waiting.is_alive() and got, "generate_rollout did not pick up the new groups"
     check_rollout(store, run_name, 3, got[0][0])
-    assert len(store.list_steps(run_name, "train:slime")) == 3
+    assert len(store.consumers.steps(run_name, "train:slime")) == 3
 
     # slime crashed after its checkpoint of rollout 0 and restarts in a new process: rollouts 1 and
     # 2 are re-formed from the log (hash-checked, not committed again), rollout 3 waits for data
-    before = [(s.step, s.batch_hash) for s in store.list_steps(run_name, "train:slime")]
+    before = [(s.step, s.batch_hash) for s in store.consumers.steps(run_name, "train:slime")]
     again = restarted_slime(args, [1, 2], tmp_path)
     assert [r["metrics"]["dressage/step"] for r in again] == [2, 3]
     assert [r["samples"] for r in again] == [
         [[s.session_id, s.tokens] for g in nested for t in g for s in t]
         for nested in (call_like_slime(args, 1)[0], got[0][0])
     ]
-    after = [(s.step, s.batch_hash) for s in store.list_steps(run_name, "train:slime")]
-    assert after == before and store.get_checkpoint(run_name, "train:slime").step == 3
+    after = [(s.step, s.batch_hash) for s in store.consumers.steps(run_name, "train:slime")]
+    assert after == before and store.consumers.checkpoint(run_name, "train:slime").step == 3
 
     # a slime that is ahead of the log, evaluation, and slime's own normalisation: clear errors
     with pytest.raises(TrainingError, match=r"rollout 5 \(step 6\).*holds steps 1\.\.3"):
@@ -271,7 +271,7 @@ def test_generate_rollout_serves_each_step_once_and_resumes(
         generate_rollout(args, 3, None, evaluation=True)
     with pytest.raises(ConfigError, match="--disable-rewards-normalization"):
         generate_rollout(slime_args(run_name, db_url, rewards_normalization=True), 3, None)
-    assert store.get_checkpoint(run_name, "train:slime").step == 3
+    assert store.consumers.checkpoint(run_name, "train:slime").step == 3
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -291,8 +291,8 @@ def test_generate_rollout_settings_from_the_environment(
     monkeypatch.setenv("DRESSAGE_DATABASE_URL", db_url)
     monkeypatch.setenv("DRESSAGE_CONSUMER", "slime-b")
     _, flat, _ = call_like_slime(args, 0)
-    assert store.get_checkpoint(run_name, "train:slime-b").step == 1
-    assert store.get_checkpoint(run_name, "train:slime") is None
+    assert store.consumers.checkpoint(run_name, "train:slime-b").step == 1
+    assert store.consumers.checkpoint(run_name, "train:slime") is None
     # std normalisation: group 1's rewards are equal (advantage 0), group 0's are 1 and 0
     assert [round(s.reward, 4) for s in flat if s.group_index == 1] == [0.0, 0.0]
     std = float(np.std([1.0, 0.0]))  # dressage's GRPO uses the population std (ddof=0)
@@ -317,15 +317,15 @@ def test_no_args_options_from_the_recorded_config_and_a_fresh_consumer_starts_at
     out = generate_rollout(None, 2, None)
     assert [[type(s) for s in group] for group in out.samples] == [[Sample, Sample]] * 2  # plain shape
     assert out.metrics["dressage/step"] == 3
-    ckpt = store.get_checkpoint(run_name, "train:slime")
+    ckpt = store.consumers.checkpoint(run_name, "train:slime")
     assert ckpt is not None and ckpt.step == 3 and ckpt.state["start_step"] == 2
-    (step,) = store.list_steps(run_name, "train:slime")
+    (step,) = store.consumers.steps(run_name, "train:slime")
     assert step.step == 3 and step.manifest["trainer_version"] == 2
     assert step.manifest["options"]["global_batch_size"] == 4
     # asked again (slime restarted at rollout 2): the same step, re-formed, not committed twice
     again = generate_rollout(None, 2, None)
     assert [[s.tokens for s in g] for g in again.samples] == [[s.tokens for s in g] for g in out.samples]
-    assert len(store.list_steps(run_name, "train:slime")) == 1
+    assert len(store.consumers.steps(run_name, "train:slime")) == 1
     with pytest.raises(TrainingError, match=r"rollout 1 \(step 2\).*holds steps 3\.\.3"):
         generate_rollout(None, 1, None)
     # a mismatch with the log keeps its clear error
@@ -344,7 +344,7 @@ def test_masking_options_from_slimes_args(
     strict = slime_args(run_name, db_url, dressage_max_staleness=1, dressage_consumer="strict")
     _, flat, _ = call_like_slime(strict, 2)
     assert flat and all(sum(s.loss_mask) == 0 for s in flat)
-    (step,) = store.list_steps(run_name, "train:strict")
+    (step,) = store.consumers.steps(run_name, "train:strict")
     assert step.manifest["options"]["masking"]["max_staleness"] == 1
     assert all(e["masking"]["masked_stale"] > 0 for e in step.manifest["samples"])
     loose = slime_args(run_name, db_url, dressage_max_staleness=2, dressage_consumer="loose")
@@ -359,19 +359,19 @@ def play_eval(store: EventStore, run: str, version: int, rewards: list[float], s
     from tests.training.builders import turn_records
 
     tasks = [Task(index=i, prompt=f"eval {i}") for i in range(len(rewards))]
-    store.enqueue_tasks(run, eval_specs(tasks, version), 1, eval_version=version)
+    store.tasks.enqueue(run, eval_specs(tasks, version), 1, eval_version=version)
     rng = np.random.default_rng(seed)
     sids = []
-    while leases := store.claim_tasks(run, "eval-worker", n=1):
+    while leases := store.tasks.claim(run, "eval-worker", n=1):
         lease = leases[0]
         assert lease.kind == "eval" and lease.eval_version == version
         sid = f"{run}-eval{version}-t{lease.task_index}"
         info = {"task_index": lease.task_index, "eval_version": version}
-        store.open_session(run, session_id=sid, task_id=lease.task_id, info=info)
+        store.sessions.open(run, session_id=sid, task_id=lease.task_id, info=info)
         for rec in turn_records(sid, simple(0.0), rng):
-            store.append_turn(run, rec)
-        store.finalize_session(sid, "finished", reward=rewards[lease.task_index - version * len(rewards)])
-        store.release_task(lease, "done")
+            store.turns.append(run, rec)
+        store.sessions.finalize(sid, "finished", reward=rewards[lease.task_index - version * len(rewards)])
+        store.tasks.release(lease, "done")
         sids.append(sid)
     return sids
 
@@ -399,7 +399,7 @@ def test_evaluation_serves_the_newest_complete_round_at_or_after_the_current_ver
     assert not {s.session_id for s in flat} & set(v0)
 
     # version 1 is served now: version 0's round no longer counts; wait for version 1's
-    store.record_policy_version(run_name, 1)
+    store.versions.record(run_name, 1)
     got: list[Any] = []
     waiting = threading.Thread(target=lambda: got.append(generate_rollout(args, 1, None, True)), daemon=True)
     waiting.start()
@@ -410,7 +410,7 @@ def test_evaluation_serves_the_newest_complete_round_at_or_after_the_current_ver
     assert got and got[0].metrics["dressage/eval_version"] == 1
     assert got[0].data["held-out"]["rewards"] == [0.25, 0.75, 1.0]
     # in the SQL view, eval sessions say so
-    with store.engine.connect() as conn:
+    with store.db.engine.connect() as conn:
         rows = conn.execute(
             sql_text(
                 "SELECT kind, eval_version, COUNT(*) FROM trajectories WHERE run_name = :r GROUP BY 1, 2 ORDER BY 1, 2"
@@ -473,7 +473,7 @@ def test_train_cli_prints_eval_rewards_and_the_slime_commands(
     config = {"rollout": {"n_samples_per_prompt": 2, "eval": {"name": "held-out"}}}
     build_run(store, run_name, GROUPS[4:], seed=5, config=config)
     play_eval(store, run_name, 0, [1.0, 0.0])
-    store.record_policy_version(run_name, 1)
+    store.versions.record(run_name, 1)
     play_eval(store, run_name, 1, [1.0, 1.0], seed=1)
     args = ["train", "--from-run", run_name, "--backend", "slime-dump", "--out", str(tmp_path / "dump")]
     args += ["--global-batch-size", "4", "--n-samples-per-prompt", "2", "--max-staleness", "1"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dressage.store import EventStore, TurnRecord, turn_key
+from dressage.store import EventStore, NewTurn, turn_key
 from dressage.tito.tokenizer import load_qwen35_tokenizer
 
 HOSTILE = "<script>alert('pwned')</script></textarea><a href=\"javascript:alert(2)\">click</a>"
@@ -33,7 +33,7 @@ class MultiSession:
 
     run: str
     session_id: str
-    records: list[TurnRecord] = field(default_factory=list)
+    records: list[NewTurn] = field(default_factory=list)
     texts: dict[str, str] = field(default_factory=dict)
 
 
@@ -45,10 +45,10 @@ def build_multi_session(store: EventStore, run: str, session_id: str = "multi-li
     """Write the session described in the module docstring (finished, reward 0.5, one artifact)."""
     tok = load_qwen35_tokenizer()
     enc = tok.encode
-    store.create_run(run, {"model": "qwen3.5", "note": HOSTILE})
-    store.record_policy_version(run, 0)
-    store.record_policy_version(run, 1)
-    store.open_session(run, session_id=session_id, agent="coder", sandbox="bwrap")
+    store.runs.create(run, {"model": "qwen3.5", "note": HOSTILE})
+    store.versions.record(run, 0)
+    store.versions.record(run, 1)
+    store.sessions.open(run, session_id=session_id, agent="coder", sandbox="bwrap")
     m = MultiSession(run, session_id)
     rng = np.random.default_rng(1)
     call = (
@@ -66,11 +66,11 @@ def build_multi_session(store: EventStore, run: str, session_id: str = "multi-li
     compact_reply = "Done.\n</think>\n\nAll good.<|im_end|>"
     abandoned = "Partial answ"
 
-    def rec(i: int, ctx: str, gen: str, **kw: object) -> TurnRecord:
+    def rec(i: int, ctx: str, gen: str, **kw: object) -> NewTurn:
         ctx_ids, gen_ids = enc(ctx), enc(gen)
         lps = kw.pop("logprobs", None)
         vers = kw.pop("versions", None)
-        return TurnRecord(
+        return NewTurn(
             session_id=session_id,
             turn_index=i,
             context_ids=ctx_ids,
@@ -142,23 +142,23 @@ def build_multi_session(store: EventStore, run: str, session_id: str = "multi-li
     )
     m.records = [t0, t1, t2, t3, t4, t5]
     for r in m.records:
-        store.append_turn(run, r)
-    store.append_event(
+        store.turns.append(run, r)
+    store.events.append(
         run, "reward", {"reward": 0.5, "details": {"tests_passed": 1, "note": HOSTILE}}, session_id=session_id
     )
-    store.put_artifact(
+    store.artifacts.put(
         run, f"agent log\n{HOSTILE}\n".encode(), name="<script>agent.log", session_id=session_id
     )
-    store.finalize_session(session_id, "finished", reward=0.5, finish_reason="stop")
+    store.sessions.finalize(session_id, "finished", reward=0.5, finish_reason="stop")
     m.texts = {"hostile": HOSTILE, "secret": SECRET, "user": USER}
     return m
 
 
-def append_live_turn(store: EventStore, run: str, session_id: str, index: int, text: str) -> TurnRecord:
+def append_live_turn(store: EventStore, run: str, session_id: str, index: int, text: str) -> NewTurn:
     """Append one more turn to a running session (for the live-update test)."""
     tok = load_qwen35_tokenizer()
     ids = tok.encode(text + "<|im_end|>")
-    rec = TurnRecord(
+    rec = NewTurn(
         session_id=session_id,
         turn_index=index,
         context_ids=tok.encode(_prompt(SYSTEM, f"live turn {index}")),
@@ -170,5 +170,5 @@ def append_live_turn(store: EventStore, run: str, session_id: str, index: int, t
         finish_reason="stop",
         latency_ms=5.0,
     )
-    store.append_turn(run, rec)
+    store.turns.append(run, rec)
     return rec

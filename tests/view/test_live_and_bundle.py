@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(900)
 
 def test_open_session_and_run_pages_update_as_turns_land(viewed: ViewedLog, browser) -> None:
     run = viewed.multi.run
-    session = viewed.store.open_session(run, session_id=f"live-{viewed.backend}", agent="coder")
+    session = viewed.store.sessions.open(run, session_id=f"live-{viewed.backend}", agent="coder")
     append_live_turn(viewed.store, run, session.id, 0, "first answer")
     browser.get(url(viewed.base, "/session", id=session.id))
     wait(browser, lambda d: "on" in (one(d, "#live-dot").get_attribute("class") or ""))
@@ -36,7 +36,7 @@ def test_open_session_and_run_pages_update_as_turns_land(viewed: ViewedLog, brow
     assert "second answer arrives live" in text(one(browser, "#turn-1 .msg.role-assistant"))
     draw_tokens(browser)
     assert "second answer arrives live" in text(one(browser, "#tokens"))  # the token view was redrawn
-    viewed.store.finalize_session(session.id, "finished", reward=1.0, finish_reason="stop")
+    viewed.store.sessions.finalize(session.id, "finished", reward=1.0, finish_reason="stop")
     wait(browser, lambda d: text(one(d, "#status")) == "finished")
     assert browser.execute_script("return window.notReloaded === true")
     # the run page's counts follow the log too
@@ -44,12 +44,12 @@ def test_open_session_and_run_pages_update_as_turns_land(viewed: ViewedLog, brow
     wait(browser, lambda d: "on" in (one(d, "#live-dot").get_attribute("class") or ""))
     browser.execute_script("window.notReloaded = true")
     before = int(text(one(browser, "#n-turns")))
-    other = viewed.store.open_session(run, session_id=f"live2-{viewed.backend}")
+    other = viewed.store.sessions.open(run, session_id=f"live2-{viewed.backend}")
     append_live_turn(viewed.store, run, other.id, 0, "another")
     wait(browser, lambda d: int(text(one(d, "#n-turns"))) == before + 1)
     wait(browser, lambda d: text(one(d, "#n-running")) == "1")  # (the summary may be swapped again meanwhile)
     assert browser.execute_script("return window.notReloaded === true")
-    viewed.store.finalize_session(other.id, "failed", finish_reason="agent_crashed")
+    viewed.store.sessions.finalize(other.id, "failed", finish_reason="agent_crashed")
     assert not severe_console_errors(browser)
 
 
@@ -80,7 +80,7 @@ def test_a_stream_whose_log_cannot_be_read_ends_and_the_viewer_stays_up(
     upgrade(url_)
     settings = Settings(database_url=url_, home=tmp_path)
     writer = EventStore.open(settings=settings)
-    writer.create_run("r")
+    writer.runs.create("r")
     writer.close()
     store = open_readonly_store(settings)
     server = serve(create_app(store))
@@ -90,7 +90,7 @@ def test_a_stream_whose_log_cannot_be_read_ends_and_the_viewer_stays_up(
             lines = r.iter_lines()
             assert next(x for x in lines if x.startswith("id: "))  # the run's first event
             (tmp_path / "log.db").unlink()
-            store.engine.dispose()  # the next read opens a new connection: no database file
+            store.db.engine.dispose()  # the next read opens a new connection: no database file
             list(lines)  # the stream ended (a stream left open would raise ReadTimeout here)
         assert "live stream of run 'r' ended: database read failed" in caplog.text
         page = httpx.get(url(server.base, "/"))  # the viewer still answers, and says why
@@ -112,7 +112,7 @@ def test_bundle_opens_from_disk_without_a_server(viewed: ViewedLog, browser, tmp
     rows = wait(browser, lambda d: css(d, "#sessions tbody tr"))
     assert len(rows) == 6
     wait(browser, lambda d: css(d, "#chart-version canvas"))
-    finished = viewed.store.list_sessions(viewed.quick, status="finished")[0]
+    finished = viewed.store.sessions.list(viewed.quick, status="finished")[0]
     next(r for r in rows if r.get_attribute("data-session") == finished.id).find_element(
         "css selector", "td a"
     ).click()
@@ -120,14 +120,14 @@ def test_bundle_opens_from_disk_without_a_server(viewed: ViewedLog, browser, tmp
     assert text(one(browser, "#session-id")) == finished.id
     assert css(browser, ".msg.role-assistant")
     # the artifacts were copied next to the pages, byte for byte
-    refs = {a.name: a for a in viewed.store.list_artifacts(viewed.quick, session_id=finished.id)}
+    refs = {a.name: a for a in viewed.store.artifacts.list(viewed.quick, session_id=finished.id)}
     links = {
         text(a.find_element("xpath", "../../td[1]")): a.get_attribute("href")
         for a in css(browser, "#artifacts td:last-child a:first-child")
     }
     assert set(links) == set(refs)
     for name, href in links.items():
-        assert Path(href.removeprefix("file://")).read_bytes() == viewed.store.get_artifact(refs[name])
+        assert Path(href.removeprefix("file://")).read_bytes() == viewed.store.artifacts.get(refs[name])
     # refusing to overwrite
     again = CliRunner().invoke(
         app,

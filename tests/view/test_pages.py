@@ -27,7 +27,7 @@ def test_runs_page_counts_match_the_log(viewed: ViewedLog, browser) -> None:
         lambda d: [r for r in css(d, "#runs tbody tr") if r.get_attribute("data-run") == viewed.quick],
     )[0]
     cells = [text(c).strip() for c in css(row, "td")]
-    summary = viewed.store.run_summary(viewed.quick)
+    summary = viewed.store.runs.summary(viewed.quick)
     assert summary["sessions"] == {"finished": 4, "failed": 2}
     assert cells[3] == "4" and cells[4] == "2"  # finished, failed
     assert cells[7] == f"{summary['tokens']:,}"
@@ -60,7 +60,7 @@ def test_run_page_filters_sorts_pages_and_groups_failures(viewed: ViewedLog, bro
         float(text(r.find_elements("css selector", "td")[7])) for r in css(browser, "#sessions tbody tr")
     ]
     expected = sorted(
-        (s.reward for s in viewed.store.list_sessions(viewed.quick, status="finished")), reverse=True
+        (s.reward for s in viewed.store.sessions.list(viewed.quick, status="finished")), reverse=True
     )
     assert rewards == [float(f"{x:.3g}") for x in expected]
     # sort by a turn aggregate (tokens, computed per session on the server), descending
@@ -70,8 +70,8 @@ def test_run_page_filters_sorts_pages_and_groups_failures(viewed: ViewedLog, bro
         for r in css(browser, "#sessions tbody tr")
     ]
     tokens = {
-        s.id: sum(t.context_ids.size + t.generated_ids.size for t in viewed.store.read_turns(session_id=s.id))
-        for s in viewed.store.list_sessions(viewed.quick)
+        s.id: sum(t.context_ids.size + t.generated_ids.size for t in viewed.store.turns.read(session_id=s.id))
+        for s in viewed.store.sessions.list(viewed.quick)
     }
     assert shown == sorted(tokens.items(), key=lambda kv: (-kv[1], kv[0]))
     assert shown[-1][1] == 0  # the crashed sessions have no turns
@@ -89,8 +89,8 @@ def test_run_page_filters_sorts_pages_and_groups_failures(viewed: ViewedLog, bro
 
 
 def test_session_page_shows_the_conversation_and_tokens_of_the_log(viewed: ViewedLog, browser) -> None:
-    session = viewed.store.list_sessions(viewed.quick, status="finished")[0]
-    turns = viewed.store.read_turns(session_id=session.id, with_experts=False)
+    session = viewed.store.sessions.list(viewed.quick, status="finished")[0]
+    turns = viewed.store.turns.read(session_id=session.id, with_experts=False)
     decoder = TokenDecoder(load_qwen35_tokenizer().decode)
     expected = turn_views(turns, decoder)
     browser.get(url(viewed.base, "/session", id=session.id))
@@ -149,7 +149,7 @@ def test_multi_lineage_session_shows_segments_lineages_and_experts(viewed: Viewe
     ]
     assert rows[2][2].startswith("branch") and rows[2][5] == "0"  # the retry branches from turn 0
     assert rows[4][2] == "abandoned by the client"
-    turns = viewed.store.read_turns(session_id=m.session_id, with_experts=True)
+    turns = viewed.store.turns.read(session_id=m.session_id, with_experts=True)
     for row, seg in zip(rows, sorted({t.segment_index for t in turns}), strict=True):
         in_seg = [t for t in turns if t.segment_index == seg]
         assert row[6] == f"{sum(t.context_ids.size + t.generated_ids.size for t in in_seg):,}"
@@ -182,7 +182,7 @@ def test_multi_lineage_session_shows_segments_lineages_and_experts(viewed: Viewe
 
 
 def test_group_page_shows_samples_advantages_and_a_diff(viewed: ViewedLog, browser) -> None:
-    steps = viewed.store.list_steps(viewed.quick, "train:main")
+    steps = viewed.store.consumers.steps(viewed.quick, "train:main")
     group = steps[0].manifest["groups"][0]
     browser.get(url(viewed.base, "/group", run=viewed.quick, group=group["task_index"]))
     rows = wait(browser, lambda d: css(d, "#members tbody tr"))
@@ -191,7 +191,7 @@ def test_group_page_shows_samples_advantages_and_a_diff(viewed: ViewedLog, brows
     for r, member in zip(rows, group["members"], strict=True):
         # the session's own reward; a failed member (which group forms first depends on timing: the
         # run has crashing and hanging tasks) has none in the log and shows "-", whatever the trainer used
-        session = viewed.store.get_session(member["session"])
+        session = viewed.store.sessions.get(member["session"])
         if session.reward is None:
             assert session.status != "finished" and text(one(r, ".reward")) == "-"
         else:
@@ -211,7 +211,7 @@ def test_group_page_shows_samples_advantages_and_a_diff(viewed: ViewedLog, brows
 
 
 def test_training_pages_link_steps_and_sessions_both_ways(viewed: ViewedLog, browser) -> None:
-    steps = viewed.store.list_steps(viewed.quick, "train:main")
+    steps = viewed.store.consumers.steps(viewed.quick, "train:main")
     assert len(steps) == 2
     browser.get(url(viewed.base, "/training", run=viewed.quick))
     rows = wait(browser, lambda d: css(d, "table.steps tbody tr"))

@@ -14,9 +14,9 @@ from dressage.view.pages import Viewer
 def test_decoder_follows_the_recorded_profile(tmp_path: Path) -> None:
     store = EventStore.open(settings=Settings(database_url=f"sqlite:///{tmp_path / 'log.db'}", home=tmp_path))
     try:
-        mistral = store.create_run("m", {"tito": profile_record(get_profile("mistral-nemo"))})
-        qwen = store.create_run("q", {"tito": profile_record(get_profile("qwen3.5"))})
-        bare = store.create_run("b", {})
+        mistral = store.runs.create("m", {"tito": profile_record(get_profile("mistral-nemo"))})
+        qwen = store.runs.create("q", {"tito": profile_record(get_profile("qwen3.5"))})
+        bare = store.runs.create("b", {})
         default = TokenDecoder(None)
         viewer = Viewer(store, default)
         assert viewer.decoder_for(mistral).text([1, 3, 8101, 4]) == "<s>[INST]hi[/INST]"

@@ -80,7 +80,7 @@ def test_viewer_connections_refuse_writes(viewed: ViewedLog) -> None:
             conn.execute(sql_text("DELETE FROM sessions"))
         with pytest.raises(StoreError), reading(store) as conn:
             conn.execute(sql_text("CREATE TABLE sneaky (x int)"))
-        assert len(viewed.store.list_sessions(viewed.quick)) == 6
+        assert len(viewed.store.sessions.list(viewed.quick)) == 6
     finally:
         store.close()
 

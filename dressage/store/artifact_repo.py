@@ -1,25 +1,32 @@
-"""Artifacts and policy versions in the log.
+"""Artifacts in the log.
 
 Artifact bytes go to a :class:`~dressage.store.artifacts.BlobStore`; the log records sha256, size,
-media type and URI with an ``artifact`` event. Policy versions (weight updates) are events too.
+media type and URI with an ``artifact`` event.
 """
 
 from __future__ import annotations
 
 import time
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, insert, select
 
-from dressage.errors import InvalidRecordError, StoreError
+from dressage.errors import StoreError
 from dressage.store import schema as t
-from dressage.store.members import StoreMembers
-from dressage.store.records import AppendResult, ArtifactRef, Run, check_text, deterministic_key
+from dressage.store.artifacts import BlobStore
+from dressage.store.database import Database
+from dressage.store.records import ArtifactRef, Run, check_text, deterministic_key
+from dressage.store.runs import RunRepository
 
 
-class ArtifactLogMixin(StoreMembers):
-    """Artifact and policy-version methods of the event store."""
+class ArtifactRepository:
+    """Artifacts of the log's runs; their bytes live in a :class:`BlobStore`."""
 
-    def put_artifact(
+    def __init__(self, db: Database, runs: RunRepository, blobs: BlobStore | None) -> None:
+        self.db = db
+        self.runs = runs
+        self.blobs = blobs
+
+    def put(
         self,
         run: str | Run,
         data: bytes,
@@ -33,12 +40,12 @@ class ArtifactLogMixin(StoreMembers):
             raise StoreError("this store has no blob store configured; open it with EventStore.open()")
         check_text(name, what="artifact name", max_chars=200)
         check_text(media_type, what="media type", max_chars=100)
-        r = self.get_run(run)
+        r = self.runs.get(run)
         sha, uri = self.blobs.put(data)
 
         def tx(conn: Connection) -> ArtifactRef:
             key = deterministic_key(r.name, "artifact", session_id, name, sha)
-            res = self._append_event_tx(
+            res = self.db.append_event_tx(
                 conn,
                 r.id,
                 "artifact",
@@ -70,61 +77,22 @@ class ArtifactLogMixin(StoreMembers):
             ).scalar_one()
             return ArtifactRef(art_id, session_id, name, sha, len(data), media_type, uri)
 
-        return self._retrying(tx)
+        return self.db.retrying(tx)
 
-    def list_artifacts(self, run: str | Run, *, session_id: str | None = None) -> list[ArtifactRef]:
+    def list(self, run: str | Run, *, session_id: str | None = None) -> list[ArtifactRef]:
         """Artifacts of a run (or one session), oldest first."""
-        r = self.get_run(run)
+        r = self.runs.get(run)
         q = select(t.artifacts).where(t.artifacts.c.run_id == r.id)
         if session_id is not None:
             q = q.where(t.artifacts.c.session_id == session_id)
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [_ref(x) for x in conn.execute(q.order_by(t.artifacts.c.id)).all()]
 
-    def get_artifact(self, ref: ArtifactRef) -> bytes:
+    def get(self, ref: ArtifactRef) -> bytes:
         """The bytes of an artifact, checked against its sha256."""
         if self.blobs is None:
             raise StoreError("this store has no blob store configured")
         return self.blobs.get(ref.uri)
-
-    def record_policy_version(
-        self, run: str | Run, version: int, checkpoint_uri: str | None = None
-    ) -> AppendResult:
-        """Record that the engines now serve weights ``version`` (idempotent per version)."""
-        if not isinstance(version, int) or version < 0:
-            raise InvalidRecordError(f"policy version must be a non-negative integer, got {version!r}")
-        check_text(checkpoint_uri, what="checkpoint URI", max_chars=4096)
-        r = self.get_run(run)
-
-        def tx(conn: Connection) -> AppendResult:
-            res = self._append_event_tx(
-                conn,
-                r.id,
-                "policy_version",
-                {"version": version, "checkpoint_uri": checkpoint_uri},
-                key=deterministic_key(r.name, "policy_version", version),
-            )
-            if not res.duplicate:
-                conn.execute(
-                    insert(t.policy_versions).values(
-                        run_id=r.id,
-                        version=version,
-                        checkpoint_uri=checkpoint_uri,
-                        position=res.position,
-                        created_at=time.time(),
-                    )
-                )
-            return res
-
-        return self._retrying(tx)
-
-    def latest_policy_version(self, run: str | Run) -> int | None:
-        """The newest recorded policy version of a run, or None."""
-        r = self.get_run(run)
-        with self._read() as conn:
-            return conn.execute(
-                select(func.max(t.policy_versions.c.version)).where(t.policy_versions.c.run_id == r.id)
-            ).scalar_one()
 
 
 def _ref(row: object) -> ArtifactRef:

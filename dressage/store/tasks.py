@@ -6,7 +6,7 @@ whose lease expired (their owner crashed), under a lease; on PostgreSQL with
 database write lock. Reclaiming an expired task marks its previous, still-running session
 ``abandoned`` (kept for audit, never trained on) in the same transaction, unless the claim
 resumes (``resume=True``): then the session stays ``running`` for the new attempt to continue
-(see :mod:`dressage.store.resume`), and is abandoned only when the task has no attempt left.
+(see :mod:`dressage.store.sessions`), and is abandoned only when the task has no attempt left.
 """
 
 from __future__ import annotations
@@ -19,24 +19,30 @@ from sqlalchemy import Connection, and_, func, insert, or_, select, update
 
 from dressage.errors import InvalidRecordError, LeaseError
 from dressage.store import schema as t
-from dressage.store.members import StoreMembers
+from dressage.store.database import Database
 from dressage.store.records import (
     Run,
     TaskLease,
+    TaskPair,
     TaskSpec,
     TaskState,
     canonical_json,
     check_text,
     deterministic_key,
 )
+from dressage.store.runs import RunRepository
 
 TASK_STATES = ("pending", "leased", "done", "failed")
 
 
-class LeaseMixin(StoreMembers):
-    """Task-queue methods of :class:`~dressage.store.event_store.EventStore`."""
+class TaskRepository:
+    """The run's task queue: (task, sample) pairs under leases."""
 
-    def enqueue_tasks(
+    def __init__(self, db: Database, runs: RunRepository) -> None:
+        self.db = db
+        self.runs = runs
+
+    def enqueue(
         self,
         run: str | Run,
         specs: Sequence[TaskSpec],
@@ -56,12 +62,12 @@ class LeaseMixin(StoreMembers):
         if eval_version is not None and eval_version < 0:
             raise InvalidRecordError(f"eval_version must be >= 0, got {eval_version}")
         kind = "train" if eval_version is None else "eval"
-        r = self.get_run(run)
+        r = self.runs.get(run)
         for spec in specs:
             if spec.task_index < 0:
                 raise InvalidRecordError(f"task_index must be >= 0, got {spec.task_index}")
             canonical_json(
-                spec.payload, what=f"payload of task {spec.task_index}", max_bytes=self.max_payload_bytes
+                spec.payload, what=f"payload of task {spec.task_index}", max_bytes=self.db.max_payload_bytes
             )
 
         def tx(conn: Connection) -> int:
@@ -95,12 +101,12 @@ class LeaseMixin(StoreMembers):
                 payload: dict[str, Any] = {"n_added": len(rows), "n_samples": n_samples}
                 if eval_version is not None:
                     payload.update(kind="eval", eval_version=eval_version)
-                self._append_event_tx(conn, r.id, "tasks_enqueued", payload)
+                self.db.append_event_tx(conn, r.id, "tasks_enqueued", payload)
             return len(rows)
 
-        return int(self._retrying(tx))
+        return int(self.db.retrying(tx))
 
-    def claim_tasks(
+    def claim(
         self,
         run: str | Run,
         owner: str,
@@ -114,12 +120,12 @@ class LeaseMixin(StoreMembers):
 
         Tasks that already used ``max_attempts`` attempts are marked ``failed`` instead of claimed.
         An expired task's running session is abandoned, or with ``resume`` left running for the
-        new attempt to take over (:meth:`~dressage.store.resume.ResumeMixin.resume_session`).
+        new attempt to take over (:meth:`~dressage.store.sessions.SessionRepository.take_over`).
         Eval tasks come first (``'eval' < 'train'``): they should be sampled by the policy version
         they evaluate, before the next weight push.
         """
         check_text(owner, what="lease owner", max_chars=200)
-        r = self.get_run(run)
+        r = self.runs.get(run)
 
         def tx(conn: Connection) -> list[TaskLease]:
             now = time.time()
@@ -133,7 +139,7 @@ class LeaseMixin(StoreMembers):
                 .order_by(t.tasks.c.kind, t.tasks.c.task_index, t.tasks.c.sample_index)
                 .limit(n)
             )
-            if self.dialect == "postgresql":
+            if self.db.dialect == "postgresql":
                 q = q.with_for_update(skip_locked=True)
             leases: list[TaskLease] = []
             rows = conn.execute(q).all()
@@ -146,7 +152,7 @@ class LeaseMixin(StoreMembers):
                     conn.execute(
                         update(t.tasks).where(t.tasks.c.id == row.id).values(state="failed", updated_at=now)
                     )
-                    self._append_event_tx(
+                    self.db.append_event_tx(
                         conn, r.id, "task_failed", {"task_id": row.id, "attempts": row.attempts}
                     )
                     continue
@@ -163,7 +169,7 @@ class LeaseMixin(StoreMembers):
                         updated_at=now,
                     )
                 )
-                self._append_event_tx(
+                self.db.append_event_tx(
                     conn,
                     r.id,
                     "task_claimed",
@@ -187,7 +193,7 @@ class LeaseMixin(StoreMembers):
                 )
             return leases
 
-        return list(self._retrying(tx))
+        return list(self.db.retrying(tx))
 
     def _lock_running_sessions_tx(self, conn: Connection, task_ids: list[int]) -> None:
         """Lock the running sessions of expired leases before any event takes the run's counter row
@@ -210,7 +216,7 @@ class LeaseMixin(StoreMembers):
             .all()
         )
         for sid in running:
-            self._append_event_tx(
+            self.db.append_event_tx(
                 conn,
                 run.id,
                 "session_finalized",
@@ -224,10 +230,10 @@ class LeaseMixin(StoreMembers):
                 .values(status="abandoned", finish_reason=reason, finished_at=time.time())
             )
 
-    def renew_lease(self, lease: TaskLease, lease_s: float = 60.0) -> TaskLease:
+    def renew(self, lease: TaskLease, lease_s: float = 60.0) -> TaskLease:
         """Extend a lease; raises :class:`LeaseError` if it is no longer held by its owner."""
         expires = time.time() + lease_s
-        with self._write() as conn:
+        with self.db.write() as conn:
             n = conn.execute(
                 update(t.tasks).where(_held(lease)).values(lease_expires_at=expires, updated_at=time.time())
             ).rowcount
@@ -237,7 +243,7 @@ class LeaseMixin(StoreMembers):
             )
         return TaskLease(**{**lease.__dict__, "expires_at": expires})
 
-    def release_task(self, lease: TaskLease, outcome: str, *, max_attempts: int | None = None) -> str:
+    def release(self, lease: TaskLease, outcome: str, *, max_attempts: int | None = None) -> str:
         """End a lease: ``done`` (a finished session exists), ``retry`` (back to pending) or ``failed``.
 
         ``retry`` turns into ``failed`` when the task used ``max_attempts``. Returns the new state.
@@ -247,7 +253,7 @@ class LeaseMixin(StoreMembers):
         state = {"done": "done", "retry": "pending", "failed": "failed"}[outcome]
         if state == "pending" and max_attempts is not None and lease.attempt >= max_attempts:
             state = "failed"
-        r = self.get_run_by_id(lease.run_id)
+        r = self.runs.by_id(lease.run_id)
 
         def tx(conn: Connection) -> str:
             n = conn.execute(
@@ -260,7 +266,7 @@ class LeaseMixin(StoreMembers):
                     f"task {lease.task_id} attempt {lease.attempt} is no longer leased by {lease.owner} "
                     "(its lease expired and another worker took it)"
                 )
-            self._append_event_tx(
+            self.db.append_event_tx(
                 conn,
                 r.id,
                 "task_released",
@@ -269,13 +275,13 @@ class LeaseMixin(StoreMembers):
             )
             return state
 
-        return str(self._retrying(tx))
+        return str(self.db.retrying(tx))
 
-    def task_counts(self, run: str | Run, *, kind: str | None = None) -> dict[str, int]:
+    def counts(self, run: str | Run, *, kind: str | None = None) -> dict[str, int]:
         """Number of (task, sample) pairs per state (of one ``kind``, ``train`` or ``eval``, if given)."""
-        r = self.get_run(run)
+        r = self.runs.get(run)
         where = [t.tasks.c.run_id == r.id] + ([t.tasks.c.kind == kind] if kind is not None else [])
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(t.tasks.c.state, func.count()).where(*where).group_by(t.tasks.c.state)
             ).all()
@@ -283,17 +289,27 @@ class LeaseMixin(StoreMembers):
         counts.update({k: int(v) for k, v in rows})
         return counts
 
-    def list_task_states(self, run: str | Run, *, kind: str) -> list[TaskState]:
+    def states(self, run: str | Run, *, kind: str) -> list[TaskState]:
         """Every (task, sample) pair of ``kind`` with its state, in (eval version, task, sample) order."""
-        r = self.get_run(run)
+        r = self.runs.get(run)
         c = t.tasks.c
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 select(c.id, c.task_index, c.sample_index, c.state, c.kind, c.eval_version)
                 .where(c.run_id == r.id, c.kind == kind)
                 .order_by(c.eval_version, c.task_index, c.sample_index)
             ).all()
         return [TaskState(*row) for row in rows]
+
+    def pairs(self, run: str | Run) -> list[TaskPair]:
+        """Every (task, sample) pair of the run with its group, of every kind, in no particular order."""
+        r = self.runs.get(run)
+        c = t.tasks.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(c.id, c.task_index, c.group_index, c.sample_index, c.kind).where(c.run_id == r.id)
+            ).all()
+        return [TaskPair(*row) for row in rows]
 
 
 def _held(lease: TaskLease) -> Any:

@@ -1,0 +1,164 @@
+"""Runs in the log: create (or continue) a run with its frozen config, look runs up, drop them."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Row, and_, delete, func, insert, or_, select
+from sqlalchemy.exc import IntegrityError
+
+from dressage.errors import InvalidRecordError, UnknownRunError
+from dressage.store import schema as t
+from dressage.store.database import Database
+from dressage.store.records import Run, canonical_json, check_text
+
+
+class RunRepository:
+    """Runs of the log, cached by name (a run never changes once created)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._cache: dict[str, Run] = {}
+
+    def create(self, name: str, config: Mapping[str, Any] | None = None, *, must_match: bool = True) -> Run:
+        """Create run ``name`` with a frozen config snapshot, or continue it if it exists.
+
+        When the run exists and ``must_match`` is set, its stored config must equal ``config``
+        (a frozen snapshot cannot change under a resumed run).
+        """
+        check_text(name, what="run name", max_chars=200)
+        if not name.strip():
+            raise InvalidRecordError("run name must not be empty")
+        config = dict(config or {})
+        data = canonical_json(config, what=f"config of run {name!r}", max_bytes=self.db.max_payload_bytes)
+        config_hash = hashlib.sha256(data).hexdigest()
+        existing = self._load(name)
+        if existing is None:
+            try:
+                with self.db.write() as conn:
+                    run_id = conn.execute(
+                        insert(t.runs)
+                        .values(name=name, config=config, config_hash=config_hash, created_at=time.time())
+                        .returning(t.runs.c.id)
+                    ).scalar_one()
+                    conn.execute(insert(t.run_counters).values(run_id=run_id, last_position=0))
+                    self.db.append_event_tx(
+                        conn,
+                        run_id,
+                        "run_created",
+                        {"name": name, "config_hash": config_hash},
+                        key="run_created",
+                    )
+            except IntegrityError:
+                pass  # another process created it first; fall through to the comparison
+            existing = self._load(name)
+            assert existing is not None
+        if must_match and existing.config_hash != config_hash and config:
+            raise InvalidRecordError(
+                f"run {name!r} exists with a different config (hash {existing.config_hash[:12]}, "
+                f"given {config_hash[:12]}); resume it without a config or choose a new run name"
+            )
+        return existing
+
+    def get(self, run: str | Run) -> Run:
+        """The run called ``run``; raises :class:`UnknownRunError` when the log has none."""
+        if isinstance(run, Run):
+            return run
+        found = self._cache.get(run) or self._load(run)
+        if found is None:
+            raise UnknownRunError(f"no run named {run!r} in the log; list runs with `dressage-worker runs`")
+        return found
+
+    def by_id(self, run_id: int) -> Run:
+        """The run with database id ``run_id``."""
+        for run in self._cache.values():
+            if run.id == run_id:
+                return run
+        with self.db.read() as conn:
+            name = conn.execute(select(t.runs.c.name).where(t.runs.c.id == run_id)).scalar_one_or_none()
+        if name is None:
+            raise UnknownRunError(f"no run with id {run_id}")
+        return self.get(str(name))
+
+    def list(self) -> list[Run]:
+        """Every run, oldest first."""
+        with self.db.read() as conn:
+            rows = conn.execute(select(t.runs).order_by(t.runs.c.id)).all()
+        return [_run(r) for r in rows]
+
+    def _load(self, name: str) -> Run | None:
+        with self.db.read() as conn:
+            r = conn.execute(select(t.runs).where(t.runs.c.name == name)).first()
+        if r is None:
+            return None
+        run = _run(r)
+        self._cache[name] = run
+        return run
+
+    def drop(self, run: str | Run) -> None:
+        """Delete every row of a run (artifact blobs stay: they are content-addressed and may be shared)."""
+        r = self.get(run)
+        with self.db.write() as conn:
+            for table in (
+                t.turns,
+                t.artifacts,
+                t.events,
+                t.sessions,
+                t.tasks,
+                t.policy_versions,
+                t.consumer_checkpoints,
+                t.train_steps,
+                t.run_counters,
+            ):
+                conn.execute(delete(table).where(table.c.run_id == r.id))
+            conn.execute(delete(t.runs).where(t.runs.c.id == r.id))
+        self._cache.pop(r.name, None)
+
+    def last_position(self, run: str | Run) -> int:
+        """The position of the run's newest event (0 when empty)."""
+        return self.db.last_position(self.get(run).id)
+
+    def summary(self, run: str | Run) -> dict[str, Any]:
+        """Counts for the ``runs`` table: sessions by status, turns, tokens, mean reward (of the
+        finished sessions of training tasks: eval sessions are reported per policy version)."""
+        r = self.get(run)
+        with self.db.read() as conn:
+            by_status: dict[str, int] = {
+                str(k): int(v)
+                for k, v in conn.execute(
+                    select(t.sessions.c.status, func.count())
+                    .where(t.sessions.c.run_id == r.id)
+                    .group_by(t.sessions.c.status)
+                ).all()
+            }
+            turns_row = conn.execute(
+                select(
+                    func.count(),
+                    func.coalesce(func.sum(t.turns.c.n_context + t.turns.c.n_generated), 0),
+                    func.coalesce(func.sum(t.turns.c.n_trained), 0),
+                ).where(t.turns.c.run_id == r.id)
+            ).one()
+            mean_reward = conn.execute(
+                select(func.avg(t.sessions.c.reward))
+                .select_from(t.sessions.outerjoin(t.tasks, t.tasks.c.id == t.sessions.c.task_id))
+                .where(
+                    and_(t.sessions.c.run_id == r.id, t.sessions.c.status == "finished"),
+                    or_(t.tasks.c.kind.is_(None), t.tasks.c.kind == "train"),
+                )
+            ).scalar_one()
+        return {
+            "run": r.name,
+            "sessions": by_status,
+            "turns": int(turns_row[0]),
+            "tokens": int(turns_row[1]),
+            "trained_tokens": int(turns_row[2]),
+            "mean_reward": float(mean_reward) if mean_reward is not None else None,
+            "last_position": self.db.last_position(r.id),
+        }
+
+
+def _run(r: Row[Any]) -> Run:
+    return Run(r.id, r.name, r.config, r.config_hash, r.created_at)

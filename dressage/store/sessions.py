@@ -1,0 +1,324 @@
+"""Sessions (trajectories) in the log: open, finalize, look up, and take over an interrupted one.
+
+Session takeover: when a worker dies, its task lease expires. A worker that reclaims the task with
+``resume=True`` (see :meth:`~dressage.store.tasks.TaskRepository.claim`) leaves the dead attempt's
+session ``running`` instead of marking it ``abandoned``; its next episode takes the session over
+with :meth:`SessionRepository.take_over`: the session row gets the new attempt number and a fresh
+bearer token (the dead attempt's token stops working), its turns stay as they are, and a
+``session_resumed`` event records the takeover. The proxy then answers the new agent's requests
+that match the recorded turns from the log (see :mod:`dressage.proxy.replay`), so the trajectory
+goes on as one session, one trajectory for the trainer, with no token generated twice.
+
+``info["resume"]`` on the session row: ``attempt`` (the attempt that owns the session now),
+``from_attempt``, ``seed_attempt`` (the attempt whose sampling seed the session keeps using, so a
+resumed agent sends the requests the first one sent), ``next_turn`` (turns recorded when it was
+taken over: the replay targets) and ``count`` (how many times it was taken over).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Row, func, insert, select, update
+
+from dressage.errors import (
+    IdempotencyConflictError,
+    InvalidRecordError,
+    LeaseError,
+    UnknownSessionError,
+)
+from dressage.redact import redact
+from dressage.store import schema as t
+from dressage.store.database import Database
+from dressage.store.records import (
+    SESSION_STATUSES,
+    TERMINAL_STATUSES,
+    Run,
+    Session,
+    SessionHead,
+    canonical_json,
+    check_text,
+    deterministic_key,
+)
+from dressage.store.runs import RunRepository
+
+if TYPE_CHECKING:
+    from dressage.store.turn_appenders import TurnAppender
+
+
+def read_session_head(db: Database, session_id: str) -> SessionHead:
+    """Status, turns recorded and attempt of a session in one indexed read."""
+    last = select(func.max(t.turns.c.turn_index)).where(t.turns.c.session_id == session_id).scalar_subquery()
+    with db.read() as conn:
+        row = conn.execute(
+            select(t.sessions.c.status, last, t.sessions.c.attempt).where(t.sessions.c.id == session_id)
+        ).first()
+    if row is None:
+        raise UnknownSessionError(f"no session {session_id!r} in the log")
+    return SessionHead(str(row[0]), 0 if row[1] is None else int(row[1]) + 1, int(row[2]))
+
+
+class SessionRepository:
+    """Sessions of the log's runs."""
+
+    def __init__(self, db: Database, runs: RunRepository, appender: TurnAppender) -> None:
+        self.db = db
+        self.runs = runs
+        self._appender = appender
+
+    def open(
+        self,
+        run: str | Run,
+        *,
+        session_id: str | None = None,
+        task_id: int | None = None,
+        attempt: int = 1,
+        agent: str | None = None,
+        sandbox: str | None = None,
+        token: str | None = None,
+        info: Mapping[str, Any] | None = None,
+    ) -> Session:
+        """Start a session (trajectory); idempotent for an explicit ``session_id``."""
+        r = self.runs.get(run)
+        sid = session_id or uuid.uuid4().hex
+        check_text(sid, what="session_id", max_chars=64)
+        for name, value in (("agent", agent), ("sandbox", sandbox)):
+            check_text(value, what=name, max_chars=200)
+        info = dict(info or {})
+        canonical_json(info, what="session info", max_bytes=self.db.max_payload_bytes)
+        token_sha = hashlib.sha256(token.encode()).hexdigest() if token else None
+        payload = {"task_id": task_id, "attempt": attempt, "agent": agent, "sandbox": sandbox, "info": info}
+
+        def tx(conn: Connection) -> None:
+            key = deterministic_key(r.name, sid, "start")
+            res = self.db.append_event_tx(conn, r.id, "session_started", payload, key=key, session_id=sid)
+            if res.duplicate:
+                return
+            conn.execute(
+                insert(t.sessions).values(
+                    id=sid,
+                    run_id=r.id,
+                    task_id=task_id,
+                    attempt=attempt,
+                    agent=agent,
+                    sandbox=sandbox,
+                    status="running",
+                    token_sha256=token_sha,
+                    info=info,
+                    created_at=time.time(),
+                )
+            )
+
+        self.db.retrying(tx)
+        return self.get(sid)
+
+    def finalize(
+        self,
+        session_id: str,
+        status: str,
+        *,
+        reward: float | None = None,
+        finish_reason: str | None = None,
+        error: str | None = None,
+        info: Mapping[str, Any] | None = None,
+        attempt: int | None = None,
+    ) -> Session:
+        """Move a running session to a terminal status with its reward, atomically and idempotently.
+
+        Finalizing again with the same status and reward returns the session unchanged; a different
+        outcome for a session that is already terminal raises :class:`IdempotencyConflictError`.
+        With ``attempt``, a running session that another attempt has taken over (see
+        :meth:`take_over`) is not finalized: :class:`LeaseError`. ``info`` replaces the session's
+        info but keeps its ``resume`` record.
+        """
+        if status not in TERMINAL_STATUSES:
+            raise InvalidRecordError(f"status must be one of {TERMINAL_STATUSES}, got {status!r}")
+        if reward is not None and (not isinstance(reward, int | float) or not math.isfinite(reward)):
+            raise InvalidRecordError(f"reward must be a finite number, got {reward!r}")
+        check_text(finish_reason, what="finish_reason", max_chars=64)
+        error = redact(error, self.db.secrets)
+        if error is not None:
+            error = error.replace("\x00", "")[:8192]
+        info = dict(info or {})
+        r = self.runs.by_id(self.get(session_id).run_id)
+        payload = {
+            "status": status,
+            "reward": reward,
+            "finish_reason": finish_reason,
+            "error": error,
+            "info": info,
+        }
+
+        def tx(conn: Connection) -> None:
+            current = conn.execute(  # the session row first, then the counter (as the turn append)
+                select(t.sessions.c.status, t.sessions.c.reward, t.sessions.c.attempt, t.sessions.c.info)
+                .where(t.sessions.c.id == session_id)
+                .with_for_update()
+            ).one()
+            if attempt is not None and current.status == "running" and current.attempt != attempt:
+                raise LeaseError(
+                    f"session {session_id} was taken over by attempt {current.attempt}; "
+                    f"attempt {attempt} cannot finalize it"
+                )
+            if current.status in TERMINAL_STATUSES:
+                if current.status == status and current.reward == reward:
+                    return
+                raise IdempotencyConflictError(
+                    f"session {session_id} is already {current.status} (reward {current.reward}); "
+                    f"cannot finalize it as {status} (reward {reward})"
+                )
+            key = deterministic_key(r.name, session_id, "final")
+            self.db.append_event_tx(conn, r.id, "session_finalized", payload, key=key, session_id=session_id)
+            values: dict[str, object] = {
+                "status": status,
+                "reward": reward,
+                "finish_reason": finish_reason,
+                "error": error,
+                "finished_at": time.time(),
+            }
+            if info:
+                resume = (current.info or {}).get("resume")
+                values["info"] = {**info, "resume": resume} if resume is not None else info
+            conn.execute(update(t.sessions).where(t.sessions.c.id == session_id).values(**values))
+
+        self.db.retrying(tx)
+        return self.get(session_id)
+
+    def get(self, session_id: str) -> Session:
+        """The session ``session_id``; raises :class:`UnknownSessionError` when absent."""
+        with self.db.read() as conn:
+            row = conn.execute(select(t.sessions).where(t.sessions.c.id == session_id)).first()
+        if row is None:
+            raise UnknownSessionError(f"no session {session_id!r} in the log")
+        return _session(row)
+
+    def head(self, session_id: str) -> SessionHead:
+        """Status, turns recorded and attempt of a session: one indexed read, so a proxy can check its
+        cache.
+
+        The turn count is ``max(turn_index) + 1`` (0 without turns). Several proxies serve one
+        session from one log; a proxy whose cached state is behind this count, or of an earlier
+        attempt (the session was taken over), rebuilds it.
+        """
+        return read_session_head(self.db, session_id)
+
+    async def head_async(self, session_id: str) -> SessionHead:
+        """:meth:`head` for event loops (the proxy, per request); on PostgreSQL one prepared
+        statement on the loop's async connections."""
+        return await self._appender.session_head_async(session_id)
+
+    def by_token(self, token: str) -> Session | None:
+        """The session bound to bearer ``token`` (looked up by its sha256), or None."""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        with self.db.read() as conn:
+            row = conn.execute(select(t.sessions).where(t.sessions.c.token_sha256 == digest)).first()
+        return _session(row) if row is not None else None
+
+    def list(self, run: str | Run, *, status: str | None = None) -> list[Session]:
+        """Sessions of a run, oldest first, optionally with one ``status``."""
+        r = self.runs.get(run)
+        if status is not None and status not in SESSION_STATUSES:
+            raise InvalidRecordError(f"status must be one of {SESSION_STATUSES}")
+        q = select(t.sessions).where(t.sessions.c.run_id == r.id)
+        if status:
+            q = q.where(t.sessions.c.status == status)
+        with self.db.read() as conn:
+            rows = conn.execute(q.order_by(t.sessions.c.created_at, t.sessions.c.id)).all()
+        return [_session(x) for x in rows]
+
+    def has_finished(self, task_id: int) -> bool:
+        """True when the (task, sample) queue entry ``task_id`` already has a finished session."""
+        c = t.sessions.c
+        with self.db.read() as conn:
+            q = select(c.id).where(c.task_id == task_id, c.status == "finished").limit(1)
+            return conn.execute(q).first() is not None
+
+    def interrupted(self, task_id: int, attempt: int) -> Session | None:
+        """The still-running session of an earlier attempt of task ``task_id``, or None.
+
+        That is the session a worker that died (or lost its lease) left behind, kept running by a
+        resuming claim; the latest one when there are several.
+        """
+        c = t.sessions.c
+        with self.db.read() as conn:
+            sid = conn.execute(
+                select(c.id)
+                .where(c.task_id == task_id, c.status == "running", c.attempt < attempt)
+                .order_by(c.attempt.desc(), c.created_at.desc())
+                .limit(1)
+            ).scalar_one_or_none()
+        return self.get(str(sid)) if sid is not None else None
+
+    def take_over(self, session_id: str, *, attempt: int, token: str) -> Session:
+        """Hand a running session over to ``attempt`` with bearer ``token``; records ``session_resumed``.
+
+        Raises :class:`LeaseError` when the session is no longer running (finished or abandoned
+        meanwhile) or already belongs to ``attempt`` or a later one. The old token stops working.
+        """
+        if attempt < 1:
+            raise InvalidRecordError(f"attempt must be >= 1, got {attempt}")
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        self.db.retrying(lambda conn: self._take_over_tx(conn, session_id, attempt, digest))
+        return self.get(session_id)
+
+    def _take_over_tx(self, conn: Connection, session_id: str, attempt: int, token_sha: str) -> None:
+        row = conn.execute(select(t.sessions).where(t.sessions.c.id == session_id).with_for_update()).first()
+        if row is None:
+            raise LeaseError(f"no session {session_id!r} to resume")
+        if row.status != "running" or row.attempt >= attempt:
+            raise LeaseError(
+                f"session {session_id} is {row.status} at attempt {row.attempt}; attempt {attempt} cannot resume it"
+            )
+        next_turn = conn.execute(
+            select(func.coalesce(func.max(t.turns.c.turn_index) + 1, 0)).where(
+                t.turns.c.run_id == row.run_id, t.turns.c.session_id == session_id
+            )
+        ).scalar_one()
+        info: dict[str, Any] = dict(row.info or {})
+        before = info.get("resume") or {}
+        record = {
+            "attempt": attempt,
+            "from_attempt": int(row.attempt),
+            "seed_attempt": int(before.get("seed_attempt", row.attempt)),
+            "next_turn": int(next_turn),
+            "count": int(before.get("count", 0)) + 1,
+        }
+        run = self.runs.by_id(row.run_id)
+        key = deterministic_key(run.name, session_id, "resume", attempt)
+        self.db.append_event_tx(conn, row.run_id, "session_resumed", record, key=key, session_id=session_id)
+        conn.execute(
+            update(t.sessions)
+            .where(t.sessions.c.id == session_id)
+            .values(attempt=attempt, token_sha256=token_sha, info={**info, "resume": record})
+        )
+
+
+def seed_attempt(session: Session) -> int:
+    """The attempt whose sampling seed ``session`` uses (its first one, across takeovers)."""
+    resume = session.info.get("resume") if isinstance(session.info, dict) else None
+    if isinstance(resume, dict) and isinstance(resume.get("seed_attempt"), int):
+        return int(resume["seed_attempt"])
+    return session.attempt
+
+
+def _session(row: Row[Any]) -> Session:
+    return Session(
+        id=row.id,
+        run_id=row.run_id,
+        task_id=row.task_id,
+        attempt=row.attempt,
+        agent=row.agent,
+        sandbox=row.sandbox,
+        status=row.status,
+        reward=row.reward,
+        finish_reason=row.finish_reason,
+        error=row.error,
+        info=row.info or {},
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+    )
