@@ -225,7 +225,7 @@ def verify_export(export_dir: Path | str) -> dict[str, Any]:
     """
     root = Path(export_dir)
     try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        manifest: dict[str, Any] = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ExportVerificationError(
             f"{root} has no readable {MANIFEST} ({e}); it is not an export or the export was interrupted"

@@ -36,6 +36,8 @@ SESSION_STATUSES = ("running", "finished", "failed", "abandoned")
 TERMINAL_STATUSES = ("finished", "failed", "abandoned")
 MAX_TOKENS_PER_TURN = 1 << 20
 DEFAULT_MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+MAX_LOGPROB = 1e-3
+"""The largest logprob a turn may carry: log-probabilities are <= 0, engines round a little above."""
 KEY_NAMESPACE = uuid.UUID("6f1c8a52-4d0e-4c55-9a55-6b7d2a1f0d11")
 
 
@@ -252,10 +254,46 @@ class PreparedTurn:
         return {**self.row, **{k: v.tolist() for k, v in self.arrays.items()}}
 
 
+@dataclass(slots=True)
+class _ValidTurn:
+    """A :class:`NewTurn` whose fields passed :func:`_validate_turn`: arrays in their stored dtypes."""
+
+    context: np.ndarray
+    generated: np.ndarray
+    logprobs: np.ndarray
+    versions: np.ndarray
+    mask: np.ndarray
+    words: np.ndarray
+    """context, generated, versions and the logprobs' int32 bit patterns in one buffer."""
+    n_trained: int
+    experts_blob: bytes | None
+    experts_raw: bytes
+    experts_shape: list[int] | None
+    experts_dtype: str | None
+    sampling: dict[str, Any]
+    info: dict[str, Any]
+    sampling_json: bytes
+    info_json: bytes
+
+
 def prepare_turn(
     run_name: str, rec: NewTurn, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 ) -> PreparedTurn:
-    """Validate ``rec`` and build the row to insert; raises :class:`InvalidRecordError` on bad input."""
+    """Validate ``rec`` and build the row to insert; raises :class:`InvalidRecordError` on bad input.
+
+    Both backends' appenders take the prepared turn: one validation path, one content hash.
+    """
+    valid = _validate_turn(rec, max_payload_bytes)
+    if not rec.key:
+        key = turn_key(run_name, rec.session_id, rec.turn_index)  # a uuid string: nothing to check
+    else:
+        key = rec.key
+        check_text(key, what="key", max_chars=128)
+    return _encode_turn(key, rec, valid, _turn_content_hash(rec, valid))
+
+
+def _validate_turn(rec: NewTurn, max_payload_bytes: int) -> _ValidTurn:
+    """Check every field of ``rec``; return its arrays, experts and JSON parts in stored form."""
     check_text(rec.session_id, what="session_id", max_chars=64)
     if not isinstance(rec.turn_index, int) or rec.turn_index < 0:
         raise InvalidRecordError(f"turn_index must be a non-negative integer, got {rec.turn_index!r}")
@@ -267,7 +305,35 @@ def prepare_turn(
             raise InvalidRecordError(f"{name} must be a non-negative integer, got {value!r}")
     for name in ("boundary_reason", "finish_reason", "request_fingerprint", "parent_turn_id"):
         check_text(getattr(rec, name), what=name, max_chars=64)
+    if rec.latency_ms is not None and not math.isfinite(rec.latency_ms):
+        raise InvalidRecordError("latency_ms must be finite")
+    context, generated, logprobs, versions, mask, words, n_trained = _validate_arrays(rec)
+    experts_blob, experts_raw, experts_shape, experts_dtype = _validate_experts(rec.routed_experts)
+    sampling = dict(rec.sampling_params)
+    info = dict(rec.info)
+    return _ValidTurn(
+        context=context,
+        generated=generated,
+        logprobs=logprobs,
+        versions=versions,
+        mask=mask,
+        words=words,
+        n_trained=n_trained,
+        experts_blob=experts_blob,
+        experts_raw=experts_raw,
+        experts_shape=experts_shape,
+        experts_dtype=experts_dtype,
+        sampling=sampling,
+        info=info,
+        sampling_json=canonical_json(sampling, what="sampling_params", max_bytes=max_payload_bytes),
+        info_json=canonical_json(info, what="turn info", max_bytes=max_payload_bytes),
+    )
 
+
+def _validate_arrays(
+    rec: NewTurn,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The per-token arrays of ``rec``, checked: sizes agree, ids non-negative, logprobs <= 1e-3."""
     context = _as_array(rec.context_ids, "int32", what="context_ids")
     generated = _as_array(rec.generated_ids, "int32", what="generated_ids")
     logprobs = _as_array(rec.logprobs, "float32", what="logprobs")
@@ -292,46 +358,43 @@ def prepare_turn(
             raise InvalidRecordError(
                 f"{name} has {arr.size} entries but generated_ids has {n}; every generated token needs one"
             )
-    if n and not logprobs.max() <= 1e-3:  # max propagates NaN, which fails the comparison too
+    if n and not logprobs.max() <= MAX_LOGPROB:  # max propagates NaN, which fails the comparison too
         if np.isnan(logprobs).any():
             raise InvalidRecordError("logprobs contain NaN")
-        raise InvalidRecordError("logprobs must be <= 0 (log-probabilities)")
+        raise InvalidRecordError(
+            f"logprobs must be log-probabilities, at most {MAX_LOGPROB} (<= 0 up to rounding); "
+            f"got {float(logprobs.max())}"
+        )
     if context.size + n == 0:
         raise InvalidRecordError("a turn must carry at least one token")
+    return context, generated, logprobs, versions, mask, words, n_trained
 
-    experts_blob: bytes | None = None
-    experts_raw = b""
-    experts_shape: list[int] | None = None
-    experts_dtype: str | None = None
-    if rec.routed_experts is not None:
-        ex = np.asarray(rec.routed_experts)
-        if ex.ndim != 3:
-            raise InvalidRecordError(f"routed_experts must be [tokens, layers, top_k], got shape {ex.shape}")
-        if ex.dtype.kind not in "iu":
-            raise InvalidRecordError(f"routed_experts must hold integers, got {ex.dtype}")
-        top = int(ex.max()) if ex.size else 0
-        if ex.size and (int(ex.min()) < 0 or top > np.iinfo(np.int32).max):
-            raise InvalidRecordError("routed_experts must hold non-negative expert ids")
-        # The smallest dtype that holds every id (MoE models have at most a few hundred experts).
-        experts_dtype = "uint8" if top < 256 else ("int16" if top < 32768 else "int32")
-        ex = np.ascontiguousarray(ex.astype(experts_dtype, copy=False))
-        experts_shape = [int(d) for d in ex.shape]
-        experts_raw = ex.tobytes()
-        experts_blob = lz4.frame.compress(experts_raw, compression_level=0)
 
-    sampling = dict(rec.sampling_params)
-    info = dict(rec.info)
-    sampling_json = canonical_json(sampling, what="sampling_params", max_bytes=max_payload_bytes)
-    info_json = canonical_json(info, what="turn info", max_bytes=max_payload_bytes)
-    if rec.latency_ms is not None and not math.isfinite(rec.latency_ms):
-        raise InvalidRecordError("latency_ms must be finite")
+def _validate_experts(experts: np.ndarray | None) -> tuple[bytes | None, bytes, list[int] | None, str | None]:
+    """Routed experts as (lz4 blob, raw bytes, shape, dtype), in the smallest dtype holding every id."""
+    if experts is None:
+        return None, b"", None, None
+    ex = np.asarray(experts)
+    if ex.ndim != 3:
+        raise InvalidRecordError(f"routed_experts must be [tokens, layers, top_k], got shape {ex.shape}")
+    if ex.dtype.kind not in "iu":
+        raise InvalidRecordError(f"routed_experts must hold integers, got {ex.dtype}")
+    top = int(ex.max()) if ex.size else 0
+    if ex.size and (int(ex.min()) < 0 or top > np.iinfo(np.int32).max):
+        raise InvalidRecordError("routed_experts must hold non-negative expert ids")
+    # The smallest dtype that holds every id (MoE models have at most a few hundred experts).
+    dtype = "uint8" if top < 256 else ("int16" if top < 32768 else "int32")
+    ex = np.ascontiguousarray(ex.astype(dtype, copy=False))
+    raw = ex.tobytes()
+    return lz4.frame.compress(raw, compression_level=0), raw, [int(d) for d in ex.shape], dtype
 
-    if not rec.key:
-        key = turn_key(run_name, rec.session_id, rec.turn_index)  # a uuid string: nothing to check
-    else:
-        key = rec.key
-        check_text(key, what="key", max_chars=128)
-    # Our own fields, already validated above: plain JSON types, so orjson directly.
+
+def _turn_content_hash(rec: NewTurn, v: _ValidTurn) -> str:
+    """sha256 over the turn's fields and arrays: what a re-sent key must match.
+
+    The header's key names are part of stored hashes: they stay as they are when fields are renamed.
+    """
+    # Our own fields, already validated: plain JSON types, so orjson directly.
     header = orjson.dumps(
         {
             "session_id": rec.session_id,
@@ -344,41 +407,49 @@ def prepare_turn(
             "boundary_reason": rec.boundary_reason,
             "finish_reason": rec.finish_reason,
             "request_fingerprint": rec.request_fingerprint,
-            "experts_shape": experts_shape,
-            "experts_dtype": experts_dtype,
+            "experts_shape": v.experts_shape,
+            "experts_dtype": v.experts_dtype,
         },
         option=orjson.OPT_SORT_KEYS,
     )
     h = hashlib.sha256()
     # Each part behind its length; the arrays as little-endian bytes (hashed in place, no copies).
-    parts: tuple[Any, ...] = (
+    parts: tuple[bytes | np.ndarray, ...] = (
         header,
-        sampling_json,
-        info_json,
-        context,
-        generated,
-        logprobs,
-        mask,
-        versions,
-        experts_raw,
+        v.sampling_json,
+        v.info_json,
+        v.context,
+        v.generated,
+        v.logprobs,
+        v.mask,
+        v.versions,
+        v.experts_raw,
     )
     for part in parts:
-        h.update(
-            len(part).to_bytes(8, "little") if isinstance(part, bytes) else part.nbytes.to_bytes(8, "little")
-        )
-        h.update(part)
+        if isinstance(part, bytes):
+            h.update(len(part).to_bytes(8, "little"))
+            h.update(part)
+        else:
+            h.update(part.nbytes.to_bytes(8, "little"))
+            h.update(part.data)
+    return h.hexdigest()
+
+
+def _encode_turn(key: str, rec: NewTurn, v: _ValidTurn, content_hash: str) -> PreparedTurn:
+    """The turn row, its event payload and the arrays in PostgreSQL's binary wire format."""
+    n = v.generated.size
     context_wire, generated_wire, versions_wire, logprobs_wire = encode_4byte_runs(
-        words, ((context.size, INT4_OID), (n, INT4_OID), (versions.size, INT4_OID), (n, FLOAT4_OID))
+        v.words, ((v.context.size, INT4_OID), (n, INT4_OID), (v.versions.size, INT4_OID), (n, FLOAT4_OID))
     )
     wire = {
         "context_ids": context_wire,
         "generated_ids": generated_wire,
         "logprobs": logprobs_wire,
-        "loss_mask": all_true_bool_array(n) if rec.loss_mask is None else encode_array(mask, BOOL_ARRAY_OID),
+        "loss_mask": all_true_bool_array(n)
+        if rec.loss_mask is None
+        else encode_array(v.mask, BOOL_ARRAY_OID),
         "policy_versions": versions_wire,
     }
-    content_hash = h.hexdigest()
-
     row = {
         "id": key,
         "session_id": rec.session_id,
@@ -389,44 +460,45 @@ def prepare_turn(
         "segment_index": rec.segment_index,
         "segment_offset": rec.segment_offset,
         "boundary_reason": rec.boundary_reason,
-        "n_context": int(context.size),
+        "n_context": int(v.context.size),
         "n_generated": int(n),
-        "n_trained": int(n_trained),
-        "min_policy_version": int(versions.min()) if n else None,
-        "max_policy_version": int(versions.max()) if n else None,
-        "experts": experts_blob,
-        "experts_shape": experts_shape,
-        "experts_dtype": experts_dtype,
-        "experts_codec": "lz4" if experts_blob is not None else None,
+        "n_trained": int(v.n_trained),
+        "min_policy_version": int(v.versions.min()) if n else None,
+        "max_policy_version": int(v.versions.max()) if n else None,
+        "experts": v.experts_blob,
+        "experts_shape": v.experts_shape,
+        "experts_dtype": v.experts_dtype,
+        "experts_codec": "lz4" if v.experts_blob is not None else None,
         "finish_reason": rec.finish_reason,
-        "sampling_params": sampling,
+        "sampling_params": v.sampling,
         "request_fingerprint": rec.request_fingerprint,
         "content_hash": content_hash,
         "latency_ms": rec.latency_ms,
-        "info": info,
+        "info": v.info,
     }
     # The turn row (same run and position, id = the event's key) holds everything else; a small
     # payload keeps the append cheap (PostgreSQL parses it into jsonb: ~10 us for nine fields).
     payload = {"turn_index": rec.turn_index, "n_generated": int(n)}
     arrays = {
-        "context_ids": context,
-        "generated_ids": generated,
-        "logprobs": logprobs,
-        "loss_mask": mask,
-        "policy_versions": versions,
+        "context_ids": v.context,
+        "generated_ids": v.generated,
+        "logprobs": v.logprobs,
+        "loss_mask": v.mask,
+        "policy_versions": v.versions,
+    }
+    json_bytes = {
+        "sampling_params": v.sampling_json,
+        "info": v.info_json,
+        "event_payload": orjson.dumps(payload, option=orjson.OPT_SORT_KEYS),
     }
     return PreparedTurn(
         key=key,
         row=row,
         arrays=arrays,
-        wire=wire,
         content_hash=content_hash,
         event_payload=payload,
-        json_bytes={
-            "sampling_params": sampling_json,
-            "info": info_json,
-            "event_payload": orjson.dumps(payload, option=orjson.OPT_SORT_KEYS),
-        },
+        wire=wire,
+        json_bytes=json_bytes,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -352,7 +352,7 @@ class AsyncPgTurnAppender:
         except psycopg.OperationalError:
             await conn.close()
             raise
-        return res
+        return cast("pq.abc.PGresult", res)
 
     async def reset(self) -> None:
         """Close the connection; the next append opens a fresh one."""

@@ -7,7 +7,7 @@ Both sides bind and return plain Python lists; numpy conversion happens in the s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from sqlalchemy import JSON, Boolean, Integer, Text
@@ -35,8 +35,8 @@ class _JsonListOnSqlite(TypeDecorator[list[Any]]):
 
     def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
         if value is None or dialect.name == "postgresql":
-            return value
-        return orjson.loads(value)
+            return cast("list[Any] | None", value)
+        return cast("list[Any]", orjson.loads(value))
 
 
 class IntArray(_JsonListOnSqlite):
@@ -66,7 +66,7 @@ class BoolArray(_JsonListOnSqlite):
 
     def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
         if value is None or dialect.name == "postgresql":
-            return value
+            return cast("list[Any] | None", value)
         return [bool(v) for v in orjson.loads(value)]
 
 

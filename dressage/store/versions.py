@@ -53,6 +53,7 @@ class VersionRepository:
         """The newest recorded policy version of a run, or None."""
         r = self.runs.get(run)
         with self.db.read() as conn:
-            return conn.execute(
+            version = conn.execute(
                 select(func.max(t.policy_versions.c.version)).where(t.policy_versions.c.run_id == r.id)
             ).scalar_one()
+        return None if version is None else int(version)
