@@ -165,7 +165,7 @@ def runs(
 
 
 def _segments(turns: list[Turn]) -> list[list[Any]]:
-    """One row per segment: lineages, turns, tokens, trained tokens and the boundary that opened it."""
+    """One row per segment: threads, turns, tokens, trained tokens and the boundary that opened it."""
     by_segment: dict[int, list[Turn]] = {}
     for turn in turns:
         by_segment.setdefault(turn.segment_index, []).append(turn)
@@ -175,7 +175,7 @@ def _segments(turns: list[Turn]) -> list[list[Any]]:
         rows.append(
             [
                 index,
-                ",".join(str(x) for x in sorted({x.lineage_index for x in group})),
+                ",".join(str(x) for x in sorted({x.thread_index for x in group})),
                 f"{first.turn_index}-{max(x.turn_index for x in group)}",
                 sum(x.context_ids.size + x.generated_ids.size for x in group),
                 sum(int(x.loss_mask.sum()) for x in group),
@@ -245,7 +245,7 @@ def show(
     rows = [
         [
             x.turn_index,
-            x.lineage_index,
+            x.thread_index,
             x.route,
             x.segment_index,
             x.boundary_reason,
@@ -258,11 +258,11 @@ def show(
         ]
         for x in shown
     ]
-    columns = ["turn", "lineage", "route", "segment", "boundary", "n ctx", "n gen", "trained"]
+    columns = ["turn", "thread", "route", "segment", "boundary", "n ctx", "n gen", "trained"]
     columns += ["finish", "policy versions", "latency ms"]
     title = f"{len(turns)} turn(s)" + (f", first {limit} shown" if len(turns) > limit else "")
     out.print(render.table(columns, rows, title=title))
-    seg_columns = ["segment", "lineages", "turns", "tokens", "trained", "boundary reason"]
+    seg_columns = ["segment", "threads", "turns", "tokens", "trained", "boundary reason"]
     out.print(render.table(seg_columns, _segments(turns), title="segments"))
     if tokens:
         out.print(render.legend())

@@ -414,7 +414,7 @@ async def record_turn(
             generated_ids=gen.ids,
             logprobs=gen.logprobs,
             policy_versions=gen.versions,
-            lineage_index=f.segment.lineage_index,
+            thread_index=f.segment.lineage_index,
             parent_turn_id=f.parent_turn_id,
             route=f.route,
             segment_index=f.segment.index,

@@ -241,12 +241,12 @@ class SessionState:
             )
             self.index.apply(rec)
             self.segments[rec.lineage_id] = SegmentState(
-                turn.segment_index, turn.lineage_index, turn.segment_offset + n_ctx + n_gen
+                turn.segment_index, turn.thread_index, turn.segment_offset + n_ctx + n_gen
             )
             key = tito.get("context_key") or tito.get("system_key")  # system_key: older records
             if turn.route == "create" and key is not None:
-                self.lineage_by_context.setdefault(key, turn.lineage_index)
-            self.next_lineage = max(self.next_lineage, turn.lineage_index + 1)
+                self.lineage_by_context.setdefault(key, turn.thread_index)
+            self.next_lineage = max(self.next_lineage, turn.thread_index + 1)
         reply = ReplyData(
             turn_index=turn.turn_index,
             turn_id=turn.id,

@@ -43,7 +43,7 @@ _TURN_SCALARS = (
     "id",
     "session_id",
     "turn_index",
-    "lineage_index",
+    "thread_index",
     "parent_turn_id",
     "route",
     "segment_index",

@@ -220,7 +220,7 @@ class NewTurn:
     logprobs: Sequence[float] | np.ndarray
     policy_versions: Sequence[int] | np.ndarray
     loss_mask: Sequence[bool] | np.ndarray | None = None
-    lineage_index: int = 0
+    thread_index: int = 0
     parent_turn_id: str | None = None
     route: str = "append"
     segment_index: int = 0
@@ -299,7 +299,7 @@ def _validate_turn(rec: NewTurn, max_payload_bytes: int) -> _ValidTurn:
         raise InvalidRecordError(f"turn_index must be a non-negative integer, got {rec.turn_index!r}")
     if rec.route not in ROUTES:
         raise InvalidRecordError(f"route must be one of {ROUTES}, got {rec.route!r}")
-    for name in ("segment_index", "segment_offset", "lineage_index"):
+    for name in ("segment_index", "segment_offset", "thread_index"):
         value = getattr(rec, name)
         if not isinstance(value, int) or value < 0:
             raise InvalidRecordError(f"{name} must be a non-negative integer, got {value!r}")
@@ -399,7 +399,7 @@ def _turn_content_hash(rec: NewTurn, v: _ValidTurn) -> str:
         {
             "session_id": rec.session_id,
             "turn_index": rec.turn_index,
-            "lineage_index": rec.lineage_index,
+            "lineage_index": rec.thread_index,  # the hash keeps the field's first name
             "parent_turn_id": rec.parent_turn_id,
             "route": rec.route,
             "segment_index": rec.segment_index,
@@ -454,7 +454,7 @@ def _encode_turn(key: str, rec: NewTurn, v: _ValidTurn, content_hash: str) -> Pr
         "id": key,
         "session_id": rec.session_id,
         "turn_index": rec.turn_index,
-        "lineage_index": rec.lineage_index,
+        "thread_index": rec.thread_index,
         "parent_turn_id": rec.parent_turn_id,
         "route": rec.route,
         "segment_index": rec.segment_index,
@@ -592,7 +592,7 @@ class Turn:
     id: str
     session_id: str
     turn_index: int
-    lineage_index: int
+    thread_index: int
     parent_turn_id: str | None
     route: str
     segment_index: int

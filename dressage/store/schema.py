@@ -15,6 +15,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Column,
+    Computed,
     Float,
     ForeignKey,
     Index,
@@ -125,7 +126,9 @@ turns = Table(
     Column("run_id", Integer, primary_key=True, autoincrement=False),
     Column("session_id", String(64), nullable=False),
     Column("turn_index", Integer, nullable=False),
-    Column("lineage_index", Integer, nullable=False),
+    Column("thread_index", Integer, nullable=False),
+    # The column's name before migration 0005, kept one release for users' queries (read-only).
+    Column("lineage_index", Integer, Computed("thread_index")),
     Column("parent_turn_id", String(64), nullable=True),
     Column("route", String(16), nullable=False),
     Column("segment_index", Integer, nullable=False),

@@ -38,7 +38,7 @@ TURN_COLUMNS = (
     "run_id",
     "session_id",
     "turn_index",
-    "lineage_index",
+    "thread_index",
     "parent_turn_id",
     "route",
     "segment_index",
@@ -174,7 +174,7 @@ def pg_append_values(prep: PreparedTurn, run_id: int, now: float) -> list[bytes 
         repr(now).encode(),
         # the turn columns, in TURN_COLUMNS order without the six above and position
         str(row["turn_index"]).encode(),
-        str(row["lineage_index"]).encode(),
+        str(row["thread_index"]).encode(),
         _text(row["parent_turn_id"]),
         row["route"].encode(),
         str(row["segment_index"]).encode(),

@@ -159,7 +159,7 @@ def _turn(row: dict[str, Any], with_experts: bool) -> Turn:
         id=row["id"],
         session_id=row["session_id"],
         turn_index=row["turn_index"],
-        lineage_index=row["lineage_index"],
+        thread_index=row["thread_index"],
         parent_turn_id=row["parent_turn_id"],
         route=row["route"],
         segment_index=row["segment_index"],

@@ -61,7 +61,7 @@ class Segment:
 
     session_id: str
     segment_index: int
-    lineage_index: int
+    thread_index: int
     turn_ids: list[str]
     tokens_L: np.ndarray  # int32
     generated_L: np.ndarray  # bool: the policy sampled this token
@@ -94,10 +94,10 @@ def _concat(turns: list[Turn]) -> Segment:
     experts: list[np.ndarray] | None = []
     n = 0
     for turn in turns:
-        if turn.lineage_index != first.lineage_index:
+        if turn.thread_index != first.thread_index:
             raise TrainingError(
-                f"{where}: turn {turn.turn_index} is on lineage {turn.lineage_index}, the segment on "
-                f"{first.lineage_index}; a segment belongs to one lineage"
+                f"{where}: turn {turn.turn_index} is on lineage {turn.thread_index}, the segment on "
+                f"{first.thread_index}; a segment belongs to one lineage"
             )
         if turn.segment_offset != n:
             raise TrainingError(
@@ -130,7 +130,7 @@ def _concat(turns: list[Turn]) -> Segment:
     return Segment(
         session_id=first.session_id,
         segment_index=first.segment_index,
-        lineage_index=first.lineage_index,
+        thread_index=first.thread_index,
         turn_ids=[x.id for x in turns],
         tokens_L=np.concatenate(tokens).astype(np.int32),
         generated_L=np.concatenate(generated),
@@ -151,7 +151,7 @@ def anchor_position(segments: Sequence[Segment]) -> int | None:
     start: dict[int, tuple[int, str | None]] = {}  # lineage -> (first turn, its boundary reason)
     end: dict[int, int] = {}  # lineage -> last turn
     for _, seg in live:
-        lineage = seg.lineage_index
+        lineage = seg.thread_index
         if lineage not in start or seg.first_turn_index < start[lineage][0]:
             start[lineage] = (seg.first_turn_index, seg.boundary_reason)
         end[lineage] = max(end.get(lineage, -1), seg.last_turn_index)
@@ -161,7 +161,7 @@ def anchor_position(segments: Sequence[Segment]) -> int | None:
     for lineage, (first_turn, reason) in sorted(start.items(), key=lambda kv: kv[1][0]):
         if lineage != root and reason in CONTINUATION_REASONS and first_turn > end[root]:
             root = lineage  # the main agent never resumed its old context: a compaction
-    return max((seg.last_turn_index, i) for i, seg in live if seg.lineage_index == root)[1]
+    return max((seg.last_turn_index, i) for i, seg in live if seg.thread_index == root)[1]
 
 
 def segment_to_sample(seg: Segment, traj: Trajectory, *, is_anchor: bool) -> TrainSample | None:
@@ -192,7 +192,7 @@ def segment_to_sample(seg: Segment, traj: Trajectory, *, is_anchor: bool) -> Tra
         rollout_id=traj.rollout_id,
         session_id=seg.session_id,
         segment_index=seg.segment_index,
-        lineage_index=seg.lineage_index,
+        thread_index=seg.thread_index,
         is_anchor=is_anchor,
         turn_ids=seg.turn_ids,
         policy_versions=seg.versions_L[start:].copy(),

@@ -54,7 +54,7 @@ class TrainSample:
     # --- provenance and training state (not slime fields) ---
     session_id: str
     segment_index: int
-    lineage_index: int
+    thread_index: int
     is_anchor: bool
     turn_ids: list[str]
     policy_versions: np.ndarray  # [R] int32, -1 where the policy did not generate
@@ -96,7 +96,7 @@ class TrainSample:
         return {
             "session": self.session_id,
             "segment": self.segment_index,
-            "lineage": self.lineage_index,
+            "lineage": self.thread_index,
             "anchor": self.is_anchor,
             "turns": list(self.turn_ids),
             "tokens": int(self.tokens.shape[0]),

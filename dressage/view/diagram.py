@@ -1,6 +1,6 @@
-"""The lineages-and-segments diagram of a session, as SVG geometry for the template.
+"""The threads-and-segments diagram of a session, as SVG geometry for the template.
 
-One lane per lineage (y), one column per turn (x). Each turn is a dot coloured by its segment;
+One lane per thread (agent context, y), one column per turn (x). Each turn is a dot coloured by its segment;
 turns of a segment are joined by a line; a branch (retry) draws an arrow from the turn it restarts
 from, a new context (compaction, subagent) a dashed arrow from the turn before it; a dead-end
 (abandoned) segment is hollow. Each segment's first turn carries its boundary reason as a label.
@@ -24,7 +24,7 @@ class Diagram:
 
     width: int
     height: int
-    lanes: list[tuple[int, int]] = field(default_factory=list)  # (lineage, y)
+    lanes: list[tuple[int, int]] = field(default_factory=list)  # (thread, y)
     dots: list[dict[str, object]] = field(default_factory=list)
     lines: list[dict[str, object]] = field(default_factory=list)
     labels: list[dict[str, object]] = field(default_factory=list)
@@ -32,13 +32,13 @@ class Diagram:
 
 def session_diagram(turns: list[Turn]) -> Diagram:
     """The diagram of one session's turns (in turn order)."""
-    lineages = sorted({t.lineage_index for t in turns}) or [0]
-    lane_y = {lin: TOP + i * LANE for i, lin in enumerate(lineages)}
+    threads = sorted({t.thread_index for t in turns}) or [0]
+    lane_y = {lin: TOP + i * LANE for i, lin in enumerate(threads)}
     n = max(len(turns), 1)
     step = max(8, min(90, (MAX_WIDTH - LEFT - 20) // n))
-    d = Diagram(width=LEFT + step * n + 140, height=TOP + LANE * len(lineages) + 10)
+    d = Diagram(width=LEFT + step * n + 140, height=TOP + LANE * len(threads) + 10)
     d.lanes = [(lin, y) for lin, y in lane_y.items()]
-    pos = {t.id: (LEFT + i * step + step // 2, lane_y[t.lineage_index]) for i, t in enumerate(turns)}
+    pos = {t.id: (LEFT + i * step + step // 2, lane_y[t.thread_index]) for i, t in enumerate(turns)}
     by_index = {t.turn_index: t for t in turns}
     last_in_segment: dict[int, Turn] = {}
     for i, t in enumerate(turns):
@@ -51,7 +51,7 @@ def session_diagram(turns: list[Turn]) -> Diagram:
                 "turn": t.turn_index,
                 "segment": t.segment_index,
                 "cls": f"seg-{t.segment_index % 8}" + (" dead" if dead else ""),
-                "title": f"turn {t.turn_index} · segment {t.segment_index} · lineage {t.lineage_index} · "
+                "title": f"turn {t.turn_index} · segment {t.segment_index} · thread {t.thread_index} · "
                 f"{t.route}" + (f" ({t.boundary_reason})" if t.boundary_reason else ""),
             }
         )

@@ -304,7 +304,7 @@ def session_sql(session_id: str) -> str:
     quoted = session_id.replace("'", "''")
     return (
         f"-- the session\nSELECT * FROM sessions WHERE id = '{quoted}';\n\n"
-        f"-- its turns (per-token arrays included)\nSELECT turn_index, lineage_index, route, segment_index, "
+        f"-- its turns (per-token arrays included)\nSELECT turn_index, thread_index, route, segment_index, "
         f"segment_offset, boundary_reason,\n       n_context, n_generated, n_trained, finish_reason, latency_ms\n"
         f"FROM turns WHERE session_id = '{quoted}' ORDER BY turn_index;\n\n"
         f"-- one row per token (the token view)\nSELECT segment_index, turn_index, position, token_id, logprob, "

@@ -29,7 +29,7 @@ class SegmentSummary:
     """One segment (one training sample): where it starts, why, and its size."""
 
     index: int
-    lineage: int
+    thread: int
     route: str
     boundary_reason: str | None
     first_turn: int
@@ -46,7 +46,7 @@ class SegmentSummary:
 
     @property
     def opened_by(self) -> str:
-        """Why the segment exists, in words: the first segment, a branch (retry), a new lineage..."""
+        """Why the segment exists, in words: the first segment, a branch (retry), a new thread..."""
         if self.dead_end:
             return "abandoned by the client"
         if self.route == "branch":
@@ -72,7 +72,7 @@ def segment_summaries(turns: list[Turn]) -> list[SegmentSummary]:
         out.append(
             SegmentSummary(
                 index=index,
-                lineage=first.lineage_index,
+                thread=first.thread_index,
                 route=first.route,
                 boundary_reason=first.boundary_reason,
                 first_turn=first.turn_index,

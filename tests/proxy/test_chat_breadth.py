@@ -56,7 +56,7 @@ def test_n_choices_are_sibling_branches_all_trainable_and_replayed_after_a_resta
         assert t.route == "branch" and t.info["tito"]["fork_at"] == "prompt"
         assert t.parent_turn_id in {x.id for x in turns[:i]}
         assert t.info["choice"] == {"index": i, "n": 3, "first": first.turn_index}
-        assert t.lineage_index == first.lineage_index and t.segment_offset == 0
+        assert t.thread_index == first.thread_index and t.segment_offset == 0
         assert t.context_ids.tolist() == first.context_ids.tolist()  # the same prompt ids
         assert t.sampling_params["sampling_seed"] == 7 + i
     assert len({t.segment_index for t in turns}) == 3

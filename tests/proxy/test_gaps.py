@@ -136,7 +136,7 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
     assert len(turns) == 2 and r.usage.completion_tokens == 5
     retry = turns[1]
     assert retry.finish_reason == "length" and retry.route == "create" and retry.boundary_reason is None
-    assert retry.lineage_index == 0 and retry.segment_index != aborted.segment_index
+    assert retry.thread_index == 0 and retry.segment_index != aborted.segment_index
     # the retry's lineage goes on as one segment: the next tool-loop turn appends to it
     nxt = [*MSGS, {"role": "assistant", "content": r.choices[0].message.content}]
     nxt.append({"role": "user", "content": "More."})

@@ -91,7 +91,7 @@ def _tokens(store: EventStore, sid: str) -> list[tuple[Any, ...]]:
     out = []
     for t in store.turns.read(session_id=sid, with_experts=False):
         arrays = (t.context_ids, t.generated_ids, t.logprobs, t.policy_versions)
-        head = (t.turn_index, t.segment_index, t.segment_offset, t.route, t.lineage_index)
+        head = (t.turn_index, t.segment_index, t.segment_offset, t.route, t.thread_index)
         out.append((*head, *(a.tolist() for a in arrays)))
     return out
 
@@ -159,7 +159,7 @@ def test_agent_that_diverges_after_resume_goes_live_on_a_replay_diverged_segment
     assert [t.turn_index for t in turns] == list(range(6))  # dense: nothing replayed was written again
     live = turns[3]
     assert live.boundary_reason == "replay_diverged" and live.route == "branch"
-    assert live.segment_index == 1 and live.lineage_index == 0
+    assert live.segment_index == 1 and live.thread_index == 0
     assert live.info["replay"] == {
         "outcome": "diverged", "turns_replayed": 1, "tokens_replayed": turns[0].generated_ids.size,
         "targets": 3, "from_turn": 3, "live_turn": 3,
@@ -187,11 +187,11 @@ def test_agent_that_diverges_at_its_first_request_takes_the_root_over(
     assert headers == [""] * (STEPS + 1)
     turns = store.turns.read(session_id=s.session_id, with_experts=False)
     live = turns[2]
-    assert (live.route, live.lineage_index, live.boundary_reason) == ("create", 1, "replay_diverged")
+    assert (live.route, live.thread_index, live.boundary_reason) == ("create", 1, "replay_diverged")
     assert live.info["replay"]["turns_replayed"] == 0 and live.info["replay"]["outcome"] == "diverged"
     segments = build_segments(turns)
     anchor = anchor_position(segments)  # the live run, not the dead attempt's two turns
-    assert anchor is not None and segments[anchor].lineage_index == 1
+    assert anchor is not None and segments[anchor].thread_index == 1
     assert segments[anchor].last_turn_index == len(turns) - 1
 
 

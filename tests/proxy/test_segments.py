@@ -26,7 +26,7 @@ def test_thirty_turn_tool_loop_keeps_one_segment(proxy: Harness) -> None:
         step(client, probe, messages)
     turns = proxy.store.turns.read(run, session_id=sid)
     assert len(turns) == 30
-    assert {t.segment_index for t in turns} == {0} and {t.lineage_index for t in turns} == {0}
+    assert {t.segment_index for t in turns} == {0} and {t.thread_index for t in turns} == {0}
     assert [t.route for t in turns] == ["create"] + ["append"] * 29
     offsets = [t.segment_offset for t in turns]
     for prev, cur, off in zip(turns, turns[1:], offsets[1:], strict=False):
@@ -68,7 +68,7 @@ def test_new_user_turn_compaction_and_subagent_boundaries(proxy: Harness) -> Non
     ]
     client.chat.completions.create(model="m", messages=rewritten, max_tokens=4, seed=1, extra_body=NOTHINK)
     turns = proxy.store.turns.read(run, session_id=sid)
-    got = [(t.route, t.boundary_reason, t.lineage_index, t.segment_index) for t in turns]
+    got = [(t.route, t.boundary_reason, t.thread_index, t.segment_index) for t in turns]
     assert got[0] == ("create", None, 0, 0)
     assert got[1] == ("create", "think_stripped", 0, 1)
     assert got[2][0] == "create" and got[2][1] in ("new_context", "tools_changed") and got[2][2:] == (1, 2)
@@ -90,7 +90,7 @@ def test_subagent_sharing_the_system_prompt_gets_its_own_lineage(proxy: Harness)
     step(client, probe, sub)
     step(client, probe, main)
     turns = proxy.store.turns.read(run, session_id=sid)
-    got = [(t.route, t.boundary_reason, t.lineage_index, t.segment_index) for t in turns]
+    got = [(t.route, t.boundary_reason, t.thread_index, t.segment_index) for t in turns]
     assert got == [
         ("create", None, 0, 0),
         ("create", "new_conversation", 1, 1),  # not a branch of the main lineage
@@ -99,11 +99,11 @@ def test_subagent_sharing_the_system_prompt_gets_its_own_lineage(proxy: Harness)
         ("append", None, 0, 0),
     ]
     # The anchor (last segment of lineage 0 in first-turn order) is the main agent's segment.
-    root = [t.segment_index for t in turns if t.lineage_index == 0]
+    root = [t.segment_index for t in turns if t.thread_index == 0]
     assert root[-1] == 0 and turns[-1].segment_index == 0
     # A regeneration of the main agent's first turn still branches from it, on its lineage.
     client.chat.completions.create(
         model="m", messages=main[:2], max_tokens=3, tools=TOOLS, extra_body=NOTHINK
     )
     last = proxy.store.turns.read(run, session_id=sid)[-1]
-    assert (last.route, last.lineage_index, last.parent_turn_id) == ("branch", 0, turns[0].id)
+    assert (last.route, last.thread_index, last.parent_turn_id) == ("branch", 0, turns[0].id)

@@ -102,7 +102,7 @@ def trajectory(store: EventStore, session_id: str) -> list[tuple[Any, ...]]:
     """The session's turns as comparable tuples: placement and every per-token array."""
     out = []
     for t in store.turns.read(session_id=session_id, with_experts=False):
-        head = (t.turn_index, t.segment_index, t.segment_offset, t.route, t.lineage_index, t.boundary_reason)
+        head = (t.turn_index, t.segment_index, t.segment_offset, t.route, t.thread_index, t.boundary_reason)
         arrays = (t.context_ids, t.generated_ids, t.logprobs, t.policy_versions, t.loss_mask)
         out.append((*head, *(a.tolist() for a in arrays)))
     return out

@@ -143,7 +143,7 @@ def test_append_values_follow_the_statement_s_parameter_order() -> None:
     for name in (
         "session_id",
         "turn_index",
-        "lineage_index",
+        "thread_index",
         "route",
         "segment_index",
         "segment_offset",

@@ -53,7 +53,7 @@ def test_segments_concat_and_expert_assembly() -> None:
 def test_anchor_is_last_root_segment_not_last_segment() -> None:
     samples = materialize_trajectory(subagent_trajectory(), traj(1.0, 7))
     anchors = [s for s in samples if s.is_anchor]
-    assert [(s.segment_index, s.lineage_index) for s in anchors] == [(0, 0)]
+    assert [(s.segment_index, s.thread_index) for s in anchors] == [(0, 0)]
     assert {s.rollout_id for s in samples} == {7}
     root = samples[0]
     # response starts at the first trained token (index 3); context token 6 stays with mask 0, logprob 0
@@ -68,7 +68,7 @@ def _reason(turn: Turn, reason: str) -> Turn:
 
 def _anchor(turns: list[Turn]) -> tuple[int, int]:
     [anchor] = [s for s in materialize_trajectory(turns, traj(1.0, 0)) if s.is_anchor]
-    return anchor.segment_index, anchor.lineage_index
+    return anchor.segment_index, anchor.thread_index
 
 
 def test_anchor_skips_a_same_prompt_subagent_when_the_main_agent_resumes() -> None:

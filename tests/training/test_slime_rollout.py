@@ -135,7 +135,7 @@ def expected_segments(store: EventStore, session_id: str) -> list[dict[str, Any]
         out.append(
             {
                 "segment": seg,
-                "lineage": turns[0].lineage_index,
+                "lineage": turns[0].thread_index,
                 "tokens": tokens.tolist(),
                 "response_length": len(tokens) - start,
                 "loss_mask": gen[start:].tolist(),

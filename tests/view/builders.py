@@ -98,7 +98,7 @@ def build_multi_session(store: EventStore, run: str, session_id: str = "multi-li
         sub_prompt,
         sub_reply,
         route="create",
-        lineage_index=1,
+        thread_index=1,
         segment_index=1,
         boundary_reason="new_conversation",
         finish_reason="stop",

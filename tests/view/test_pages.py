@@ -155,7 +155,7 @@ def test_multi_lineage_session_shows_segments_lineages_and_experts(viewed: Viewe
         assert row[6] == f"{sum(t.context_ids.size + t.generated_ids.size for t in in_seg):,}"
         assert row[7] == f"{sum(int(t.loss_mask.sum()) for t in in_seg):,}"
     assert len(css(browser, "#diagram circle")) == 6
-    assert {text(e) for e in css(browser, "#diagram text.lane")} == {"lineage 0", "lineage 1"}
+    assert {text(e) for e in css(browser, "#diagram text.lane")} == {"thread 0", "thread 1"}
     assert len(css(browser, "#diagram circle.dead")) == 1
     # thinking is collapsed; the tool call shows with its arguments
     thinking = css(browser, "#turn-0 details.thinking")[0]

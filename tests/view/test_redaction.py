@@ -47,7 +47,7 @@ def test_a_secret_split_over_tokens_becomes_one_redacted_piece() -> None:
     decoder = TokenDecoder(lambda ids: "".join(vocab[i] for i in ids))
     n = len(pieces)
     turn = Turn(
-        id="t", session_id="s", turn_index=0, lineage_index=0, parent_turn_id=None, route="create",
+        id="t", session_id="s", turn_index=0, thread_index=0, parent_turn_id=None, route="create",
         segment_index=0, segment_offset=0, boundary_reason=None, context_ids=np.arange(n, dtype=np.int32),
         generated_ids=np.zeros(0, np.int32), logprobs=np.zeros(0, np.float32), loss_mask=np.zeros(0, bool),
         policy_versions=np.zeros(0, np.int32), routed_experts=None, finish_reason="stop", sampling_params={},
