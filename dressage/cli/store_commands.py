@@ -10,6 +10,7 @@ CLI's exit code (1, or 3 for a failed check); every command of the CLI uses it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -144,7 +145,7 @@ def runs(
     finally:
         store.close()
     if as_json:
-        records = [s | {"created_at": r.created_at} for r, s in items]
+        records = [dataclasses.asdict(s) | {"created_at": r.created_at} for r, s in items]
         typer.echo(json.dumps(records, indent=2, sort_keys=True))
         return
     columns = ["run", "created", *SESSION_STATUSES, "turns", "tokens", "trained", "mean reward", "position"]
@@ -152,12 +153,12 @@ def runs(
         [
             r.name,
             render.timestamp(r.created_at),
-            *(s["sessions"].get(status, 0) for status in SESSION_STATUSES),
-            s["turns"],
-            s["tokens"],
-            s["trained_tokens"],
-            s["mean_reward"],
-            s["last_position"],
+            *(s.sessions.get(status, 0) for status in SESSION_STATUSES),
+            s.turns,
+            s.tokens,
+            s.trained_tokens,
+            s.mean_reward,
+            s.last_position,
         ]
         for r, s in items
     ]
@@ -362,10 +363,10 @@ def drop(
     try:
         summary = store.runs.summary(run)
         if not yes:
-            n_sessions = sum(summary["sessions"].values())
+            n_sessions = sum(summary.sessions.values())
             question = (
-                f"Drop run {run!r} ({n_sessions} sessions, {summary['turns']} turns, "
-                f"{summary['last_position']} events)? This cannot be undone"
+                f"Drop run {run!r} ({n_sessions} sessions, {summary.turns} turns, "
+                f"{summary.last_position} events)? This cannot be undone"
             )
             if not typer.confirm(question, default=False):
                 raise StoreError(

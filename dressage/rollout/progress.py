@@ -41,11 +41,11 @@ def read_snapshot(store: EventStore, run: Run) -> Snapshot:
     return Snapshot(
         done=tasks.get("done", 0) + tasks.get("failed", 0),
         total=sum(tasks.values()),
-        tokens=int(summary["tokens"]),
-        mean_reward=summary["mean_reward"],
-        sessions=dict(summary["sessions"]),
+        tokens=summary.tokens,
+        mean_reward=summary.mean_reward,
+        sessions=dict(summary.sessions),
         tasks=tasks,
-        turns=int(summary["turns"]),
+        turns=summary.turns,
     )
 
 

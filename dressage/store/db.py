@@ -16,8 +16,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from dressage.config import normalize_database_url
@@ -149,8 +149,6 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool) -> None:
 def _safe_url(url: str) -> str:
     """A URL with its password hidden, for messages."""
     try:
-        from sqlalchemy.engine import make_url
-
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # a malformed URL still deserves an error message
+    except (ArgumentError, ValueError):  # a malformed URL still deserves an error message
         return "<database url>"

@@ -534,6 +534,23 @@ class Run:
 
 
 @dataclass(frozen=True)
+class RunSummary:
+    """Counts of a run: sessions by status, turns, tokens, trained tokens, mean reward, last position.
+
+    ``mean_reward`` is over the finished sessions of training tasks (eval sessions are reported per
+    policy version); None without any.
+    """
+
+    run: str
+    sessions: dict[str, int]
+    turns: int
+    tokens: int
+    trained_tokens: int
+    mean_reward: float | None
+    last_position: int
+
+
+@dataclass(frozen=True)
 class Event:
     """One row of a run's log."""
 

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from dressage.errors import InvalidRecordError, UnknownRunError
 from dressage.store import schema as t
 from dressage.store.database import Database
-from dressage.store.records import Run, canonical_json, check_text
+from dressage.store.records import Run, RunSummary, canonical_json, check_text
 
 
 class RunRepository:
@@ -121,7 +121,7 @@ class RunRepository:
         """The position of the run's newest event (0 when empty)."""
         return self.db.last_position(self.get(run).id)
 
-    def summary(self, run: str | Run) -> dict[str, Any]:
+    def summary(self, run: str | Run) -> RunSummary:
         """Counts for the ``runs`` table: sessions by status, turns, tokens, mean reward (of the
         finished sessions of training tasks: eval sessions are reported per policy version)."""
         r = self.get(run)
@@ -149,15 +149,15 @@ class RunRepository:
                     or_(t.tasks.c.kind.is_(None), t.tasks.c.kind == "train"),
                 )
             ).scalar_one()
-        return {
-            "run": r.name,
-            "sessions": by_status,
-            "turns": int(turns_row[0]),
-            "tokens": int(turns_row[1]),
-            "trained_tokens": int(turns_row[2]),
-            "mean_reward": float(mean_reward) if mean_reward is not None else None,
-            "last_position": self.db.last_position(r.id),
-        }
+        return RunSummary(
+            run=r.name,
+            sessions=by_status,
+            turns=int(turns_row[0]),
+            tokens=int(turns_row[1]),
+            trained_tokens=int(turns_row[2]),
+            mean_reward=float(mean_reward) if mean_reward is not None else None,
+            last_position=self.db.last_position(r.id),
+        )
 
 
 def _run(r: Row[Any]) -> Run:

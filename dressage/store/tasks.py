@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, func, insert, or_, select, update
 
 from dressage.errors import InvalidRecordError, LeaseError
 from dressage.store import schema as t
@@ -156,44 +156,43 @@ class TaskRepository:
                         conn, r.id, "task_failed", {"task_id": row.id, "attempts": row.attempts}
                     )
                     continue
-                attempt = row.attempts + 1
-                expires = now + lease_s
-                conn.execute(
-                    update(t.tasks)
-                    .where(t.tasks.c.id == row.id)
-                    .values(
-                        state="leased",
-                        lease_owner=owner,
-                        lease_expires_at=expires,
-                        attempts=attempt,
-                        updated_at=now,
-                    )
-                )
-                self.db.append_event_tx(
-                    conn,
-                    r.id,
-                    "task_claimed",
-                    {"task_id": row.id, "attempt": attempt, "owner": owner},
-                    key=deterministic_key(r.name, "claim", row.id, attempt),
-                )
-                leases.append(
-                    TaskLease(
-                        row.id,
-                        r.id,
-                        row.task_index,
-                        row.group_index,
-                        row.sample_index,
-                        attempt,
-                        row.payload,
-                        owner,
-                        expires,
-                        row.kind,
-                        row.eval_version,
-                    )
-                )
+                leases.append(self._lease_tx(conn, r, row, owner, now + lease_s, now))
             return leases
 
         return list(self.db.retrying(tx))
+
+    def _lease_tx(
+        self, conn: Connection, r: Run, row: Row[Any], owner: str, expires: float, now: float
+    ) -> TaskLease:
+        """Lease the task of ``row`` to ``owner`` until ``expires`` and record ``task_claimed``."""
+        attempt = row.attempts + 1
+        conn.execute(
+            update(t.tasks)
+            .where(t.tasks.c.id == row.id)
+            .values(
+                state="leased", lease_owner=owner, lease_expires_at=expires, attempts=attempt, updated_at=now
+            )
+        )
+        self.db.append_event_tx(
+            conn,
+            r.id,
+            "task_claimed",
+            {"task_id": row.id, "attempt": attempt, "owner": owner},
+            key=deterministic_key(r.name, "claim", row.id, attempt),
+        )
+        return TaskLease(
+            row.id,
+            r.id,
+            row.task_index,
+            row.group_index,
+            row.sample_index,
+            attempt,
+            row.payload,
+            owner,
+            expires,
+            row.kind,
+            row.eval_version,
+        )
 
     def _lock_running_sessions_tx(self, conn: Connection, task_ids: list[int]) -> None:
         """Lock the running sessions of expired leases before any event takes the run's counter row

@@ -59,12 +59,12 @@ def run_overview(store: EventStore, run: Run) -> RunOverview:
     s = store.runs.summary(run)
     return RunOverview(
         run,
-        {k: s["sessions"].get(k, 0) for k in SESSION_STATUSES},
-        s["turns"],
-        s["tokens"],
-        s["trained_tokens"],
-        s["mean_reward"],
-        s["last_position"],
+        {k: s.sessions.get(k, 0) for k in SESSION_STATUSES},
+        s.turns,
+        s.tokens,
+        s.trained_tokens,
+        s.mean_reward,
+        s.last_position,
     )
 
 

@@ -112,13 +112,13 @@ def test_drop_removes_only_that_run(
 ) -> None:
     refused = invoke(cli, db_url, "drop", populated.run, input="n\n")
     assert refused.exit_code == 1 and "not dropped" in refused.stderr
-    assert store.runs.summary(populated.run)["turns"] == 6
+    assert store.runs.summary(populated.run).turns == 6
 
     result = invoke(cli, db_url, "drop", populated.run, "--yes")
     assert result.exit_code == 0, result.output
     names = [r["run"] for r in json.loads(invoke(cli, db_url, "runs", "--json").stdout)]
     assert populated.run not in names and populated.other_run in names
-    assert store.runs.summary(populated.other_run)["turns"] == 1
+    assert store.runs.summary(populated.other_run).turns == 1
     rows = sql_json(cli, db_url, f"SELECT COUNT(*) AS n FROM sessions WHERE id LIKE '{populated.run}-s%'")
     assert rows == [{"n": 0}]
     again = invoke(cli, db_url, "drop", populated.run, "--yes")

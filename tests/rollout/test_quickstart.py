@@ -36,7 +36,7 @@ def test_quickstart_runs_and_tells_what_to_look_at(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / '.dressage' / 'dressage.db'}", tmp_path / ".dressage")
     summary = store.runs.summary("quickstart")
     # 12 tasks x 4 samples, and the eval round of policy version 0: 6 held-out tasks x 2
-    assert summary["sessions"] == {"finished": 60} and summary["turns"] == 60
+    assert summary.sessions == {"finished": 60} and summary.turns == 60
     assert store.tasks.counts("quickstart", kind="eval") == {
         "pending": 0,
         "leased": 0,

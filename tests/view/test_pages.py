@@ -28,11 +28,11 @@ def test_runs_page_counts_match_the_log(viewed: ViewedLog, browser) -> None:
     )[0]
     cells = [text(c).strip() for c in css(row, "td")]
     summary = viewed.store.runs.summary(viewed.quick)
-    assert summary["sessions"] == {"finished": 4, "failed": 2}
+    assert summary.sessions == {"finished": 4, "failed": 2}
     assert cells[3] == "4" and cells[4] == "2"  # finished, failed
-    assert cells[7] == f"{summary['tokens']:,}"
-    assert cells[8] == f"{100 * summary['trained_tokens'] / summary['tokens']:.1f}%"
-    assert cells[9] == f"{summary['mean_reward']:.3g}"
+    assert cells[7] == f"{summary.tokens:,}"
+    assert cells[8] == f"{100 * summary.trained_tokens / summary.tokens:.1f}%"
+    assert cells[9] == f"{summary.mean_reward:.3g}"
     assert not severe_console_errors(browser)
 
 
