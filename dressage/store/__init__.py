@@ -1,5 +1,7 @@
-"""The event log: schema, append/read protocols, leases, consumers, artifacts, views."""
+"""The event log: an :class:`EventStore` composed of a :class:`Database` and repositories (runs,
+events, sessions, turns, tasks, consumers, versions, artifacts), the schema and the SQL views."""
 
+from dressage.store.database import Database
 from dressage.store.event_store import EventStore
 from dressage.store.records import (
     AppendResult,
@@ -11,6 +13,7 @@ from dressage.store.records import (
     RunSummary,
     Session,
     TaskLease,
+    TaskPair,
     TaskSpec,
     TaskState,
     TrainStep,
@@ -23,6 +26,7 @@ __all__ = [
     "AppendResult",
     "ArtifactRef",
     "ConsumerCheckpoint",
+    "Database",
     "Event",
     "EventStore",
     "NewTurn",
@@ -30,6 +34,7 @@ __all__ = [
     "RunSummary",
     "Session",
     "TaskLease",
+    "TaskPair",
     "TaskSpec",
     "TaskState",
     "TrainStep",
