@@ -6,16 +6,13 @@ Every connection the viewer opens refuses writes at the database itself, not onl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import SQLAlchemyError
 
 from dressage.config import Settings, normalize_database_url
 from dressage.errors import StoreError
-from dressage.redact import redact
 from dressage.store import EventStore
 from dressage.store.readonly import open_readonly_store_at
 
@@ -36,11 +33,7 @@ def open_readonly_store(settings: Settings, *, replica: bool = False) -> EventSt
     return open_readonly_store_at(url, settings)
 
 
-@contextmanager
-def reading(store: EventStore) -> Iterator[Connection]:
-    """A read-only transaction on the viewer's store; database errors become :class:`StoreError`."""
-    try:
-        with store.db.engine.connect() as conn, conn.begin():
-            yield conn
-    except SQLAlchemyError as e:
-        raise StoreError(f"database read failed: {redact(str(e), store.db.secrets)}") from e
+def reading(store: EventStore) -> AbstractContextManager[Connection]:
+    """A read on the viewer's store (its connections refuse writes); database errors become
+    :class:`~dressage.errors.StoreError` with the driver's first line, redacted."""
+    return store.db.read()
