@@ -43,6 +43,7 @@ from dressage.errors import ConfigError
 from dressage.loop.progress import LoopProgress
 from dressage.loop.report import IterationStats, read_iteration
 from dressage.paddock import get_provider
+from dressage.proxy.contract import ServedProxy
 from dressage.rollout.config import LoopConfig, RolloutConfig, TrainConfig, load_config
 from dressage.rollout.datasets import check_reward_fits, dataset_digest, harbor_tasks_record, load_tasks
 from dressage.rollout.engine_process import DevEngineProcess
@@ -158,7 +159,7 @@ class Loop:
         self.engine: DevEngineProcess | None = None
         self.reader: EventStore | None = None
         """The trainer's read replica (``settings.replica_url``), opened with the trainer."""
-        self.proxy: Any = None
+        self.proxy: ServedProxy | None = None
         self.trainer: Any = None
         self.env: EpisodeEnv | None = None
         self.run: Run | None = None
@@ -184,8 +185,6 @@ class Loop:
 
     async def start(self) -> None:
         """Check the run is new, start the engine and the proxy, create the run, build the trainer."""
-        from dressage.proxy.server import ProxyServer
-
         if self.run_name in {r.name for r in self.store.runs.list()}:
             raise ConfigError(
                 f"run {self.run_name!r} already exists; a loop starts a new run: pass --run NEW-NAME"
@@ -201,20 +200,19 @@ class Loop:
                 "the loop runs whitebox agents (or sandboxes with network); for blackbox agents in "
                 "bwrap run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
             )
-        self.engine, self.proxy, urls = await start_engine_and_proxy(
-            self.store, cfg, self.settings, self.console, ProxyServer
-        )
-        self.run = await self.proxy.create_run(self.run_name, self.snapshot())
+        self.engine, proxy, urls = await start_engine_and_proxy(self.store, cfg, self.settings, self.console)
+        self.proxy = proxy
+        self.run = await proxy.create_run(self.run_name, self.snapshot())
         await asyncio.to_thread(self.store.versions.record, self.run, 0, None)
-        await self.proxy.resume(0)  # tokens of iteration 0 carry version 0
+        await proxy.continue_generation(0)  # tokens of iteration 0 carry version 0
         agent = self.agent
         provider = get_provider(
             cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
         )
-        sandbox_url = cfg.proxy.public_url or self.proxy.base_url
+        sandbox_url = cfg.proxy.public_url or proxy.base_url
         self.env = EpisodeEnv(
             self.store,
-            self.proxy,
+            proxy,
             self.run,
             cfg,
             agent,
@@ -232,7 +230,7 @@ class Loop:
 
             workers = ray_rollout_module().RayLoopWorkers
             self.ray_workers = workers(self.opts.ray_address, cfg, self.settings, self.console)
-            await self.ray_workers.start(self.run, self.proxy.base_url)
+            await self.ray_workers.start(self.run, proxy.base_url)
 
     def _build_trainer(self, urls: list[str]) -> Any:
         from dressage.training.consumer import Trainer
@@ -242,7 +240,7 @@ class Loop:
         from dressage.training.weight_push import WeightPusher
 
         tc, assert_run = self.train_cfg, self.run
-        assert assert_run is not None
+        assert assert_run is not None and self.proxy is not None
         pusher = WeightPusher(
             self.store,
             urls,

@@ -6,7 +6,8 @@ token ids itself (incremental tokenization, :mod:`dressage.tito`), calls the eng
 :class:`ProxyServer` is the entry point; :mod:`dressage.proxy.app` the ASGI app.
 """
 
+from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle
 from dressage.proxy.server import ProxyServer
-from dressage.proxy.service import ProxyService, SessionHandle
+from dressage.proxy.service import ProxyService
 
-__all__ = ["ProxyServer", "ProxyService", "SessionHandle"]
+__all__ = ["FinalizedSession", "Proxy", "ProxyServer", "ProxyService", "SessionHandle"]

@@ -5,10 +5,15 @@
 ``POST /admin/sessions``                   ``{run, task_id, attempt, agent, sandbox, info, session_id}``
                                            -> ``{session_id, token, base_url}`` (``session_id``:
                                            optional, chosen by a caller that hashes it to a proxy)
-``POST /admin/sessions/{id}/finalize``     ``{status, reward, finish_reason, error, metadata}``
-                                           (idempotent) -> the session
+``POST /admin/sessions/{id}/take_over``    ``{attempt}``: a new attempt takes the running session over
+                                           -> ``{session_id, token, base_url}`` (``.../resume``: the
+                                           same, its former name)
+``POST /admin/sessions/{id}/finalize``     ``{status, reward, finish_reason, error, info, attempt}``
+                                           (idempotent) -> the session (``metadata``: a deprecated
+                                           alias of ``info``)
 ``POST /admin/pause``                      abort in-flight generations, hold new ones
-``POST /admin/resume``                     ``{version}``: continue them; new tokens carry ``version``
+``POST /admin/continue``                   ``{version}``: continue them; new tokens carry ``version``
+                                           (``/admin/resume``: the same, its former name)
 ``GET /health``                            200 ``{"status": "ok", "paused": bool}`` (no auth)
 ``GET /metrics``                           Prometheus exposition (no auth)
 =========================================  ===============================================================
@@ -78,6 +83,17 @@ def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], requi
     return value
 
 
+def _info(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A finalize's ``info``, or its deprecated alias ``metadata`` (both given: refused)."""
+    info = _field(body, "info", dict)
+    metadata = _field(body, "metadata", dict)
+    if info is not None and metadata is not None:
+        raise RequestError(
+            "give 'info' only ('metadata' is its deprecated alias)", param="metadata", code="invalid_value"
+        )
+    return info if info is not None else metadata
+
+
 def admin_routes(svc: ProxyService) -> list[Route]:
     """Admin, health and metrics routes."""
 
@@ -110,7 +126,7 @@ def admin_routes(svc: ProxyService) -> list[Route]:
         return asdict(handle)
 
     async def take_over(body: dict[str, Any], request: Request) -> Any:
-        handle = await svc.resume_session(
+        handle = await svc.take_over_session(
             request.path_params["session_id"], attempt=_field(body, "attempt", int, True)
         )
         return asdict(handle)
@@ -123,17 +139,18 @@ def admin_routes(svc: ProxyService) -> list[Route]:
             reward=float(reward) if reward is not None else None,
             finish_reason=_field(body, "finish_reason", str),
             error=_field(body, "error", str),
-            metadata=_field(body, "metadata", dict),
+            info=_info(body),
+            attempt=_field(body, "attempt", int),
         )
-        return {"session_id": session.id, "status": session.status, "reward": session.reward}
+        return asdict(session)
 
     async def pause(body: dict[str, Any], request: Request) -> Any:
         await svc.pause()
         return {"paused": True}
 
-    async def resume(body: dict[str, Any], request: Request) -> Any:
+    async def continue_generation(body: dict[str, Any], request: Request) -> Any:
         version = _field(body, "version", int)
-        await svc.resume(version)
+        await svc.continue_generation(version)
         return {"paused": False, "version": version}
 
     def route(path: str, op: Any) -> Route:
@@ -152,10 +169,12 @@ def admin_routes(svc: ProxyService) -> list[Route]:
     return [
         route("/admin/runs", create_run),
         route("/admin/sessions", open_session),
-        route("/admin/sessions/{session_id}/resume", take_over),
+        route("/admin/sessions/{session_id}/take_over", take_over),
+        route("/admin/sessions/{session_id}/resume", take_over),  # deprecated name
         route("/admin/sessions/{session_id}/finalize", finalize),
         route("/admin/pause", pause),
-        route("/admin/resume", resume),
+        route("/admin/continue", continue_generation),
+        route("/admin/resume", continue_generation),  # deprecated name
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]

@@ -23,7 +23,7 @@ output), so a constrained or penalised generation that a weight update interrupt
 unconstrained by what came before; the turn records ``resumes`` so such turns can be found.
 
 Per-token versions come from the engine's ``weight_versions`` spans (numeric strings; a
-non-numeric version falls back to the version given to :meth:`Coordinator.resume`, else 0).
+non-numeric version falls back to the version given to :meth:`Coordinator.continue_generation`, else 0).
 Routed experts come from the last engine call, which covers every position from
 ``experts_start`` (its prefill recomputes the routing of tokens generated before the pause).
 """
@@ -94,10 +94,10 @@ class Coordinator:
                 log.warning("abort during pause failed: %s", r)
         await self.pool.pause("abort")
 
-    async def resume(self, version: int | None) -> None:
-        """Continue the engines and release held generations; ``version`` is the new policy version."""
-        if version is not None:
-            self.version = version
+    async def continue_generation(self, weight_version: int | None) -> None:
+        """Continue the engines and release held generations; ``weight_version`` tags later tokens."""
+        if weight_version is not None:
+            self.version = weight_version
         await self.pool.continue_()
         self._gate.set()
 

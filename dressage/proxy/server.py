@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import uvicorn
@@ -22,8 +22,8 @@ from dressage.config import Settings, load_settings
 from dressage.errors import ConfigError
 from dressage.proxy.app import create_app
 from dressage.proxy.keepalive import KeepAliveProtocol
-from dressage.proxy.service import ProxyService, SessionHandle
-from dressage.store import EventStore, Run, Session
+from dressage.proxy.service import ProxyService
+from dressage.store import EventStore
 
 
 class EmbeddedUvicornServer(uvicorn.Server):
@@ -44,8 +44,9 @@ class EmbeddedUvicornServer(uvicorn.Server):
 log = logging.getLogger("dressage.proxy")
 
 
-class ProxyServer:
-    """The OpenAI-compatible, token-exact recording proxy (see :mod:`dressage.proxy`)."""
+class ProxyServer(ProxyService):
+    """The OpenAI-compatible, token-exact recording proxy (see :mod:`dressage.proxy`): the
+    :class:`ProxyService` (so the same :class:`~dressage.proxy.contract.Proxy`), also listening."""
 
     def __init__(
         self,
@@ -59,9 +60,9 @@ class ProxyServer:
         uds_path: str | None = None,
         record_experts: bool = False,
         context_window: int | None = None,
-        default_sampling: dict[str, Any] | None = None,
+        default_sampling: Mapping[str, object] | None = None,
     ) -> None:
-        self.service = ProxyService(
+        super().__init__(
             store,
             engine_urls,
             settings=settings or load_settings(),
@@ -73,8 +74,8 @@ class ProxyServer:
         self.host = host
         self.port = port
         self.uds_path = uds_path
-        self.app = create_app(self.service)
-        self._servers: list[Any] = []
+        self.app = create_app(self)
+        self._servers: list[EmbeddedUvicornServer] = []
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -86,17 +87,8 @@ class ProxyServer:
         """Listen on TCP (and the Unix socket if given) in the running loop."""
         if self._servers:
             raise ConfigError("this ProxyServer is already started")
-        self.service.profile.tokenizer  # noqa: B018 - load the tokenizer before the first request
-        # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto is
-        # TCP, and without it every small response waits ~40 ms for a delayed ACK (Nagle).
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        sock.listen(self.service.settings.proxy_backlog)
-        sock.setblocking(False)
-        self.port = sock.getsockname()[1]
-        self.service.base_url = self.base_url
+        self.profile.tokenizer  # noqa: B018 - load the tokenizer before the first request
+        sock = self._listen()
         configs: list[tuple[uvicorn.Config, list[socket.socket] | None]] = [
             (uvicorn.Config(self.app, **self._uvicorn_options()), [sock])
         ]
@@ -121,9 +113,23 @@ class ProxyServer:
             await asyncio.sleep(0.01)
         log.info("proxy listening on %s", self.base_url)
 
+    def _listen(self) -> socket.socket:
+        """The bound, listening TCP socket (its real port becomes :attr:`port`)."""
+        # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto is
+        # TCP, and without it every small response waits ~40 ms for a delayed ACK (Nagle).
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        sock.listen(self.settings.proxy_backlog)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self._base_url = self.base_url
+        return sock
+
     def _uvicorn_options(self) -> dict[str, Any]:
         """uvicorn's options: quiet, and idle connections closed only when no request is arriving."""
-        settings = self.service.settings
+        settings = self.settings
         return {
             "log_level": "warning",
             "access_log": False,
@@ -142,7 +148,7 @@ class ProxyServer:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._servers.clear()
         self._tasks.clear()
-        await self.service.aclose()
+        await self.aclose()
 
     async def __aenter__(self) -> ProxyServer:
         await self.start()
@@ -150,58 +156,3 @@ class ProxyServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-    # --- the admin API, in-process -----------------------------------------------------------------
-
-    async def create_run(self, name: str, config: dict[str, Any]) -> Run:
-        """Create run ``name`` with its config snapshot (or get it when it exists)."""
-        return await self.service.create_run(name, config)
-
-    async def open_session(
-        self,
-        run: str,
-        *,
-        task_id: int | None = None,
-        attempt: int = 1,
-        agent: str | None = None,
-        sandbox: str | None = None,
-        info: dict[str, Any] | None = None,
-    ) -> SessionHandle:
-        """Open a session; its ``base_url`` (``{base_url}/s/{token}/v1``) is all an agent needs."""
-        return await self.service.open_session(
-            run, task_id=task_id, attempt=attempt, agent=agent, sandbox=sandbox, info=info
-        )
-
-    async def resume_session(self, session_id: str, *, attempt: int) -> SessionHandle:
-        """Take over an interrupted running session for ``attempt`` (see ``ProxyService.resume_session``)."""
-        return await self.service.resume_session(session_id, attempt=attempt)
-
-    async def finalize_session(
-        self,
-        session_id: str,
-        status: str,
-        *,
-        reward: float | None = None,
-        finish_reason: str | None = None,
-        error: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        attempt: int | None = None,
-    ) -> Session:
-        """Finalize a session (idempotent); its token stops working."""
-        return await self.service.finalize_session(
-            session_id,
-            status,
-            reward=reward,
-            finish_reason=finish_reason,
-            error=error,
-            metadata=metadata,
-            attempt=attempt,
-        )
-
-    async def pause(self) -> None:
-        """Pause generation for a weight update (in-flight requests are continued on resume)."""
-        await self.service.pause()
-
-    async def resume(self, version: int) -> None:
-        """Resume generation; tokens from now on carry ``version``."""
-        await self.service.resume(version)

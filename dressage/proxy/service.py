@@ -10,17 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets as pysecrets
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 
 from dressage.config import Settings
 from dressage.engines import EnginePool
 from dressage.errors import ConflictError, EngineError, UnknownSessionError
 from dressage.proxy.admission import AdmissionGate
+from dressage.proxy.contract import FinalizedSession, Info, SessionHandle
 from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
-from dressage.store import EventStore, Run, Session
+from dressage.store import EventStore, Run
 from dressage.tito import get_profile
 from dressage.tito.profiles import RUN_RECORD_KEY, ModelProfile, check_run_profile, profile_record
 
@@ -29,17 +29,9 @@ TOKEN_PREFIX = "sk-dressage-"
 """Session tokens look like API keys (``sk-...``) so log redaction recognises them."""
 
 
-@dataclass(frozen=True)
-class SessionHandle:
-    """What an agent needs: the session id, its bearer token and its OpenAI base URL."""
-
-    session_id: str
-    token: str
-    base_url: str
-
-
 class ProxyService:
-    """Everything a proxy instance shares between requests."""
+    """Everything a proxy instance shares between requests; implements :class:`~dressage.proxy.contract.Proxy`
+    in-process (:class:`~dressage.proxy.server.ProxyServer` adds listening)."""
 
     def __init__(
         self,
@@ -50,7 +42,7 @@ class ProxyService:
         profile: str | ModelProfile = "qwen3.5",
         record_experts: bool = False,
         context_window: int | None = None,
-        default_sampling: dict[str, Any] | None = None,
+        default_sampling: Mapping[str, object] | None = None,
         engine_timeout: float = 600.0,
     ) -> None:
         self.store = store
@@ -77,7 +69,7 @@ class ProxyService:
             self.secrets += (admin,)
         self.admin_token = admin
         self.model_name = self.profile.name
-        self.base_url = ""
+        self._base_url = ""
         self._context_window = context_window
         self._window_lock = asyncio.Lock()
 
@@ -104,18 +96,23 @@ class ProxyService:
                 self._context_window = window
         return self._context_window
 
+    @property
+    def base_url(self) -> str:
+        """The root URL agents reach this proxy at (set by whoever serves it; empty in-process)."""
+        return self._base_url
+
     def session_url(self, token: str) -> str:
         """The OpenAI base URL that carries ``token``."""
-        return f"{self.base_url}/s/{token}/v1"
+        return f"{self._base_url}/s/{token}/v1"
 
     # --- admin operations -------------------------------------------------------------------------
 
-    async def create_run(self, name: str, config: dict[str, Any] | None = None) -> Run:
+    async def create_run(self, name: str, config: Mapping[str, object] | None = None) -> Run:
         """Create run ``name`` (or get it when it exists with the same config); the config records
         this proxy's model profile, and an existing run recorded with another one is refused."""
-        return await asyncio.to_thread(self._create_run, name, config or {})
+        return await asyncio.to_thread(self._create_run, name, dict(config or {}))
 
-    def _create_run(self, name: str, config: dict[str, Any]) -> Run:
+    def _create_run(self, name: str, config: dict[str, object]) -> Run:
         if name in {r.name for r in self.store.runs.list()}:
             check_run_profile(name, self.store.runs.get(name).config, self.profile)
         return self.store.runs.create(name, {**config, RUN_RECORD_KEY: profile_record(self.profile)})
@@ -128,7 +125,7 @@ class ProxyService:
         attempt: int = 1,
         agent: str | None = None,
         sandbox: str | None = None,
-        info: dict[str, Any] | None = None,
+        info: Info | None = None,
         session_id: str | None = None,
     ) -> SessionHandle:
         """Open a session with a fresh bearer token (only its sha256 is stored).
@@ -165,7 +162,7 @@ class ProxyService:
             return False
         return True
 
-    async def resume_session(self, session_id: str, *, attempt: int) -> SessionHandle:
+    async def take_over_session(self, session_id: str, *, attempt: int) -> SessionHandle:
         """Take over a running session for ``attempt`` with a fresh token (the old one stops working).
 
         The session keeps its turns; the new attempt's requests that match them are answered from
@@ -187,17 +184,17 @@ class ProxyService:
         reward: float | None = None,
         finish_reason: str | None = None,
         error: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        info: Info | None = None,
         attempt: int | None = None,
-    ) -> Session:
+    ) -> FinalizedSession:
         """Finalize (idempotently); the session's token is refused from now on.
 
         ``attempt``: refuse (:class:`~dressage.errors.LeaseError`) when another attempt took the
-        session over. A resumed session's replay counters join ``metadata`` as ``replay``.
+        session over. A taken-over session's replay counters join ``info`` as ``replay``.
         """
         state = self.registry.cached(session_id)
         if state is not None and state.replay is not None:
-            metadata = {**(metadata or {}), "replay": state.replay.summary()}
+            info = {**(info or {}), "replay": state.replay.summary()}
         self.registry.finish(session_id)
         session = await asyncio.to_thread(
             self.store.sessions.finalize,
@@ -206,18 +203,22 @@ class ProxyService:
             reward=reward,
             finish_reason=finish_reason,
             error=error,
-            info=metadata,
+            info=info,
             attempt=attempt,
         )
         self.pool.release(session_id)
-        return session
+        return FinalizedSession(session.id, session.status, session.reward)
 
     async def pause(self) -> None:
         """Abort in-flight generations (keeping partial output) and hold new ones."""
         await self.coordinator.pause()
         self.metrics.paused.set(1)
 
-    async def resume(self, version: int | None) -> None:
-        """Continue every held or interrupted generation; later tokens carry ``version``."""
-        await self.coordinator.resume(version)
+    async def continue_generation(self, weight_version: int | None) -> None:
+        """Continue every held or interrupted generation; later tokens carry ``weight_version``."""
+        await self.coordinator.continue_generation(weight_version)
         self.metrics.paused.set(0)
+
+    async def stop(self) -> None:
+        """In-process: close engine connections and this loop's store connections."""
+        await self.aclose()

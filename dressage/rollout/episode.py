@@ -28,7 +28,7 @@ import logging
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from dressage.agents import Agent, AgentContext, AgentLog, AgentResult, BlackboxAgent, Task
@@ -43,6 +43,7 @@ from dressage.errors import (
     StoreError,
 )
 from dressage.paddock import Sandbox, SandboxProvider, SandboxSpec, SandboxTools
+from dressage.proxy.contract import Proxy, SessionHandle
 from dressage.redact import redact, redact_json
 from dressage.rollout.config import RolloutConfig
 from dressage.rollout.proxy_ring import ProxyRing
@@ -54,26 +55,6 @@ from dressage.store.sessions import seed_attempt
 log = logging.getLogger(__name__)
 
 MAX_ANSWER_CHARS = 2000
-
-
-class SessionHandle(Protocol):
-    """What the proxy returns from ``open_session``."""
-
-    session_id: str
-    token: str
-    base_url: str
-
-
-class Proxy(Protocol):
-    """The slice of :class:`dressage.proxy.server.ProxyServer` the worker uses."""
-
-    base_url: str
-
-    async def open_session(self, run: Run, **kwargs: Any) -> SessionHandle: ...
-
-    async def resume_session(self, session_id: str, *, attempt: int) -> SessionHandle: ...
-
-    async def finalize_session(self, session_id: str, status: str, **kwargs: Any) -> Any: ...
 
 
 @dataclass
@@ -180,7 +161,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
                 "failed",
                 finish_reason=f.reason,
                 error=error,
-                metadata={**env.session_info, **_meta(lease, None)},
+                info={**env.session_info, **_finish_info(lease, None)},
                 attempt=lease.attempt,
             )
             await asyncio.to_thread(store.tasks.release, lease, "retry", max_attempts=cfg.worker.max_attempts)
@@ -200,7 +181,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             "finished",
             reward=reward,
             finish_reason=result.finish_reason,
-            metadata=redact_json({**env.session_info, **_meta(lease, result)}, store.db.secrets),
+            info=redact_json({**env.session_info, **_finish_info(lease, result)}, store.db.secrets),
             attempt=lease.attempt,
         )
         await asyncio.to_thread(store.tasks.release, lease, "done")
@@ -236,11 +217,11 @@ async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHan
         old = await asyncio.to_thread(store.sessions.interrupted, lease.task_id, lease.attempt)
         if old is not None:
             with contextlib.suppress(LeaseError):  # finalized meanwhile: open a new one
-                handle = await env.proxy.resume_session(old.id, attempt=lease.attempt)
+                handle = await env.proxy.take_over_session(old.id, attempt=lease.attempt)
                 log.info("attempt %d of task %s resumes session %s", lease.attempt, lease.task_id, old.id)
                 return handle, seed_attempt(old)
     handle = await env.proxy.open_session(
-        env.run,
+        env.run.name,
         task_id=lease.task_id,
         attempt=lease.attempt,
         agent=env.agent.name,
@@ -281,8 +262,9 @@ async def _play(
         max_retries=2,
         timeout=cfg.worker.session_timeout_s,
         # Several standalone proxies: the client's transport follows the session along the hash ring.
+        # (openai types it as its httpx2 client; it takes an httpx one at run time too.)
         http_client=(
-            env.proxy.http_client(handle.session_id, cfg.worker.session_timeout_s)
+            env.proxy.http_client(handle.session_id, cfg.worker.session_timeout_s)  # type: ignore[arg-type]
             if isinstance(env.proxy, ProxyRing)
             else None
         ),
@@ -393,7 +375,7 @@ def _session_info(lease: TaskLease) -> dict[str, Any]:
     return info
 
 
-def _meta(lease: TaskLease, result: AgentResult | None) -> dict[str, Any]:
+def _finish_info(lease: TaskLease, result: AgentResult | None) -> dict[str, Any]:
     meta: dict[str, Any] = {**_session_info(lease), "attempt": lease.attempt}
     if result is not None:
         meta.update(

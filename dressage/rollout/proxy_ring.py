@@ -23,7 +23,7 @@ import hashlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,7 +31,8 @@ import httpx
 
 from dressage.errors import ConfigError, DressageError
 from dressage.paddock import serve_unix_socket_router
-from dressage.store import Run
+from dressage.proxy.contract import FinalizedSession, Info, SessionHandle
+from dressage.store import EventStore, Run
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,11 @@ FAILOVER_ERRORS = (*CONNECT_ERRORS, httpx.ReadError, httpx.RemoteProtocolError)
 
 def _point(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def _handle(out: dict[str, Any]) -> SessionHandle:
+    """The session handle in an admin answer ``{session_id, token, base_url}``."""
+    return SessionHandle(str(out["session_id"]), str(out["token"]), str(out["base_url"]))
 
 
 def host_port(url: str) -> tuple[str, int]:
@@ -84,15 +90,6 @@ class HashRing:
                 if len(out) == len(self.urls):
                     break
         return out
-
-
-@dataclass(frozen=True)
-class RingSession:
-    """A session opened through the ring: what an agent needs, plus the ring key (its id)."""
-
-    session_id: str
-    token: str
-    base_url: str
 
 
 class _Health:
@@ -147,10 +144,11 @@ class FailoverTransport(httpx.AsyncBaseTransport):
 
 
 class ProxyRing:
-    """The worker's proxies: admin calls over HTTP and per-session failover clients (see the module)."""
+    """The worker's proxies: admin calls over HTTP and per-session failover clients (see the module);
+    a :class:`~dressage.proxy.contract.Proxy`."""
 
     def __init__(
-        self, urls: list[str], admin_token: str | None, store: Any, *, timeout: float = 60.0
+        self, urls: list[str], admin_token: str | None, store: EventStore, *, timeout: float = 60.0
     ) -> None:
         if not admin_token:
             raise ConfigError(
@@ -159,18 +157,29 @@ class ProxyRing:
         self.ring = HashRing(urls)
         self.health = _Health()
         self.store = store
-        self.base_url = self.ring.urls[0]
+        self._base_url = self.ring.urls[0]
         self._headers = {"authorization": f"Bearer {admin_token}"}
         self._timeout = timeout
+
+    @property
+    def base_url(self) -> str:
+        """The first proxy's root URL (admin calls go to a session's own proxy on the ring)."""
+        return self._base_url
 
     async def _post(
         self, key: str, path: str, body: dict[str, Any], errors: tuple[type[Exception], ...] = FAILOVER_ERRORS
     ) -> dict[str, Any]:
         """POST to the admin API of ``key``'s proxy (failing over along the ring on ``errors``)."""
         transport = FailoverTransport(self.ring, self.health, key, errors)
+        return await self._send(transport, self._base_url, path, body)
+
+    async def _send(
+        self, transport: httpx.AsyncBaseTransport, base_url: str, path: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """POST ``body`` to ``path`` through ``transport``; an error answer raises its message."""
         try:
             async with httpx.AsyncClient(
-                transport=transport, base_url=self.base_url, headers=self._headers, timeout=self._timeout
+                transport=transport, base_url=base_url, headers=self._headers, timeout=self._timeout
             ) as client:
                 resp = await client.post(path, json=body)
         except httpx.HTTPError as e:
@@ -184,31 +193,66 @@ class ProxyRing:
         out: dict[str, Any] = resp.json()
         return out
 
-    async def create_run(self, name: str, config: dict[str, Any] | None) -> Run:
-        """Create (or get) the run through a proxy, so its config records the proxies' model profile."""
-        await self._post(name, "/admin/runs", {"name": name, "config": config or {}})
-        run: Run = self.store.runs.get(name)
-        return run
+    async def _on_every_proxy(self, path: str, body: dict[str, Any]) -> None:
+        """POST to each proxy of the ring in turn (no failover: each one must hear it)."""
+        for url in self.ring.urls:
+            await self._send(httpx.AsyncHTTPTransport(), url, path, body)
 
-    async def open_session(self, run: Run, **kwargs: Any) -> RingSession:
+    async def create_run(self, name: str, config: Mapping[str, object] | None = None) -> Run:
+        """Create (or get) the run through a proxy, so its config records the proxies' model profile."""
+        await self._post(name, "/admin/runs", {"name": name, "config": dict(config or {})})
+        return await asyncio.to_thread(self.store.runs.get, name)
+
+    async def open_session(
+        self,
+        run: str,
+        *,
+        task_id: int | None = None,
+        attempt: int = 1,
+        agent: str | None = None,
+        sandbox: str | None = None,
+        info: Info | None = None,
+    ) -> SessionHandle:
         """Open a session on the proxy its (fresh) id hashes to; any proxy serves it afterwards."""
         sid = uuid.uuid4().hex
-        body = {"run": run.name, "session_id": sid, **{k: v for k, v in kwargs.items() if v is not None}}
+        fields = {"task_id": task_id, "attempt": attempt, "agent": agent, "sandbox": sandbox, "info": info}
+        body = {"run": run, "session_id": sid, **{k: v for k, v in fields.items() if v is not None}}
         # Only a refused connection moves an open: a proxy that died after opening it holds its token.
-        out = await self._post(sid, "/admin/sessions", body, CONNECT_ERRORS)
-        return RingSession(out["session_id"], out["token"], out["base_url"])
+        return _handle(await self._post(sid, "/admin/sessions", body, CONNECT_ERRORS))
 
-    async def resume_session(self, session_id: str, *, attempt: int) -> RingSession:
-        """Take over an interrupted session for ``attempt`` through its proxy on the ring (in-flight
-        resume: the new token's requests that match recorded turns are answered from the log)."""
-        out = await self._post(session_id, f"/admin/sessions/{session_id}/resume", {"attempt": attempt})
-        return RingSession(out["session_id"], out["token"], out["base_url"])
+    async def take_over_session(self, session_id: str, *, attempt: int) -> SessionHandle:
+        """Take over an interrupted session for ``attempt`` through its proxy on the ring (the new
+        token's requests that match recorded turns are answered from the log)."""
+        path = f"/admin/sessions/{session_id}/take_over"
+        return _handle(await self._post(session_id, path, {"attempt": attempt}))
 
-    async def finalize_session(self, session_id: str, status: str, **kwargs: Any) -> dict[str, Any]:
+    async def finalize_session(
+        self,
+        session_id: str,
+        status: str,
+        *,
+        reward: float | None = None,
+        finish_reason: str | None = None,
+        error: str | None = None,
+        info: Info | None = None,
+        attempt: int | None = None,
+    ) -> FinalizedSession:
         """Finalize through the session's proxy (idempotent; every proxy then refuses its token)."""
-        return await self._post(
-            session_id, f"/admin/sessions/{session_id}/finalize", {"status": status, **kwargs}
+        fields = {"reward": reward, "finish_reason": finish_reason, "error": error, "info": info}
+        body = {"status": status, "attempt": attempt, **fields}
+        out = await self._post(session_id, f"/admin/sessions/{session_id}/finalize", body)
+        reward_out = out.get("reward")
+        return FinalizedSession(
+            str(out["session_id"]), str(out["status"]), float(reward_out) if reward_out is not None else None
         )
+
+    async def pause(self) -> None:
+        """Pause generation on every proxy of the ring (a weight update)."""
+        await self._on_every_proxy("/admin/pause", {})
+
+    async def continue_generation(self, weight_version: int | None) -> None:
+        """Continue generation on every proxy; later tokens carry ``weight_version``."""
+        await self._on_every_proxy("/admin/continue", {"version": weight_version})
 
     def http_client(self, session_id: str, timeout: float) -> httpx.AsyncClient:
         """An HTTP client for the agent's OpenAI client: requests follow the session's proxy on the ring."""

@@ -38,6 +38,7 @@ from dressage.cleanup import logged_failures
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError, NotSupportedError
 from dressage.paddock import get_provider, serve_unix_socket_forwarder
+from dressage.proxy.contract import Proxy, ProxyFactory, ServedProxy
 from dressage.redact import redact
 from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import (
@@ -142,7 +143,8 @@ def load_new_run(config_path: str) -> NewRun:
     return NewRun(cfg, tasks)
 
 
-def _proxy_class() -> Any:
+def _proxy_class() -> ProxyFactory:
+    """The proxy a worker serves itself: :class:`~dressage.proxy.server.ProxyServer`."""
     try:
         from dressage.proxy.server import ProxyServer
     except ImportError as e:
@@ -155,8 +157,8 @@ async def start_engine_and_proxy(
     cfg: RolloutConfig,
     settings: Settings,
     console: Console,
-    proxy_class: Any = None,
-) -> tuple[DevEngineProcess | None, Any, list[str]]:
+    proxy_class: ProxyFactory | None = None,
+) -> tuple[DevEngineProcess | None, ServedProxy, list[str]]:
     """Start the inference engine and the TITO proxy in front of it; return ``(engine, proxy, urls)``.
 
     ``engine`` is the CPU dev engine child process for ``engine.kind: dev`` (None for existing
@@ -165,7 +167,7 @@ async def start_engine_and_proxy(
     (proxy first, then engine) before the error propagates.
     """
     engine: DevEngineProcess | None = None
-    proxy: Any = None
+    proxy: ServedProxy | None = None
     try:
         if cfg.engine.kind == "dev":
             engine = DevEngineProcess(cfg.engine.model, cfg.engine.seed, cfg.engine.threads)
@@ -206,7 +208,7 @@ async def run_rollout(
     fresh = load_new_run(opts.config_path) if opts.resume is None and opts.config_path else None
     store = EventStore.open(settings=settings)
     engine: DevEngineProcess | None = None
-    proxy: Any = None
+    proxy: Proxy | None = None
     forwarder: asyncio.Server | None = None
     socket_dir: str | None = None
     try:

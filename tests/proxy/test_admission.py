@@ -88,7 +88,7 @@ def test_past_the_queue_requests_are_refused_in_their_dialect_and_recorded_nowhe
     start: Start, loop_thread: LoopThread, sqlite_store: EventStore
 ) -> None:
     server = start(proxy_max_active=1, proxy_max_queue=1, proxy_queue_timeout_s=120, proxy_retry_after_s=2)
-    gate = server.service.admission
+    gate = server.admission
     queued_s, chat_s, messages_s = (loop_thread.call(server.open_session("r")) for _ in range(3))
     _hold(loop_thread, gate)
     with ThreadPoolExecutor(1) as pool:
@@ -132,7 +132,7 @@ def test_a_request_waiting_past_the_queue_timeout_is_refused(
     start: Start, loop_thread: LoopThread, sqlite_store: EventStore
 ) -> None:
     server = start(proxy_max_active=1, proxy_max_queue=8, proxy_queue_timeout_s=0.2, proxy_retry_after_s=1)
-    gate = server.service.admission
+    gate = server.admission
     s = loop_thread.call(server.open_session("r"))
     _hold(loop_thread, gate)
     refused = _chat(server, s.token)
@@ -150,10 +150,10 @@ def test_a_request_waiting_past_the_queue_timeout_is_refused(
 def test_the_openai_sdk_retries_a_refusal_after_retry_after(start: Start, loop_thread: LoopThread) -> None:
     """The official SDK treats 503 as retryable and waits ``Retry-After``: the agent never sees the refusal."""
     server = start(proxy_max_active=1, proxy_max_queue=0, proxy_retry_after_s=1)
-    gate = server.service.admission
+    gate = server.admission
     s = loop_thread.call(server.open_session("r"))
     _hold(loop_thread, gate)
-    registry = server.service.metrics.registry
+    registry = server.metrics.registry
 
     def refusals() -> float:
         return (
@@ -180,7 +180,7 @@ def test_every_path_gives_its_slot_back(start: Start, loop_thread: LoopThread) -
     With one slot and no queue, a slot that leaked would refuse every later request.
     """
     server = start(proxy_max_active=1, proxy_max_queue=0)
-    gate = server.service.admission
+    gate = server.admission
     s = loop_thread.call(server.open_session("r"))
     client = OpenAI(base_url=s.base_url, api_key="x", max_retries=0)
     chunks = list(client.chat.completions.create(**CHAT, stream=True))

@@ -71,7 +71,7 @@ def test_n_choices_are_sibling_branches_all_trainable_and_replayed_after_a_resta
     assert sum(s.is_anchor for s in samples) == 1
     # A retry of the same body, even after a restart, replays all three choices from the log.
     proxy.restart()
-    client = OpenAI(base_url=proxy.server.service.session_url(client.token), api_key="x", max_retries=0)  # type: ignore[attr-defined]
+    client = OpenAI(base_url=proxy.server.session_url(client.token), api_key="x", max_retries=0)  # type: ignore[attr-defined]
     client.session_id = turns[0].session_id  # type: ignore[attr-defined]
     raw = client.chat.completions.with_raw_response.create(
         n=3, logprobs=True, top_logprobs=2, **kw, **THINK_OFF

@@ -190,7 +190,7 @@ def test_responses_tool_loop_chains_from_the_log(proxy_s: Harness) -> None:
     call = first.output[1]
     assert call.name == "ls" and json.loads(call.arguments) == {"path": "/tmp"}
     proxy_s.restart()  # the chain is served from the log
-    client = OpenAI(base_url=proxy_s.server.service.session_url(s.token), api_key="x", max_retries=0)
+    client = OpenAI(base_url=proxy_s.server.session_url(s.token), api_key="x", max_retries=0)
     second = client.responses.create(
         previous_response_id=first.id,
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "a.txt"}],

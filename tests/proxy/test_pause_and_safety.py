@@ -38,7 +38,7 @@ def test_pause_resume_during_streaming_switches_versions(proxy: Harness) -> None
 
             def resume() -> None:
                 time.sleep(0.3)
-                proxy.loop.call(proxy.server.resume(1))
+                proxy.loop.call(proxy.server.continue_generation(1))
 
             threading.Thread(target=resume).start()
     turn = proxy.store.turns.read(run, session_id=s.session_id)[0]

@@ -1,6 +1,6 @@
 """Replay of a resumed session through a real proxy and a scripted engine, on SQLite and PostgreSQL.
 
-A session is interrupted after some turns and taken over by a new attempt (``resume_session``: new
+A session is interrupted after some turns and taken over by a new attempt (``take_over_session``: new
 token, same turns). The new agent's requests that match recorded turns are answered from the log
 (no engine request, no new turn row), the rest of the run is live on the same session, and the
 trajectory equals an uninterrupted one token for token. An agent that behaves differently after
@@ -97,7 +97,7 @@ def _tokens(store: EventStore, sid: str) -> list[tuple[Any, ...]]:
 
 
 def _resume(h: Harness, sid: str, attempt: int = 2) -> Any:
-    return h.loop.call(h.server.resume_session(sid, attempt=attempt))
+    return h.loop.call(h.server.take_over_session(sid, attempt=attempt))
 
 
 def test_resumed_session_replays_recorded_turns_then_goes_live(

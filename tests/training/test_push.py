@@ -127,7 +127,7 @@ def test_push_through_proxy_admin_api(
         assert metrics["pushed_version"] == 5.0
         assert probe(engine_url)[0] == "5"
         # every proxy tags new tokens with the pushed version
-        assert [proxy.service.coordinator.version for proxy in proxies] == [5, 5]
+        assert [proxy.coordinator.version for proxy in proxies] == [5, 5]
         assert [httpx.get(f"{url}/health").json()["paused"] for url in urls] == [False, False]
         assert set(recorded_versions(store, run_name)) == {5}
     finally:
