@@ -1,6 +1,6 @@
 """One turn from request to log: plan the prompt ids, guard the context window, record the turn.
 
-:func:`prepare_turn` routes a request through the session's lineage index and sizes the
+:func:`prepare_turn` routes a request through the session's segment index and sizes the
 generation to the context window; :func:`record_turn` commits the generated ids to the index and
 appends the turn to the log in one transaction, before any reply leaves. If the append fails the
 session's cached state is evicted, so the next request rebuilds it from what the log really holds.
@@ -10,7 +10,7 @@ is what decides.
 
 Per-turn store fields: ``context_ids`` are the new prompt ids of an ``append`` (the TITO delta)
 or the whole prompt of a segment's first turn (``create``/``branch``); ``info["tito"]`` keeps
-what a restarted proxy needs to rebuild the lineage index (TITO lineage id, fork point, where
+what a restarted proxy needs to rebuild the segment index (TITO segment id, kept under the key ``lineage``; fork point, where
 the delta starts in ``context_ids``, tools key, header length, the conversation key of a
 ``create``, the number of forced ids, ``aborted`` for a turn the client abandoned).
 
@@ -23,7 +23,7 @@ lineage, so it can never become the trajectory's anchor.
 Forced tool calls (``tool_choice`` required / named): the profile's forced opening (Qwen3.5:
 ``<tool_call>\n<function=NAME>\n``) is appended to the prompt and the engine continues from it.
 Those ids were not sampled: they are recorded at the end of the turn's ``context_ids`` (loss mask
-0, no logprob) and count as prompt tokens; the lineage index sees them as part of the turn's
+0, no logprob) and count as prompt tokens; the segment index sees them as part of the turn's
 output, so the next request, whose template renders the call, appends in the same segment. The
 reply is parsed from forced text + generated text. Contract: when the model closes a well-formed
 call the reply carries it (``finish_reason`` ``tool_calls``); otherwise (``max_tokens`` reached
@@ -84,7 +84,7 @@ from dressage.proxy.sessions import (
 )
 from dressage.redact import redact
 from dressage.store import EventStore, NewTurn, turn_key
-from dressage.tito import TitoPlan
+from dressage.tito import IndexedTurn, TitoPlan
 from dressage.tito.incremental import PromptIds
 from dressage.tito.tool_calls import ParsedAssistant
 
@@ -119,7 +119,7 @@ def _experts_start(state: SessionState, plan: TitoPlan) -> int:
     """First segment position whose routing this turn must return (see the store's convention)."""
     if plan.route != "append":
         return 0
-    seg = state.segments.get(plan.lineage_id)
+    seg = state.segments.get(plan.segment_id)
     return max(seg.length - 1, 0) if seg is not None else 0
 
 
@@ -239,31 +239,47 @@ async def record_overflow(store: EventStore, state: SessionState, stage: str, in
 
 @dataclass
 class _Placement:
-    """Where a turn lands in the log: route, segment, lineage and the ids it adds as context."""
+    """Where a turn lands in the log: route, segment, lineage and the ids it adds as context.
+
+    Computed without touching the session (:func:`_place`, :func:`_place_abandoned`);
+    :func:`_commit` applies it once the turn is durable.
+    """
 
     route: str
     parent_turn_id: str | None
     boundary_reason: str | None
     segment: SegmentState
+    """The turn's segment: the session's own for an ``append``, else a new one (not yet in the state)."""
     offset: int
     context: list[int]
     tito: dict[str, Any]
+    end: int
+    """The segment's length once this turn is in it."""
+    indexed: IndexedTurn | None = None
+    """The TITO index's record of the turn (None for an abandoned turn, kept out of the index)."""
+    delta_text: str = ""
+    new_segment_key: str | None = None
+    """The TITO segment id the new segment is known by in the session (None: append or abandoned)."""
+    context_key: str | None = None
+    """A ``create``'s conversation key, joined to its log lineage on commit."""
+    bumps_lineage: bool = False
+    new_segment: bool = True
 
 
-def _new_lineage_index(state: SessionState, job: TurnJob, route: str, parent_lineage: str | None) -> int:
+def _new_lineage_index(state: SessionState, job: TurnJob, route: str, parent_segment: str | None) -> int:
     """Log lineage of a new segment: a branch keeps its parent's; a create joins its conversation's."""
     if route == "branch":
-        parent = state.segments.get(parent_lineage or "")
+        parent = state.segments.get(parent_segment or "")
         return parent.lineage_index if parent is not None else 0
     return state.lineage_by_context.get(context_key(job.conv.messages), state.next_lineage)
 
 
 def _place(state: SessionState, job: TurnJob, turn_id: str) -> _Placement:
-    """Commit the plan to the index and derive segment/lineage fields (mutates ``state``)."""
+    """Resolve the plan against the index and derive segment/lineage fields (changes nothing)."""
     plan = job.plan
-    rec = state.index.record(plan, turn_id, [*job.forced_ids, *job.generation.ids])
+    rec, delta_text = state.index.resolve(plan, turn_id, [*job.forced_ids, *job.generation.ids])
     tito: dict[str, Any] = {
-        "lineage": rec.lineage_id,
+        "lineage": rec.segment_id,
         "fork_at": rec.fork_at,
         "delta_start": 0,
         "tools_key": rec.tools_key,
@@ -271,46 +287,77 @@ def _place(state: SessionState, job: TurnJob, turn_id: str) -> _Placement:
     }
     if job.forced_ids:
         tito["forced"] = len(job.forced_ids)
+    key: str | None = None
     if rec.route == "append":
-        seg = state.segments[rec.lineage_id]
+        seg = state.segments[rec.segment_id]
         context = [*plan.delta_ids, *job.forced_ids]
+        new_segment_key = None
     else:
-        lineage = _new_lineage_index(state, job, rec.route, plan.parent_lineage_id)
+        lineage = _new_lineage_index(state, job, rec.route, plan.parent_segment_id)
         if rec.route == "create":
             key = context_key(job.conv.messages)
             tito["context_key"] = key
-            state.lineage_by_context.setdefault(key, lineage)
-        state.next_lineage = max(state.next_lineage, lineage + 1)
         seg = SegmentState(state.next_segment, lineage, 0)
-        state.next_segment += 1
-        state.segments[rec.lineage_id] = seg
+        new_segment_key = rec.segment_id
         context = list(job.prompt_ids)
         tito["delta_start"] = len(context) - len(job.forced_ids) - len(rec.delta_ids)
     offset = seg.length
-    seg.length = offset + len(context) + len(job.generation.ids)
-    return _Placement(rec.route, rec.parent_turn_id, rec.boundary_reason, seg, offset, context, tito)
+    end = offset + len(context) + len(job.generation.ids)
+    return _Placement(
+        rec.route,
+        rec.parent_turn_id,
+        rec.boundary_reason,
+        seg,
+        offset,
+        context,
+        tito,
+        end,
+        indexed=rec,
+        delta_text=delta_text,
+        new_segment_key=new_segment_key,
+        context_key=key,
+        bumps_lineage=rec.route != "append",
+        new_segment=rec.route != "append",
+    )
 
 
 def _place_abandoned(state: SessionState, job: TurnJob) -> _Placement:
-    """A turn the client abandoned: a dead-end segment of its own, outside the lineage index.
+    """A turn the client abandoned: a dead-end segment of its own, outside the segment index.
 
-    The retry the client may send renders the same prompt; it must continue the lineage as if the
+    The retry the client may send renders the same prompt; it must continue the segment as if the
     aborted turn had not happened (one segment), so the aborted turn is kept out of the TITO index
     and out of retry dedupe, and recorded as a side segment (route ``branch`` from the turn it
     would have extended, or ``create``) with ``boundary_reason`` ``client_disconnected``.
     """
     plan = job.plan
     route = "create" if plan.route == "create" else "branch"
-    lineage = _new_lineage_index(state, job, route, plan.parent_lineage_id)
+    lineage = _new_lineage_index(state, job, route, plan.parent_segment_id)
     seg = SegmentState(state.next_segment, lineage, 0)
-    state.next_segment += 1
     parent = plan.parent_turn_id if route == "branch" else None
     tito: dict[str, Any] = {"aborted": True}
     if job.forced_ids:
         tito["forced"] = len(job.forced_ids)
     context = list(job.prompt_ids)
-    seg.length = len(context) + len(job.generation.ids)
-    return _Placement(route, parent, REASON_CLIENT_DISCONNECTED, seg, 0, context, tito)
+    end = len(context) + len(job.generation.ids)
+    return _Placement(route, parent, REASON_CLIENT_DISCONNECTED, seg, 0, context, tito, end)
+
+
+def _commit(state: SessionState, f: _Placement, turn_index: int, ends_replay: bool) -> None:
+    """Apply a durable turn's placement to the session (index, segments, lineages, counters)."""
+    if f.indexed is not None:
+        state.index.apply(f.indexed, delta_text=f.delta_text)
+    if f.new_segment:
+        state.next_segment += 1
+        if f.new_segment_key is not None:
+            state.segments[f.new_segment_key] = f.segment
+    if f.context_key is not None:
+        state.lineage_by_context.setdefault(f.context_key, f.segment.lineage_index)
+    if f.bumps_lineage:
+        state.next_lineage = max(state.next_lineage, f.segment.lineage_index + 1)
+    f.segment.length = f.end
+    state.next_turn = turn_index + 1
+    if ends_replay and state.replay is not None:
+        state.replay.end(f.route, turn_index)
 
 
 def _parse_safely(
@@ -326,6 +373,168 @@ def _parse_safely(
         return None, e
 
 
+@dataclass(frozen=True)
+class _Stop:
+    """How the generation stopped: the reply's ``finish_reason``, the stop string, the window."""
+
+    reason: str
+    matched: str | None
+    hit_window: bool
+
+
+def _stop(job: TurnJob) -> _Stop:
+    gen = job.generation
+    assert gen.finish is not None
+    matched = gen.finish.matched if isinstance(gen.finish.matched, str) else None
+    reason = {"length": "length", "abort": "abort"}.get(gen.finish.type, "stop")
+    hit_window = (
+        reason == "length" and job.capped and len(job.prompt_ids) + len(gen.ids) >= job.context_window
+    )
+    return _Stop(reason, matched, hit_window)
+
+
+def _replay_end(state: SessionState, job: TurnJob, f: _Placement, abandoned: bool) -> dict[str, Any] | None:
+    """The replay summary this turn records when it is a resumed session's first live turn (its
+    boundary becomes ``replay_diverged`` when the replay diverged); the session is not changed."""
+    replay = state.replay
+    if replay is None or not replay.ending or abandoned or job.choice_index:
+        return None
+    ended = dataclasses.replace(replay)
+    if ended.end(f.route, state.next_turn) == "diverged":
+        f.boundary_reason = REASON_REPLAY_DIVERGED
+    return ended.summary()
+
+
+def _turn_info(
+    job: TurnJob,
+    f: _Placement,
+    stop: _Stop,
+    turn_index: int,
+    extra: dict[str, Any],
+    parsed: ParsedAssistant | None,
+    secrets: tuple[str, ...],
+) -> dict[str, Any]:
+    """The turn's ``info``: TITO placement, engine request, dialect, and what happened on the way."""
+    gen, conv = job.generation, job.conv
+    info: dict[str, Any] = {
+        "tito": f.tito,
+        "created": int(time.time()),
+        "engine_rid": gen.rid,
+        "dialect": conv.dialect,
+        **conv.info,
+    }
+    flags: dict[str, Any] = {
+        "matched_stop": stop.matched,
+        "idempotency_key": job.idem_key,
+        "ignored_params": conv.ignored,
+        "resumes": gen.resumes,
+        "context_capped": stop.hit_window,
+        "forced_tool_call": (conv.force_tool or "any") if conv.force_tool is not None else None,
+    }
+    info.update({k: v for k, v in flags.items() if v})
+    info.update(extra)
+    if conv.n > 1:
+        first = turn_index if job.choice_index == 0 else job.first_turn_index
+        info["choice"] = {"index": job.choice_index, "n": conv.n, "first": first}
+    if conv.top_logprobs:
+        info["top_logprobs"] = [[[t, lp] for t, lp in row] for row in gen.top]
+    if parsed is not None and parsed.failures:
+        info["tool_call_failures"] = [
+            {"reason": x.reason, "text": redact(x.text[:2000], secrets)} for x in parsed.failures
+        ]
+    return info
+
+
+def _store_record(
+    job: TurnJob, f: _Placement, stop: _Stop, turn_index: int, turn_id: str, info: dict[str, Any]
+) -> NewTurn:
+    """The log's turn: ids, logprobs, versions, placement and the turn's info."""
+    gen, state = job.generation, job.state
+    experts = gen.experts
+    expected = len(f.context) + len(gen.ids) - (1 if f.offset == 0 else 0)
+    if experts is not None and experts.shape[0] != expected:
+        info["experts_dropped"] = f"engine returned {experts.shape[0]} rows, expected {expected}"
+        experts = None
+    return NewTurn(
+        session_id=state.session_id,
+        turn_index=turn_index,
+        context_ids=f.context,
+        generated_ids=gen.ids,
+        logprobs=gen.logprobs,
+        policy_versions=gen.versions,
+        thread_index=f.segment.lineage_index,
+        parent_turn_id=f.parent_turn_id,
+        route=f.route,
+        segment_index=f.segment.index,
+        segment_offset=f.offset,
+        boundary_reason=f.boundary_reason,
+        routed_experts=experts,
+        finish_reason=stop.reason,
+        sampling_params={**gen.sampling.to_body(), "model": job.conv.model},
+        request_fingerprint=job.conv.fingerprint,
+        latency_ms=(time.perf_counter() - job.started) * 1000.0,
+        info=info,
+        key=turn_id,
+    )
+
+
+async def _append(store: EventStore, registry: SessionRegistry, state: SessionState, record: NewTurn) -> None:
+    """Append the turn durably; a refusal leaves the session's state as it was.
+
+    A turn index another proxy took means the log moved on without us: the cached state is
+    evicted (the next request rebuilds it from the log). A session that ended meanwhile answers
+    as a finalized session does; an ambiguous store failure evicts too (the log is the truth).
+    """
+    try:
+        await store.turns.append_async(state.run_name, record)
+    except (TurnIndexTakenError, IdempotencyConflictError) as e:
+        # Another proxy recorded this turn index first (two proxies raced on one session).
+        registry.evict(state.session_id)
+        raise ConflictError(
+            f"turn {record.turn_index} of session {state.session_id} was recorded concurrently by another "
+            "request (another proxy serving the same session); nothing was recorded for this one. "
+            "Retry it: it is answered from the log if it is the same request",
+            code="turn_conflict",
+        ) from e
+    except InvalidRecordError as e:
+        session = await asyncio.to_thread(store.sessions.get, state.session_id)
+        if session.status != "running":
+            raise AuthError(f"session {state.session_id} is {session.status}; nothing was recorded") from e
+        raise
+    except StoreError:
+        registry.evict(state.session_id)
+        raise
+
+
+def _reply(
+    job: TurnJob,
+    f: _Placement,
+    stop: _Stop,
+    turn_index: int,
+    turn_id: str,
+    created: int,
+    parsed: ParsedAssistant | None,
+) -> ReplyData:
+    """What the dialect answers from (and what a retry of the same request is answered from)."""
+    gen = job.generation
+    return ReplyData(
+        turn_index=turn_index,
+        turn_id=turn_id,
+        generated_ids=list(gen.ids),
+        logprobs=list(gen.logprobs),
+        stop_reason=stop.reason,
+        matched_stop=stop.matched,
+        prompt_tokens=f.offset + len(f.context),
+        created=created,
+        rid=gen.rid,
+        forced_ids=list(job.forced_ids),
+        parsed=parsed,
+        parsed_for=job.conv.fingerprint,
+        top_logprobs=[list(row) for row in gen.top] if job.conv.top_logprobs else None,
+        choice_index=job.choice_index,
+    )
+
+
 async def record_turn(
     store: EventStore,
     registry: SessionRegistry,
@@ -335,20 +544,15 @@ async def record_turn(
     *,
     abandoned: bool = False,
 ) -> ReplyData:
-    """Append the turn durably and index it for dedupe; returns the reply data.
+    """Append the turn durably, then index it for dedupe; returns the reply data.
 
     ``parse(turn_id)`` parses the reply (its tool-call failures are recorded on the turn).
     ``abandoned``: the client went away before the reply ended; the turn (partial: ``finish_reason``
     ``abort``) is recorded as a dead-end segment (see :func:`_place_abandoned`) and is never a
-    retry's reply.
+    retry's reply. The session's state changes only once the append succeeded.
     """
-    state, gen = job.state, job.generation
-    assert gen.finish is not None
-    matched = gen.finish.matched if isinstance(gen.finish.matched, str) else None
-    stop_reason = {"length": "length", "abort": "abort"}.get(gen.finish.type, "stop")
-    hit_window = (
-        stop_reason == "length" and job.capped and len(job.prompt_ids) + len(gen.ids) >= job.context_window
-    )
+    state = job.state
+    stop = _stop(job)
     async with state.lock:
         if state.finished:
             raise AuthError(
@@ -360,112 +564,17 @@ async def record_turn(
         turn_index = state.next_turn
         turn_id = turn_key(state.run_name, state.session_id, turn_index)
         f = _place_abandoned(state, job) if abandoned else _place(state, job, turn_id)
-        state.next_turn += 1
-        replay = state.replay
-        replay_info: dict[str, Any] | None = None
-        if replay is not None and replay.ending and not abandoned and not job.choice_index:
-            if replay.end(f.route, turn_index) == "diverged":
-                f.boundary_reason = REASON_REPLAY_DIVERGED
-            replay_info = replay.summary()
+        replay_info = _replay_end(state, job, f, abandoned)
         parsed, parse_error = _parse_safely(parse, turn_id)
-        experts = gen.experts
-        expected = len(f.context) + len(gen.ids) - (1 if f.offset == 0 else 0)
-        info: dict[str, Any] = {
-            "tito": f.tito,
-            "created": int(time.time()),
-            "engine_rid": gen.rid,
-            "dialect": job.conv.dialect,
-            **job.conv.info,
-        }
-        if experts is not None and experts.shape[0] != expected:
-            info["experts_dropped"] = f"engine returned {experts.shape[0]} rows, expected {expected}"
-            experts = None
-        if matched:
-            info["matched_stop"] = matched
-        if job.idem_key:
-            info["idempotency_key"] = job.idem_key
-        if job.conv.ignored:
-            info["ignored_params"] = job.conv.ignored
-        if gen.resumes:
-            info["resumes"] = gen.resumes
-        if hit_window:
-            info["context_capped"] = True
-        if job.conv.force_tool is not None:
-            info["forced_tool_call"] = job.conv.force_tool or "any"
-        if abandoned:
-            info["client_disconnected"] = True
+        extra: dict[str, Any] = {"client_disconnected": True} if abandoned else {}
         if replay_info is not None:
-            info["replay"] = replay_info
+            extra["replay"] = replay_info
         if parse_error is not None:
-            info["reply_parse_error"] = redact(f"{type(parse_error).__name__}: {parse_error}", secrets)
-        if job.conv.n > 1:
-            first = turn_index if job.choice_index == 0 else job.first_turn_index
-            info["choice"] = {"index": job.choice_index, "n": job.conv.n, "first": first}
-        if job.conv.top_logprobs:
-            info["top_logprobs"] = [[[t, lp] for t, lp in row] for row in gen.top]
-        if parsed is not None and parsed.failures:
-            info["tool_call_failures"] = [
-                {"reason": x.reason, "text": redact(x.text[:2000], secrets)} for x in parsed.failures
-            ]
-        record = NewTurn(
-            session_id=state.session_id,
-            turn_index=turn_index,
-            context_ids=f.context,
-            generated_ids=gen.ids,
-            logprobs=gen.logprobs,
-            policy_versions=gen.versions,
-            thread_index=f.segment.lineage_index,
-            parent_turn_id=f.parent_turn_id,
-            route=f.route,
-            segment_index=f.segment.index,
-            segment_offset=f.offset,
-            boundary_reason=f.boundary_reason,
-            routed_experts=experts,
-            finish_reason=stop_reason,
-            sampling_params={**gen.sampling.to_body(), "model": job.conv.model},
-            request_fingerprint=job.conv.fingerprint,
-            latency_ms=(time.perf_counter() - job.started) * 1000.0,
-            info=info,
-            key=turn_id,
-        )
-        try:
-            await store.turns.append_async(state.run_name, record)
-        except (TurnIndexTakenError, IdempotencyConflictError) as e:
-            # Another proxy recorded this turn index first (two proxies raced on one session).
-            registry.evict(state.session_id)
-            raise ConflictError(
-                f"turn {turn_index} of session {state.session_id} was recorded concurrently by another "
-                "request (another proxy serving the same session); nothing was recorded for this one. "
-                "Retry it: it is answered from the log if it is the same request",
-                code="turn_conflict",
-            ) from e
-        except InvalidRecordError as e:
-            registry.evict(state.session_id)
-            session = await asyncio.to_thread(store.sessions.get, state.session_id)
-            if session.status != "running":
-                raise AuthError(
-                    f"session {state.session_id} is {session.status}; nothing was recorded"
-                ) from e
-            raise
-        except StoreError:
-            registry.evict(state.session_id)
-            raise
-        reply = ReplyData(
-            turn_index=turn_index,
-            turn_id=turn_id,
-            generated_ids=list(gen.ids),
-            logprobs=list(gen.logprobs),
-            stop_reason=stop_reason,
-            matched_stop=matched,
-            prompt_tokens=f.offset + len(f.context),
-            created=info["created"],
-            rid=gen.rid,
-            forced_ids=list(job.forced_ids),
-            parsed=parsed,
-            parsed_for=job.conv.fingerprint,
-            top_logprobs=[list(row) for row in gen.top] if job.conv.top_logprobs else None,
-            choice_index=job.choice_index,
-        )
+            extra["reply_parse_error"] = redact(f"{type(parse_error).__name__}: {parse_error}", secrets)
+        info = _turn_info(job, f, stop, turn_index, extra, parsed, secrets)
+        await _append(store, registry, state, _store_record(job, f, stop, turn_index, turn_id, info))
+        _commit(state, f, turn_index, ends_replay=replay_info is not None)
+        reply = _reply(job, f, stop, turn_index, turn_id, info["created"], parsed)
         if not abandoned and job.choice_index:
             state.remember_sibling(reply, job.first_turn_index)
         elif not abandoned:
@@ -474,7 +583,7 @@ async def record_turn(
             state.link_response(turn_index, info)
     if parse_error is not None:
         raise parse_error  # recorded first: the tokens are in the log, the client gets our 500
-    if hit_window:
+    if stop.hit_window:
         await record_overflow(
             store,
             state,

@@ -1,7 +1,7 @@
 """Per-session proxy state, a cache of the log.
 
 A :class:`SessionState` holds what routing a request needs: the session's TITO
-:class:`~dressage.tito.LineageIndex`, the mapping from TITO lineages to the log's segments and
+:class:`~dressage.tito.SegmentIndex`, the mapping from TITO segment ids to the log's segments and
 lineages, the next turn index, and the replies of recorded turns for retry dedupe. All of it is
 derivable from the session's recorded turns (each turn's ``info["tito"]`` keeps what the index
 needs), so :class:`SessionRegistry` rebuilds a state from the log whenever a token is not cached:
@@ -10,8 +10,8 @@ serve one session from one log: each request first checks the session's status a
 count (:meth:`~dressage.store.EventStore.sessions.head`), and a cache that is behind the log (another
 proxy recorded a turn) is rebuilt before the request is planned.
 
-Log lineages vs TITO lineages: a TITO lineage is one token-contiguous chain (a *segment* in the
-log). The log's ``lineage_index`` names an agent context: ``0`` for the session's first one (the
+Segments and lineages: a segment is one token-contiguous chain (the TITO index's unit, keyed by
+its segment id; the log's ``segment_index``). The log's ``lineage_index`` names an agent context: ``0`` for the session's first one (the
 root, whose last segment is the anchor). A ``branch`` keeps its parent's lineage; a ``create``
 joins the lineage of the same conversation (:func:`context_key`: same system prompt and same first
 message after it) and otherwise opens a new one (a subagent, even one with the main agent's system
@@ -30,8 +30,7 @@ from typing import Any
 from dressage.errors import AuthError, ConflictError
 from dressage.proxy.replay import Replay, build_replay
 from dressage.store import EventStore, Session, Turn
-from dressage.tito import LineageIndex
-from dressage.tito import TurnRecord as TitoRecord
+from dressage.tito import IndexedTurn, SegmentIndex
 from dressage.tito.profiles import ModelProfile, check_run_profile
 from dressage.tito.tool_calls import ParsedAssistant
 
@@ -128,7 +127,7 @@ class SessionState:
 
     session: Session
     run_name: str
-    index: LineageIndex
+    index: SegmentIndex
     segments: dict[str, SegmentState] = field(default_factory=dict)
     lineage_by_context: dict[str, int] = field(default_factory=dict)
     next_lineage: int = 0
@@ -226,11 +225,11 @@ class SessionState:
         ctx = [int(x) for x in turn.context_ids]
         forced = ctx[n_ctx - n_forced :] if n_forced else []
         if tito.get("lineage"):
-            rec = TitoRecord(
+            rec = IndexedTurn(
                 turn_id=turn.id,
-                lineage_id=tito["lineage"],
+                segment_id=tito["lineage"],
                 route=turn.route,  # type: ignore[arg-type]
-                parent_lineage_id=None,
+                parent_segment_id=None,
                 parent_turn_id=turn.parent_turn_id,
                 fork_at=tito.get("fork_at"),
                 delta_ids=tuple(ctx[int(tito.get("delta_start", 0)) : n_ctx - n_forced]),
@@ -240,7 +239,7 @@ class SessionState:
                 boundary_reason=turn.boundary_reason,
             )
             self.index.apply(rec)
-            self.segments[rec.lineage_id] = SegmentState(
+            self.segments[rec.segment_id] = SegmentState(
                 turn.segment_index, turn.thread_index, turn.segment_offset + n_ctx + n_gen
             )
             key = tito.get("context_key") or tito.get("system_key")  # system_key: older records
@@ -294,7 +293,7 @@ class SessionRegistry:
             return None
         run = self.store.runs.by_id(session.run_id)
         check_run_profile(run.name, run.config, self.profile)
-        state = SessionState(session=session, run_name=run.name, index=LineageIndex(self.profile))
+        state = SessionState(session=session, run_name=run.name, index=SegmentIndex(self.profile))
         turns = self.store.turns.read(session_id=session.id, with_experts=False)
         for turn in turns:
             state.apply_turn(turn)

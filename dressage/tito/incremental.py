@@ -1,20 +1,20 @@
 """Incremental tokenization (TITO): extend exact token ids turn by turn, never re-encoding history.
 
-A *lineage* is one token-contiguous sequence: the prompt ids and the engine's generated ids of
+A *segment* is one token-contiguous sequence: the prompt ids and the engine's generated ids of
 each of its turns, plus the text those ids decode to. For a new request the conversation is
-rendered (NFC, as the tokenizer normalises); the longest lineage *anchor* (end of a turn's prompt
+rendered (NFC, as the tokenizer normalises); the longest segment *anchor* (end of a turn's prompt
 or of its generation) whose text is a prefix of the rendering is extended: only the new suffix is
 encoded and appended to the exact prior ids. The split must touch a special token (``<|im_end|>``
 ends every generation; special tokens are split off before BPE) so suffix ids equal those of a
 from-scratch encode.
 
-Routes: ``append`` (extends the end of a lineage's latest turn), ``branch`` (extends an earlier
-anchor: retry/regeneration; forks a new lineage), ``create`` (nothing matched: new lineage from a
-full encode). Boundary reason codes (``create`` only; ``None`` when the session had no lineage):
+Routes: ``append`` (extends the end of a segment's latest turn), ``branch`` (extends an earlier
+anchor: retry/regeneration; forks a new segment), ``create`` (nothing matched: new segment from a
+full encode). Boundary reason codes (``create`` only; ``None`` when the session had no segment):
 
 - ``think_stripped``: the template dropped a previous turn's reasoning (Qwen3.5 drops the
   ``<think>`` block at every new user query; see :meth:`ModelProfile.reasoning_dropped`).
-- ``tools_changed``: the tools list differs from the closest lineage's.
+- ``tools_changed``: the tools list differs from the closest segment's.
 - ``new_context``: the system turn differs (subagent, another task, a new system prompt).
 - ``new_conversation``: the system turn (and tools) are the same but the first message after it
   differs: a subagent sharing the main agent's system prompt, or a compaction that rewrote the
@@ -29,7 +29,7 @@ messages a request adds (Qwen3.5: :mod:`dressage.tito.render_cache`), only the s
 and :attr:`TitoPlan.prompt` is a view of the prior ids (no copy); what remains proportional to
 the history runs in C (message equality, prefix compare, string joins).
 
-State is rebuilt from :class:`TurnRecord` s (ids only; texts are re-derived by decoding).
+State is rebuilt from :class:`IndexedTurn` s (ids only; texts are re-derived by decoding).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def tools_key(tools: Sequence[Mapping[str, Any]] | None) -> str:
 
 @dataclass(frozen=True)
 class Anchor:
-    """A point of a lineage where a request may attach: after a turn's prompt or its generation."""
+    """A point of a segment where a request may attach: after a turn's prompt or its generation."""
 
     text_len: int
     ids_len: int
@@ -75,10 +75,10 @@ class Anchor:
 
 
 @dataclass
-class Lineage:
+class Segment:
     """Exact ids and their text, with per-turn anchors; grows by appending only."""
 
-    lineage_id: str
+    segment_id: str
     tools_key: str
     header_len: int
     ids: list[int] = field(default_factory=list)
@@ -86,16 +86,16 @@ class Lineage:
     turn_ids: list[str] = field(default_factory=list)
     anchors: list[Anchor] = field(default_factory=list)
 
-    def fork(self, lineage_id: str, anchor: Anchor) -> Lineage:
-        """A new lineage holding this one's ids/text/turns up to ``anchor``."""
+    def fork(self, segment_id: str, anchor: Anchor) -> Segment:
+        """A new segment holding this one's ids/text/turns up to ``anchor``."""
         keep = [
             a for a in self.anchors if a.text_len <= anchor.text_len and a.turn_index <= anchor.turn_index
         ]
         if anchor.kind == "prompt":  # the turn itself is re-done: drop its prompt anchor too
             keep = [a for a in keep if a.turn_index < anchor.turn_index]
         turns = self.turn_ids[: anchor.turn_index + (1 if anchor.kind == "end" else 0)]
-        return Lineage(
-            lineage_id,
+        return Segment(
+            segment_id,
             self.tools_key,
             self.header_len,
             self.ids[: anchor.ids_len],
@@ -108,7 +108,7 @@ class Lineage:
 class PromptIds(Sequence[int]):
     """A plan's prompt ids without copying them: ``prefix[:prefix_len]`` followed by ``delta``.
 
-    Lineages only grow, so the view stays valid after more turns land on the lineage. Iterating
+    Segments only grow, so the view stays valid after more turns land on the segment. Iterating
     (``list(view)``, ``[*view, *more]``) runs at C speed.
     """
 
@@ -140,11 +140,11 @@ class PromptIds(Sequence[int]):
 
 @dataclass(frozen=True)
 class TitoPlan:
-    """How to build the prompt ids of one request (pure; :meth:`LineageIndex.record` commits it)."""
+    """How to build the prompt ids of one request (pure; :meth:`SegmentIndex.record` commits it)."""
 
     route: Route
-    lineage_id: str
-    parent_lineage_id: str | None
+    segment_id: str
+    parent_segment_id: str | None
     parent_turn_id: str | None
     fork_at: Literal["prompt", "end"] | None
     delta_ids: tuple[int, ...]
@@ -172,13 +172,13 @@ class TitoPlan:
 
 
 @dataclass(frozen=True)
-class TurnRecord:
-    """What the log keeps per turn so a restarted proxy can rebuild its :class:`LineageIndex`."""
+class IndexedTurn:
+    """What the log keeps per turn so a restarted proxy can rebuild its :class:`SegmentIndex`."""
 
     turn_id: str
-    lineage_id: str
+    segment_id: str
     route: Route
-    parent_lineage_id: str | None
+    parent_segment_id: str | None
     parent_turn_id: str | None
     fork_at: Literal["prompt", "end"] | None
     delta_ids: tuple[int, ...]
@@ -188,14 +188,14 @@ class TurnRecord:
     boundary_reason: str | None
 
 
-class LineageIndex:
-    """Per-session lineages; routes requests (:meth:`plan`) and records turns (:meth:`record`)."""
+class SegmentIndex:
+    """Per-session segments; routes requests (:meth:`plan`) and records turns (:meth:`record`)."""
 
     def __init__(self, profile: ModelProfile) -> None:
         """An empty index for a session served by ``profile``."""
         self.profile = profile
         self.tokenizer = profile.tokenizer
-        self.lineages: dict[str, Lineage] = {}
+        self.segments: dict[str, Segment] = {}
         self._renderer = profile.prompt_renderer()
         self._turns: dict[str, tuple[str, int]] = {}
         specials = sorted(self.tokenizer.hf.get_added_tokens_decoder().items())
@@ -205,33 +205,33 @@ class LineageIndex:
 
     # --- routing ----------------------------------------------------------------------------
 
-    def _safe_split(self, lineage: Lineage, anchor: Anchor, text: str) -> bool:
+    def _safe_split(self, segment: Segment, anchor: Anchor, text: str) -> bool:
         """True when splitting ``text`` at ``anchor`` touches a special token (or adds nothing)."""
         if anchor.text_len == len(text) or anchor.ids_len == 0:
             return True
-        if lineage.ids[anchor.ids_len - 1] in self._special_ids and lineage.text.endswith(
+        if segment.ids[anchor.ids_len - 1] in self._special_ids and segment.text.endswith(
             self._special_texts, 0, anchor.text_len
         ):
             return True
         return self._special_re.match(text, anchor.text_len) is not None
 
-    def _best_anchor(self, lineage: Lineage, text: str) -> tuple[Anchor | None, bool]:
-        """Largest safe anchor of ``lineage`` whose text prefixes ``text``; flag if an unsafe one matched."""
-        anchors = lineage.anchors
-        if text.startswith(lineage.text):
+    def _best_anchor(self, segment: Segment, text: str) -> tuple[Anchor | None, bool]:
+        """Largest safe anchor of ``segment`` whose text prefixes ``text``; flag if an unsafe one matched."""
+        anchors = segment.anchors
+        if text.startswith(segment.text):
             k = len(anchors) - 1
         else:
             lo, hi = 0, len(anchors) - 1
             k = -1
             while lo <= hi:
                 mid = (lo + hi) // 2
-                if text.startswith(lineage.text[: anchors[mid].text_len]):
+                if text.startswith(segment.text[: anchors[mid].text_len]):
                     k, lo = mid, mid + 1
                 else:
                     hi = mid - 1
         unsafe = False
         while k >= 0:
-            if self._safe_split(lineage, anchors[k], text):
+            if self._safe_split(segment, anchors[k], text):
                 return anchors[k], unsafe
             unsafe = True
             k -= 1
@@ -239,11 +239,11 @@ class LineageIndex:
 
     def _reason(self, text: str, tkey: str, header_len: int, any_unsafe: bool) -> str | None:
         """Boundary reason for a ``create`` (see module docstring)."""
-        if not self.lineages:
+        if not self.segments:
             return None
         if any_unsafe:
             return REASON_UNSAFE_SPLIT
-        best = max(self.lineages.values(), key=lambda ln: common_prefix_len(ln.text, text))
+        best = max(self.segments.values(), key=lambda ln: common_prefix_len(ln.text, text))
         if best.tools_key != tkey:
             return REASON_TOOLS_CHANGED
         cpl = common_prefix_len(best.text, text)
@@ -266,30 +266,30 @@ class LineageIndex:
         rendered = self._renderer.render(messages, tools, enable_thinking)
         text, header_len = rendered.text, rendered.header_len
         tkey = tools_key(tools)
-        best: tuple[Lineage, Anchor] | None = None
+        best: tuple[Segment, Anchor] | None = None
         any_unsafe = False
-        for lineage in self.lineages.values():
-            anchor, unsafe = self._best_anchor(lineage, text)
+        for segment in self.segments.values():
+            anchor, unsafe = self._best_anchor(segment, text)
             any_unsafe |= unsafe and anchor is None
             if anchor is not None and (best is None or anchor.text_len >= best[1].text_len):
-                best = (lineage, anchor)
+                best = (segment, anchor)
         reason: str | None = None
         if best is not None:
-            lineage, anchor = best
+            segment, anchor = best
             try:
                 delta = tuple(self.tokenizer.encode(text[anchor.text_len :]))
             except TokenizationError:
                 best, reason = None, REASON_TOKENIZATION_FAILED
             else:
-                is_tip = anchor is lineage.anchors[-1] and anchor.kind == "end"
+                is_tip = anchor is segment.anchors[-1] and anchor.kind == "end"
                 return TitoPlan(
                     route="append" if is_tip else "branch",
-                    lineage_id=lineage.lineage_id if is_tip else uuid.uuid4().hex[:16],
-                    parent_lineage_id=lineage.lineage_id,
-                    parent_turn_id=lineage.turn_ids[anchor.turn_index],
+                    segment_id=segment.segment_id if is_tip else uuid.uuid4().hex[:16],
+                    parent_segment_id=segment.segment_id,
+                    parent_turn_id=segment.turn_ids[anchor.turn_index],
                     fork_at=anchor.kind,
                     delta_ids=delta,
-                    prefix_ids=lineage.ids,
+                    prefix_ids=segment.ids,
                     prefix_len=anchor.ids_len,
                     prompt_text=text,
                     tools_key=tkey,
@@ -300,8 +300,8 @@ class LineageIndex:
             reason = self._reason(text, tkey, header_len, any_unsafe)
         return TitoPlan(
             route="create",
-            lineage_id=uuid.uuid4().hex[:16],
-            parent_lineage_id=None,
+            segment_id=uuid.uuid4().hex[:16],
+            parent_segment_id=None,
             parent_turn_id=None,
             fork_at=None,
             delta_ids=tuple(self.tokenizer.encode(text)),
@@ -315,13 +315,23 @@ class LineageIndex:
 
     # --- recording --------------------------------------------------------------------------
 
-    def record(self, plan: TitoPlan, turn_id: str, generated_ids: Sequence[int]) -> TurnRecord:
+    def record(self, plan: TitoPlan, turn_id: str, generated_ids: Sequence[int]) -> IndexedTurn:
         """Commit a planned turn with the engine's generated ids (kept exactly as given)."""
-        rec = TurnRecord(
+        rec, delta_text = self.resolve(plan, turn_id, generated_ids)
+        self.apply(rec, delta_text=delta_text)
+        return rec
+
+    def resolve(self, plan: TitoPlan, turn_id: str, generated_ids: Sequence[int]) -> tuple[IndexedTurn, str]:
+        """The record a planned turn would commit, and its prompt delta's text (changes nothing).
+
+        :meth:`apply` of both commits it: a caller that must first make the turn durable resolves,
+        appends, then applies, so a failed append leaves the index as it was.
+        """
+        rec = IndexedTurn(
             turn_id=turn_id,
-            lineage_id=plan.lineage_id,
+            segment_id=plan.segment_id,
             route=plan.route,
-            parent_lineage_id=plan.parent_lineage_id,
+            parent_segment_id=plan.parent_segment_id,
             parent_turn_id=plan.parent_turn_id,
             fork_at=plan.fork_at,
             delta_ids=plan.delta_ids,
@@ -330,59 +340,58 @@ class LineageIndex:
             header_len=plan.header_len,
             boundary_reason=plan.boundary_reason,
         )
-        tip = self.lineages.get(plan.lineage_id)
+        tip = self.segments.get(plan.segment_id)
         if plan.route == "append" and tip is not None and tip.turn_ids[-1] != plan.parent_turn_id:
-            # Another turn landed on this lineage since planning: this one becomes a branch.
-            rec = TurnRecord(**{**rec.__dict__, "route": "branch", "lineage_id": uuid.uuid4().hex[:16]})
+            # Another turn landed on this segment since planning: this one becomes a branch.
+            rec = IndexedTurn(**{**rec.__dict__, "route": "branch", "segment_id": uuid.uuid4().hex[:16]})
         start = self._anchor_of(rec)[1].text_len if rec.route != "create" else 0
-        self.apply(rec, delta_text=plan.prompt_text[start:])
-        return rec
+        return rec, plan.prompt_text[start:]
 
-    def _anchor_of(self, rec: TurnRecord) -> tuple[Lineage, Anchor]:
-        """The lineage and anchor a non-create record attaches to."""
+    def _anchor_of(self, rec: IndexedTurn) -> tuple[Segment, Anchor]:
+        """The segment and anchor a non-create record attaches to."""
         if rec.parent_turn_id not in self._turns:
             raise TokenizationError(f"turn {rec.turn_id} extends unknown turn {rec.parent_turn_id}")
-        lineage_id, turn_index = self._turns[rec.parent_turn_id]
-        lineage = self.lineages[lineage_id]
+        segment_id, turn_index = self._turns[rec.parent_turn_id]
+        segment = self.segments[segment_id]
         # Each turn adds its prompt then its end anchor (forks keep whole turns): try that slot first.
         slot = 2 * turn_index + (rec.fork_at == "end")
-        if slot < len(lineage.anchors):
-            a = lineage.anchors[slot]
+        if slot < len(segment.anchors):
+            a = segment.anchors[slot]
             if a.turn_index == turn_index and a.kind == rec.fork_at:
-                return lineage, a
-        for a in lineage.anchors:
+                return segment, a
+        for a in segment.anchors:
             if a.turn_index == turn_index and a.kind == rec.fork_at:
-                return lineage, a
+                return segment, a
         raise TokenizationError(
-            f"turn {rec.parent_turn_id} has no {rec.fork_at} anchor in lineage {lineage_id}"
+            f"turn {rec.parent_turn_id} has no {rec.fork_at} anchor in segment {segment_id}"
         )
 
-    def apply(self, rec: TurnRecord, delta_text: str | None = None) -> None:
+    def apply(self, rec: IndexedTurn, delta_text: str | None = None) -> None:
         """Apply one turn record (live or replayed); ``delta_text`` defaults to decoding the ids."""
         if delta_text is None:
             delta_text = self.tokenizer.decode(list(rec.delta_ids))
         if rec.route == "create":
-            lineage = Lineage(rec.lineage_id, rec.tools_key, rec.header_len)
-            self.lineages[rec.lineage_id] = lineage
+            segment = Segment(rec.segment_id, rec.tools_key, rec.header_len)
+            self.segments[rec.segment_id] = segment
         else:
             parent, anchor = self._anchor_of(rec)
             if rec.route == "append":
-                lineage = parent
+                segment = parent
             else:
-                lineage = parent.fork(rec.lineage_id, anchor)
-                self.lineages[rec.lineage_id] = lineage
-        turn_index = len(lineage.turn_ids)
-        lineage.turn_ids.append(rec.turn_id)
-        lineage.ids.extend(rec.delta_ids)
-        lineage.text += delta_text
-        lineage.anchors.append(Anchor(len(lineage.text), len(lineage.ids), turn_index, "prompt"))
-        lineage.ids.extend(rec.generated_ids)
-        lineage.text += self.tokenizer.decode(list(rec.generated_ids))
-        lineage.anchors.append(Anchor(len(lineage.text), len(lineage.ids), turn_index, "end"))
-        self._turns[rec.turn_id] = (lineage.lineage_id, turn_index)
+                segment = parent.fork(rec.segment_id, anchor)
+                self.segments[rec.segment_id] = segment
+        turn_index = len(segment.turn_ids)
+        segment.turn_ids.append(rec.turn_id)
+        segment.ids.extend(rec.delta_ids)
+        segment.text += delta_text
+        segment.anchors.append(Anchor(len(segment.text), len(segment.ids), turn_index, "prompt"))
+        segment.ids.extend(rec.generated_ids)
+        segment.text += self.tokenizer.decode(list(rec.generated_ids))
+        segment.anchors.append(Anchor(len(segment.text), len(segment.ids), turn_index, "end"))
+        self._turns[rec.turn_id] = (segment.segment_id, turn_index)
 
     @classmethod
-    def rebuild(cls, profile: ModelProfile, records: Iterable[TurnRecord]) -> LineageIndex:
+    def rebuild(cls, profile: ModelProfile, records: Iterable[IndexedTurn]) -> SegmentIndex:
         """Reconstruct an index from recorded turns, in the order they were recorded."""
         index = cls(profile)
         for rec in records:

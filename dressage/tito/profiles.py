@@ -141,7 +141,7 @@ class ModelProfile(ABC):
 
     def first_turn_end(self, text: str, header_len: int) -> int:
         """Where the first turn after the header (system part) ends in ``text`` (-1 if it does not):
-        a rendering that leaves a lineage before it is a new conversation, not an edited one."""
+        a rendering that leaves a segment before it is a new conversation, not an edited one."""
         end = text.find(self.turn_end_token, header_len)
         return end + len(self.turn_end_token) if end >= 0 else -1
 

@@ -4,7 +4,7 @@ The reference is independent of our code: the family's official template rendere
 ``transformers`` (or Mistral's own encoder) and tokenized by the vocabulary the registry package
 ships. At every request point (before each assistant turn, and at the end when the conversation
 ends with a user or tool turn) the prompt ids that TITO would send and record
-(:meth:`LineageIndex.plan`, the proxy's path) are compared with the reference ids; the assistant
+(:meth:`SegmentIndex.plan`, the proxy's path) are compared with the reference ids; the assistant
 turn is then "generated" (its text in the family's output form, encoded) and recorded, so later
 requests go through the incremental path (append / branch) exactly as in the proxy.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dressage.tito.incremental import LineageIndex
+from dressage.tito.incremental import SegmentIndex
 from dressage.tito.profiles import ModelProfile
 
 Message = dict[str, Any]
@@ -55,8 +55,8 @@ def walk(
     tools: list[dict[str, Any]] | None,
     thinking: bool | None,
 ) -> WalkResult:
-    """Send every request of ``messages`` through a fresh :class:`LineageIndex`; compare with ``reference``."""
-    index = LineageIndex(profile)
+    """Send every request of ``messages`` through a fresh :class:`SegmentIndex`; compare with ``reference``."""
+    index = SegmentIndex(profile)
     out = WalkResult()
     for k in request_points(messages):
         prefix = messages[:k]

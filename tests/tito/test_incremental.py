@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dressage.tito.incremental import LineageIndex, TitoPlan, TurnRecord
+from dressage.tito.incremental import IndexedTurn, SegmentIndex, TitoPlan
 from dressage.tito.qwen_profile import Qwen35Profile
 from dressage.tito.tokenizer import Tokenizer
 from tests.tito.corpus import TOOLS
@@ -32,13 +32,13 @@ def model_output(
 
 
 def turn(
-    index: LineageIndex,
+    index: SegmentIndex,
     messages: list[dict[str, Any]],
     reply: dict[str, Any],
     tools: Any = None,
     turn_id: str | None = None,
     gen_ids: list[int] | None = None,
-) -> tuple[TitoPlan, TurnRecord]:
+) -> tuple[TitoPlan, IndexedTurn]:
     """Plan a request, check exactness, 'generate' ``reply`` and record the turn."""
     plan = index.plan(messages, tools)
     tok = index.tokenizer
@@ -63,7 +63,7 @@ def tool_reply(i: int, think: bool = True) -> dict[str, Any]:
 
 
 def test_tool_loop_appends(think: Qwen35Profile) -> None:
-    index = LineageIndex(think)
+    index = SegmentIndex(think)
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "Agent."},
         {"role": "user", "content": "Fix the bug."},
@@ -77,12 +77,12 @@ def test_tool_loop_appends(think: Qwen35Profile) -> None:
         if i:
             assert len(plan.delta_ids) < 40  # only the tool result + glue were encoded
     assert routes == ["create"] + ["append"] * 29
-    assert len(index.lineages) == 1
+    assert len(index.segments) == 1
 
 
 def test_new_user_turn_after_thinking_is_boundary(think: Qwen35Profile, nothink: Qwen35Profile) -> None:
     for profile in (think, nothink):
-        index = LineageIndex(profile)
+        index = SegmentIndex(profile)
         msgs: list[dict[str, Any]] = [{"role": "user", "content": "Hi"}]
         reply = {"role": "assistant", "content": "Hello!", "reasoning_content": "greet back"}
         turn(index, msgs, reply)
@@ -92,7 +92,7 @@ def test_new_user_turn_after_thinking_is_boundary(think: Qwen35Profile, nothink:
 
 
 def test_compaction_creates(nothink: Qwen35Profile) -> None:
-    index = LineageIndex(nothink)
+    index = SegmentIndex(nothink)
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "Agent."},
         {"role": "user", "content": "Task"},
@@ -111,7 +111,7 @@ def test_compaction_creates(nothink: Qwen35Profile) -> None:
 
 
 def test_subagent_interleaved(nothink: Qwen35Profile) -> None:
-    index = LineageIndex(nothink)
+    index = SegmentIndex(nothink)
     main: list[dict[str, Any]] = [
         {"role": "system", "content": "Main agent."},
         {"role": "user", "content": "Task"},
@@ -127,16 +127,16 @@ def test_subagent_interleaved(nothink: Qwen35Profile) -> None:
     sub += [tool_reply(10, False), {"role": "tool", "content": "r10"}]
     for i in range(1, 4):
         pm, _ = turn(index, main, tool_reply(i, False), TOOLS)
-        assert (pm.route, pm.lineage_id) == ("append", p.lineage_id)
+        assert (pm.route, pm.segment_id) == ("append", p.segment_id)
         main += [tool_reply(i, False), {"role": "tool", "content": f"r{i}"}]
         ps, _ = turn(index, sub, tool_reply(10 + i, False), TOOLS)
-        assert (ps.route, ps.lineage_id) == ("append", p_sub.lineage_id)
+        assert (ps.route, ps.segment_id) == ("append", p_sub.segment_id)
         sub += [tool_reply(10 + i, False), {"role": "tool", "content": f"r{10 + i}"}]
-    assert len(index.lineages) == 2
+    assert len(index.segments) == 2
 
 
 def test_retry_branches(nothink: Qwen35Profile) -> None:
-    index = LineageIndex(nothink)
+    index = SegmentIndex(nothink)
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "Task"}]
     turn(index, msgs, tool_reply(0, False), TOOLS)
     msgs += [tool_reply(0, False), {"role": "tool", "content": "r0"}]
@@ -145,14 +145,14 @@ def test_retry_branches(nothink: Qwen35Profile) -> None:
     assert retry.route == "branch" and retry.delta_ids == () and retry.fork_at == "prompt"
     assert retry.prompt_ids == first.prompt_ids
     index.record(retry, "retry", index.tokenizer.encode("other answer<|im_end|>"))
-    assert len(index.lineages) == 2
+    assert len(index.segments) == 2
     # the first branch's tip still appends
     nxt = index.plan([*msgs, tool_reply(1, False), {"role": "tool", "content": "r1"}], TOOLS)
-    assert (nxt.route, nxt.lineage_id) == ("append", first.lineage_id)
+    assert (nxt.route, nxt.segment_id) == ("append", first.segment_id)
 
 
 def test_tools_changed(nothink: Qwen35Profile) -> None:
-    index = LineageIndex(nothink)
+    index = SegmentIndex(nothink)
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "Task"}]
     turn(index, msgs, tool_reply(0, False), TOOLS)
     plan = index.plan([*msgs, tool_reply(0, False), {"role": "tool", "content": "r"}], TOOLS[:1])
@@ -161,7 +161,7 @@ def test_tools_changed(nothink: Qwen35Profile) -> None:
 
 def test_generated_ids_are_ground_truth(nothink: Qwen35Profile) -> None:
     """Non-canonical generated ids are kept; the next prompt still starts with them."""
-    index = LineageIndex(nothink)
+    index = SegmentIndex(nothink)
     tok = index.tokenizer
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "Say hello"}]
     reply = tool_reply(0, False)
@@ -180,7 +180,7 @@ def test_generated_ids_are_ground_truth(nothink: Qwen35Profile) -> None:
 
 def test_truncated_generation_is_not_split_mid_text(nothink: Qwen35Profile) -> None:
     """(A tool result follows, since any new user query strips the think block in Qwen3.5.)"""
-    index = LineageIndex(nothink)
+    index = SegmentIndex(nothink)
     tok = index.tokenizer
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "Write"}]
     plan0 = index.plan(msgs)
@@ -195,8 +195,8 @@ def test_truncated_generation_is_not_split_mid_text(nothink: Qwen35Profile) -> N
 
 
 def test_rebuild_from_records(think: Qwen35Profile) -> None:
-    index = LineageIndex(think)
-    records: list[TurnRecord] = []
+    index = SegmentIndex(think)
+    records: list[IndexedTurn] = []
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "Ünïcode sys ✓"},
         {"role": "user", "content": "e\u0301 go"},
@@ -207,14 +207,14 @@ def test_rebuild_from_records(think: Qwen35Profile) -> None:
         msgs += [tool_reply(i), {"role": "tool", "content": f"résumé {i} 日本"}]
     retry = index.plan(msgs[:-2], TOOLS)
     records.append(index.record(retry, "retry", index.tokenizer.encode("x<|im_end|>")))
-    rebuilt = LineageIndex.rebuild(think, records)
-    assert {k: (v.ids, v.text, v.anchors) for k, v in rebuilt.lineages.items()} == {
-        k: (v.ids, v.text, v.anchors) for k, v in index.lineages.items()
+    rebuilt = SegmentIndex.rebuild(think, records)
+    assert {k: (v.ids, v.text, v.anchors) for k, v in rebuilt.segments.items()} == {
+        k: (v.ids, v.text, v.anchors) for k, v in index.segments.items()
     }
     a, b = index.plan(msgs, TOOLS), rebuilt.plan(msgs, TOOLS)
-    assert (a.route, a.lineage_id, a.delta_ids, a.prompt_ids) == (
+    assert (a.route, a.segment_id, a.delta_ids, a.prompt_ids) == (
         "append",
-        b.lineage_id,
+        b.segment_id,
         b.delta_ids,
         b.prompt_ids,
     )

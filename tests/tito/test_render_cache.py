@@ -13,7 +13,7 @@ import pytest
 
 from dressage.errors import TemplateError
 from dressage.tito.chat_template import normalize_messages, render_qwen35
-from dressage.tito.incremental import LineageIndex, PromptIds
+from dressage.tito.incremental import PromptIds, SegmentIndex
 from dressage.tito.profiles import FullRenderer, PromptRenderer
 from dressage.tito.qwen_profile import Qwen35Profile
 from dressage.tito.render_cache import IncrementalRenderer
@@ -171,8 +171,8 @@ class UncachedQwen35(Qwen35Profile):
 
 
 def test_lineage_index_plans_equal_with_and_without_the_cache(qwen_tok: Tokenizer) -> None:
-    cached = LineageIndex(Qwen35Profile(tokenizer=qwen_tok))
-    uncached = LineageIndex(UncachedQwen35(tokenizer=qwen_tok))
+    cached = SegmentIndex(Qwen35Profile(tokenizer=qwen_tok))
+    uncached = SegmentIndex(UncachedQwen35(tokenizer=qwen_tok))
     msgs = _loop(6)
     requests = [msgs[:n] for n in range(2, len(msgs) + 1, 2)]
     requests += [msgs[:4], [*msgs, {"role": "user", "content": "And now?"}]]  # a branch, a new query
