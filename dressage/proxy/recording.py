@@ -74,9 +74,9 @@ from dressage.proxy.conversation import Conversation
 from dressage.proxy.generation import Coordinator, Generation
 from dressage.proxy.replay import REASON_REPLAY_DIVERGED
 from dressage.proxy.replies import think_open
+from dressage.proxy.reply_data import ReplyData
 from dressage.proxy.sessions import (
     REASON_CLIENT_DISCONNECTED,
-    ReplyData,
     SegmentState,
     SessionRegistry,
     SessionState,

@@ -32,7 +32,7 @@ a proxy restart mid-replay replays again, and one after the replay ended does no
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,8 @@ from dressage.store import Session, Turn
 
 if TYPE_CHECKING:
     from dressage.proxy.conversation import Conversation
-    from dressage.proxy.sessions import ReplyData, SessionState
+    from dressage.proxy.reply_data import ReplyData
+    from dressage.tito import SegmentIndex
 
 REASON_REPLAY_DIVERGED = "replay_diverged"
 """Boundary reason of the first live segment of a resumed session whose agent did not replay."""
@@ -80,19 +81,22 @@ class Replay:
     by_fingerprint: dict[str, int] = field(default_factory=dict)
     """Fingerprints of replayed requests -> the turn that answered them (retries answer again)."""
 
-    def match(self, state: SessionState, conv: Conversation) -> ReplyData | None:
-        """The recorded reply for ``conv`` if it matches a target; else end the replay (None)."""
+    def match(
+        self, index: SegmentIndex, replies: Mapping[int, ReplyData], conv: Conversation
+    ) -> ReplyData | None:
+        """The recorded reply for ``conv`` if it matches a target (``replies``: the session's
+        recorded replies by turn index, ``index`` its segment index); else end the replay (None)."""
         if not self.active:
             return None
         done = self.by_fingerprint.get(conv.fingerprint)
         if done is not None:
-            return state.replies.get(done)
+            return replies.get(done)
         open_targets = [x for x in self.targets if not x.consumed]
         hit = next((x for x in open_targets if x.fingerprint == conv.fingerprint), None)
         if hit is None and open_targets:
-            digest = ids_digest(_request_prompt(state, conv))
+            digest = ids_digest(_request_prompt(index, conv))
             hit = next((x for x in open_targets if x.prompt_digest == digest), None)
-        reply = state.replies.get(hit.turn_index) if hit is not None else None
+        reply = replies.get(hit.turn_index) if hit is not None else None
         if hit is None or reply is None or len(reply.choices) != conv.n:
             self.active, self.ending = False, True
             return None
@@ -121,12 +125,12 @@ class Replay:
         }
 
 
-def _request_prompt(state: SessionState, conv: Conversation) -> list[int]:
+def _request_prompt(index: SegmentIndex, conv: Conversation) -> list[int]:
     """The prompt ids ``conv`` renders to in this session, forced tool-call ids included."""
-    plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
+    plan = index.plan(conv.messages, conv.tools, conv.enable_thinking)
     ids = plan.prompt.tolist()
     if conv.force_tool is not None:
-        profile = state.index.profile
+        profile = index.profile
         ids += profile.tokenizer.encode(
             profile.forced_tool_call_prefix(conv.force_tool, conv.enable_thinking)
         )

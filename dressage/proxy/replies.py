@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dressage.proxy.conversation import Conversation
-from dressage.proxy.sessions import ReplyData
-from dressage.tito.profiles import ModelProfile
+from dressage.proxy.reply_data import ReplyData
+from dressage.tito.model_profile import ModelProfile
 from dressage.tito.tool_calls import ParsedAssistant
 
 

@@ -29,10 +29,10 @@ from typing import Any
 
 from dressage.errors import AuthError, ConflictError
 from dressage.proxy.replay import Replay, build_replay
+from dressage.proxy.reply_data import ReplyData
 from dressage.store import EventStore, Session, Turn
 from dressage.tito import IndexedTurn, SegmentIndex
 from dressage.tito.profiles import ModelProfile, check_run_profile
-from dressage.tito.tool_calls import ParsedAssistant
 
 log = logging.getLogger("dressage.proxy")
 
@@ -71,38 +71,6 @@ class SegmentState:
     index: int
     lineage_index: int
     length: int
-
-
-@dataclass
-class ReplyData:
-    """What a recorded turn's reply is rebuilt from (a retry answers with it)."""
-
-    turn_index: int
-    turn_id: str
-    generated_ids: list[int]
-    logprobs: list[float]
-    stop_reason: str
-    matched_stop: str | None
-    prompt_tokens: int
-    created: int
-    rid: str = ""
-    forced_ids: list[int] = field(default_factory=list)
-    """Ids the proxy forced at the start of the turn (a tool-call opening); part of the reply text."""
-    parsed: ParsedAssistant | None = field(default=None, compare=False, repr=False)
-    """The parse of the reply for the request that produced it (a cache; None when rebuilt)."""
-    parsed_for: str | None = field(default=None, compare=False, repr=False)
-    """The fingerprint of the request ``parsed`` belongs to."""
-    top_logprobs: list[list[tuple[int, float]]] | None = None
-    """Per generated token, the engine's best ``(token_id, logprob)`` alternatives (when asked)."""
-    choice_index: int = 0
-    """Which choice of an ``n > 1`` request this turn is."""
-    siblings: list[ReplyData] = field(default_factory=list, compare=False, repr=False)
-    """Choice 0 of an ``n > 1`` request: the replies of choices 1..n-1, in order."""
-
-    @property
-    def choices(self) -> list[ReplyData]:
-        """Every choice of the request this reply answers (itself first)."""
-        return [self, *self.siblings]
 
 
 def response_id(rid: str) -> str:

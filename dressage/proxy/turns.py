@@ -37,8 +37,9 @@ from dressage.proxy.dialects.base import Dialect, StreamRenderer
 from dressage.proxy.errors import OverloadedError, PayloadTooLargeError, classify, error_message
 from dressage.proxy.recording import TurnJob, prepare_turn, record_overflow, record_turn, sibling_job
 from dressage.proxy.replies import parse_reply, reply_parse, reply_text, think_open
+from dressage.proxy.reply_data import ReplyData
 from dressage.proxy.service import ProxyService
-from dressage.proxy.sessions import ReplyData, SessionState
+from dressage.proxy.sessions import SessionState
 from dressage.proxy.streaming import IncrementalDecoder, StreamSplitter
 from dressage.tito.tool_calls import ParsedAssistant
 
@@ -116,7 +117,10 @@ class TurnHandler:
             conv = dialect.parse(raw, state, svc.default_sampling)
             stream = conv.stream
             idem = request.headers.get("idempotency-key") or None
-            if state.replay is not None and (replayed := state.replay.match(state, conv)) is not None:
+            if (
+                state.replay is not None
+                and (replayed := state.replay.match(state.index, state.replies, conv)) is not None
+            ):
                 svc.metrics.replayed.inc()
                 svc.metrics.replayed_tokens.inc(sum(len(c.generated_ids) for c in replayed.choices))
                 svc.metrics.requests.labels(str(stream).lower(), "replayed").inc()

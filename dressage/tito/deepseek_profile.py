@@ -34,7 +34,7 @@ from typing import Any
 
 from dressage.errors import TemplateError, TokenizationError
 from dressage.tito.chat_template import RenderedConversation
-from dressage.tito.profiles import ModelProfile
+from dressage.tito.model_profile import ModelProfile
 from dressage.tito.tokenizer import Tokenizer
 from dressage.tito.tool_calls import ParsedAssistant, ToolCallFailure, split_think, tool_call_id
 

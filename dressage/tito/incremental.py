@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dressage.errors import TokenizationError
-from dressage.tito.profiles import ModelProfile
+from dressage.tito.model_profile import ModelProfile
 from dressage.tito.render_cache import common_prefix_len
 
 Route = Literal["append", "branch", "create"]

@@ -36,7 +36,7 @@ from typing import Any
 
 from dressage.errors import TemplateError
 from dressage.tito.chat_template import RenderedConversation
-from dressage.tito.profiles import ModelProfile, PromptRenderer
+from dressage.tito.model_profile import ModelProfile, PromptRenderer
 from dressage.tito.render_cache import PromptText
 from dressage.tito.tokenizer import Tokenizer
 from dressage.tito.tool_calls import ParsedAssistant, ToolCallFailure

@@ -23,7 +23,7 @@ from dressage.tito.chat_template import (
     generation_prompt,
     render_qwen35_parts,
 )
-from dressage.tito.profiles import ModelProfile, PromptRenderer
+from dressage.tito.model_profile import ModelProfile, PromptRenderer
 from dressage.tito.render_cache import IncrementalRenderer
 from dressage.tito.tokenizer import Tokenizer, load_qwen35_tokenizer
 from dressage.tito.tool_calls import ParsedAssistant, parse_assistant_text, split_think

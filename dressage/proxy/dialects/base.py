@@ -19,8 +19,9 @@ from starlette.responses import JSONResponse
 
 from dressage.errors import NotSupportedError
 from dressage.proxy.conversation import Conversation
-from dressage.proxy.sessions import ReplyData, SessionState
-from dressage.tito.profiles import ModelProfile
+from dressage.proxy.reply_data import ReplyData
+from dressage.proxy.sessions import SessionState
+from dressage.tito.model_profile import ModelProfile
 from dressage.tito.tool_calls import ParsedAssistant
 
 

@@ -61,9 +61,10 @@ from dressage.proxy.conversation import (
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
 from dressage.proxy.errors import classify, error_body, error_response
 from dressage.proxy.replies import reply_parse
-from dressage.proxy.sessions import ReplyData, SessionState
+from dressage.proxy.reply_data import ReplyData
+from dressage.proxy.sessions import SessionState
 from dressage.proxy.streaming import sse
-from dressage.tito.profiles import ModelProfile
+from dressage.tito.model_profile import ModelProfile
 from dressage.tito.tool_calls import ParsedAssistant
 
 ROLES = ("system", "developer", "user", "assistant", "tool")

@@ -68,7 +68,8 @@ from dressage.proxy.conversation import (
 )
 from dressage.proxy.dialects.base import Dialect, StreamRenderer, url_or_bearer_token
 from dressage.proxy.errors import OverloadedError, classify, error_message
-from dressage.proxy.sessions import ReplyData, SessionState
+from dressage.proxy.reply_data import ReplyData
+from dressage.proxy.sessions import SessionState
 from dressage.tito.tool_calls import ParsedAssistant
 
 _HANDLED = frozenset(

@@ -74,8 +74,9 @@ from dressage.proxy.conversation import (
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
 from dressage.proxy.errors import classify, error_response
 from dressage.proxy.replies import reply_text
-from dressage.proxy.sessions import ReplyData, SessionState, response_id
-from dressage.tito.profiles import ModelProfile
+from dressage.proxy.reply_data import ReplyData
+from dressage.proxy.sessions import SessionState, response_id
+from dressage.tito.model_profile import ModelProfile
 from dressage.tito.tool_calls import ParsedAssistant, split_think
 
 _HANDLED = frozenset(
