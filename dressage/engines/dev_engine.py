@@ -81,6 +81,17 @@ def create_app(
     async def _bad_request(request: Request, exc: RequestError) -> JSONResponse:
         return _error(str(exc))
 
+    _generation_routes(app, loaded, scheduler, grammars)
+    _control_routes(app, scheduler)
+    _info_routes(app, loaded, scheduler)
+    return app
+
+
+def _generation_routes(
+    app: FastAPI, loaded: LoadedModel, scheduler: DevScheduler, grammars: GrammarBackend
+) -> None:
+    """``/generate`` (SGLang's native API, by ids) and ``/abort_request``."""
+
     @app.api_route("/generate", methods=["POST", "PUT"], response_model=None)
     async def generate(body: GenerateRequest) -> Response:
         """Generate from token ids (or text, when the model has a tokenizer)."""
@@ -99,6 +110,10 @@ def create_app(
         """End a request (or all) with ``finish_reason.type == "abort"`` and its partial output."""
         scheduler.abort(body.rid, abort_all=body.abort_all)
         return Response(status_code=200)
+
+
+def _control_routes(app: FastAPI, scheduler: DevScheduler) -> None:
+    """Pause / continue generation and weight updates (what a trainer's weight push calls)."""
 
     @app.post("/pause_generation")
     async def pause_generation(body: PauseGenerationRequest | None = None) -> dict[str, str]:
@@ -140,6 +155,10 @@ def create_app(
             {"success": True, "message": f"Weight version updated to {version}", "new_version": version}
         )
 
+
+def _info_routes(app: FastAPI, loaded: LoadedModel, scheduler: DevScheduler) -> None:
+    """Model info, health and the (no-op) cache flush."""
+
     @app.get("/model_info")
     @app.get("/get_model_info")
     async def model_info() -> dict[str, Any]:
@@ -170,8 +189,6 @@ def create_app(
     async def flush_cache() -> Response:
         """No prefix cache here: always succeeds."""
         return Response(status_code=200)
-
-    return app
 
 
 _UNIMPLEMENTED_SAMPLING: dict[str, tuple[Any, str]] = {

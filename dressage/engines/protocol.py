@@ -160,6 +160,24 @@ class WeightVersionSpan(_Lenient):
     end: int
 
 
+def policy_version(weight_version: str | None, fallback: int) -> int:
+    """The log's policy version (an integer) of an engine's ``weight_version`` (a string).
+
+    The one conversion point between the two: engines report and take weight versions as strings
+    (SGLang), the log and the trainer count policy versions as integers. ``fallback`` when the
+    engine reports none or a non-numeric one.
+    """
+    try:
+        return int(weight_version) if weight_version is not None else fallback
+    except ValueError:
+        return fallback
+
+
+def engine_weight_version(policy_version: int | str) -> str:
+    """The engine's ``weight_version`` string of a policy version (the inverse of :func:`policy_version`)."""
+    return str(policy_version)
+
+
 class MetaInfo(_Lenient):
     """``meta_info`` of a ``/generate`` response or stream chunk."""
 

@@ -29,6 +29,7 @@ from dressage.engines.protocol import (
     UpdateWeightsFromDiskResponse,
     WeightVersionSpan,
     decode_routed_experts,
+    engine_weight_version,
 )
 from dressage.errors import EngineBroadcastError, EngineError, EngineHTTPError
 
@@ -331,7 +332,7 @@ class EngineClient:
         """Load new weights from a path on the engine's machine; raises when the engine refuses."""
         body: dict[str, Any] = {"model_path": model_path, "abort_all_requests": abort_all_requests}
         if weight_version is not None:
-            body["weight_version"] = str(weight_version)
+            body["weight_version"] = engine_weight_version(weight_version)
         data = await self._post_json("/update_weights_from_disk", body)
         return self._parse(UpdateWeightsFromDiskResponse, data, "/update_weights_from_disk")
 

@@ -25,8 +25,8 @@ Without a configured admin token the admin routes answer 403: the Python API
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -37,6 +37,11 @@ from dressage.proxy.conversation import parse_json_object
 from dressage.proxy.errors import error_body, error_response
 from dressage.proxy.service import ProxyService
 from dressage.proxy.turns import read_body
+
+JsonObject = dict[str, object]
+"""A JSON object as decoded from a request body (its values are checked field by field)."""
+Operation = Callable[["ProxyService", JsonObject, Request], Awaitable[JsonObject]]
+"""An admin operation: the service, the request's JSON body and the request -> the JSON answer."""
 
 
 def _check_admin(svc: ProxyService, request: Request) -> None:
@@ -55,18 +60,19 @@ class _Forbidden(DressageError):
     """Admin API disabled."""
 
 
-async def _json(svc: ProxyService, request: Request) -> dict[str, Any]:
+async def _json(svc: ProxyService, request: Request) -> JsonObject:
     raw = await read_body(request, svc.settings.max_request_bytes)
     if not raw.strip():
         return {}
-    return parse_json_object(raw)
+    return dict(parse_json_object(raw))
 
 
 INT32 = (-(2**31), 2**31 - 1)
 """The range of the log's integer columns (task ids, attempts, versions)."""
 
 
-def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], required: bool = False) -> Any:
+def _field(body: JsonObject, name: str, kind: type | tuple[type, ...], required: bool = False) -> object:
+    """``body[name]`` checked against ``kind`` (None when absent and not ``required``)."""
     value = body.get(name)
     if value is None:
         if required:
@@ -83,10 +89,36 @@ def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], requi
     return value
 
 
-def _info(body: dict[str, Any]) -> dict[str, Any] | None:
+def _str(body: JsonObject, name: str) -> str | None:
+    value = _field(body, name, str)
+    return value if isinstance(value, str) else None
+
+
+def _required_str(body: JsonObject, name: str) -> str:
+    value = _field(body, name, str, True)
+    assert isinstance(value, str)
+    return value
+
+
+def _int(body: JsonObject, name: str, required: bool = False) -> int | None:
+    value = _field(body, name, int, required)
+    return value if isinstance(value, int) else None
+
+
+def _number(body: JsonObject, name: str) -> float | None:
+    value = _field(body, name, (int, float))
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _object(body: JsonObject, name: str) -> JsonObject | None:
+    value = _field(body, name, dict)
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else None
+
+
+def _info(body: JsonObject) -> JsonObject | None:
     """A finalize's ``info``, or its deprecated alias ``metadata`` (both given: refused)."""
-    info = _field(body, "info", dict)
-    metadata = _field(body, "metadata", dict)
+    info = _object(body, "info")
+    metadata = _object(body, "metadata")
     if info is not None and metadata is not None:
         raise RequestError(
             "give 'info' only ('metadata' is its deprecated alias)", param="metadata", code="invalid_value"
@@ -94,14 +126,67 @@ def _info(body: dict[str, Any]) -> dict[str, Any] | None:
     return info if info is not None else metadata
 
 
-def admin_routes(svc: ProxyService) -> list[Route]:
-    """Admin, health and metrics routes."""
+# --- the operations ----------------------------------------------------------------------------
 
-    async def guarded(request: Request, op: Any) -> Response:
+
+async def _create_run(svc: ProxyService, body: JsonObject, request: Request) -> JsonObject:
+    run = await svc.create_run(_required_str(body, "name"), _object(body, "config") or {})
+    return {"id": run.id, "name": run.name, "config_hash": run.config_hash, "created_at": run.created_at}
+
+
+async def _open_session(svc: ProxyService, body: JsonObject, request: Request) -> JsonObject:
+    handle = await svc.open_session(
+        _required_str(body, "run"),
+        task_id=_int(body, "task_id"),
+        attempt=_int(body, "attempt") or 1,
+        agent=_str(body, "agent"),
+        sandbox=_str(body, "sandbox"),
+        info=_object(body, "info"),
+        session_id=_str(body, "session_id"),
+    )
+    return asdict(handle)
+
+
+async def _take_over(svc: ProxyService, body: JsonObject, request: Request) -> JsonObject:
+    attempt = _int(body, "attempt", True)
+    assert attempt is not None
+    handle = await svc.take_over_session(request.path_params["session_id"], attempt=attempt)
+    return asdict(handle)
+
+
+async def _finalize(svc: ProxyService, body: JsonObject, request: Request) -> JsonObject:
+    reward = _number(body, "reward")
+    session = await svc.finalize_session(
+        request.path_params["session_id"],
+        _required_str(body, "status"),
+        reward=reward,
+        finish_reason=_str(body, "finish_reason"),
+        error=_str(body, "error"),
+        info=_info(body),
+        attempt=_int(body, "attempt"),
+    )
+    return asdict(session)
+
+
+async def _pause(svc: ProxyService, body: JsonObject, request: Request) -> JsonObject:
+    await svc.pause()
+    return {"paused": True}
+
+
+async def _continue_generation(svc: ProxyService, body: JsonObject, request: Request) -> JsonObject:
+    version = _int(body, "version")
+    await svc.continue_generation(version)
+    return {"paused": False, "version": version}
+
+
+def _route(svc: ProxyService, path: str, op: Operation) -> Route:
+    """A POST admin route: checks the admin token, decodes the body, answers errors as JSON."""
+
+    async def endpoint(request: Request) -> Response:
         try:
             _check_admin(svc, request)
             body = await _json(svc, request)
-            return JSONResponse(await op(body, request))
+            return JSONResponse(await op(svc, body, request))
         except _Forbidden as e:
             return JSONResponse(
                 error_body(str(e), "invalid_request_error", None, "admin_disabled"), status_code=403
@@ -109,55 +194,11 @@ def admin_routes(svc: ProxyService) -> list[Route]:
         except DressageError as e:
             return error_response(e, svc.secrets)
 
-    async def create_run(body: dict[str, Any], request: Request) -> Any:
-        run = await svc.create_run(_field(body, "name", str, True), _field(body, "config", dict) or {})
-        return {"id": run.id, "name": run.name, "config_hash": run.config_hash, "created_at": run.created_at}
+    return Route(path, endpoint, methods=["POST"])
 
-    async def open_session(body: dict[str, Any], request: Request) -> Any:
-        handle = await svc.open_session(
-            _field(body, "run", str, True),
-            task_id=_field(body, "task_id", int),
-            attempt=_field(body, "attempt", int) or 1,
-            agent=_field(body, "agent", str),
-            sandbox=_field(body, "sandbox", str),
-            info=_field(body, "info", dict),
-            session_id=_field(body, "session_id", str),
-        )
-        return asdict(handle)
 
-    async def take_over(body: dict[str, Any], request: Request) -> Any:
-        handle = await svc.take_over_session(
-            request.path_params["session_id"], attempt=_field(body, "attempt", int, True)
-        )
-        return asdict(handle)
-
-    async def finalize(body: dict[str, Any], request: Request) -> Any:
-        reward = _field(body, "reward", (int, float))
-        session = await svc.finalize_session(
-            request.path_params["session_id"],
-            _field(body, "status", str, True),
-            reward=float(reward) if reward is not None else None,
-            finish_reason=_field(body, "finish_reason", str),
-            error=_field(body, "error", str),
-            info=_info(body),
-            attempt=_field(body, "attempt", int),
-        )
-        return asdict(session)
-
-    async def pause(body: dict[str, Any], request: Request) -> Any:
-        await svc.pause()
-        return {"paused": True}
-
-    async def continue_generation(body: dict[str, Any], request: Request) -> Any:
-        version = _field(body, "version", int)
-        await svc.continue_generation(version)
-        return {"paused": False, "version": version}
-
-    def route(path: str, op: Any) -> Route:
-        async def endpoint(request: Request) -> Response:
-            return await guarded(request, op)
-
-        return Route(path, endpoint, methods=["POST"])
+def admin_routes(svc: ProxyService) -> list[Route]:
+    """Admin, health and metrics routes."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "paused": svc.coordinator.paused})
@@ -167,14 +208,14 @@ def admin_routes(svc: ProxyService) -> list[Route]:
         return Response(data, media_type=content_type)
 
     return [
-        route("/admin/runs", create_run),
-        route("/admin/sessions", open_session),
-        route("/admin/sessions/{session_id}/take_over", take_over),
-        route("/admin/sessions/{session_id}/resume", take_over),  # deprecated name
-        route("/admin/sessions/{session_id}/finalize", finalize),
-        route("/admin/pause", pause),
-        route("/admin/continue", continue_generation),
-        route("/admin/resume", continue_generation),  # deprecated name
+        _route(svc, "/admin/runs", _create_run),
+        _route(svc, "/admin/sessions", _open_session),
+        _route(svc, "/admin/sessions/{session_id}/take_over", _take_over),
+        _route(svc, "/admin/sessions/{session_id}/resume", _take_over),  # deprecated name
+        _route(svc, "/admin/sessions/{session_id}/finalize", _finalize),
+        _route(svc, "/admin/pause", _pause),
+        _route(svc, "/admin/continue", _continue_generation),
+        _route(svc, "/admin/resume", _continue_generation),  # deprecated name
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]

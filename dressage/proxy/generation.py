@@ -39,18 +39,10 @@ from typing import Any
 import numpy as np
 
 from dressage.engines import EngineClient, EnginePool, SamplingParams
-from dressage.engines.protocol import FinishReason, WeightVersionSpan
+from dressage.engines.protocol import FinishReason, WeightVersionSpan, policy_version
 from dressage.errors import EngineError
 
 log = logging.getLogger("dressage.proxy")
-
-
-def version_number(version: str | None, fallback: int) -> int:
-    """An engine's weight version as the log's integer (``fallback`` when not numeric)."""
-    try:
-        return int(version) if version is not None else fallback
-    except ValueError:
-        return fallback
 
 
 class Coordinator:
@@ -157,7 +149,7 @@ class Generation:
 
     def _apply_spans(self, start: int, spans: list[WeightVersionSpan] | None) -> None:
         for span in spans or []:
-            v = version_number(span.version, self._fallback_version())
+            v = policy_version(span.version, self._fallback_version())
             for i in range(start + span.start, min(start + span.end, len(self.versions))):
                 self.versions[i] = v
 
@@ -210,7 +202,7 @@ class Generation:
                         **self._options(),
                     )
                     async for delta in deltas:
-                        fallback = version_number(delta.weight_version, self._fallback_version())
+                        fallback = policy_version(delta.weight_version, self._fallback_version())
                         if self._cut is None:
                             self._add(delta.output_ids, delta.logprobs, fallback, delta.top_logprobs)
                         if delta.finished:
@@ -232,7 +224,7 @@ class Generation:
                         routed_experts_start_len=start_len,
                         **self._options(),
                     )
-                    fallback = version_number(result.weight_version, self._fallback_version())
+                    fallback = policy_version(result.weight_version, self._fallback_version())
                     self._add(result.output_ids, result.logprobs, fallback, result.top_logprobs)
                     self._apply_spans(start, result.weight_versions)
                     self.experts = result.routed_experts

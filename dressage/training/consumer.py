@@ -143,7 +143,7 @@ class Trainer:
                 manifest={**batch.manifest, "backend": self.backend.name},
                 state={
                     "cursor": list(batch.cursor),
-                    "trainer_version": batch.trainer_version + 1,
+                    "trainer_version": batch.produced_version,
                     **({"start_step": start_step} if start_step else {}),
                 },
                 start_step=start_step,

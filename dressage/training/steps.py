@@ -77,6 +77,14 @@ class StepBatch:
     manifest: dict[str, Any]
     batch_hash: str
 
+    @property
+    def produced_version(self) -> int:
+        """The policy version this step's update produces (the weights it trains are ``trainer_version``).
+
+        The one place the trainer side turns the version it trains into the version it pushes.
+        """
+        return self.trainer_version + 1
+
 
 def rollout_id_of(group_index: int, sample_index: int, n_samples_per_prompt: int) -> int:
     """The integer id shared by every segment of one trajectory: ``group * n + sample``."""

@@ -22,7 +22,7 @@ the process's global generator is left as it was), so dropout-like randomness, i
 any, does not depend on where a run was resumed. With a
 :class:`~dressage.training.weight_push.WeightPusher` (``--push-to``), due steps also save a
 Hugging Face directory ``hf-vXXXXXX`` and push it to the engines as policy version
-``trainer_version + 1``, still before the commit (a step redone after a crash pushes again; the
+``StepBatch.produced_version`` (``trainer_version + 1``), still before the commit (a step redone after a crash pushes again; the
 version record is idempotent). torch, transformers and safetensors are imported lazily.
 """
 
@@ -297,7 +297,7 @@ class TorchBackend:
         self._save(batch)
         metrics = {"loss": total, **stats}
         if self.push is not None and self.push.due(batch.step):
-            metrics.update(self._push(batch.trainer_version + 1))
+            metrics.update(self._push(batch.produced_version))
         return metrics
 
     def _backward(self, batch: StepBatch) -> tuple[float, dict[str, float]]:
@@ -344,7 +344,7 @@ class TorchBackend:
             "position": str(batch.position),
             "step": str(batch.step),
             "batch_hash": batch.batch_hash,
-            "policy_version": str(batch.trainer_version + 1),
+            "policy_version": str(batch.produced_version),
             "model": json.dumps(self.model_name),
         }
         tensors, opt_meta = optimizer_tensors(self.optimizer.state_dict())

@@ -10,7 +10,7 @@ One push of policy version ``v`` (after trainer step ``v - initial_version``):
 3. ``update_weights_from_disk(path, weight_version=v)`` on every engine (concurrently);
 4. :meth:`EventStore.versions.record` ``(run, v, uri)`` (idempotent per version, so a step
    redone after a crash pushes and records again harmlessly);
-5. **resume**: ``POST /admin/resume {"version": v}`` (the proxy continues its engines and tags later
+5. **continue**: ``POST /admin/continue {"version": v}`` (the proxy continues its engines and tags later
    tokens with ``v``), else each engine's ``/continue_generation``.
 
 When a step fails after the pause, generation is left paused on purpose: resuming with some engines
@@ -176,7 +176,7 @@ class WeightPusher:
 
     async def _resume(self, pool: EnginePool, version: int) -> None:
         if self.proxy_admin_urls:
-            await self._on_every_proxy("/admin/resume", {"version": version})
+            await self._on_every_proxy("/admin/continue", {"version": version})
             return
         await _on_every_engine(pool.continue_(), "continue_generation")
 

@@ -270,7 +270,7 @@ def _thinking(body: dict[str, Any], ignored: list[str]) -> bool | None:
     refuse_unknown(thinking, frozenset({"type", "budget_tokens", "display"}), "Anthropic Messages thinking")
     if "display" in thinking:  # Claude Code sends display: omitted; we return the thinking text as generated
         ignored.append("thinking.display")
-    return kind != "disabled"
+    return bool(kind != "disabled")
 
 
 def _output_config(body: dict[str, Any], ignored: list[str]) -> None:
