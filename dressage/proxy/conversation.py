@@ -66,7 +66,7 @@ def fingerprint(dialect: str, raw: bytes) -> str:
     return hashlib.sha256(dialect.encode() + b"\0" + raw).hexdigest()
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
+def parse_json_object(raw: bytes) -> dict[str, object]:
     """Decode a request body that must be a JSON object; :class:`RequestError` (``invalid_json``) if not."""
     try:
         body = orjson.loads(raw)  # several times faster than json.loads on a long conversation
@@ -149,7 +149,7 @@ def refuse_unknown(body: dict[str, Any], known: frozenset[str], dialect: str) ->
         )
 
 
-def function_tool(name: Any, description: Any, parameters: Any, where: str) -> dict[str, Any]:
+def function_tool(name: object, description: object, parameters: object, where: str) -> dict[str, Any]:
     """One internal function tool, validated: a name, an optional description, an object schema."""
     if not isinstance(name, str) or not name:
         raise RequestError(
@@ -173,7 +173,7 @@ def function_tool(name: Any, description: Any, parameters: Any, where: str) -> d
     return {"type": "function", "function": fn}
 
 
-def tool_list(tools: Any) -> list[Any] | None:
+def tool_list(tools: object) -> list[Any] | None:
     """A request's ``tools`` array: None when absent or empty, 400 when it is not an array."""
     if tools is None or tools == []:
         return None
@@ -222,7 +222,7 @@ def merge_defaults(
     return max_tokens
 
 
-def text_of(content: Any, where: str) -> str:
+def text_of(content: object, where: str) -> str:
     """Plain text from a string or a list of text parts/blocks (any ``text`` field)."""
     if isinstance(content, str):
         return content
@@ -242,7 +242,7 @@ def text_of(content: Any, where: str) -> str:
     return "".join(out)
 
 
-def hoist_system(system: list[str], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def hoist_system(system: list[str], messages: list[dict[str, Any]]) -> list[dict[str, object]]:
     """One leading system message from ``system`` texts and every system/developer message, in order.
 
     The chat templates render a system prompt only at the start (Qwen3.5 refuses one elsewhere),

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 from starlette.responses import JSONResponse
 
@@ -84,7 +83,9 @@ class OverloadedError(DressageError):
         self.retry_after = retry_after
 
 
-def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, type_: str, param: str | None = None, code: str | None = None
+) -> dict[str, object]:
     """The OpenAI error object."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 

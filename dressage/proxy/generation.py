@@ -34,7 +34,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -92,6 +92,13 @@ class Coordinator:
             self.version = weight_version
         await self.pool.continue_()
         self._gate.set()
+
+
+class _EngineOptions(TypedDict):
+    """Per-call engine options of a generation."""
+
+    top_logprobs_num: int
+    require_reasoning: bool
 
 
 @dataclass
@@ -281,7 +288,7 @@ class Generation:
             except EngineError as e:
                 log.warning("could not abort %s: %s", self._current_rid, e)
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self) -> _EngineOptions:
         """Top logprobs and the reasoning gate (dropped once the thinking closed before a resume)."""
         gate = self.require_reasoning and not (self.ids and self.think_closed_in(self.ids))
         return {"top_logprobs_num": self.top_logprobs_num, "require_reasoning": gate}

@@ -55,9 +55,9 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
-from dressage.engines import SamplingParams
+from dressage.engines import EngineClient, SamplingParams
 from dressage.engines.grammar import GRAMMAR_KINDS as GRAMMAR_PARAMS
 from dressage.engines.grammar import THINK_END
 from dressage.errors import (
@@ -128,7 +128,7 @@ def prepare_turn(
     conv: Conversation,
     *,
     coordinator: Coordinator,
-    client: Any,
+    client: EngineClient,
     context_window: int,
     record_experts: bool,
     idem_key: str | None,
@@ -189,7 +189,14 @@ def prepare_turn(
     )
 
 
-def _reasoning_gate(state: SessionState, conv: Conversation) -> dict[str, Any]:
+class _ReasoningGate(TypedDict, total=False):
+    """The reasoning-gate fields of a :class:`Generation` (none when the request has no grammar)."""
+
+    require_reasoning: bool
+    think_end_id: int | None
+
+
+def _reasoning_gate(state: SessionState, conv: Conversation) -> _ReasoningGate:
     """With a grammar and an open thinking block: constrain only the answer (SGLang's ``require_reasoning``)."""
     if not any(conv.sampling.get(k) is not None for k in GRAMMAR_PARAMS):
         return {}
@@ -413,12 +420,13 @@ def _turn_info(
     extra: dict[str, Any],
     parsed: ParsedAssistant | None,
     secrets: tuple[str, ...],
-) -> dict[str, Any]:
+    created: int,
+) -> dict[str, object]:
     """The turn's ``info``: TITO placement, engine request, dialect, and what happened on the way."""
     gen, conv = job.generation, job.conv
-    info: dict[str, Any] = {
+    info: dict[str, object] = {
         "tito": f.tito,
-        "created": int(time.time()),
+        "created": created,
         "engine_rid": gen.rid,
         "dialect": conv.dialect,
         **conv.info,
@@ -571,10 +579,11 @@ async def record_turn(
             extra["replay"] = replay_info
         if parse_error is not None:
             extra["reply_parse_error"] = redact(f"{type(parse_error).__name__}: {parse_error}", secrets)
-        info = _turn_info(job, f, stop, turn_index, extra, parsed, secrets)
+        created = int(time.time())
+        info = _turn_info(job, f, stop, turn_index, extra, parsed, secrets, created)
         await _append(store, registry, state, _store_record(job, f, stop, turn_index, turn_id, info))
         _commit(state, f, turn_index, ends_replay=replay_info is not None)
-        reply = _reply(job, f, stop, turn_index, turn_id, info["created"], parsed)
+        reply = _reply(job, f, stop, turn_index, turn_id, created, parsed)
         if not abandoned and job.choice_index:
             state.remember_sibling(reply, job.first_turn_index)
         elif not abandoned:

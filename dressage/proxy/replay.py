@@ -113,7 +113,7 @@ class Replay:
         self.live_turn = turn_index
         return self.outcome
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """Counters for the turn's and the session's info."""
         return {
             "outcome": self.outcome,

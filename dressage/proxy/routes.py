@@ -17,7 +17,6 @@ the URL form ``/s/<token>/v1/...`` lets an unmodified client work by setting its
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -41,7 +40,7 @@ def _generate(handler: TurnHandler, dialect: Dialect) -> Endpoint:
     return endpoint
 
 
-async def _model_entry(svc: ProxyService) -> dict[str, Any]:
+async def _model_entry(svc: ProxyService) -> dict[str, object]:
     """The served model as OpenAI lists it, with vLLM's ``root`` / ``parent`` / ``max_model_len`` (the context window)."""
     return {
         "id": svc.model_name,

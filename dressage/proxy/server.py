@@ -14,7 +14,6 @@ import logging
 import os
 import socket
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 import uvicorn
 
@@ -89,18 +88,11 @@ class ProxyServer(ProxyService):
             raise ConfigError("this ProxyServer is already started")
         self.profile.tokenizer  # noqa: B018 - load the tokenizer before the first request
         sock = self._listen()
-        configs: list[tuple[uvicorn.Config, list[socket.socket] | None]] = [
-            (uvicorn.Config(self.app, **self._uvicorn_options()), [sock])
-        ]
+        configs: list[tuple[uvicorn.Config, list[socket.socket] | None]] = [(self._uvicorn_config(), [sock])]
         if self.uds_path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.uds_path)
-            configs.append(
-                (
-                    uvicorn.Config(self.app, uds=self.uds_path, **self._uvicorn_options()),
-                    None,
-                )
-            )
+            configs.append((self._uvicorn_config(self.uds_path), None))
         for config, sockets in configs:
             server = EmbeddedUvicornServer(config)
             self._servers.append(server)
@@ -127,17 +119,19 @@ class ProxyServer(ProxyService):
         self._base_url = self.base_url
         return sock
 
-    def _uvicorn_options(self) -> dict[str, Any]:
-        """uvicorn's options: quiet, and idle connections closed only when no request is arriving."""
+    def _uvicorn_config(self, uds: str | None = None) -> uvicorn.Config:
+        """uvicorn's config: quiet, and idle connections closed only when no request is arriving."""
         settings = self.settings
-        return {
-            "log_level": "warning",
-            "access_log": False,
-            "lifespan": "off",
-            "http": KeepAliveProtocol,
-            "timeout_keep_alive": settings.proxy_keep_alive_s,
-            "backlog": settings.proxy_backlog,
-        }
+        return uvicorn.Config(
+            self.app,
+            uds=uds,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            http=KeepAliveProtocol,
+            timeout_keep_alive=settings.proxy_keep_alive_s,  # type: ignore[arg-type]  # seconds; uvicorn takes a float too
+            backlog=settings.proxy_backlog,
+        )
 
     async def stop(self) -> None:
         """Stop listening and close engine connections (in-flight requests are cut)."""

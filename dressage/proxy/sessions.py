@@ -41,7 +41,7 @@ REASON_CLIENT_DISCONNECTED = "client_disconnected"
 """Boundary reason of the dead-end segment holding a turn whose client went away mid-generation."""
 
 
-def _text(content: Any) -> str:
+def _text(content: object) -> str:
     if isinstance(content, list):
         content = "".join(
             p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)

@@ -82,7 +82,7 @@ class Dialect(ABC):
         """Validate a raw body into the shared conversation (:class:`RequestError` for anything wrong)."""
 
     @abstractmethod
-    def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, Any]:
+    def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, object]:
         """The non-streamed reply body of a recorded turn."""
 
     @abstractmethod

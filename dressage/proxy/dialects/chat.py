@@ -91,7 +91,7 @@ LOGPROB_FLOOR = -9999.0
 """OpenAI's smallest reported logprob (vLLM clamps to it too)."""
 
 
-def _check_messages(messages: Any) -> list[dict[str, Any]]:
+def _check_messages(messages: object) -> list[dict[str, object]]:
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty array", param="messages", code="invalid_type")
     for i, msg in enumerate(messages):
@@ -131,7 +131,7 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _check_tools(value: Any) -> list[dict[str, Any]] | None:
+def _check_tools(value: object) -> list[dict[str, Any]] | None:
     tools = tool_list(value)
     if tools is None:
         return None
@@ -187,13 +187,13 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
         raise unsupported("modalities", "only the 'text' modality is supported")
 
 
-def _string(value: Any, param: str) -> str:
+def _string(value: object, param: str) -> str:
     if not isinstance(value, str) or not value:
         raise RequestError(f"'{param}' must be a non-empty string", param=param, code="invalid_type")
     return value
 
 
-def _response_format(fmt: Any) -> tuple[str, str] | None:
+def _response_format(fmt: object) -> tuple[str, str] | None:
     """OpenAI ``response_format`` as an SGLang grammar param (None for ``text``)."""
     if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
         raise RequestError(
@@ -223,7 +223,7 @@ def _response_format(fmt: Any) -> tuple[str, str] | None:
     )
 
 
-def _structured_outputs(spec: Any) -> tuple[str, str]:
+def _structured_outputs(spec: object) -> tuple[str, str]:
     """vLLM's ``structured_outputs`` (one of json / regex / choice / grammar) as an SGLang grammar param."""
     param = "structured_outputs"
     if not isinstance(spec, dict):
@@ -341,7 +341,7 @@ def _thinking(body: dict[str, Any]) -> bool | None:
     return thinking
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+def _sampling(body: dict[str, Any]) -> dict[str, object]:
     sampling: dict[str, Any] = {}
     for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
         value = number(body, name, lo, hi)
@@ -450,7 +450,7 @@ def choices_usage(replies: Sequence[ReplyData]) -> dict[str, int]:
     return usage(replies[0].prompt_tokens, sum(len(r.generated_ids) for r in replies))
 
 
-def _entry(profile: ModelProfile, token_id: int, lp: float) -> dict[str, Any]:
+def _entry(profile: ModelProfile, token_id: int, lp: float) -> dict[str, object]:
     text = profile.tokenizer.decode([token_id])
     return {"token": text, "logprob": max(lp, LOGPROB_FLOOR), "bytes": list(text.encode())}
 
@@ -460,7 +460,7 @@ def logprobs_content(
     ids: Sequence[int],
     logprobs: Sequence[float],
     top: Sequence[Sequence[tuple[int, float]]] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """OpenAI ``logprobs.content``: one entry per generated token (``</think>`` and the stop token included)."""
     out = []
     for i, (token_id, lp) in enumerate(zip(ids, logprobs, strict=True)):
@@ -470,7 +470,7 @@ def logprobs_content(
     return out
 
 
-def assistant_message(conv: Conversation, parsed: ParsedAssistant) -> dict[str, Any]:
+def assistant_message(conv: Conversation, parsed: ParsedAssistant) -> dict[str, object]:
     """The OpenAI assistant message: reasoning under both keys; a forced call's content ``""``."""
     msg = parsed.to_message()
     if "reasoning_content" in msg:
@@ -480,7 +480,7 @@ def assistant_message(conv: Conversation, parsed: ParsedAssistant) -> dict[str, 
     return msg
 
 
-def _choice(profile: ModelProfile, conv: Conversation, reply: ReplyData, index: int) -> dict[str, Any]:
+def _choice(profile: ModelProfile, conv: Conversation, reply: ReplyData, index: int) -> dict[str, object]:
     parsed = reply_parse(profile, conv, reply)
     choice: dict[str, Any] = {
         "index": index,
@@ -496,7 +496,7 @@ def _choice(profile: ModelProfile, conv: Conversation, reply: ReplyData, index: 
 
 def completion_body(
     profile: ModelProfile, conv: Conversation, reply: ReplyData, model: str
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The ``chat.completion`` object of a recorded request: one choice per recorded turn."""
     replies = reply.choices
     return {
@@ -512,7 +512,7 @@ def completion_body(
 def chunk(
     completion_id: str, created: int, model: str, delta: dict[str, Any], finish_reason: str | None = None,
     logprobs: list[dict[str, Any]] | None = None, index: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, object]:  # fmt: skip
     """A ``chat.completion.chunk`` with one choice."""
     return {
         "id": completion_id,
@@ -530,7 +530,7 @@ def chunk(
     }
 
 
-def tool_call_deltas(tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def tool_call_deltas(tool_calls: list[dict[str, Any]]) -> list[dict[str, object]]:
     """Every parsed tool call, whole, with its index (the ``tool_calls`` of a delta)."""
     return [{"index": i, **call} for i, call in enumerate(tool_calls)]
 
@@ -563,11 +563,13 @@ class ChatStream(StreamRenderer):
         self._lp: list[dict[str, Any]] = []
         self._pending_top: list[list[tuple[int, float]]] | None = None
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None, lp: Any = None) -> bytes:
+    def _chunk(
+        self, delta: dict[str, Any], finish: str | None = None, lp: list[dict[str, Any]] | None = None
+    ) -> bytes:
         return sse(chunk(self.cid, self.created, self.model, delta, finish, logprobs=lp, index=self.index))
 
     @staticmethod
-    def _text_delta(reasoning: str, content: str) -> dict[str, Any]:
+    def _text_delta(reasoning: str, content: str) -> dict[str, object]:
         return {
             "content": content or None,
             "reasoning_content": reasoning or None,
@@ -635,7 +637,7 @@ class ChatDialect(Dialect):
     def parse(self, raw: bytes, state: SessionState, default_sampling: dict[str, Any] | None) -> Conversation:
         return parse_chat_request(raw, default_sampling)
 
-    def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, Any]:
+    def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, object]:
         return completion_body(self.profile, conv, reply, self.model_name)
 
     def renderer(self, conv: Conversation, rid: str, created: int, prompt_tokens: int) -> StreamRenderer:

@@ -90,7 +90,7 @@ _ERROR_TYPES = {
 }
 
 
-def _text_blocks(content: Any, where: str) -> str:
+def _text_blocks(content: object, where: str) -> str:
     """Text from a string or text blocks (``cache_control`` and ``citations`` allowed)."""
     if isinstance(content, list):
         for i, block in enumerate(content):
@@ -104,7 +104,7 @@ def _text_blocks(content: Any, where: str) -> str:
     return text_of(content, where)
 
 
-def _user_messages(content: Any, where: str) -> list[dict[str, Any]]:
+def _user_messages(content: object, where: str) -> list[dict[str, object]]:
     """A user turn's blocks as tool messages (``tool_result``) and user messages (text), in order."""
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
@@ -142,7 +142,7 @@ def _user_messages(content: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant_message(content: Any, where: str) -> dict[str, Any]:
+def _assistant_message(content: object, where: str) -> dict[str, object]:
     """An assistant turn's blocks as one message: reasoning, content, tool calls."""
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
@@ -183,7 +183,7 @@ def _assistant_message(content: Any, where: str) -> dict[str, Any]:
     return msg
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+def _messages(body: dict[str, Any]) -> list[dict[str, object]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty array", param="messages", code="invalid_type")
@@ -315,7 +315,7 @@ def _context_management(body: dict[str, Any], ignored: list[str]) -> None:
         ignored.append("context_management")
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+def _sampling(body: dict[str, Any]) -> dict[str, object]:
     sampling: dict[str, Any] = {}
     for name, lo, hi in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
         value = number(body, name, lo, hi)
@@ -371,6 +371,11 @@ def parse_messages_request(raw: bytes, default_sampling: dict[str, Any] | None =
     )
 
 
+def _model_name(body: dict[str, object]) -> str | None:
+    model = body.get("model")
+    return model if isinstance(model, str) else None
+
+
 def parse_count_tokens_request(raw: bytes) -> Conversation:
     """A ``count_tokens`` body: the conversation part of a Messages request."""
     body = parse_json_object(raw)
@@ -386,7 +391,7 @@ def parse_count_tokens_request(raw: bytes) -> Conversation:
         force_tool=force_tool,
         stream=False,
         enable_thinking=_thinking(body, ignored),
-        model=body.get("model") if isinstance(body.get("model"), str) else None,
+        model=_model_name(body),
         max_tokens=None,
         sampling={},
         fingerprint=fingerprint("count_tokens", raw),
@@ -410,7 +415,7 @@ def signature(thinking: str) -> str:
     return "dressage-sha256:" + hashlib.sha256(thinking.encode()).hexdigest()
 
 
-def tool_use_blocks(parsed: ParsedAssistant) -> list[dict[str, Any]]:
+def tool_use_blocks(parsed: ParsedAssistant) -> list[dict[str, object]]:
     """The parsed tool calls as ``tool_use`` blocks (arguments decoded into ``input``)."""
     return [
         {
@@ -423,7 +428,7 @@ def tool_use_blocks(parsed: ParsedAssistant) -> list[dict[str, Any]]:
     ]
 
 
-def message_body(reply: ReplyData, parsed: ParsedAssistant, model: str) -> dict[str, Any]:
+def message_body(reply: ReplyData, parsed: ParsedAssistant, model: str) -> dict[str, object]:
     """The ``Message`` object of a recorded turn."""
     content: list[dict[str, Any]] = []
     if parsed.reasoning_content:
@@ -546,7 +551,7 @@ class MessagesDialect(Dialect):
     def parse(self, raw: bytes, state: SessionState, default_sampling: dict[str, Any] | None) -> Conversation:
         return parse_messages_request(raw, default_sampling)
 
-    def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, Any]:
+    def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, object]:
         return message_body(reply, parsed, self.model_name)
 
     def renderer(self, conv: Conversation, rid: str, created: int, prompt_tokens: int) -> StreamRenderer:

@@ -112,7 +112,7 @@ class _Items:
         self.messages.append(msg)
 
 
-def _content_text(content: Any, where: str) -> str:
+def _content_text(content: object, where: str) -> str:
     if isinstance(content, list):
         for i, part in enumerate(content):
             kind = part.get("type") if isinstance(part, dict) else None
@@ -141,7 +141,7 @@ def _reasoning_text(item: dict[str, Any], where: str) -> str:
     return text_of(item.get("summary") or [], f"{where}.summary")
 
 
-def _add_item(items: _Items, item: Any, where: str) -> None:
+def _add_item(items: _Items, item: object, where: str) -> None:
     if not isinstance(item, dict):
         raise RequestError(f"{where} must be an object", param=where, code="invalid_type")
     kind = item.get("type", "message")
@@ -182,7 +182,7 @@ def _add_item(items: _Items, item: Any, where: str) -> None:
         raise unsupported(where, f"input item type {kind!r} is not supported")
 
 
-def _input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+def _input_messages(body: dict[str, Any]) -> list[dict[str, object]]:
     value = body.get("input")
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
@@ -280,7 +280,7 @@ def _check_text_and_include(body: dict[str, Any], ignored: list[str]) -> set[str
     return set(include)
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+def _sampling(body: dict[str, Any]) -> dict[str, object]:
     sampling: dict[str, Any] = {}
     for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
         value = number(body, name, lo, hi)
@@ -341,7 +341,7 @@ class ResponsesDialect(Dialect):
             info=info,
         )
 
-    def history(self, state: SessionState, previous: Any) -> list[dict[str, Any]]:
+    def history(self, state: SessionState, previous: object) -> list[dict[str, object]]:
         """The messages of a stored response chain, oldest first, each reply as it was given."""
         if not isinstance(previous, str):
             raise RequestError(
@@ -374,7 +374,7 @@ class ResponsesDialect(Dialect):
         reasoning, rest = split_think(text, think)
         return ParsedAssistant(content=rest, reasoning_content=reasoning)
 
-    def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, Any]:
+    def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, object]:
         items = output_items(conv, reply.rid, parsed)
         return response_object(self.profile, conv, reply.rid, reply.created, self.model_name, items, reply)
 
@@ -388,7 +388,7 @@ class ResponsesDialect(Dialect):
 # --- replies ----------------------------------------------------------------------------------------
 
 
-def reasoning_item(conv: Conversation, rid: str, text: str) -> dict[str, Any]:
+def reasoning_item(conv: Conversation, rid: str, text: str) -> dict[str, object]:
     """The ``reasoning`` output item (summary = the reasoning itself)."""
     item: dict[str, Any] = {
         "type": "reasoning",
@@ -400,7 +400,7 @@ def reasoning_item(conv: Conversation, rid: str, text: str) -> dict[str, Any]:
     return item
 
 
-def message_item(rid: str, text: str, status: str = "completed") -> dict[str, Any]:
+def message_item(rid: str, text: str, status: str = "completed") -> dict[str, object]:
     """The assistant ``message`` output item."""
     part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
     return {
@@ -412,7 +412,7 @@ def message_item(rid: str, text: str, status: str = "completed") -> dict[str, An
     }
 
 
-def call_items(conv: Conversation, parsed: ParsedAssistant) -> list[dict[str, Any]]:
+def call_items(conv: Conversation, parsed: ParsedAssistant) -> list[dict[str, object]]:
     """The ``function_call`` output items (with their ``namespace`` when a namespace tool was called)."""
     namespaces = conv.info.get("namespaces", {})
     out = []
@@ -432,7 +432,7 @@ def call_items(conv: Conversation, parsed: ParsedAssistant) -> list[dict[str, An
     return out
 
 
-def output_items(conv: Conversation, rid: str, parsed: ParsedAssistant) -> list[dict[str, Any]]:
+def output_items(conv: Conversation, rid: str, parsed: ParsedAssistant) -> list[dict[str, object]]:
     """Every output item of a reply, in order: reasoning, message, function calls."""
     items = []
     if parsed.reasoning_content:
@@ -456,7 +456,7 @@ def response_object(
     model: str,
     output: list[dict[str, Any]],
     reply: ReplyData | None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The ``response`` object (``reply`` None: still in progress)."""
     status = (
         "in_progress" if reply is None else ("incomplete" if reply.stop_reason == "length" else "completed")
@@ -504,12 +504,12 @@ class ResponsesStream(StreamRenderer):
         self.open: str | None = None
         self.text = ""
 
-    def _event(self, kind: str, **data: Any) -> bytes:
+    def _event(self, kind: str, **data: object) -> bytes:
         payload = {"type": kind, "sequence_number": self.seq, **data}
         self.seq += 1
         return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
 
-    def _response(self, reply: ReplyData | None) -> dict[str, Any]:
+    def _response(self, reply: ReplyData | None) -> dict[str, object]:
         return response_object(self.profile, self.conv, self.rid, self.created, self.model, self.items, reply)
 
     def start(self) -> list[bytes]:
