@@ -26,6 +26,7 @@ import ray
 from pydantic import SecretStr
 
 from dressage.config import Settings, load_settings
+from dressage.proxy.contract import ServedProxy
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class ProxyActor:
 
     def __init__(self, settings: ActorSettings, engine_url: str, options: dict[str, Any]) -> None:
         self.actor_settings, self.engine_url, self.options = settings, engine_url, options
-        self.server: Any = None
+        self.server: ServedProxy | None = None
         self.store: Any = None
 
     async def start(self) -> str:

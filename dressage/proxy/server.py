@@ -20,6 +20,7 @@ import uvicorn
 from dressage.config import Settings, load_settings
 from dressage.errors import ConfigError
 from dressage.proxy.app import create_app
+from dressage.proxy.contract import ServedProxy
 from dressage.proxy.keepalive import KeepAliveProtocol
 from dressage.proxy.service import ProxyService
 from dressage.store import EventStore
@@ -150,3 +151,8 @@ class ProxyServer(ProxyService):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _implements_contract(server: ProxyServer) -> ServedProxy:
+    """mypy checks here that :class:`ProxyServer` (and so :class:`ProxyService`) is a served :class:`Proxy`."""
+    return server

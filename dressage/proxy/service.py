@@ -16,7 +16,7 @@ from dressage.config import Settings
 from dressage.engines import EnginePool
 from dressage.errors import ConflictError, EngineError, UnknownSessionError
 from dressage.proxy.admission import AdmissionGate
-from dressage.proxy.contract import FinalizedSession, Info, SessionHandle
+from dressage.proxy.contract import FinalizedSession, Info, Proxy, SessionHandle
 from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
@@ -222,3 +222,8 @@ class ProxyService:
     async def stop(self) -> None:
         """In-process: close engine connections and this loop's store connections."""
         await self.aclose()
+
+
+def _implements_contract(service: ProxyService) -> Proxy:
+    """mypy checks here that :class:`ProxyService` is a :class:`~dressage.proxy.contract.Proxy`."""
+    return service

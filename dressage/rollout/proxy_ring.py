@@ -31,7 +31,7 @@ import httpx
 
 from dressage.errors import ConfigError, DressageError
 from dressage.paddock import serve_unix_socket_router
-from dressage.proxy.contract import FinalizedSession, Info, SessionHandle
+from dressage.proxy.contract import FinalizedSession, Info, Proxy, SessionHandle
 from dressage.store import EventStore, Run
 
 log = logging.getLogger(__name__)
@@ -272,3 +272,8 @@ class ProxyRing:
 
     async def stop(self) -> None:
         """Nothing to stop: the proxies are not this worker's (the same interface as ProxyServer)."""
+
+
+def _implements_contract(ring: ProxyRing) -> Proxy:
+    """mypy checks here that :class:`ProxyRing` is a :class:`~dressage.proxy.contract.Proxy`."""
+    return ring
