@@ -55,7 +55,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from dressage.engines import EngineClient, SamplingParams
 from dressage.engines.grammar import GRAMMAR_KINDS as GRAMMAR_PARAMS
@@ -233,7 +233,9 @@ def sibling_job(job: TurnJob, index: int) -> TurnJob:
     return dataclasses.replace(job, generation=sibling, choice_index=index, dedupe_keys=[])
 
 
-async def record_overflow(store: EventStore, state: SessionState, stage: str, info: dict[str, Any]) -> None:
+async def record_overflow(
+    store: EventStore, state: SessionState, stage: str, info: dict[str, object]
+) -> None:
     """Append a ``context_overflow`` event (prompt refused, or generation cut by the window)."""
     payload = {"stage": stage, **info}
     try:
@@ -259,7 +261,7 @@ class _Placement:
     """The turn's segment: the session's own for an ``append``, else a new one (not yet in the state)."""
     offset: int
     context: list[int]
-    tito: dict[str, Any]
+    tito: dict[str, object]
     end: int
     """The segment's length once this turn is in it."""
     indexed: IndexedTurn | None = None
@@ -285,7 +287,7 @@ def _place(state: SessionState, job: TurnJob, turn_id: str) -> _Placement:
     """Resolve the plan against the index and derive segment/lineage fields (changes nothing)."""
     plan = job.plan
     rec, delta_text = state.index.resolve(plan, turn_id, [*job.forced_ids, *job.generation.ids])
-    tito: dict[str, Any] = {
+    tito: dict[str, object] = {
         "lineage": rec.segment_id,
         "fork_at": rec.fork_at,
         "delta_start": 0,
@@ -341,7 +343,7 @@ def _place_abandoned(state: SessionState, job: TurnJob) -> _Placement:
     lineage = _new_lineage_index(state, job, route, plan.parent_segment_id)
     seg = SegmentState(state.next_segment, lineage, 0)
     parent = plan.parent_turn_id if route == "branch" else None
-    tito: dict[str, Any] = {"aborted": True}
+    tito: dict[str, object] = {"aborted": True}
     if job.forced_ids:
         tito["forced"] = len(job.forced_ids)
     context = list(job.prompt_ids)
@@ -400,7 +402,9 @@ def _stop(job: TurnJob) -> _Stop:
     return _Stop(reason, matched, hit_window)
 
 
-def _replay_end(state: SessionState, job: TurnJob, f: _Placement, abandoned: bool) -> dict[str, Any] | None:
+def _replay_end(
+    state: SessionState, job: TurnJob, f: _Placement, abandoned: bool
+) -> dict[str, object] | None:
     """The replay summary this turn records when it is a resumed session's first live turn (its
     boundary becomes ``replay_diverged`` when the replay diverged); the session is not changed."""
     replay = state.replay
@@ -417,7 +421,7 @@ def _turn_info(
     f: _Placement,
     stop: _Stop,
     turn_index: int,
-    extra: dict[str, Any],
+    extra: dict[str, object],
     parsed: ParsedAssistant | None,
     secrets: tuple[str, ...],
     created: int,
@@ -431,7 +435,7 @@ def _turn_info(
         "dialect": conv.dialect,
         **conv.info,
     }
-    flags: dict[str, Any] = {
+    flags: dict[str, object] = {
         "matched_stop": stop.matched,
         "idempotency_key": job.idem_key,
         "ignored_params": conv.ignored,
@@ -454,7 +458,7 @@ def _turn_info(
 
 
 def _store_record(
-    job: TurnJob, f: _Placement, stop: _Stop, turn_index: int, turn_id: str, info: dict[str, Any]
+    job: TurnJob, f: _Placement, stop: _Stop, turn_index: int, turn_id: str, info: dict[str, object]
 ) -> NewTurn:
     """The log's turn: ids, logprobs, versions, placement and the turn's info."""
     gen, state = job.generation, job.state
@@ -574,7 +578,7 @@ async def record_turn(
         f = _place_abandoned(state, job) if abandoned else _place(state, job, turn_id)
         replay_info = _replay_end(state, job, f, abandoned)
         parsed, parse_error = _parse_safely(parse, turn_id)
-        extra: dict[str, Any] = {"client_disconnected": True} if abandoned else {}
+        extra: dict[str, object] = {"client_disconnected": True} if abandoned else {}
         if replay_info is not None:
             extra["replay"] = replay_info
         if parse_error is not None:

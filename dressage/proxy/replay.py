@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -149,7 +149,7 @@ def build_replay(session: Session, turns: Sequence[Turn]) -> Replay | None:
     next_turn = int(resume.get("next_turn", 0))
     if next_turn <= 0 or any(x.turn_index >= next_turn for x in turns):
         return None
-    hashes: dict[int, Any] = {}  # segment -> running sha256 of its tokens
+    hashes: dict[int, hashlib._Hash] = {}  # segment -> running sha256 of its tokens
     targets: list[ReplayTarget] = []
     for turn in sorted(turns, key=lambda x: x.turn_index):
         seg = hashes.setdefault(turn.segment_index, hashlib.sha256())

@@ -24,6 +24,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,11 +176,11 @@ class SessionState:
         if first is not None:
             first.siblings = sorted([*first.siblings, reply], key=lambda r: r.choice_index)
 
-    def link_response(self, turn_index: int, info: dict[str, Any]) -> None:
+    def link_response(self, turn_index: int, info: Mapping[str, object]) -> None:
         """Index a turn recorded through the Responses API with ``store`` (its ``info["responses"]``)."""
-        link = info.get("responses")
-        if isinstance(link, dict) and info.get("engine_rid"):
-            self.responses[response_id(info["engine_rid"])] = ResponseLink(turn_index=turn_index, **link)
+        link, rid = info.get("responses"), info.get("engine_rid")
+        if isinstance(link, dict) and isinstance(rid, str) and rid:
+            self.responses[response_id(rid)] = ResponseLink(turn_index=turn_index, **link)
 
     def apply_turn(self, turn: Turn) -> None:
         """Fold one recorded turn into the state (used when rebuilding from the log)."""
