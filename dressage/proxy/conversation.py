@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +96,7 @@ def check_depth(value: Any, what: str, limit: int = MAX_JSON_DEPTH) -> None:
         level, depth = deeper, depth + 1
 
 
-def number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | None:
+def number(body: dict[str, object], name: str, lo: float, hi: float) -> float | None:
     """``body[name]`` as a finite number in ``[lo, hi]``, None when absent."""
     value = body.get(name)
     if value is None:
@@ -109,7 +110,7 @@ def number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | Non
     return float(value)
 
 
-def integer(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+def integer(body: dict[str, object], name: str, lo: int, hi: int) -> int | None:
     """``body[name]`` as an integer in ``[lo, hi]``, None when absent."""
     value = body.get(name)
     if value is None:
@@ -123,7 +124,7 @@ def integer(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
     return value
 
 
-def boolean(body: dict[str, Any], name: str) -> bool:
+def boolean(body: dict[str, object], name: str) -> bool:
     """``body[name]`` as a boolean (absent or null: False)."""
     value = body.get(name)
     if value is None:
@@ -138,7 +139,7 @@ def unsupported(name: str, why: str) -> RequestError:
     return RequestError(f"{why} by this proxy", param=name, code="unsupported_parameter")
 
 
-def refuse_unknown(body: dict[str, Any], known: frozenset[str], dialect: str) -> None:
+def refuse_unknown(body: dict[str, object], known: frozenset[str], dialect: str) -> None:
     """Refuse any top-level field the dialect does not know: nothing is silently ignored."""
     unknown = sorted(k for k in body if k not in known)
     if unknown:
@@ -211,12 +212,14 @@ def resolve_tool_choice(
 
 
 def merge_defaults(
-    sampling: dict[str, Any], max_tokens: int | None, defaults: dict[str, Any] | None
+    sampling: dict[str, Any], max_tokens: int | None, defaults: Mapping[str, object] | None
 ) -> int | None:
     """Fill the run's default sampling under what the request set; returns the max-tokens cap."""
     for key, value in (defaults or {}).items():
         if key == "max_new_tokens":
-            max_tokens = max_tokens if max_tokens is not None else int(value)
+            if max_tokens is None:
+                assert isinstance(value, int | float | str), f"max_new_tokens default {value!r}"
+                max_tokens = int(value)
         else:
             sampling.setdefault(key, value)
     return max_tokens

@@ -11,8 +11,7 @@ server-sent events through a :class:`StreamRenderer`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -78,7 +77,9 @@ class Dialect(ABC):
         return url_or_bearer_token(request)
 
     @abstractmethod
-    def parse(self, raw: bytes, state: SessionState, default_sampling: dict[str, Any] | None) -> Conversation:
+    def parse(
+        self, raw: bytes, state: SessionState, default_sampling: Mapping[str, object] | None
+    ) -> Conversation:
         """Validate a raw body into the shared conversation (:class:`RequestError` for anything wrong)."""
 
     @abstractmethod

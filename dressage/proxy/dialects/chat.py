@@ -39,7 +39,7 @@ the model writes the name.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -151,7 +151,7 @@ def _check_tools(value: object) -> list[dict[str, Any]] | None:
     return out
 
 
-def _tool_choice(body: dict[str, Any], tools: list[dict[str, Any]] | None) -> tuple[bool, str | None]:
+def _tool_choice(body: dict[str, object], tools: list[dict[str, Any]] | None) -> tuple[bool, str | None]:
     choice = body.get("tool_choice")
     if choice is None or choice in ("auto", "none", "required"):
         return resolve_tool_choice(choice or "auto", None, tools, "tool_choice")
@@ -167,7 +167,7 @@ def _tool_choice(body: dict[str, Any], tools: list[dict[str, Any]] | None) -> tu
     return resolve_tool_choice("named", name, tools, "tool_choice")
 
 
-def _stop(body: dict[str, Any]) -> list[str] | None:
+def _stop(body: dict[str, object]) -> list[str] | None:
     stop = body.get("stop")
     if stop is None:
         return None
@@ -179,7 +179,7 @@ def _stop(body: dict[str, Any]) -> list[str] | None:
     return stops
 
 
-def _refuse_unsupported(body: dict[str, Any]) -> None:
+def _refuse_unsupported(body: dict[str, object]) -> None:
     for name, why in _UNSUPPORTED.items():
         if body.get(name) not in (None, {}, []):
             raise unsupported(name, why)
@@ -265,7 +265,7 @@ def _structured_outputs(spec: object) -> tuple[str, str]:
     return ("regex" if key == "regex" else "ebnf"), _string(value, f"{param}.{key}")
 
 
-def _constraint(body: dict[str, Any], force_tool: str | None) -> dict[str, str]:
+def _constraint(body: dict[str, object], force_tool: str | None) -> dict[str, str]:
     """The one output constraint of the request as SGLang sampling params (``json_schema``/``regex``/``ebnf``)."""
     found: list[tuple[str, tuple[str, str]]] = []
     if body.get("response_format") is not None:
@@ -296,7 +296,7 @@ def _constraint(body: dict[str, Any], force_tool: str | None) -> dict[str, str]:
     return {kind: source}
 
 
-def _logprobs(body: dict[str, Any]) -> tuple[bool, int]:
+def _logprobs(body: dict[str, object]) -> tuple[bool, int]:
     """(``logprobs``, ``top_logprobs``); alternatives without ``logprobs: true`` are refused."""
     logprobs = boolean(body, "logprobs")
     top = integer(body, "top_logprobs", 0, 20) or 0
@@ -307,7 +307,7 @@ def _logprobs(body: dict[str, Any]) -> tuple[bool, int]:
     return logprobs, top
 
 
-def _stream_options(body: dict[str, Any], stream: bool) -> bool:
+def _stream_options(body: dict[str, object], stream: bool) -> bool:
     """``stream_options.include_usage``; stream options without ``stream`` are refused, as OpenAI does."""
     opts = body.get("stream_options")
     if opts is None:
@@ -325,7 +325,7 @@ def _stream_options(body: dict[str, Any], stream: bool) -> bool:
     return bool(opts.get("include_usage"))
 
 
-def _thinking(body: dict[str, Any]) -> bool | None:
+def _thinking(body: dict[str, object]) -> bool | None:
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise RequestError(
@@ -341,7 +341,7 @@ def _thinking(body: dict[str, Any]) -> bool | None:
     return thinking
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, object]:
+def _sampling(body: dict[str, object]) -> dict[str, object]:
     sampling: dict[str, Any] = {}
     for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
         value = number(body, name, lo, hi)
@@ -364,7 +364,7 @@ def _sampling(body: dict[str, Any]) -> dict[str, object]:
     return sampling
 
 
-def _penalties(body: dict[str, Any]) -> dict[str, float]:
+def _penalties(body: dict[str, object]) -> dict[str, float]:
     """The penalties that change anything, as SGLang sampling params (its ranges)."""
     out: dict[str, float] = {}
     for name in ("frequency_penalty", "presence_penalty"):
@@ -383,7 +383,7 @@ def _penalties(body: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def parse_chat_request(raw: bytes, default_sampling: dict[str, Any] | None = None) -> Conversation:
+def parse_chat_request(raw: bytes, default_sampling: Mapping[str, object] | None = None) -> Conversation:
     """Validate a raw chat-completions body; raises :class:`RequestError` (400) for anything wrong."""
     body = parse_json_object(raw)
     _refuse_unsupported(body)
@@ -634,7 +634,9 @@ class ChatDialect(Dialect):
 
     name = "chat"
 
-    def parse(self, raw: bytes, state: SessionState, default_sampling: dict[str, Any] | None) -> Conversation:
+    def parse(
+        self, raw: bytes, state: SessionState, default_sampling: Mapping[str, object] | None
+    ) -> Conversation:
         return parse_chat_request(raw, default_sampling)
 
     def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, object]:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -183,7 +183,7 @@ def _assistant_message(content: object, where: str) -> dict[str, object]:
     return msg
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, object]]:
+def _messages(body: dict[str, object]) -> list[dict[str, object]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty array", param="messages", code="invalid_type")
@@ -210,7 +210,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, object]]:
     return hoist_system(system_texts, out)
 
 
-def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+def _tools(body: dict[str, object]) -> list[dict[str, Any]] | None:
     tools = tool_list(body.get("tools"))
     if tools is None:
         return None
@@ -235,7 +235,7 @@ def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def _tool_choice(
-    body: dict[str, Any], tools: list[dict[str, Any]] | None, ignored: list[str]
+    body: dict[str, object], tools: list[dict[str, Any]] | None, ignored: list[str]
 ) -> tuple[bool, str | None]:
     choice = body.get("tool_choice")
     if choice is None:
@@ -248,12 +248,13 @@ def _tool_choice(
             param="tool_choice",
             code="invalid_value",
         )
+    assert isinstance(choice, dict)  # a known type implies an object
     if "disable_parallel_tool_use" in choice:
         ignored.append("tool_choice.disable_parallel_tool_use")
     return resolve_tool_choice(mode, choice.get("name"), tools, "tool_choice.name")
 
 
-def _thinking(body: dict[str, Any], ignored: list[str]) -> bool | None:
+def _thinking(body: dict[str, object], ignored: list[str]) -> bool | None:
     thinking = body.get("thinking")
     if thinking is None:
         return None
@@ -264,6 +265,7 @@ def _thinking(body: dict[str, Any], ignored: list[str]) -> bool | None:
             param="thinking.type",
             code="invalid_value",
         )
+    assert isinstance(thinking, dict)  # a known type implies an object
     if thinking.get("budget_tokens") is not None:
         integer(thinking, "budget_tokens", 0, 1 << 24)
         ignored.append("thinking.budget_tokens")
@@ -273,7 +275,7 @@ def _thinking(body: dict[str, Any], ignored: list[str]) -> bool | None:
     return bool(kind != "disabled")
 
 
-def _output_config(body: dict[str, Any], ignored: list[str]) -> None:
+def _output_config(body: dict[str, object], ignored: list[str]) -> None:
     """``output_config``: ``effort`` is recorded as ignored; any other key is refused."""
     config = body.get("output_config")
     if config is None:
@@ -291,7 +293,7 @@ def _output_config(body: dict[str, Any], ignored: list[str]) -> None:
         ignored.append("output_config.effort")
 
 
-def _context_management(body: dict[str, Any], ignored: list[str]) -> None:
+def _context_management(body: dict[str, object], ignored: list[str]) -> None:
     """``context_management.edits``: ``clear_thinking_*`` recorded as ignored, other edits refused."""
     cm = body.get("context_management")
     if cm is None:
@@ -315,7 +317,7 @@ def _context_management(body: dict[str, Any], ignored: list[str]) -> None:
         ignored.append("context_management")
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, object]:
+def _sampling(body: dict[str, object]) -> dict[str, object]:
     sampling: dict[str, Any] = {}
     for name, lo, hi in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
         value = number(body, name, lo, hi)
@@ -337,7 +339,7 @@ def _sampling(body: dict[str, Any]) -> dict[str, object]:
     return sampling
 
 
-def parse_messages_request(raw: bytes, default_sampling: dict[str, Any] | None = None) -> Conversation:
+def parse_messages_request(raw: bytes, default_sampling: Mapping[str, object] | None = None) -> Conversation:
     """Validate a raw Messages body into the shared conversation; :class:`RequestError` for anything wrong."""
     body = parse_json_object(raw)
     refuse_unknown(body, _HANDLED | _IGNORED, "Anthropic Messages")
@@ -548,7 +550,9 @@ class MessagesDialect(Dialect):
             return url_or_bearer_token(request)
         return request.headers.get("x-api-key") or url_or_bearer_token(request)
 
-    def parse(self, raw: bytes, state: SessionState, default_sampling: dict[str, Any] | None) -> Conversation:
+    def parse(
+        self, raw: bytes, state: SessionState, default_sampling: Mapping[str, object] | None
+    ) -> Conversation:
         return parse_messages_request(raw, default_sampling)
 
     def respond(self, conv: Conversation, reply: ReplyData, parsed: ParsedAssistant) -> dict[str, object]:

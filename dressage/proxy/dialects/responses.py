@@ -48,7 +48,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -182,7 +182,7 @@ def _add_item(items: _Items, item: object, where: str) -> None:
         raise unsupported(where, f"input item type {kind!r} is not supported")
 
 
-def _input_messages(body: dict[str, Any]) -> list[dict[str, object]]:
+def _input_messages(body: dict[str, object]) -> list[dict[str, object]]:
     value = body.get("input")
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
@@ -196,7 +196,7 @@ def _input_messages(body: dict[str, Any]) -> list[dict[str, object]]:
     return items.messages
 
 
-def _tools(body: dict[str, Any], info: dict[str, Any]) -> list[dict[str, Any]] | None:
+def _tools(body: dict[str, object], info: dict[str, Any]) -> list[dict[str, Any]] | None:
     tools = tool_list(body.get("tools"))
     if tools is None:
         return None
@@ -234,7 +234,7 @@ def _tools(body: dict[str, Any], info: dict[str, Any]) -> list[dict[str, Any]] |
     return out or None
 
 
-def _tool_choice(body: dict[str, Any], tools: list[dict[str, Any]] | None) -> tuple[bool, str | None]:
+def _tool_choice(body: dict[str, object], tools: list[dict[str, Any]] | None) -> tuple[bool, str | None]:
     choice = body.get("tool_choice")
     if choice is None or choice in ("auto", "none", "required"):
         return resolve_tool_choice(choice or "auto", None, tools, "tool_choice")
@@ -247,7 +247,7 @@ def _tool_choice(body: dict[str, Any], tools: list[dict[str, Any]] | None) -> tu
     )
 
 
-def _thinking(body: dict[str, Any]) -> bool | None:
+def _thinking(body: dict[str, object]) -> bool | None:
     reasoning = body.get("reasoning")
     if reasoning is None:
         return None
@@ -263,7 +263,7 @@ def _thinking(body: dict[str, Any]) -> bool | None:
     return effort not in ("none", "minimal")
 
 
-def _check_text_and_include(body: dict[str, Any], ignored: list[str]) -> set[str]:
+def _check_text_and_include(body: dict[str, object], ignored: list[str]) -> set[str]:
     text = body.get("text")
     if text is not None:
         fmt = text.get("format") if isinstance(text, dict) else None
@@ -280,7 +280,7 @@ def _check_text_and_include(body: dict[str, Any], ignored: list[str]) -> set[str
     return set(include)
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, object]:
+def _sampling(body: dict[str, object]) -> dict[str, object]:
     sampling: dict[str, Any] = {}
     for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
         value = number(body, name, lo, hi)
@@ -289,7 +289,7 @@ def _sampling(body: dict[str, Any]) -> dict[str, object]:
     return sampling
 
 
-def _store(body: dict[str, Any]) -> bool:
+def _store(body: dict[str, object]) -> bool:
     return True if body.get("store") is None else boolean(body, "store")
 
 
@@ -298,7 +298,9 @@ class ResponsesDialect(Dialect):
 
     name = "responses"
 
-    def parse(self, raw: bytes, state: SessionState, default_sampling: dict[str, Any] | None) -> Conversation:
+    def parse(
+        self, raw: bytes, state: SessionState, default_sampling: Mapping[str, object] | None
+    ) -> Conversation:
         body = parse_json_object(raw)
         refuse_unknown(body, _HANDLED | _IGNORED, "OpenAI Responses")
         ignored = sorted(k for k in body if k in _IGNORED)
@@ -461,7 +463,7 @@ def response_object(
     status = (
         "in_progress" if reply is None else ("incomplete" if reply.stop_reason == "length" else "completed")
     )
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "id": response_id(rid),
         "object": "response",
         "created_at": created,
