@@ -1,6 +1,6 @@
 """Replay of a resumed session: requests that match recorded turns are answered from the log.
 
-A session that a new attempt took over (see :mod:`dressage.store.resume`) holds the turns the dead
+A session that a new attempt took over (see :mod:`dressage.store.sessions`) holds the turns the dead
 attempt recorded. The new attempt's agent starts again in a fresh sandbox and sends, one by one,
 the requests the first agent sent; each one that matches a recorded turn (its *replay target*) is
 answered with that turn's recorded reply (token ids, logprobs, stop reason, tool calls parsed as

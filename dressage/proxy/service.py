@@ -166,7 +166,7 @@ class ProxyService:
         """Take over a running session for ``attempt`` with a fresh token (the old one stops working).
 
         The session keeps its turns; the new attempt's requests that match them are answered from
-        the log (see :mod:`dressage.proxy.replay` and :mod:`dressage.store.resume`).
+        the log (see :mod:`dressage.proxy.replay` and :mod:`dressage.store.sessions`).
         """
         token = TOKEN_PREFIX + pysecrets.token_urlsafe(24)
         session = await asyncio.to_thread(self.store.sessions.get, session_id)

@@ -30,7 +30,7 @@ def test_finalize_takes_info_and_its_deprecated_alias_metadata(proxy: Harness) -
         sid = _open(base, run)
         got = _post(base, f"/admin/sessions/{sid}/finalize", {"status": "finished", field: {"k": field}})
         assert got.status_code == 200 and got.json()["status"] == "finished"
-        assert proxy.store.get_session(sid).info["k"] == field
+        assert proxy.store.sessions.get(sid).info["k"] == field
     sid = _open(base, run)
     both = _post(base, f"/admin/sessions/{sid}/finalize", {"status": "finished", "info": {}, "metadata": {}})
     assert both.status_code == 400 and both.json()["error"]["param"] == "metadata"
@@ -53,4 +53,4 @@ def test_take_over_and_its_former_name_resume(proxy: Harness) -> None:
     assert first.status_code == 200 and first.json()["session_id"] == sid
     second = _post(base, f"/admin/sessions/{sid}/resume", {"attempt": 3})
     assert second.status_code == 200 and second.json()["token"] != first.json()["token"]
-    assert proxy.store.get_session(sid).attempt == 3
+    assert proxy.store.sessions.get(sid).attempt == 3
