@@ -14,11 +14,11 @@ what a restarted proxy needs to rebuild the segment index (TITO segment id, kept
 the delta starts in ``context_ids``, tools key, header length, the conversation key of a
 ``create``, the number of forced ids, ``aborted`` for a turn the client abandoned).
 
-Log lineages: a ``branch`` keeps its parent's ``lineage_index``; a ``create`` joins the lineage of
-the same *conversation* (same system prompt and same first message after it: a new user turn
-after thinking, a tools change, a compaction that keeps the task) and otherwise opens a new one:
-a subagent that shares only the system prompt (and tools) with the main agent gets its own
-lineage, so it can never become the trajectory's anchor.
+Threads (the log's ``thread_index``, an agent context): a ``branch`` keeps its parent's thread;
+a ``create`` joins the thread of the same *conversation* (same system prompt and same first
+message after it: a new user turn after thinking, a tools change, a compaction that keeps the
+task) and otherwise opens a new one: a subagent that shares only the system prompt (and tools)
+with the main agent gets its own thread, so it can never become the trajectory's anchor.
 
 Forced tool calls (``tool_choice`` required / named): the profile's forced opening (Qwen3.5:
 ``<tool_call>\n<function=NAME>\n``) is appended to the prompt and the engine continues from it.
@@ -34,13 +34,13 @@ inside the call, a malformed call, a stop token before ``</tool_call>``) the rep
 Several choices (chat ``n > 1``): one plan, one engine request per choice (rid ``<rid>-c<i>``;
 with a seed, choice ``i`` samples with ``seed + i``), generated concurrently. Choice 0 is recorded
 on the plan's route; every other choice is re-planned after it and so lands as a ``branch`` that
-forks at choice 0's prompt: its own segment, the same prompt ids, the same log lineage, trainable
+forks at choice 0's prompt: its own segment, the same prompt ids, the same thread, trainable
 like any segment. Each turn records ``info["choice"] = {"index", "n", "first"}`` (``first``: the
 turn index of choice 0), which is how a retry, even after a restart, gets all n replies back.
 
 A resumed session (:mod:`dressage.proxy.replay`): its first live turn records ``info["replay"]``
 (outcome and counters) and, when the replay diverged, opens its segment under boundary reason
-``replay_diverged`` (which, like ``new_conversation``, lets a new lineage take the root thread over).
+``replay_diverged`` (which, like ``new_conversation``, lets a new thread take the root thread over).
 
 Top logprobs (``top_logprobs``) are recorded in ``info["top_logprobs"]`` (per generated token a
 list of ``[token_id, logprob]``), so a retried request's reply carries them too.
@@ -248,7 +248,7 @@ async def record_overflow(
 
 @dataclass
 class _Placement:
-    """Where a turn lands in the log: route, segment, lineage and the ids it adds as context.
+    """Where a turn lands in the log: route, segment, thread and the ids it adds as context.
 
     Computed without touching the session (:func:`_place`, :func:`_place_abandoned`);
     :func:`_commit` applies it once the turn is durable.
@@ -270,21 +270,21 @@ class _Placement:
     new_segment_key: str | None = None
     """The TITO segment id the new segment is known by in the session (None: append or abandoned)."""
     context_key: str | None = None
-    """A ``create``'s conversation key, joined to its log lineage on commit."""
-    bumps_lineage: bool = False
+    """A ``create``'s conversation key, joined to its thread on commit."""
+    bumps_thread: bool = False
     new_segment: bool = True
 
 
-def _new_lineage_index(state: SessionState, job: TurnJob, route: str, parent_segment: str | None) -> int:
-    """Log lineage of a new segment: a branch keeps its parent's; a create joins its conversation's."""
+def _new_thread_index(state: SessionState, job: TurnJob, route: str, parent_segment: str | None) -> int:
+    """Thread of a new segment: a branch keeps its parent's; a create joins its conversation's."""
     if route == "branch":
         parent = state.segments.get(parent_segment or "")
-        return parent.lineage_index if parent is not None else 0
-    return state.lineage_by_context.get(context_key(job.conv.messages), state.next_lineage)
+        return parent.thread_index if parent is not None else 0
+    return state.thread_by_context.get(context_key(job.conv.messages), state.next_thread)
 
 
 def _place(state: SessionState, job: TurnJob, turn_id: str) -> _Placement:
-    """Resolve the plan against the index and derive segment/lineage fields (changes nothing)."""
+    """Resolve the plan against the index and derive segment/thread fields (changes nothing)."""
     plan = job.plan
     rec, delta_text = state.index.resolve(plan, turn_id, [*job.forced_ids, *job.generation.ids])
     tito: dict[str, object] = {
@@ -302,11 +302,11 @@ def _place(state: SessionState, job: TurnJob, turn_id: str) -> _Placement:
         context = [*plan.delta_ids, *job.forced_ids]
         new_segment_key = None
     else:
-        lineage = _new_lineage_index(state, job, rec.route, plan.parent_segment_id)
+        thread = _new_thread_index(state, job, rec.route, plan.parent_segment_id)
         if rec.route == "create":
             key = context_key(job.conv.messages)
             tito["context_key"] = key
-        seg = SegmentState(state.next_segment, lineage, 0)
+        seg = SegmentState(state.next_segment, thread, 0)
         new_segment_key = rec.segment_id
         context = list(job.prompt_ids)
         tito["delta_start"] = len(context) - len(job.forced_ids) - len(rec.delta_ids)
@@ -325,7 +325,7 @@ def _place(state: SessionState, job: TurnJob, turn_id: str) -> _Placement:
         delta_text=delta_text,
         new_segment_key=new_segment_key,
         context_key=key,
-        bumps_lineage=rec.route != "append",
+        bumps_thread=rec.route != "append",
         new_segment=rec.route != "append",
     )
 
@@ -340,8 +340,8 @@ def _place_abandoned(state: SessionState, job: TurnJob) -> _Placement:
     """
     plan = job.plan
     route = "create" if plan.route == "create" else "branch"
-    lineage = _new_lineage_index(state, job, route, plan.parent_segment_id)
-    seg = SegmentState(state.next_segment, lineage, 0)
+    thread = _new_thread_index(state, job, route, plan.parent_segment_id)
+    seg = SegmentState(state.next_segment, thread, 0)
     parent = plan.parent_turn_id if route == "branch" else None
     tito: dict[str, object] = {"aborted": True}
     if job.forced_ids:
@@ -352,7 +352,7 @@ def _place_abandoned(state: SessionState, job: TurnJob) -> _Placement:
 
 
 def _commit(state: SessionState, f: _Placement, turn_index: int, ends_replay: bool) -> None:
-    """Apply a durable turn's placement to the session (index, segments, lineages, counters)."""
+    """Apply a durable turn's placement to the session (index, segments, threads, counters)."""
     if f.indexed is not None:
         state.index.apply(f.indexed, delta_text=f.delta_text)
     if f.new_segment:
@@ -360,9 +360,9 @@ def _commit(state: SessionState, f: _Placement, turn_index: int, ends_replay: bo
         if f.new_segment_key is not None:
             state.segments[f.new_segment_key] = f.segment
     if f.context_key is not None:
-        state.lineage_by_context.setdefault(f.context_key, f.segment.lineage_index)
-    if f.bumps_lineage:
-        state.next_lineage = max(state.next_lineage, f.segment.lineage_index + 1)
+        state.thread_by_context.setdefault(f.context_key, f.segment.thread_index)
+    if f.bumps_thread:
+        state.next_thread = max(state.next_thread, f.segment.thread_index + 1)
     f.segment.length = f.end
     state.next_turn = turn_index + 1
     if ends_replay and state.replay is not None:
@@ -474,7 +474,7 @@ def _store_record(
         generated_ids=gen.ids,
         logprobs=gen.logprobs,
         policy_versions=gen.versions,
-        thread_index=f.segment.lineage_index,
+        thread_index=f.segment.thread_index,
         parent_turn_id=f.parent_turn_id,
         route=f.route,
         segment_index=f.segment.index,

@@ -2,7 +2,7 @@
 
 A :class:`SessionState` holds what routing a request needs: the session's TITO
 :class:`~dressage.tito.SegmentIndex`, the mapping from TITO segment ids to the log's segments and
-lineages, the next turn index, and the replies of recorded turns for retry dedupe. All of it is
+threads, the next turn index, and the replies of recorded turns for retry dedupe. All of it is
 derivable from the session's recorded turns (each turn's ``info["tito"]`` keeps what the index
 needs), so :class:`SessionRegistry` rebuilds a state from the log whenever a token is not cached:
 after a proxy restart the agent's retried request continues the same session. Several proxies can
@@ -10,10 +10,10 @@ serve one session from one log: each request first checks the session's status a
 count (:meth:`~dressage.store.EventStore.sessions.head`), and a cache that is behind the log (another
 proxy recorded a turn) is rebuilt before the request is planned.
 
-Segments and lineages: a segment is one token-contiguous chain (the TITO index's unit, keyed by
-its segment id; the log's ``segment_index``). The log's ``lineage_index`` names an agent context: ``0`` for the session's first one (the
-root, whose last segment is the anchor). A ``branch`` keeps its parent's lineage; a ``create``
-joins the lineage of the same conversation (:func:`context_key`: same system prompt and same first
+Segments and threads: a segment is one token-contiguous chain (the TITO index's unit, keyed by
+its segment id; the log's ``segment_index``). The log's ``thread_index`` names an agent context:
+``0`` for the session's first one (the root, whose last segment is the anchor). A ``branch``
+keeps its parent's thread; a ``create`` joins the thread of the same conversation (:func:`context_key`: same system prompt and same first
 message after it) and otherwise opens a new one (a subagent, even one with the main agent's system
 prompt and tools).
 """
@@ -53,7 +53,7 @@ def _text(content: object) -> str:
 def context_key(messages: list[dict[str, Any]]) -> str:
     """Short hash of a conversation's identity: the system prompt and the first message after it.
 
-    Requests with the same key belong to one agent context (log lineage) even when their tokens
+    Requests with the same key belong to one agent context (thread) even when their tokens
     do not extend each other (a new user turn after thinking, a changed tools list, a compaction
     that keeps the task); a request that shares only the system prompt does not (a subagent).
     """
@@ -67,10 +67,10 @@ def context_key(messages: list[dict[str, Any]]) -> str:
 
 @dataclass
 class SegmentState:
-    """One log segment (= one TITO lineage): its index, log lineage and token count so far."""
+    """One log segment (= one TITO segment): its index, thread and token count so far."""
 
     index: int
-    lineage_index: int
+    thread_index: int
     length: int
 
 
@@ -98,8 +98,8 @@ class SessionState:
     run_name: str
     index: SegmentIndex
     segments: dict[str, SegmentState] = field(default_factory=dict)
-    lineage_by_context: dict[str, int] = field(default_factory=dict)
-    next_lineage: int = 0
+    thread_by_context: dict[str, int] = field(default_factory=dict)
+    next_thread: int = 0
     next_turn: int = 0
     next_segment: int = 0
     finished: bool = False
@@ -213,8 +213,8 @@ class SessionState:
             )
             key = tito.get("context_key") or tito.get("system_key")  # system_key: older records
             if turn.route == "create" and key is not None:
-                self.lineage_by_context.setdefault(key, turn.thread_index)
-            self.next_lineage = max(self.next_lineage, turn.thread_index + 1)
+                self.thread_by_context.setdefault(key, turn.thread_index)
+            self.next_thread = max(self.next_thread, turn.thread_index + 1)
         reply = ReplyData(
             turn_index=turn.turn_index,
             turn_id=turn.id,

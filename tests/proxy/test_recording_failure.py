@@ -25,9 +25,9 @@ def _snapshot(state: SessionState) -> dict[str, Any]:
     return {
         "next_turn": state.next_turn,
         "next_segment": state.next_segment,
-        "next_lineage": state.next_lineage,
-        "lineage_by_context": dict(state.lineage_by_context),
-        "segments": {k: (v.index, v.lineage_index, v.length) for k, v in state.segments.items()},
+        "next_thread": state.next_thread,
+        "thread_by_context": dict(state.thread_by_context),
+        "segments": {k: (v.index, v.thread_index, v.length) for k, v in state.segments.items()},
         "index": {
             k: (list(v.ids), v.text, list(v.turn_ids), len(v.anchors))
             for k, v in state.index.segments.items()

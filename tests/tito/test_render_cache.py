@@ -170,7 +170,7 @@ class UncachedQwen35(Qwen35Profile):
         return FullRenderer(self)
 
 
-def test_lineage_index_plans_equal_with_and_without_the_cache(qwen_tok: Tokenizer) -> None:
+def test_segment_index_plans_equal_with_and_without_the_cache(qwen_tok: Tokenizer) -> None:
     cached = SegmentIndex(Qwen35Profile(tokenizer=qwen_tok))
     uncached = SegmentIndex(UncachedQwen35(tokenizer=qwen_tok))
     msgs = _loop(6)
@@ -195,7 +195,7 @@ def test_lineage_index_plans_equal_with_and_without_the_cache(qwen_tok: Tokenize
 def test_prompt_ids_view() -> None:
     prefix = [1, 2, 3, 4]
     view = PromptIds(prefix, 3, (7, 8))
-    prefix.append(5)  # lineages grow; the view keeps its length
+    prefix.append(5)  # segments grow; the view keeps its length
     assert len(view) == 5 and list(view) == view.tolist() == [1, 2, 3, 7, 8]
     assert [*view, 9] == [1, 2, 3, 7, 8, 9]
     assert (view[0], view[3], view[-1], view[1:4]) == (1, 7, 8, [2, 3, 7])
