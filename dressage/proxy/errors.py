@@ -18,6 +18,7 @@ EngineError                            502     api_error                   engin
 UnknownRunError, UnknownSessionError   404     invalid_request_error       not_found
 InvalidRecordError                     400     invalid_request_error       invalid_record
 IdempotencyConflictError               409     invalid_request_error       conflict
+LeaseError                             409     invalid_request_error       lease_lost
 StoreError (an outage)                 503     api_error                   store_unavailable
 OverloadedError                        503     api_error                   overloaded
 anything else                          500     api_error                   internal_error
@@ -46,6 +47,7 @@ from dressage.errors import (
     EngineHTTPError,
     IdempotencyConflictError,
     InvalidRecordError,
+    LeaseError,
     RequestError,
     StoreError,
     TemplateError,
@@ -118,6 +120,8 @@ def classify(exc: BaseException) -> tuple[int, str, str | None, str | None]:
         return 409, "invalid_request_error", None, "conflict"
     if isinstance(exc, OverloadedError):
         return 503, "api_error", None, "overloaded"
+    if isinstance(exc, LeaseError):
+        return 409, "invalid_request_error", None, "lease_lost"
     if isinstance(exc, StoreError):
         return 503, "api_error", None, "store_unavailable"
     return 500, "api_error", None, "internal_error"

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from dressage.errors import ConfigError, DressageError
+from dressage.errors import ConfigError, DressageError, LeaseError
 from dressage.paddock import serve_unix_socket_router
 from dressage.proxy.contract import FinalizedSession, Info, Proxy, SessionHandle
 from dressage.store import EventStore, Run
@@ -186,9 +186,12 @@ class ProxyRing:
             raise DressageError(f"no proxy of {self.ring.urls} answered {path}: {e!r}") from e
         if resp.status_code >= 400:
             try:
-                message = resp.json()["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = resp.text[:500]
+                error = resp.json()["error"]
+                message, code = str(error["message"]), error.get("code")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                message, code = resp.text[:500], None
+            if code == "lease_lost":  # another attempt took the session over (as in-process)
+                raise LeaseError(message)
             raise DressageError(f"proxy admin {path} answered {resp.status_code}: {message}")
         out: dict[str, Any] = resp.json()
         return out

@@ -8,7 +8,10 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
+from dressage.errors import LeaseError
+from dressage.rollout.proxy_ring import ProxyRing
 from tests.proxy.conftest import ADMIN, Harness
 
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -54,3 +57,17 @@ def test_take_over_and_its_former_name_resume(proxy: Harness) -> None:
     second = _post(base, f"/admin/sessions/{sid}/resume", {"attempt": 3})
     assert second.status_code == 200 and second.json()["token"] != first.json()["token"]
     assert proxy.store.sessions.get(sid).attempt == 3
+
+
+def test_the_ring_refuses_finalizing_a_taken_over_attempt_as_in_process(proxy: Harness) -> None:
+    """A stale attempt's finalize through the ring raises LeaseError (the episode's signal), not a
+    generic error, and leaves the session open for the attempt that took it over."""
+    base = proxy.server.base_url
+    sid = _open(base, proxy.run())
+    assert _post(base, f"/admin/sessions/{sid}/take_over", {"attempt": 2}).status_code == 200
+    ring = ProxyRing([base], ADMIN, proxy.store)
+    with pytest.raises(LeaseError, match="attempt"):
+        proxy.loop.call(ring.finalize_session(sid, "finished", reward=1.0, attempt=1))
+    assert proxy.store.sessions.get(sid).status == "running"
+    done = proxy.loop.call(ring.finalize_session(sid, "finished", reward=1.0, attempt=2))
+    assert done.status == "finished" and done.reward == 1.0
