@@ -8,19 +8,31 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
 import numpy as np
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from dressage.store.records import Turn
 
-__all__ = ["cell", "console", "escape", "legend", "print_error", "table", "timestamp", "token_stream"]
+__all__ = [
+    "cell",
+    "console",
+    "escape",
+    "legend",
+    "print_error",
+    "progress_bar",
+    "table",
+    "timestamp",
+    "token_stream",
+]
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -127,3 +139,23 @@ def legend() -> Text:
         "  ",
         ("not trained (loss_mask 0)", "italic"),
     )
+
+
+@contextmanager
+def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A transient progress bar on stderr; yields ``advance(done, total)`` for the worker to call."""
+    bar = Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console(stderr=True),
+        transient=True,
+    )
+    task = bar.add_task(label, total=None)
+
+    def advance(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield advance

@@ -26,9 +26,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from dressage.cli import render
 from dressage.config import Settings, load_settings
 from dressage.errors import DressageError, StoreError, VerificationError
+from dressage.exports.export import export_run
+from dressage.exports.verify import verify_export
 from dressage.store import EventStore
 from dressage.store import db as dbm
-from dressage.store.export import export_run, verify_export
 from dressage.store.read_only_sql import first_line, run_read_only
 from dressage.store.records import SESSION_STATUSES, Turn
 
@@ -329,16 +330,33 @@ def sql(
 # --- export / drop --------------------------------------------------------------------------------
 
 
+EXPORT_FORMATS = ("parquet",)
+
+
 @handle_errors
 def export(
     run: Annotated[str, typer.Argument(help="Name of the run to export.")],
     to: Annotated[Path, typer.Option("--to", help="Directory to create (must be absent or empty).")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="parquet: turns, sessions, samples (+ the archive files).")
+    ] = "parquet",
+    where: Annotated[
+        str | None,
+        typer.Option(
+            "--where",
+            help="SQL predicate over the trajectories view, e.g. \"reward >= 1 AND kind = 'train'\" "
+            "(dataset files only; such an export cannot be imported).",
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Export a run as a self-contained archive directory with a hashed manifest."""
+    """Export a run as Parquet files with a hashed manifest (docs/export.md)."""
+    if fmt not in EXPORT_FORMATS:
+        raise StoreError(f"--format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
     store = _open(database_url)
     try:
-        manifest = export_run(store, run, to)
+        with render.progress_bar("exporting sessions") as advance:
+            manifest = export_run(store, run, to, where=where, progress=advance)
     finally:
         store.close()
     counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items())

@@ -1,19 +1,20 @@
-"""``export`` writes a self-contained archive whose hashes verify and whose arrays are exact."""
+"""``export`` writes a self-contained Parquet archive whose hashes verify and whose arrays are exact."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from dressage.cli import app
 from dressage.cli.store_commands import EXIT_MISMATCH
+from dressage.exports.arrow import cube_from_column
+from dressage.exports.verify import ExportVerificationError, verify_export
 from dressage.store import EventStore
 from dressage.store.db import head_revision
-from dressage.store.export import ExportVerificationError, load_export_turns, verify_export
 from tests.cli.conftest import Populated
 from tests.cli.helpers import invoke
 
@@ -32,17 +33,22 @@ def test_export_verifies_and_round_trips(
     assert (counts["sessions"], counts["turns"], counts["tokens"], counts["trained_tokens"]) == (4, 6, 22, 8)
     assert (counts["policy_versions"], counts["artifacts"]) == (2, 1)
     assert counts["events"] == manifest["last_position"] == store.events.last_position(populated.run)
-    assert (out / "tasks.jsonl").exists() and (out / "train_steps.jsonl").exists()
+    assert (out / "tasks.parquet").exists() and (out / "train_steps.parquet").exists()
 
-    events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
+    events = pq.read_table(out / "events.parquet").to_pylist()
     assert [e["position"] for e in events] == list(range(1, len(events) + 1))
-    sha = next(iter(json.loads(x) for x in (out / "artifacts.jsonl").read_text().splitlines()))["sha256"]
+    sha = pq.read_table(out / "artifacts.parquet").to_pylist()[0]["sha256"]
     assert (out / "artifacts" / sha).read_bytes() == populated.artifact
 
-    exported = {(t["session_id"], t["turn_index"]): t for t in load_export_turns(out)}
+    exported = {
+        (t["session_id"], t["turn_index"]): t for t in pq.read_table(out / "turns.parquet").to_pylist()
+    }
     assert len(exported) == len(populated.turns)
     for rec in populated.turns:
         got = exported[(rec.session_id, rec.turn_index)]
+        got["routed_experts"] = cube_from_column(
+            got["routed_experts"], got["routed_experts_shape"], got["routed_experts_dtype"]
+        )
         np.testing.assert_array_equal(got["context_ids"], np.asarray(rec.context_ids, dtype=np.int32))
         np.testing.assert_array_equal(got["generated_ids"], np.asarray(rec.generated_ids, dtype=np.int32))
         np.testing.assert_array_equal(got["logprobs"], np.asarray(rec.logprobs, dtype=np.float32))
@@ -57,12 +63,12 @@ def test_export_verifies_and_round_trips(
             np.testing.assert_array_equal(got["routed_experts"], rec.routed_experts)
 
     assert cli.invoke(app, ["verify-export", str(out)]).exit_code == 0
-    with (out / "turns.jsonl").open("a") as f:
-        f.write("\n")
-    with pytest.raises(ExportVerificationError, match=r"altered turns\.jsonl"):
+    with (out / "turns.parquet").open("ab") as f:
+        f.write(b"\n")
+    with pytest.raises(ExportVerificationError, match=r"altered turns\.parquet"):
         verify_export(out)
     bad = cli.invoke(app, ["verify-export", str(out)])
-    assert bad.exit_code == EXIT_MISMATCH and "altered turns.jsonl" in bad.stderr
+    assert bad.exit_code == EXIT_MISMATCH and "altered turns.parquet" in bad.stderr
 
     again = invoke(cli, db_url, "export", populated.run, "--to", str(out))
     assert again.exit_code == 1 and "not empty" in again.stderr

@@ -1,0 +1,281 @@
+"""``dressage-worker export RUN --to DIR``: a run as Parquet files plus a hashed manifest.
+
+Layout of an export directory (schemas in :mod:`dressage.exports.tables`, ``docs/export.md``)::
+
+    manifest.json             format, run, config, counts, where, sha256 + size of every file
+    turns.parquet  sessions.parquet  samples.parquet                  (the dataset)
+    events.parquet  tasks.parquet  policy_versions.parquet  train_steps.parquet
+    consumer_checkpoints.parquet  artifacts.parquet  artifacts/<sha256>  (a whole run only)
+
+Sessions are read in batches of ``batch_sessions``; each batch becomes one row group of each
+dataset file, so memory is bounded by a batch, not by the run. The manifest is written last: a
+directory without one is an interrupted export. Export a run that no worker is writing to (its
+sessions finalized): the files are read in several transactions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dressage.errors import StoreError, TrainingError
+from dressage.exports import tables as tb
+from dressage.exports.arrow import cube_column, list_column
+from dressage.exports.rows import as_turn, session_rows, table_rows, turn_rows
+from dressage.exports.where import select_sessions
+from dressage.store import schema as t
+from dressage.store.db import current_revision
+from dressage.store.event_store import EventStore
+from dressage.store.records import Run
+from dressage.training.materialize import Trajectory, materialize_trajectory
+from dressage.training.samples import TrainSample
+from dressage.training.steps import rollout_id_of
+
+MANIFEST = "manifest.json"
+BATCH_SESSIONS = 64
+"""Sessions per row group: a batch's turns are in memory at once, nothing more."""
+
+Progress = Callable[[int, int], None]
+"""Called with (sessions written, sessions to write) after each batch."""
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _writer(stack: ExitStack, out: Path, name: str, schema: pa.Schema) -> pq.ParquetWriter:
+    return stack.enter_context(pq.ParquetWriter(out / f"{name}.parquet", schema, compression="zstd"))
+
+
+def export_run(
+    store: EventStore,
+    run: str,
+    out_dir: Path | str,
+    *,
+    where: str | None = None,
+    batch_sessions: int = BATCH_SESSIONS,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Write run ``run`` to ``out_dir`` (absent or empty) and return the manifest.
+
+    With ``where`` (a SQL predicate over the ``trajectories`` view) only the matching sessions go
+    into the dataset files and the archive files are left out: such an export cannot be imported.
+    """
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise StoreError(f"export directory {out} exists and is not empty; choose a new directory")
+    r = store.runs.get(run)
+    sessions = session_rows(store, r)
+    if where is not None:
+        keep = select_sessions(store.db, r.name, where)
+        sessions = [s for s in sessions if s["session_id"] in keep]
+    out.mkdir(parents=True, exist_ok=True)
+    counts = _write_dataset(store, r, sessions, out, batch_sessions, progress)
+    if where is None:
+        counts |= _write_archive(store, r, out)
+    files = {
+        p.relative_to(out).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        for p in sorted(out.rglob("*"))
+        if p.is_file()
+    }
+    manifest = {
+        "format": tb.FORMAT,
+        "format_version": tb.FORMAT_VERSION,
+        "schema_version": tb.SCHEMA_VERSION,
+        "run": r.name,
+        "config": r.config,
+        "config_hash": r.config_hash,
+        "run_created_at": r.created_at,
+        "complete": where is None,
+        "where": where,
+        "exported_at": time.time(),
+        "backend": store.db.dialect,
+        "schema_revision": current_revision(store.db.engine),
+        "last_position": store.db.last_position(r.id),
+        "counts": counts,
+        "files": files,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    return manifest
+
+
+def _n_samples_per_prompt(sessions: list[dict[str, Any]]) -> int:
+    """Samples per task, as the trainer numbers rollouts (``group * n + sample``)."""
+    return max((s["sample_index"] + 1 for s in sessions if s["sample_index"] is not None), default=1)
+
+
+def _write_dataset(
+    store: EventStore,
+    run: Run,
+    sessions: list[dict[str, Any]],
+    out: Path,
+    batch_sessions: int,
+    progress: Progress | None,
+) -> dict[str, int]:
+    counts = {"sessions": 0, "turns": 0, "samples": 0, "tokens": 0, "trained_tokens": 0}
+    n_per_prompt = _n_samples_per_prompt(sessions)
+    with ExitStack() as stack:
+        writers = {name: _writer(stack, out, name, schema) for name, schema in tb.DATASET_FILES.items()}
+        for start in range(0, max(len(sessions), 1), batch_sessions):
+            batch = sessions[start : start + batch_sessions]
+            rows = turn_rows(store, run, [s["session_id"] for s in batch])
+            by_session: dict[str, list[dict[str, Any]]] = {s["session_id"]: [] for s in batch}
+            for row in rows:
+                by_session[row["session_id"]].append(row)
+            samples = [x for s in batch for x in _samples(s, by_session[s["session_id"]], n_per_prompt)]
+            writers["turns"].write_table(_turns_table(rows, {s["session_id"]: s for s in batch}))
+            writers["sessions"].write_table(_sessions_table(batch, by_session))
+            writers["samples"].write_table(_samples_table(samples))
+            counts["sessions"] += len(batch)
+            counts["turns"] += len(rows)
+            counts["samples"] += len(samples)
+            counts["tokens"] += sum(int(x["n_context"] + x["n_generated"]) for x in rows)
+            counts["trained_tokens"] += sum(int(x["n_trained"]) for x in rows)
+            if progress is not None:
+                progress(counts["sessions"], len(sessions))
+    return counts
+
+
+def _samples(session: dict[str, Any], rows: list[dict[str, Any]], n_per_prompt: int) -> list[TrainSample]:
+    """The session's training samples, as the trainer materializes a finished train session."""
+    if session["kind"] != "train" or session["status"] != "finished" or session["reward"] is None:
+        return []
+    rid = rollout_id_of(session["group_index"], session["sample_index"], n_per_prompt)
+    traj = Trajectory(
+        session["session_id"], float(session["reward"]), "completed", rid, session["group_index"], rid
+    )
+    try:
+        return materialize_trajectory([as_turn(x) for x in rows], traj)
+    except TrainingError:
+        return []  # the trainer drops such a group too ("invalid"); its turns are still exported
+
+
+def _turns_table(rows: list[dict[str, Any]], sessions: dict[str, dict[str, Any]]) -> pa.Table:
+    def col(name: str) -> list[Any]:
+        return [x[name] for x in rows]
+
+    def task(name: str) -> list[Any]:
+        return [sessions[x["session_id"]][name] for x in rows]
+
+    experts = [x["routed_experts"] for x in rows]
+    data: dict[str, Any] = {
+        "session_id": col("session_id"),
+        "turn_id": col("id"),
+        **{c: col(c) for c in ("turn_index", "thread_index", "parent_turn_id", "route")},
+        **{c: col(c) for c in ("segment_index", "segment_offset", "boundary_reason")},
+        **{c: task(c) for c in ("kind", "task_index", "group_index", "sample_index")},
+        "context_ids": list_column(col("context_ids"), pa.int32()),
+        "generated_ids": list_column(col("generated_ids"), pa.int32()),
+        "logprobs": list_column(col("logprobs"), pa.float32()),
+        "loss_mask": list_column(col("loss_mask"), pa.bool_()),
+        "policy_versions": list_column(col("policy_versions"), pa.int32()),
+        "routed_experts": cube_column(experts),
+        "routed_experts_shape": [None if e is None else list(e.shape) for e in experts],
+        "routed_experts_dtype": [None if e is None else e.dtype.name for e in experts],
+        **{c: col(c) for c in ("n_context", "n_generated", "n_trained", "finish_reason")},
+        "sampling_params": [tb.canonical(x or {}) for x in col("sampling_params")],
+        **{c: col(c) for c in ("request_fingerprint", "content_hash", "latency_ms")},
+        "info": [tb.canonical(x or {}) for x in col("info")],
+        "position": col("position"),
+        "created_at": col("created_at"),
+    }
+    return pa.Table.from_pydict(data, schema=tb.TURNS)
+
+
+def _sessions_table(batch: list[dict[str, Any]], by_session: dict[str, list[dict[str, Any]]]) -> pa.Table:
+    rows = []
+    for s in batch:
+        turns = by_session[s["session_id"]]
+        rows.append(
+            s
+            | {
+                "info": tb.canonical(s["info"] or {}),
+                "n_turns": len(turns),
+                "n_segments": len({x["segment_index"] for x in turns}),
+                "n_tokens": sum(int(x["n_context"] + x["n_generated"]) for x in turns),
+                "n_trained_tokens": sum(int(x["n_trained"]) for x in turns),
+            }
+        )
+    return tb.table_of(tb.SESSIONS, rows)
+
+
+def _samples_table(samples: list[TrainSample]) -> pa.Table:
+    data: dict[str, Any] = {
+        **{c: [getattr(s, c) for s in samples] for c in ("session_id", "segment_index", "thread_index")},
+        "is_anchor": [s.is_anchor for s in samples],
+        "turn_ids": [s.turn_ids for s in samples],
+        "tokens": list_column([s.tokens for s in samples], pa.int32()),
+        "response_length": [s.response_length for s in samples],
+        "loss_mask": list_column([s.loss_mask for s in samples], pa.int32()),
+        "rollout_log_probs": list_column([s.rollout_log_probs for s in samples], pa.float32()),
+        "policy_versions": list_column([s.policy_versions for s in samples], pa.int32()),
+        **{c: [getattr(s, c) for s in samples] for c in ("reward", "status", "index", "group_index")},
+        "rollout_id": [s.rollout_id for s in samples],
+    }
+    return pa.Table.from_pydict(data, schema=tb.SAMPLES)
+
+
+def _events(store: EventStore, run: Run) -> Iterator[pa.Table]:
+    batch: list[dict[str, Any]] = []
+    for e in store.events.tail(run):
+        batch.append(
+            {
+                "position": e.position,
+                "kind": e.kind,
+                "session_id": e.session_id,
+                "idem_key": e.key,
+                "content_hash": e.content_hash,
+                "payload": tb.canonical(e.payload),
+                "created_at": e.created_at,
+            }
+        )
+        if len(batch) >= 10_000:
+            yield tb.table_of(tb.EVENTS, batch)
+            batch = []
+    yield tb.table_of(tb.EVENTS, batch)
+
+
+def _write_archive(store: EventStore, run: Run, out: Path) -> dict[str, int]:
+    """The files ``import`` needs besides the dataset: events, tasks, versions, steps, artifacts."""
+    counts = {"events": 0}
+    with pq.ParquetWriter(out / "events.parquet", tb.EVENTS, compression="zstd") as w:
+        for table in _events(store, run):
+            w.write_table(table)
+            counts["events"] += table.num_rows
+    json_columns = {"payload", "manifest", "state"}
+    specs = {
+        "tasks": (t.tasks, ["kind", "task_index", "sample_index"]),
+        "policy_versions": (t.policy_versions, ["version"]),
+        "train_steps": (t.train_steps, ["consumer", "step"]),
+        "consumer_checkpoints": (t.consumer_checkpoints, ["consumer"]),
+        "artifacts": (t.artifacts, ["position"]),
+    }
+    for name, (table, order) in specs.items():
+        schema = tb.ARCHIVE_FILES[name]
+        rows = [
+            {c: tb.canonical(row[c]) if c in json_columns else row[c] for c in schema.names}
+            for row in table_rows(store, run, table, order)
+        ]
+        pq.write_table(tb.table_of(schema, rows), out / f"{name}.parquet", compression="zstd")
+        counts[name] = len(rows)
+    refs = store.artifacts.list(run)
+    if refs:
+        (out / "artifacts").mkdir()
+    for ref in refs:
+        blob = out / "artifacts" / ref.sha256
+        if not blob.exists():
+            blob.write_bytes(store.artifacts.get(ref))
+    return counts
