@@ -1,7 +1,7 @@
 """Store commands of ``dressage-worker``: schema migrations, inspection, SQL, export and drop.
 
 :func:`register` adds ``db upgrade|downgrade|current``, ``runs``, ``show``, ``sql``, ``export``,
-``verify-export`` and ``drop`` to the app. Every command takes ``--database-url`` (default:
+``verify-export``, ``import`` and ``drop`` to the app. Every command takes ``--database-url`` (default:
 ``DRESSAGE_DATABASE_URL``, else the embedded SQLite file). Inspection commands never migrate the
 schema: a database behind head gets a message telling to run ``dressage-worker db upgrade``.
 :func:`handle_errors` turns a :class:`~dressage.errors.DressageError` into one red line and the
@@ -27,6 +27,7 @@ from dressage.cli import render
 from dressage.config import Settings, load_settings
 from dressage.errors import DressageError, StoreError, VerificationError
 from dressage.exports.export import export_run
+from dressage.exports.importer import import_run
 from dressage.exports.verify import verify_export
 from dressage.store import EventStore
 from dressage.store import db as dbm
@@ -371,6 +372,28 @@ def verify(directory: Annotated[Path, typer.Argument(help="An export directory."
 
 
 @handle_errors
+def import_(
+    directory: Annotated[Path, typer.Argument(help="A whole-run export directory (verified first).")],
+    as_run: Annotated[
+        str | None, typer.Option("--as", help="Name of the run in this log (default: the exported name).")
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Load a whole-run export into this log (SQLite or PostgreSQL), positions and hashes intact."""
+    store = EventStore.open(settings=_settings(database_url), auto_upgrade=True)
+    try:
+        with render.progress_bar("importing turns") as advance:
+            run = import_run(store, directory, as_run=as_run, progress=advance)
+        summary = store.runs.summary(run)
+    finally:
+        store.close()
+    render.console().print(
+        f"imported run {run.name!r} from {directory}: {sum(summary.sessions.values())} sessions, "
+        f"{summary.turns} turns, {summary.tokens} tokens, {summary.last_position} events"
+    )
+
+
+@handle_errors
 def drop(
     run: Annotated[str, typer.Argument(help="Name of the run to delete.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
@@ -404,4 +427,5 @@ def register(app: typer.Typer) -> None:
     app.command("sql")(sql)
     app.command("export")(export)
     app.command("verify-export")(verify)
+    app.command("import")(import_)
     app.command("drop")(drop)

@@ -228,7 +228,20 @@ def _samples_table(samples: list[TrainSample]) -> pa.Table:
     return pa.Table.from_pydict(data, schema=tb.SAMPLES)
 
 
-def _events(store: EventStore, run: Run) -> Iterator[pa.Table]:
+def portable_task_refs(payload: dict[str, Any], mapping: dict[int, int]) -> dict[str, Any]:
+    """``payload`` with its ``task_id`` (a task row id) replaced through ``mapping``.
+
+    Task row ids are local to a database; an export numbers a run's tasks 1..N in id order
+    (``tasks.parquet`` ``task_number``) and event payloads refer to that number, which ``import``
+    maps to the new log's ids. Other payloads are returned as they are.
+    """
+    task_id = payload.get("task_id")
+    if isinstance(task_id, int) and not isinstance(task_id, bool) and task_id in mapping:
+        return {**payload, "task_id": mapping[task_id]}
+    return payload
+
+
+def _events(store: EventStore, run: Run, task_numbers: dict[int, int]) -> Iterator[pa.Table]:
     batch: list[dict[str, Any]] = []
     for e in store.events.tail(run):
         batch.append(
@@ -238,7 +251,7 @@ def _events(store: EventStore, run: Run) -> Iterator[pa.Table]:
                 "session_id": e.session_id,
                 "idem_key": e.key,
                 "content_hash": e.content_hash,
-                "payload": tb.canonical(e.payload),
+                "payload": tb.canonical(portable_task_refs(e.payload, task_numbers)),
                 "created_at": e.created_at,
             }
         )
@@ -251,23 +264,25 @@ def _events(store: EventStore, run: Run) -> Iterator[pa.Table]:
 def _write_archive(store: EventStore, run: Run, out: Path) -> dict[str, int]:
     """The files ``import`` needs besides the dataset: events, tasks, versions, steps, artifacts."""
     counts = {"events": 0}
+    task_rows = table_rows(store, run, t.tasks, ["id"])
+    numbers = {int(row["id"]): i + 1 for i, row in enumerate(task_rows)}
     with pq.ParquetWriter(out / "events.parquet", tb.EVENTS, compression="zstd") as w:
-        for table in _events(store, run):
+        for table in _events(store, run, numbers):
             w.write_table(table)
             counts["events"] += table.num_rows
-    json_columns = {"payload", "manifest", "state"}
-    specs = {
-        "tasks": (t.tasks, ["kind", "task_index", "sample_index"]),
-        "policy_versions": (t.policy_versions, ["version"]),
-        "train_steps": (t.train_steps, ["consumer", "step"]),
-        "consumer_checkpoints": (t.consumer_checkpoints, ["consumer"]),
-        "artifacts": (t.artifacts, ["position"]),
+    specs = {  # table, row order, its JSON columns
+        "tasks": (t.tasks, ["id"], {"payload"}),
+        "policy_versions": (t.policy_versions, ["version"], set()),
+        "train_steps": (t.train_steps, ["consumer", "step"], {"manifest"}),
+        "consumer_checkpoints": (t.consumer_checkpoints, ["consumer"], {"state"}),
+        "artifacts": (t.artifacts, ["position"], set()),
     }
-    for name, (table, order) in specs.items():
+    for name, (table, order, json_columns) in specs.items():
         schema = tb.ARCHIVE_FILES[name]
         rows = [
-            {c: tb.canonical(row[c]) if c in json_columns else row[c] for c in schema.names}
-            for row in table_rows(store, run, table, order)
+            {c: tb.canonical(row[c]) if c in json_columns else row.get(c) for c in schema.names}
+            | ({"task_number": i + 1} if name == "tasks" else {})
+            for i, row in enumerate(table_rows(store, run, table, order))
         ]
         pq.write_table(tb.table_of(schema, rows), out / f"{name}.parquet", compression="zstd")
         counts[name] = len(rows)

@@ -12,9 +12,10 @@ Archive files, written only for a whole run (what ``import`` needs to rebuild it
 blobs under ``artifacts/<sha256>``).
 
 Nothing database-local is exported (run, task and artifact ids, artifact URIs, session token
-hashes), and JSON documents are written in canonical form (sorted keys), so exporting an imported
+hashes; a ``task_id`` in an event payload becomes the task's ``task_number``, 1..N in the
+order the run enqueued its tasks), and JSON documents are written in canonical form (sorted keys), so exporting an imported
 run gives byte-identical files. Rows are in a fixed order (sessions by id, turns by session then
-turn index, events by position).
+turn index, events by position, tasks by number).
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ EVENTS = _schema(
 )
 
 TASKS = _schema(
+    ("task_number", _i32),
     ("kind", _str),
     ("task_index", _i32),
     ("group_index", _i32),

@@ -1,0 +1,102 @@
+"""``import``: export -> import -> export gives identical file hashes; the imported run trains and
+replays with the original's step hashes; bad imports are refused with one line."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dressage.config import Settings
+from dressage.exports.export import export_run
+from dressage.exports.importer import import_run
+from dressage.store import EventStore
+from dressage.store.db import upgrade
+from dressage.training import StepOptions, Trainer
+from dressage.training.consumer import NullBackend
+from tests.cli.helpers import invoke
+from tests.conftest import create_pg_database
+from tests.exports.conftest import RichRun
+
+
+@pytest.fixture
+def cli() -> CliRunner:
+    return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
+
+
+@pytest.fixture
+def other_url(db_url: str, tmp_path: Path) -> str:
+    """A second, empty log on the same backend."""
+    if db_url.startswith("sqlite"):
+        url = f"sqlite:///{tmp_path / 'other.db'}"
+        upgrade(url)
+        return url
+    return create_pg_database(f"datasets_import_{os.getpid()}")
+
+
+@pytest.fixture
+def other(other_url: str, tmp_path: Path) -> Iterator[EventStore]:
+    s = EventStore.open(
+        settings=Settings(database_url=other_url, home=tmp_path / "home2"), auto_upgrade=False
+    )
+    yield s
+    s.close()
+
+
+def _hashes(manifest: dict) -> dict[str, str]:
+    return {name: f["sha256"] for name, f in manifest["files"].items()}
+
+
+def test_round_trip_has_identical_hashes_and_replays(
+    cli: CliRunner, store: EventStore, rich_run: RichRun, other_url: str, other: EventStore, tmp_path: Path
+) -> None:
+    options = StepOptions(2, 2)
+    steps = Trainer(store, rich_run.run, options, NullBackend()).run_steps()
+    assert len(steps) == 1  # task 1 has a failed member: its group is dropped
+    first = export_run(store, rich_run.run, tmp_path / "a")
+
+    new_name = rich_run.run + "-imported"
+    result = invoke(cli, other_url, "import", str(tmp_path / "a"), "--as", new_name)
+    assert result.exit_code == 0, result.output
+    assert "6 sessions" in result.stdout
+    second = export_run(other, new_name, tmp_path / "b")
+    assert _hashes(second) == _hashes(first)
+    assert second["counts"] == first["counts"] and second["last_position"] == first["last_position"]
+
+    replayed = Trainer(other, new_name, options, NullBackend()).replay()
+    assert [b.batch_hash for b in replayed] == [s.batch.batch_hash for s in steps]
+    again = Trainer(other, new_name, options, NullBackend(), consumer="again").run_steps()
+    assert [s.batch.batch_hash for s in again] == [s.batch.batch_hash for s in steps]
+    ref = other.artifacts.list(new_name)[0]
+    assert other.artifacts.get(ref) == rich_run.artifact
+
+
+def test_import_refusals(
+    cli: CliRunner, db_url: str, store: EventStore, rich_run: RichRun, other_url: str, tmp_path: Path
+) -> None:
+    export_run(store, rich_run.run, tmp_path / "a")
+    same_db = invoke(cli, db_url, "import", str(tmp_path / "a"), "--as", rich_run.run + "-copy")
+    assert same_db.exit_code == 1 and "already exists in this log" in same_db.stderr
+    existing = invoke(cli, db_url, "import", str(tmp_path / "a"))
+    assert existing.exit_code == 1 and "choose another name with --as" in existing.stderr
+
+    export_run(store, rich_run.run, tmp_path / "w", where="reward >= 1")
+    partial = invoke(cli, other_url, "import", str(tmp_path / "w"))
+    assert partial.exit_code == 3 and "--where export" in partial.stderr
+
+    (tmp_path / "a" / "events.parquet").write_bytes(b"x")
+    altered = invoke(cli, other_url, "import", str(tmp_path / "a"))
+    assert altered.exit_code == 3 and "altered events.parquet" in altered.stderr
+    assert len(altered.stderr.strip().splitlines()) == 1
+
+
+def test_import_api_keeps_the_name(
+    store: EventStore, rich_run: RichRun, other: EventStore, tmp_path: Path
+) -> None:
+    export_run(store, rich_run.run, tmp_path / "a")
+    run = import_run(other, tmp_path / "a")
+    assert run.name == rich_run.run and run.config == {"model": "tiny", "seed": 3}
+    assert other.runs.summary(run).turns == sum(len(v) for v in rich_run.turns.values())
