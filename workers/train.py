@@ -30,7 +30,17 @@ if TYPE_CHECKING:
 
 @handle_errors
 def train_command(
-    from_run: str = typer.Option(..., "--from-run", help="Run whose log to train on."),
+    from_runs: list[str] = typer.Option(
+        ...,
+        "--from-run",
+        help="Run whose log to train on; repeat it to train on several runs (steps are recorded in the first).",
+    ),
+    version_offsets: list[int] | None = typer.Option(
+        None,
+        "--version-offset",
+        help="With several --from-run: per run, added to its policy versions for the staleness rules "
+        "(default 0 each).",
+    ),
     consumer: str = typer.Option("main", help="Consumer name; the checkpoint is kept as train:<name>."),
     backend: str = typer.Option("torch", help="torch | slime-dump | none"),
     global_batch_size: int = typer.Option(8, help="Trajectories per optimizer step (whole groups)."),
@@ -86,7 +96,12 @@ def train_command(
     reader = None
     try:
         reader = open_replica_store(settings)
-        store.runs.get(from_run)  # an unknown run fails before any output is written
+        for name in from_runs:
+            store.runs.get(name)  # an unknown run fails before any output is written
+        from_run = from_runs[0]
+        if len(from_runs) > 1 and replay:
+            _replay_many(console, store, from_runs, consumer)
+            return
         if replay:
             _replay(console, store, from_run, consumer, reader)
             return
@@ -116,7 +131,12 @@ def train_command(
         chosen = _backend(
             backend, out, model=model, seed=seed, lr=lr, optimizer=optimizer, trainable=trainable, push=pusher
         )
-        _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s, reader)
+        if len(from_runs) > 1:
+            if follow or reader is not None:
+                raise ConfigError("several --from-run train on finished logs: without --follow and a replica")
+            _train_many(console, store, from_runs, version_offsets, consumer, options, chosen, max_steps)
+        else:
+            _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s, reader)
     except BaseException:
         if not out_existed:
             remove_if_empty(out)
@@ -165,6 +185,11 @@ def _replay(
             f"nothing to replay: no recorded steps for {consumer_name(consumer)} of run {run!r}", markup=False
         )
         return
+    formed_from = steps[0].manifest.get("runs")
+    if formed_from is not None and formed_from != [run]:
+        raise ConfigError(
+            f"the recorded steps were formed from runs {formed_from}; replay with a --from-run each"
+        )
     options = StepOptions.from_dict(steps[0].manifest["options"])
     trainer = Trainer(store, run, options, consumer=consumer, reader=reader)
     with _progress(console) as bar:
@@ -227,6 +252,55 @@ def _train(
         console.print(slime_command(str(pattern), options, total), highlight=False, soft_wrap=True)
         console.print("or let slime ask the log for each step (launcher: docs/architecture.md):")
         console.print(slime_rollout_command(run, options), highlight=False, soft_wrap=True)
+
+
+def _train_many(
+    console: Console,
+    store: EventStore,
+    runs: list[str],
+    offsets: list[int] | None,
+    consumer: str,
+    options: StepOptions,
+    backend: Backend,
+    max_steps: int | None,
+) -> None:
+    from dressage.training.multirun import MultiRunTrainer
+
+    trainer = MultiRunTrainer(store, runs, options, backend, consumer=consumer, version_offsets=offsets)
+    for batch in trainer.run_steps(max_steps=max_steps):
+        origins = sorted({e["run"] for e in batch.manifest["samples"]})
+        console.print(
+            f"step {batch.step} {batch.batch_hash} ({len(batch.samples)} samples from {', '.join(origins)})",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
+    total = len(store.consumers.steps(runs[0], trainer.consumer))
+    console.print(f"{total} steps recorded for {trainer.consumer} in run {runs[0]!r}", markup=False)
+
+
+def _replay_many(console: Console, store: EventStore, runs: list[str], consumer: str) -> None:
+    from dressage.training.consumer import consumer_name
+    from dressage.training.multirun import MultiRunTrainer
+    from dressage.training.steps import StepOptions
+
+    steps = store.consumers.steps(runs[0], consumer_name(consumer))
+    if not steps:
+        console.print(
+            f"nothing to replay: no recorded steps for {consumer_name(consumer)} of run {runs[0]!r}"
+        )
+        return
+    first = steps[0].manifest
+    if first.get("runs") != runs:
+        raise ConfigError(f"the recorded steps were formed from runs {first.get('runs')}; replay with those")
+    options = StepOptions.from_dict(first["options"])
+    trainer = MultiRunTrainer(
+        store, runs, options, consumer=consumer, version_offsets=first["version_offsets"]
+    )
+    trainer.replay()
+    console.print(
+        f"replayed {len(steps)} steps of {trainer.consumer}: every batch hash matches", markup=False
+    )
 
 
 def _report_evals(console: Console, store: EventStore, run: str) -> None:

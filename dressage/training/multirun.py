@@ -1,0 +1,215 @@
+"""Training one consumer on several runs: ``train --from-run A --from-run B ...``.
+
+Each run keeps its own group tracker and step builder (groups, advantages and the version mask
+are decided per run, exactly as for one run); a step takes ready groups from every run in one
+merged, deterministic order: ``(ready_position, run order, task_index)``. Every sample keeps its
+run's recorded behaviour logprobs (``rollout_log_probs``), which the torch backend's truncated
+importance sampling divides by (``min(exp(old - behaviour), tis_cap)``), so data from an earlier
+run is reweighted towards the current policy like any stale sample.
+
+Staleness across runs: policy versions are numbered per run. ``version_offsets[i]`` places run
+``i``'s versions on the trainer's scale (a token of version ``v`` in run ``i`` counts as version
+``v + offset``); the masking policy (``max_staleness``, ``group_version_window``) then applies to
+every run alike. The default offset 0 fits runs that continue one lineage of weights.
+
+Steps are recorded in the first run (the consumer's home) with the other runs named in the
+manifest (``runs``, ``version_offsets``) and each sample's and group's ``run``; the batch hash
+covers the samples' run of origin, so ``replay`` re-forms every step bitwise from the same runs.
+Rollout ids of run ``i`` are shifted by ``i * ROLLOUT_ID_STRIDE`` so trajectories of different runs
+never share one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dressage.errors import ConfigError, ReplayDriftError
+from dressage.store.event_store import EventStore
+from dressage.store.records import Run
+from dressage.training.consumer import Backend, NullBackend, consumer_name
+from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
+from dressage.training.manifest import batch_hash, field_digests, first_drift, sample_entries
+from dressage.training.samples import TrainSample
+from dressage.training.steps import StepBatch, StepBuilder, StepOptions
+from dressage.training.weights import assign_loss_weights
+
+ROLLOUT_ID_STRIDE = 1 << 32
+"""Rollout ids (and slime indexes) of the ``i``-th run are shifted by ``i`` times this."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A ready group of one of the runs, in the merged consumption order."""
+
+    run_index: int
+    group: ReadyGroup
+
+    @property
+    def order(self) -> tuple[int, int, int]:
+        return (self.group.ready_position, self.run_index, self.group.task_index)
+
+
+class MultiRunTrainer:
+    """Forms, trains and records steps over the ready groups of several runs."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        runs: Sequence[str | Run],
+        options: StepOptions,
+        backend: Backend | None = None,
+        *,
+        consumer: str = "main",
+        version_offsets: Sequence[int] | None = None,
+    ) -> None:
+        if not runs:
+            raise ConfigError("train needs at least one --from-run")
+        self.store = store
+        self.runs = [store.runs.get(r) for r in runs]
+        names = [r.name for r in self.runs]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"--from-run names a run twice: {names}")
+        self.offsets = list(version_offsets or [0] * len(self.runs))
+        if len(self.offsets) != len(self.runs):
+            raise ConfigError(f"{len(self.offsets)} version offsets for {len(self.runs)} runs")
+        self.options = options
+        self.backend: Backend = backend or NullBackend()
+        self.consumer = consumer_name(consumer)
+        self.builders = [StepBuilder(store, r, options) for r in self.runs]
+        self.trackers = [GroupTracker(store, r, options.n_samples_per_prompt) for r in self.runs]
+        self._pending: list[Pending] = []
+
+    @property
+    def home(self) -> Run:
+        """The run whose ``train_steps`` hold this consumer's steps (the first ``--from-run``)."""
+        return self.runs[0]
+
+    def _refresh(self, cursors: list[Cursor]) -> None:
+        for i, tracker in enumerate(self.trackers):
+            self._pending += [Pending(i, g) for g in tracker.poll() if g.cursor > cursors[i]]
+        self._pending.sort(key=lambda p: p.order)
+
+    def form(self, step: int, cursors: list[Cursor]) -> tuple[StepBatch, list[Cursor]] | None:
+        """Step ``step`` from the front of the merged pending groups; None until enough are ready."""
+        version = self.options.initial_version + step - 1
+        samples: list[TrainSample] = []
+        origins: list[str] = []
+        decisions: list[dict[str, Any]] = []
+        new_cursors = list(cursors)
+        n_kept = consumed = 0
+        for p in self._pending:
+            if n_kept == self.options.groups_per_step:
+                break
+            run = self.runs[p.run_index]
+            # the version mask compares token versions with the trainer's: shift the trainer's
+            # version into the run's numbering instead of every token into the trainer's
+            group_samples, decision = self.builders[p.run_index].materialize_group(
+                p.group, version - self.offsets[p.run_index]
+            )
+            consumed += 1
+            decisions.append({"run": run.name, **decision})
+            new_cursors[p.run_index] = p.group.cursor
+            if decision["kept"]:
+                n_kept += 1
+                for s in group_samples:
+                    s.rollout_id += p.run_index * ROLLOUT_ID_STRIDE
+                    s.index += p.run_index * ROLLOUT_ID_STRIDE
+                samples += group_samples
+                origins += [run.name] * len(group_samples)
+        if n_kept < self.options.groups_per_step:
+            return None
+        assign_loss_weights(samples)
+        digests = [field_digests(s) for s in samples]
+        h = hashlib.sha256(batch_hash(samples, digests).encode())
+        for name in origins:
+            h.update(b"\x1f" + name.encode())
+        entries = [
+            {"run": name, **e} for name, e in zip(origins, sample_entries(samples, digests), strict=True)
+        ]
+        last = self._pending[consumed - 1].group
+        manifest = {
+            "step": step,
+            "trainer_version": version,
+            "runs": [r.name for r in self.runs],
+            "version_offsets": self.offsets,
+            "cursors_from": [list(c) for c in cursors],
+            "cursors_to": [list(c) for c in new_cursors],
+            "options": self.options.as_dict(),
+            "groups": decisions,
+            "n_samples": len(samples),
+            "n_trajectories": len({s.rollout_id for s in samples}),
+            "n_trainable_tokens": sum(s.n_trainable for s in samples),
+            "samples": entries,
+        }
+        batch = StepBatch(
+            step, version, samples, consumed, last.cursor, last.ready_position, manifest, h.hexdigest()
+        )
+        return batch, new_cursors
+
+    def _checkpoint(self) -> tuple[int, list[Cursor]]:
+        ckpt = self.store.consumers.checkpoint(self.home, self.consumer)
+        if ckpt is None:
+            return 0, [START_CURSOR] * len(self.runs)
+        recorded = ckpt.state.get("runs")
+        if recorded != [r.name for r in self.runs]:
+            raise ConfigError(
+                f"{self.consumer} of run {self.home.name!r} was trained on runs {recorded}; "
+                f"continue it with the same --from-run list, in the same order"
+            )
+        return ckpt.step, [(int(c[0]), int(c[1])) for c in ckpt.state["cursors"]]
+
+    def run_steps(self, *, max_steps: int | None = None) -> list[StepBatch]:
+        """Form, train and commit steps until no run has enough ready groups left."""
+        step, cursors = self._checkpoint()
+        self.backend.resume(self.home, self.store.consumers.checkpoint(self.home, self.consumer))
+        done: list[StepBatch] = []
+        while max_steps is None or len(done) < max_steps:
+            self._refresh(cursors)
+            formed = self.form(step + 1, cursors)
+            if formed is None:
+                break
+            batch, cursors = formed
+            self.backend.train_step(batch)
+            self.store.consumers.commit_step(
+                self.home,
+                self.consumer,
+                step=batch.step,
+                position=self.store.events.last_position(self.home),
+                batch_hash=batch.batch_hash,
+                manifest={**batch.manifest, "backend": self.backend.name},
+                state={
+                    "runs": [r.name for r in self.runs],
+                    "cursors": [list(c) for c in cursors],
+                    "trainer_version": batch.trainer_version + 1,
+                },
+            )
+            self._pending = self._pending[batch.consumed :]
+            step = batch.step
+            done.append(batch)
+        return done
+
+    def replay(self) -> list[StepBatch]:
+        """Re-form every recorded step from the same runs and check each batch hash."""
+        cursors = [START_CURSOR] * len(self.runs)
+        checked: list[StepBatch] = []
+        for rec in self.store.consumers.steps(self.home, self.consumer):
+            self._refresh(cursors)
+            formed = self.form(rec.step, cursors)
+            if formed is None:
+                raise ReplayDriftError(
+                    f"{self.consumer} step {rec.step} of runs {[r.name for r in self.runs]}: the logs no "
+                    "longer hold enough ready groups to form it"
+                )
+            batch, cursors = formed
+            if batch.batch_hash != rec.batch_hash:
+                detail = first_drift(rec.manifest.get("samples", []), batch.manifest["samples"])
+                raise ReplayDriftError(
+                    f"{self.consumer} step {rec.step} drifted: {detail} "
+                    f"(batch hash {rec.batch_hash[:12]} recorded, {batch.batch_hash[:12]} now)"
+                )
+            self._pending = self._pending[batch.consumed :]
+            checked.append(batch)
+        return checked
