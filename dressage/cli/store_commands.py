@@ -1,7 +1,7 @@
 """Store commands of ``dressage-worker``: schema migrations, inspection, SQL, export and drop.
 
 :func:`register` adds ``db upgrade|downgrade|current``, ``runs``, ``show``, ``sql``, ``export``,
-``verify-export``, ``import`` and ``drop`` to the app. Every command takes ``--database-url`` (default:
+``verify-export``, ``import``, ``archive`` and ``drop`` to the app. Every command takes ``--database-url`` (default:
 ``DRESSAGE_DATABASE_URL``, else the embedded SQLite file). Inspection commands never migrate the
 schema: a database behind head gets a message telling to run ``dressage-worker db upgrade``.
 :func:`handle_errors` turns a :class:`~dressage.errors.DressageError` into one red line and the
@@ -26,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from dressage.cli import render
 from dressage.config import Settings, load_settings
 from dressage.errors import DressageError, StoreError, VerificationError
+from dressage.exports.archive import archive_run
 from dressage.exports.export import export_run
 from dressage.exports.importer import import_run
 from dressage.exports.verify import verify_export
@@ -394,6 +395,26 @@ def import_(
 
 
 @handle_errors
+def archive(
+    run: Annotated[str, typer.Argument(help="Name of the run to archive.")],
+    to: Annotated[Path, typer.Option("--to", help="Directory to create (must be absent or empty).")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Export a run, verify the export, then drop the run (stops at the first failure)."""
+    store = _open(database_url)
+    try:
+        with render.progress_bar("exporting sessions") as advance:
+            manifest = archive_run(store, run, to, progress=advance)
+    finally:
+        store.close()
+    counts = manifest["counts"]
+    render.console().print(
+        f"archived run {run!r} to {to} ({counts['sessions']} sessions, {counts['turns']} turns, "
+        f"{counts['events']} events; verified) and dropped it from the log"
+    )
+
+
+@handle_errors
 def drop(
     run: Annotated[str, typer.Argument(help="Name of the run to delete.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
@@ -428,4 +449,5 @@ def register(app: typer.Typer) -> None:
     app.command("export")(export)
     app.command("verify-export")(verify)
     app.command("import")(import_)
+    app.command("archive")(archive)
     app.command("drop")(drop)

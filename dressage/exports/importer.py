@@ -93,7 +93,9 @@ def import_run(
             if progress is not None:
                 progress(done, n_turns)
         _insert_small_tables(conn, run_id, root, blobs)
-    return store.runs.get(name)
+    # read back, not from the repository's cache: a run of that name dropped by another process
+    # may still be cached with its old id
+    return next(r for r in store.runs.list() if r.name == name)
 
 
 def _check_sessions_free(store: EventStore, session_ids: list[str]) -> None:
