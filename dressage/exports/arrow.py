@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 
-def _offsets(sizes: Sequence[int]) -> np.ndarray:
+def _offsets(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
     """Arrow list offsets (int32) of rows of ``sizes`` elements."""
     out = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(np.asarray(sizes, dtype=np.int64), out=out[1:])
@@ -43,8 +43,12 @@ def cube_column(parts: Sequence[np.ndarray | None]) -> pa.Array:
         if present
         else np.zeros(0, np.int32)
     )
-    inner_sizes = [int(p.shape[2]) for p in present for _ in range(p.shape[0] * p.shape[1])]
-    middle_sizes = [int(p.shape[1]) for p in present for _ in range(p.shape[0])]
+    inner_sizes = np.concatenate(
+        [np.full(p.shape[0] * p.shape[1], p.shape[2], np.int64) for p in present] or [np.zeros(0, np.int64)]
+    )
+    middle_sizes = np.concatenate(
+        [np.full(p.shape[0], p.shape[1], np.int64) for p in present] or [np.zeros(0, np.int64)]
+    )
     outer_sizes = [0 if p is None else int(p.shape[0]) for p in parts]
     inner = pa.ListArray.from_arrays(pa.array(_offsets(inner_sizes), pa.int32()), pa.array(flat, pa.int32()))
     middle = pa.ListArray.from_arrays(pa.array(_offsets(middle_sizes), pa.int32()), inner)

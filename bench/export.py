@@ -1,0 +1,113 @@
+"""Export benchmark: Parquet export throughput and bytes per token, PostgreSQL vs Parquet.
+
+Builds the synthetic run of ``bench/materialize.py`` (``--groups`` x ``--n`` sessions of ``--turns``
+turns, ~``--tokens`` tokens each: 64 x 8 x 2,000 = ~1M tokens by default, routed experts optional),
+then per backend: ``export_run`` (best of ``--repeat`` rounds) as tokens/s, and the bytes per token
+of the run in the database (PostgreSQL: ``pg_total_relation_size`` of ``turns`` + ``events``, the
+bench database holds only this run; SQLite: the file) against the export's Parquet files (all of
+them, and ``turns.parquet`` alone). Machines are shared and noisy: compare within one run.
+
+    python bench/export.py [--pg-url URL] [--backends postgresql,sqlite] [--groups 64] [--n 8]
+        [--turns 3] [--tokens 2000] [--experts 8x2] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench_db import fresh_database
+from materialize import build
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+
+from dressage.exports.export import export_run
+from dressage.store import EventStore
+from dressage.store.db import upgrade
+
+console = Console()
+
+
+def database_bytes(store: EventStore, url: str) -> int:
+    """Bytes the run takes in the database (tables with their indexes and TOAST)."""
+    if store.db.dialect == "postgresql":
+        with store.db.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    text("SELECT pg_total_relation_size('turns') + pg_total_relation_size('events')")
+                ).scalar_one()
+            )
+    return Path(url.removeprefix("sqlite:///")).stat().st_size
+
+
+def measure(store: EventStore, run: str, out: Path, repeat: int) -> dict[str, float]:
+    best = float("inf")
+    manifest: dict = {}
+    for _ in range(repeat):
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        manifest = export_run(store, run, out)
+        best = min(best, time.perf_counter() - t0)
+    files = manifest["files"]
+    return {
+        "tokens": manifest["counts"]["tokens"],
+        "seconds": best,
+        "parquet": sum(f["bytes"] for f in files.values()),
+        "turns_parquet": files["turns.parquet"]["bytes"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--pg-url",
+        default=os.environ.get("DRESSAGE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
+    ap.add_argument("--backends", default="postgresql,sqlite")
+    ap.add_argument("--groups", type=int, default=64)
+    ap.add_argument("--n", type=int, default=8, help="samples per group")
+    ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=2000, help="tokens per session")
+    ap.add_argument("--repeat", type=int, default=2, help="export rounds (the best counts)")
+    ap.add_argument("--experts", default=None, help="LAYERSxTOP_K routed experts per token, e.g. 8x2")
+    args = ap.parse_args()
+    args.experts = tuple(int(x) for x in args.experts.split("x")) if args.experts else None
+
+    table = Table(title=f"export {args.groups}x{args.n} sessions, ~{args.tokens} tokens, experts {args.experts}")
+    for col in ("backend", "tokens", "export Mtok/s", "db B/token", "parquet B/token", "turns.parquet B/token"):
+        table.add_column(col, justify="right")
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in args.backends.split(","):
+            with contextlib.ExitStack() as stack:
+                if backend == "postgresql":
+                    url = stack.enter_context(fresh_database(args.pg_url)).url
+                else:
+                    url = f"sqlite:///{tmp}/bench.db"
+                    upgrade(url)
+                store = EventStore.open(url, auto_upgrade=False)
+                stack.callback(store.close)
+                run = f"bench-{uuid.uuid4().hex[:8]}"
+                build(store, run, args)
+                db_bytes = database_bytes(store, url)
+                m = measure(store, run, Path(tmp) / f"export-{backend}", args.repeat)
+            tok = m["tokens"]
+            table.add_row(
+                backend,
+                f"{tok:,}",
+                f"{tok / m['seconds'] / 1e6:.2f}",
+                f"{db_bytes / tok:.2f}",
+                f"{m['parquet'] / tok:.2f}",
+                f"{m['turns_parquet'] / tok:.2f}",
+            )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
