@@ -80,8 +80,17 @@ def main() -> None:
     args = ap.parse_args()
     args.experts = tuple(int(x) for x in args.experts.split("x")) if args.experts else None
 
-    table = Table(title=f"export {args.groups}x{args.n} sessions, ~{args.tokens} tokens, experts {args.experts}")
-    for col in ("backend", "tokens", "export Mtok/s", "db B/token", "parquet B/token", "turns.parquet B/token"):
+    table = Table(
+        title=f"export {args.groups}x{args.n} sessions, ~{args.tokens} tokens, experts {args.experts}"
+    )
+    for col in (
+        "backend",
+        "tokens",
+        "export Mtok/s",
+        "db B/token",
+        "parquet B/token",
+        "turns.parquet B/token",
+    ):
         table.add_column(col, justify="right")
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
