@@ -15,6 +15,7 @@ from dressage.exports.export import export_run
 from dressage.exports.importer import import_run
 from dressage.store import EventStore
 from dressage.store.db import upgrade
+from dressage.store.read_only_sql import run_read_only
 from dressage.training import StepOptions, Trainer
 from dressage.training.consumer import NullBackend
 from tests.cli.helpers import invoke
@@ -70,6 +71,10 @@ def test_round_trip_has_identical_hashes_and_replays(
     assert [b.batch_hash for b in replayed] == [s.batch.batch_hash for s in steps]
     again = Trainer(other, new_name, options, NullBackend(), consumer="again").run_steps()
     assert [s.batch.batch_hash for s in again] == [s.batch.batch_hash for s in steps]
+    query = (
+        f"SELECT kind, COUNT(*) FROM trajectories WHERE run_name = '{new_name}' GROUP BY kind ORDER BY kind"
+    )
+    assert run_read_only(other.db, query, limit=10)[1] == [("eval", 2), ("train", 4)]
     ref = other.artifacts.list(new_name)[0]
     assert other.artifacts.get(ref) == rich_run.artifact
 
