@@ -79,11 +79,12 @@ def export_run(
         raise StoreError(f"export directory {out} exists and is not empty; choose a new directory")
     r = store.runs.get(run)
     sessions = session_rows(store, r)
+    n_per_prompt = _n_samples_per_prompt(sessions)  # of the whole run: rollout ids as the trainer's
     if where is not None:
         keep = select_sessions(store.db, r.name, where)
         sessions = [s for s in sessions if s["session_id"] in keep]
     out.mkdir(parents=True, exist_ok=True)
-    counts = _write_dataset(store, r, sessions, out, batch_sessions, progress)
+    counts = _write_dataset(store, r, sessions, out, n_per_prompt, batch_sessions, progress)
     if where is None:
         counts |= _write_archive(store, r, out)
     files = {
@@ -122,11 +123,11 @@ def _write_dataset(
     run: Run,
     sessions: list[dict[str, Any]],
     out: Path,
+    n_per_prompt: int,
     batch_sessions: int,
     progress: Progress | None,
 ) -> dict[str, int]:
     counts = {"sessions": 0, "turns": 0, "samples": 0, "tokens": 0, "trained_tokens": 0}
-    n_per_prompt = _n_samples_per_prompt(sessions)
     with ExitStack() as stack:
         writers = {name: _writer(stack, out, name, schema) for name, schema in tb.DATASET_FILES.items()}
         for start in range(0, max(len(sessions), 1), batch_sessions):

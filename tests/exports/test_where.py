@@ -39,6 +39,7 @@ def test_where_exports_the_good_trajectories(
     assert len(turns) == len(rich_run.turns[f"{rich_run.run}-train-t0-s0"])
     samples = pq.read_table(out / "samples.parquet").to_pylist()
     assert len(samples) == 2  # the compaction's two segments
+    assert {s["rollout_id"] for s in samples} == {0}  # numbered as in the whole run (group 0 * 2 + 0)
 
 
 @pytest.mark.parametrize(
