@@ -1,5 +1,6 @@
 """``export --format parquet``: files that pyarrow, DuckDB and ``datasets`` read with no code of
-ours, holding every token id, logprob, mask, version and routed expert exactly as the log does."""
+ours (polars too), holding every token id, logprob, mask, version and routed expert exactly as
+the log does."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import datasets
 import duckdb
 import numpy as np
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -120,6 +122,12 @@ def test_parquet_export_reads_back_exactly(
     assert set(rewards) == {s for s, st in rich_run.status.items() if st == "finished"}
     kinds = dict(con.execute(f"SELECT session_id, kind FROM '{out / 'sessions.parquet'}'").fetchall())
     assert kinds == rich_run.kind
+
+    # polars
+    frame = pl.read_parquet(out / "turns.parquet")
+    assert frame.height == n_turns
+    for row in frame.iter_rows(named=True):
+        _check_turn(row, rich_run.turns[row["session_id"]][row["turn_index"]])
 
     # Hugging Face datasets
     ds = datasets.load_dataset(
