@@ -183,7 +183,7 @@ class MultiRunTrainer:
                 state={
                     "runs": [r.name for r in self.runs],
                     "cursors": [list(c) for c in cursors],
-                    "trainer_version": batch.trainer_version + 1,
+                    "trainer_version": batch.produced_version,
                 },
             )
             self._pending = self._pending[batch.consumed :]
