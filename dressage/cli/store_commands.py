@@ -141,7 +141,8 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """List runs with their sessions by status, turns, tokens, trained tokens and mean reward."""
+    """List runs with their sessions by status, turns, tokens, trained tokens and mean reward (of
+    training sessions; runs with eval sessions get a second table of those and their mean reward)."""
     store = _open(database_url)
     try:
         items = [(r, store.runs.summary(r)) for r in store.runs.list()]
@@ -166,6 +167,17 @@ def runs(
         for r, s in items
     ]
     render.console().print(render.table(columns, rows, title=f"{len(rows)} run(s)"))
+    evals = [
+        [r.name, *(s.eval_sessions.get(x, 0) for x in SESSION_STATUSES), s.eval_mean_reward]
+        for r, s in items
+        if s.eval_sessions
+    ]
+    if evals:  # eval sessions apart: never trained, so not in the training counts' mean
+        render.console().print(
+            render.table(
+                ["run", *SESSION_STATUSES, "eval reward"], evals, title="eval sessions (not trained)"
+            )
+        )
 
 
 def _segments(turns: list[Turn]) -> list[list[Any]]:
@@ -225,6 +237,7 @@ def show(
         run = store.runs.by_id(session.run_id)
         turns = store.turns.read(session_id=session_id, with_experts=False)
         kinds = store.events.count_by_kind(run, session_id)
+        task_kind = store.tasks.kind_of(session.task_id) if session.task_id is not None else ("train", None)
     finally:
         store.close()
     out = render.console()
@@ -236,6 +249,7 @@ def show(
         ("finish reason", render.cell(session.finish_reason)),
         ("attempt", session.attempt),
         ("task id", render.cell(session.task_id)),
+        ("kind", task_kind[0] if task_kind[1] is None else f"eval of policy version {task_kind[1]}"),
         ("agent", render.cell(session.agent)),
         ("created", render.timestamp(session.created_at)),
         ("finished", render.timestamp(session.finished_at)),

@@ -537,8 +537,9 @@ class Run:
 class RunSummary:
     """Counts of a run: sessions by status, turns, tokens, trained tokens, mean reward, last position.
 
-    ``mean_reward`` is over the finished sessions of training tasks (eval sessions are reported per
-    policy version); None without any.
+    ``sessions`` counts every session by status, eval ones included; ``eval_sessions`` counts the
+    eval sessions alone. ``mean_reward`` is over the finished sessions of training tasks and
+    ``eval_mean_reward`` over the finished eval sessions (of every policy version); None without any.
     """
 
     run: str
@@ -548,6 +549,8 @@ class RunSummary:
     trained_tokens: int
     mean_reward: float | None
     last_position: int
+    eval_sessions: dict[str, int] = field(default_factory=dict)
+    eval_mean_reward: float | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Row, and_, delete, func, insert, or_, select
+from sqlalchemy import Row, and_, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from dressage.errors import InvalidRecordError, UnknownRunError
@@ -122,18 +122,24 @@ class RunRepository:
         return self.db.last_position(self.get(run).id)
 
     def summary(self, run: str | Run) -> RunSummary:
-        """Counts for the ``runs`` table: sessions by status, turns, tokens, mean reward (of the
-        finished sessions of training tasks: eval sessions are reported per policy version)."""
+        """Counts for the ``runs`` table: sessions by status (all, and eval alone), turns, tokens and
+        the mean reward of finished sessions, training and eval apart (eval sessions are never
+        trained: a made-up mix of the two would match neither curve)."""
         r = self.get(run)
+        s, k = t.sessions.c, t.tasks.c
+        is_eval = func.coalesce(k.kind, "train") == "eval"
         with self.db.read() as conn:
-            by_status: dict[str, int] = {
-                str(k): int(v)
-                for k, v in conn.execute(
-                    select(t.sessions.c.status, func.count())
-                    .where(t.sessions.c.run_id == r.id)
-                    .group_by(t.sessions.c.status)
-                ).all()
-            }
+            by_status: dict[str, int] = {}
+            eval_status: dict[str, int] = {}
+            for status, evaluating, n in conn.execute(
+                select(s.status, is_eval, func.count())
+                .select_from(t.sessions.outerjoin(t.tasks, k.id == s.task_id))
+                .where(s.run_id == r.id)
+                .group_by(s.status, is_eval)
+            ).all():
+                by_status[str(status)] = by_status.get(str(status), 0) + int(n)
+                if evaluating:
+                    eval_status[str(status)] = int(n)
             turns_row = conn.execute(
                 select(
                     func.count(),
@@ -141,22 +147,26 @@ class RunRepository:
                     func.coalesce(func.sum(t.turns.c.n_trained), 0),
                 ).where(t.turns.c.run_id == r.id)
             ).one()
-            mean_reward = conn.execute(
-                select(func.avg(t.sessions.c.reward))
-                .select_from(t.sessions.outerjoin(t.tasks, t.tasks.c.id == t.sessions.c.task_id))
-                .where(
-                    and_(t.sessions.c.run_id == r.id, t.sessions.c.status == "finished"),
-                    or_(t.tasks.c.kind.is_(None), t.tasks.c.kind == "train"),
-                )
-            ).scalar_one()
+            means = dict(
+                conn.execute(
+                    select(is_eval, func.avg(s.reward))
+                    .select_from(t.sessions.outerjoin(t.tasks, k.id == s.task_id))
+                    .where(and_(s.run_id == r.id, s.status == "finished"))
+                    .group_by(is_eval)
+                ).all()
+            )
+        train_mean = next((m for e, m in means.items() if not e), None)
+        eval_mean = next((m for e, m in means.items() if e), None)
         return RunSummary(
             run=r.name,
             sessions=by_status,
             turns=int(turns_row[0]),
             tokens=int(turns_row[1]),
             trained_tokens=int(turns_row[2]),
-            mean_reward=float(mean_reward) if mean_reward is not None else None,
+            mean_reward=float(train_mean) if train_mean is not None else None,
             last_position=self.db.last_position(r.id),
+            eval_sessions=eval_status,
+            eval_mean_reward=float(eval_mean) if eval_mean is not None else None,
         )
 
 

@@ -300,6 +300,15 @@ class TaskRepository:
             ).all()
         return [TaskState(*row) for row in rows]
 
+    def kind_of(self, task_id: int) -> tuple[str, int | None]:
+        """The kind (``train`` or ``eval``) of task ``task_id`` and the policy version it evaluates."""
+        c = t.tasks.c
+        with self.db.read() as conn:
+            row = conn.execute(select(c.kind, c.eval_version).where(c.id == task_id)).first()
+        if row is None:
+            raise InvalidRecordError(f"no task with id {task_id}")
+        return str(row.kind), row.eval_version
+
     def pairs(self, run: str | Run) -> list[TaskPair]:
         """Every (task, sample) pair of the run with its group, of every kind, in no particular order."""
         r = self.runs.get(run)

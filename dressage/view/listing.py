@@ -37,8 +37,11 @@ SORTABLE = {
     "task": _K.c.task_index,
     "group": _K.c.group_index,
     "sample": _K.c.sample_index,
+    "kind": _K.c.kind,
 }
 AGGREGATE_SORTS = ("turns", "tokens", "trained")
+SESSION_KINDS = ("train", "eval")
+"""A session's kind: of a training task (or of no task), or of an eval task (never trained)."""
 COLUMNS = (*SORTABLE, *AGGREGATE_SORTS)
 
 
@@ -53,6 +56,7 @@ class SessionQuery:
     group: int | None = None
     agent: str | None = None
     finish: str | None = None
+    kind: str | None = None
     text: str | None = None
     sort: str = "created"
     descending: bool = False
@@ -67,11 +71,13 @@ class SessionQuery:
             if name not in allowed:
                 raise RequestError(f"unknown filter {name!r}; use one of {sorted(allowed)}", param=name)
         values: dict[str, Any] = {}
-        for name in ("status", "agent", "finish", "text"):
+        for name in ("status", "agent", "finish", "kind", "text"):
             if params.get(name):
                 values[name] = params[name]
         if values.get("status") and values["status"] not in SESSION_STATUSES:
             raise RequestError(f"status must be one of {SESSION_STATUSES}", param="status")
+        if values.get("kind") and values["kind"] not in SESSION_KINDS:
+            raise RequestError(f"kind must be one of {SESSION_KINDS}", param="kind")
         for name in ("reward_min", "reward_max"):
             if params.get(name):
                 values[name] = _number(params[name], name, float)
@@ -147,6 +153,8 @@ def _filtered(run_id: int, q: SessionQuery) -> Select[Any]:
             _K.c.task_index.label("task"),
             _K.c.group_index.label("group"),
             _K.c.sample_index.label("sample"),
+            func.coalesce(_K.c.kind, "train").label("kind"),
+            _K.c.eval_version,
         )
         .select_from(_S.outerjoin(_K, _K.c.id == _S.c.task_id))
         .where(_S.c.run_id == run_id)
@@ -166,6 +174,8 @@ def _filtered(run_id: int, q: SessionQuery) -> Select[Any]:
         conditions.append(_S.c.agent == q.agent)
     if q.finish:
         conditions.append(_S.c.finish_reason == q.finish)
+    if q.kind:
+        conditions.append(func.coalesce(_K.c.kind, "train") == q.kind)
     return stmt.where(and_(*conditions)) if conditions else stmt
 
 

@@ -62,6 +62,7 @@ def run_page(
         for c in consumer_names
     }
     by_version = queries.reward_by_version(v.store, run)
+    eval_version = queries.eval_by_version(v.store, run)
     return {
         "overview": queries.run_overview(v.store, run),
         "failures": queries.failures(v.store, run),
@@ -69,15 +70,26 @@ def run_page(
         "consumers": consumer_names,
         "curves": {
             "by_version": [[p.x, p.mean_reward, p.n] for p in by_version],
+            "eval_by_version": [[p.x, p.mean_reward, p.n] for p in eval_version],
             "by_step": {c: [[p.x, p.mean_reward, p.n] for p in pts] for c, pts in step_curves.items()},
         },
+        "versions": _version_rows(by_version, eval_version),
         "groups": _group_indices(table.rows),
         "config": v.redact(_pretty(run.config)),
     }
 
 
+def _version_rows(train: list[queries.CurvePoint], evals: list[queries.CurvePoint]) -> list[dict[str, Any]]:
+    """One row per policy version: training and eval mean reward (and session counts) side by side."""
+    by_x: dict[int, dict[str, Any]] = {}
+    for name, points in (("train", train), ("eval", evals)):
+        for p in points:
+            by_x.setdefault(p.x, {"version": p.x})[name] = p
+    return [by_x[x] for x in sorted(by_x)]
+
+
 def _group_indices(rows: list[dict[str, Any]]) -> list[int]:
-    return sorted({int(r["group"]) for r in rows if r.get("group") is not None})
+    return sorted({int(r["group"]) for r in rows if r.get("group") is not None and r.get("kind") != "eval"})
 
 
 def _pretty(value: Any) -> str:

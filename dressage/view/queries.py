@@ -42,6 +42,8 @@ class RunOverview:
     trained_tokens: int
     mean_reward: float | None
     last_position: int
+    eval_sessions: int = 0
+    eval_mean_reward: float | None = None
 
     @property
     def trained_share(self) -> float | None:
@@ -55,7 +57,8 @@ class RunOverview:
 
 
 def run_overview(store: EventStore, run: Run) -> RunOverview:
-    """Counts of one run (sessions by status, turns, tokens, trained share, mean reward)."""
+    """Counts of one run (sessions by status, turns, tokens, trained share, mean reward of training
+    sessions; eval sessions and their mean reward apart)."""
     s = store.runs.summary(run)
     return RunOverview(
         run,
@@ -65,6 +68,8 @@ def run_overview(store: EventStore, run: Run) -> RunOverview:
         s.trained_tokens,
         s.mean_reward,
         s.last_position,
+        sum(s.eval_sessions.values()),
+        s.eval_mean_reward,
     )
 
 
@@ -119,12 +124,18 @@ class CurvePoint:
     n: int
 
 
+def _is_train() -> Any:
+    """Sessions of training tasks (or of no task): eval sessions are never trained."""
+    return func.coalesce(_K.c.kind, "train") == "train"
+
+
 def reward_by_version(store: EventStore, run: Run) -> list[CurvePoint]:
-    """Mean reward of finished sessions by the newest policy version that generated their tokens."""
+    """Mean reward of finished training sessions by the newest policy version that generated their
+    tokens (eval sessions apart: :func:`eval_by_version`)."""
     per_session = (
         select(_S.c.id, _S.c.reward, func.max(_T.c.max_policy_version).label("version"))
-        .select_from(_S.join(_T, _T.c.session_id == _S.c.id))
-        .where(_S.c.run_id == run.id, _S.c.status == "finished", _S.c.reward.is_not(None))
+        .select_from(_S.join(_T, _T.c.session_id == _S.c.id).outerjoin(_K, _K.c.id == _S.c.task_id))
+        .where(_S.c.run_id == run.id, _S.c.status == "finished", _S.c.reward.is_not(None), _is_train())
         .group_by(_S.c.id, _S.c.reward)
         .subquery()
     )
@@ -133,6 +144,25 @@ def reward_by_version(store: EventStore, run: Run) -> list[CurvePoint]:
         .where(per_session.c.version.is_not(None))
         .group_by(per_session.c.version)
         .order_by(per_session.c.version)
+    )
+    with reading(store) as conn:
+        return [CurvePoint(int(v), float(m), int(n)) for v, m, n in conn.execute(stmt)]
+
+
+def eval_by_version(store: EventStore, run: Run) -> list[CurvePoint]:
+    """Mean reward of finished eval sessions by the policy version they evaluate (the eval curve)."""
+    stmt = (
+        select(_K.c.eval_version, func.avg(_S.c.reward), func.count())
+        .select_from(_S.join(_K, _K.c.id == _S.c.task_id))
+        .where(
+            _S.c.run_id == run.id,
+            _S.c.status == "finished",
+            _S.c.reward.is_not(None),
+            _K.c.kind == "eval",
+            _K.c.eval_version.is_not(None),
+        )
+        .group_by(_K.c.eval_version)
+        .order_by(_K.c.eval_version)
     )
     with reading(store) as conn:
         return [CurvePoint(int(v), float(m), int(n)) for v, m, n in conn.execute(stmt)]
@@ -252,12 +282,14 @@ class GroupMember:
 
 
 def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMember]:
-    """The sessions of group ``group_index``: recorded advantages when a step used them, else GRPO's."""
+    """The training sessions of group ``group_index``: recorded advantages when a step used them,
+    else GRPO's. Eval sessions share group indexes with training tasks but are never trained, so they
+    are no members (an advantage for them would be made up)."""
     with reading(store) as conn:
         rows = conn.execute(
             select(_S.c.id, _K.c.sample_index)
             .select_from(_S.join(_K, _K.c.id == _S.c.task_id))
-            .where(_S.c.run_id == run.id, _K.c.group_index == group_index)
+            .where(_S.c.run_id == run.id, _K.c.group_index == group_index, _K.c.kind == "train")
             .order_by(_K.c.sample_index, _S.c.attempt)
         ).all()
         counts: dict[str, int] = (

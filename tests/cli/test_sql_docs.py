@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from dressage.store import EventStore
 from tests.cli.conftest import Populated
-from tests.cli.helpers import sql_json
+from tests.cli.helpers import add_eval_session, sql_json
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
 
@@ -82,7 +83,31 @@ def test_logprob_distribution_of_trained_tokens(cli: CliRunner, db_url: str, pop
     assert rows[0]["bucket"].startswith("1:") and rows[-1]["bucket"].startswith("5:")
 
 
-def test_every_documented_query_runs(cli: CliRunner, db_url: str, populated: Populated) -> None:
+def test_every_documented_query_runs(
+    cli: CliRunner, db_url: str, populated: Populated, store: EventStore
+) -> None:
+    add_eval_session(store, populated.run, version=1, reward=0.25)  # for the eval query
     for title, query in doc_queries().items():
         rows = sql_json(cli, db_url, query.replace("'my-run'", f"'{populated.run}'"))
         assert rows, title
+
+
+def test_eval_sessions_stay_out_of_the_training_curve(
+    cli: CliRunner, db_url: str, populated: Populated, store: EventStore
+) -> None:
+    """An eval session of policy 1 (reward 0.25) changes neither the training query's rows nor the
+    run's training mean; the eval query returns it alone."""
+    add_eval_session(store, populated.run, version=1, reward=0.25)
+    rows = run_doc(cli, db_url, populated, "Mean reward per policy version")
+    assert rows == [
+        {"policy_version": 0, "sessions": 1, "mean_reward": 0.0},
+        {"policy_version": 1, "sessions": 1, "mean_reward": 1.0},
+    ]
+    assert run_doc(cli, db_url, populated, "Eval reward per policy version") == [
+        {"eval_version": 1, "sessions": 1, "mean_reward": 0.25}
+    ]
+    kinds = {
+        r["session_id"]: r["kind"] for r in run_doc(cli, db_url, populated, "Tokens and turns per session")
+    }
+    assert kinds[f"{populated.run}-eval-1-0"] == "eval"
+    assert {k for s, k in kinds.items() if not s.endswith("-eval-1-0")} == {None}  # no task: not eval

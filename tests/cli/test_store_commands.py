@@ -13,7 +13,7 @@ from dressage.cli import app
 from dressage.store import EventStore
 from dressage.store.db import head_revision
 from tests.cli.conftest import Populated
-from tests.cli.helpers import invoke, sql_json
+from tests.cli.helpers import add_eval_session, invoke, sql_json
 
 
 def test_runs_lists_counts(cli: CliRunner, db_url: str, populated: Populated) -> None:
@@ -165,3 +165,22 @@ def test_show_says_why_it_falls_back_to_token_ids(
     assert result.exit_code == 0, result.output
     assert "[248045]" in result.stdout  # ids, not text
     assert "note: showing token ids, not text: the qwen3.5 tokenizer could not be loaded" in result.stderr
+
+
+def test_runs_and_show_keep_eval_apart(
+    cli: CliRunner, db_url: str, populated: Populated, store: EventStore
+) -> None:
+    """An eval session is counted and averaged on its own: the training mean stays 0.5."""
+    sid = add_eval_session(store, populated.run, version=1, reward=0.25)
+    result = invoke(cli, db_url, "runs", "--json")
+    mine = next(r for r in json.loads(result.stdout) if r["run"] == populated.run)
+    assert mine["mean_reward"] == 0.5
+    assert (mine["eval_sessions"], mine["eval_mean_reward"]) == ({"finished": 1}, 0.25)
+    table = invoke(cli, db_url, "runs")
+    evals = table.stdout.split("eval sessions (not trained)")[1]
+    line = next(x for x in evals.splitlines() if f" {populated.run} " in x)
+    assert [c.strip() for c in line.split("│")[1:-1]] == [populated.run, "0", "1", "0", "0", "0.25"]
+    shown = invoke(cli, db_url, "show", sid)
+    assert shown.exit_code == 0, shown.output
+    assert "eval of policy version 1" in shown.stdout
+    assert "kind  train" in invoke(cli, db_url, "show", populated.sessions["s1"]).stdout

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dressage.store import EventStore, NewTurn, turn_key
+from dressage.store import EventStore, NewTurn, TaskSpec, turn_key
 from dressage.tito.tokenizer import load_qwen35_tokenizer
 
 HOSTILE = "<script>alert('pwned')</script></textarea><a href=\"javascript:alert(2)\">click</a>"
@@ -172,3 +172,49 @@ def append_live_turn(store: EventStore, run: str, session_id: str, index: int, t
     )
     store.turns.append(run, rec)
     return rec
+
+
+@dataclass
+class EvalRun:
+    """A run whose group 0 has two training sessions and two eval sessions (same group index)."""
+
+    run: str
+    train: dict[str, float]
+    evals: dict[str, tuple[int, float]]
+
+
+def build_eval_run(store: EventStore, run: str) -> EvalRun:
+    """Training sessions of task 0 (rewards 1 and 0, policy 0) and eval sessions of policy 0
+    (rewards 0 and 0) and policy 1 (reward 1): a mix of the two at version 0 would read 0.25."""
+    store.runs.create(run, {"model": "qwen3.5"})
+    store.versions.record(run, 0)
+    store.versions.record(run, 1)
+    store.tasks.enqueue(run, [TaskSpec(task_index=0, payload={"prompt": "train"})], n_samples=2)
+    for v in (0, 1):
+        store.tasks.enqueue(
+            run, [TaskSpec(task_index=0, payload={"prompt": "eval"})], n_samples=2 - v, eval_version=v
+        )
+    out = EvalRun(run, {}, {})
+    for i, pair in enumerate(sorted(store.tasks.pairs(run), key=lambda p: (p.kind, p.id))):
+        evaluating = pair.kind == "eval"
+        version = store.tasks.kind_of(pair.id)[1] or 0
+        reward = (1.0 - pair.sample_index) if not evaluating else float(version)
+        sid = f"{run}-{pair.kind}-{i}"
+        store.sessions.open(run, session_id=sid, task_id=pair.id, agent="python")
+        store.turns.append(
+            run,
+            NewTurn(
+                session_id=sid,
+                turn_index=0,
+                context_ids=[9707, 11],
+                generated_ids=[1234],
+                logprobs=[-0.1],
+                policy_versions=[version],
+            ),
+        )
+        store.sessions.finalize(sid, "finished", reward=reward, finish_reason="stop")
+        if evaluating:
+            out.evals[sid] = (version, reward)
+        else:
+            out.train[sid] = reward
+    return out

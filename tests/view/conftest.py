@@ -6,7 +6,9 @@ Per backend (SQLite, PostgreSQL) one log holds:
   with one model call and crashes on the task labelled ``crash``): 3 tasks x 2 samples, so 4
   finished sessions in 2 groups and 2 failed ones; then a trainer (no backend) records its steps;
 * run ``multi-<backend>``: :func:`tests.view.builders.build_multi_session` (6 turns, 5 segments,
-  2 lineages, hostile text and a secret).
+  2 lineages, hostile text and a secret);
+* run ``eval-<backend>``: :func:`tests.view.builders.build_eval_run` (training and eval sessions
+  sharing group 0).
 The viewer reads the log through its own read-only connection; the test's writer store is the
 "log" the assertions compare against.
 """
@@ -36,7 +38,7 @@ from tests.conftest import create_pg_database
 from tests.loopback import ThreadedServer
 from tests.paddock.conftest import bwrap_unavailable_reason
 from tests.rollout.conftest import engine_url, write_config, write_tasks
-from tests.view.builders import MultiSession, build_multi_session
+from tests.view.builders import EvalRun, MultiSession, build_eval_run, build_multi_session
 
 __all__ = ["engine_url"]
 
@@ -60,6 +62,7 @@ class ViewedLog:
     quick: str
     multi: MultiSession
     base: str
+    evals: EvalRun
 
 
 def serve(app: Starlette) -> ThreadedServer:
@@ -128,10 +131,11 @@ def viewed(
     store = EventStore.open(settings=settings)
     Trainer(store, quick, StepOptions(global_batch_size=2, n_samples_per_prompt=2)).run_steps()
     multi = build_multi_session(store, f"multi-{backend}-{suffix}")
+    evals = build_eval_run(store, f"eval-{backend}-{suffix}")
     viewer_store = open_readonly_store(settings)
     server = serve(create_app(viewer_store))
     server.start()
-    yield ViewedLog(backend, url, home, store, quick, multi, server.base)
+    yield ViewedLog(backend, url, home, store, quick, multi, server.base, evals)
     server.stop()
     viewer_store.close()
     store.close()

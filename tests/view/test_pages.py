@@ -231,3 +231,39 @@ def test_training_pages_link_steps_and_sessions_both_ways(viewed: ViewedLog, bro
     used[0].click()  # session -> step
     wait(browser, lambda d: css(d, "#batch-hash"))
     assert text(one(browser, "#batch-hash")) == steps[1].batch_hash
+
+
+def test_eval_sessions_are_kept_apart_from_training(viewed: ViewedLog, browser) -> None:
+    """Run header, "Reward by policy version" and its table agree on the training-only mean (0.5 at
+    v0, not the 0.25 a mix with eval would give); the eval curve is a second series; the sessions
+    table has a kind column and filter; the group page lists no eval member."""
+    ev = viewed.evals
+    browser.get(url(viewed.base, "/run", name=ev.run))
+    rows = wait(browser, lambda d: css(d, "#by-version tbody tr"))
+    got = {
+        int(str(r.get_attribute("data-version"))): (text(one(r, ".train")), text(one(r, ".eval")))
+        for r in rows
+    }
+    assert got == {0: ("0.5", "0"), 1: ("-", "1")}
+    assert text(one(browser, "#mean-reward")) == "0.5"
+    assert viewed.store.runs.summary(ev.run).mean_reward == 0.5
+    assert text(one(browser, "#eval-mean-reward")) == f"{sum(r for _, r in ev.evals.values()) / 3:.3g}"
+    wait(browser, lambda d: css(d, "#chart-version canvas"))
+    legend = [text(x).strip() for x in css(browser, "#chart-version .u-legend .u-label")]
+    assert "training" in legend and "eval" in legend
+    kinds = {
+        r.get_attribute("data-session"): text(one(r, "td.kind")) for r in css(browser, "#sessions tbody tr")
+    }
+    assert {s for s, k in kinds.items() if k.startswith("eval")} == set(ev.evals)
+    assert {kinds[s] for s in ev.evals} == {"eval v0", "eval v1"}
+    Select(one(browser, "select[name=kind]")).select_by_visible_text("eval")
+    one(browser, "form.filters button[type=submit]").click()
+    wait(browser, lambda d: "kind=eval" in d.current_url)
+    shown = {r.get_attribute("data-session") for r in css(browser, "#sessions tbody tr")}
+    assert shown == set(ev.evals)
+    browser.get(url(viewed.base, "/group", run=ev.run, group=0))
+    members = wait(browser, lambda d: css(d, "#members tbody tr"))
+    assert {r.get_attribute("data-session") for r in members} == set(ev.train)
+    advantages = sorted(float(text(one(r, ".advantage"))) for r in members)
+    assert advantages == [-0.5, 0.5]  # GRPO over the two training rewards only
+    assert not severe_console_errors(browser)

@@ -40,7 +40,8 @@
   function drawCharts() {
     var curves = readJson("curves");
     if (!curves) return;
-    chart(document.getElementById("chart-version"), { "mean reward": curves.by_version }, "policy version");
+    chart(document.getElementById("chart-version"),
+          { "training": curves.by_version, "eval": curves.eval_by_version || [] }, "policy version");
     chart(document.getElementById("chart-step"), curves.by_step, "training step");
   }
 
