@@ -84,7 +84,7 @@ def _version_rows(train: list[queries.CurvePoint], evals: list[queries.CurvePoin
     by_x: dict[int, dict[str, Any]] = {}
     for name, points in (("train", train), ("eval", evals)):
         for p in points:
-            by_x.setdefault(p.x, {"version": p.x})[name] = p
+            by_x.setdefault(p.x, {"version": p.x, "train": None, "eval": None})[name] = p
     return [by_x[x] for x in sorted(by_x)]
 
 

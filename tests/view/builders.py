@@ -184,15 +184,16 @@ class EvalRun:
 
 
 def build_eval_run(store: EventStore, run: str) -> EvalRun:
-    """Training sessions of task 0 (rewards 1 and 0, policy 0) and eval sessions of policy 0
-    (rewards 0 and 0) and policy 1 (reward 1): a mix of the two at version 0 would read 0.25."""
+    """Training sessions of task 0 (rewards 1 and 0, policy 0) and eval sessions of policy 0 (task 0,
+    so group 0 too; rewards 0 and 0) and policy 1 (task 1; reward 1): a mix of the two at version 0
+    would read 0.25."""
     store.runs.create(run, {"model": "qwen3.5"})
     store.versions.record(run, 0)
     store.versions.record(run, 1)
     store.tasks.enqueue(run, [TaskSpec(task_index=0, payload={"prompt": "train"})], n_samples=2)
     for v in (0, 1):
         store.tasks.enqueue(
-            run, [TaskSpec(task_index=0, payload={"prompt": "eval"})], n_samples=2 - v, eval_version=v
+            run, [TaskSpec(task_index=v, payload={"prompt": "eval"})], n_samples=2 - v, eval_version=v
         )
     out = EvalRun(run, {}, {})
     for i, pair in enumerate(sorted(store.tasks.pairs(run), key=lambda p: (p.kind, p.id))):
