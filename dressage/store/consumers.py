@@ -8,6 +8,7 @@ different hash it is non-determinism and raises.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -49,13 +50,15 @@ class ConsumerRepository:
         manifest: Mapping[str, Any],
         state: Mapping[str, Any] | None = None,
         start_step: int = 0,
+        metrics: Mapping[str, float] | None = None,
     ) -> TrainStep:
         """Record step ``step``'s manifest and move the checkpoint to ``position`` atomically.
 
         Steps are consecutive from ``start_step + 1`` (a consumer whose weights were trained
         ``start_step`` steps elsewhere starts there; ``start_step`` counts only for its first
         commit). Re-committing a recorded step with the same ``batch_hash`` returns it unchanged
-        (a retried commit); a different hash raises.
+        (a retried commit); a different hash raises. ``metrics`` (name -> number: loss, grad norm...)
+        go to ``train_step_metrics`` in the same transaction, so a committed step always has them.
         """
         check_text(consumer, what="consumer name", max_chars=200)
         if step < 1 or position < 0 or start_step < 0:
@@ -68,6 +71,7 @@ class ConsumerRepository:
         state = dict(state or {})
         canonical_json(manifest, what=f"manifest of step {step}", max_bytes=self.db.max_payload_bytes * 4)
         canonical_json(state, what="consumer state", max_bytes=self.db.max_payload_bytes)
+        metric_rows = _metric_rows(metrics or {})
         c = t.consumer_checkpoints.c
         s = t.train_steps.c
 
@@ -105,6 +109,11 @@ class ConsumerRepository:
                 "created_at": now,
             }
             conn.execute(insert(t.train_steps).values(**row))
+            if metric_rows:
+                conn.execute(
+                    insert(t.train_step_metrics),
+                    [{"run_id": r.id, "consumer": consumer, "step": step, **m} for m in metric_rows],
+                )
             values = {"position": position, "step": step, "state": state, "updated_at": now}
             if current is None:
                 conn.execute(insert(t.consumer_checkpoints).values(run_id=r.id, consumer=consumer, **values))
@@ -127,6 +136,33 @@ class ConsumerRepository:
                 select(t.train_steps).where(s.run_id == r.id, s.consumer == consumer).order_by(s.step)
             ).all()
         return [_step(x) for x in rows]
+
+    def metrics(self, run: str | Run, consumer: str) -> dict[int, dict[str, float]]:
+        """Every recorded step's metrics, by step (NaN where SQLite stored NULL for a NaN)."""
+        r = self.runs.get(run)
+        m = t.train_step_metrics.c
+        out: dict[int, dict[str, float]] = {}
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(m.step, m.name, m.value)
+                .where(m.run_id == r.id, m.consumer == consumer)
+                .order_by(m.step, m.name)
+            ).all()
+        for step, name, value in rows:
+            out.setdefault(int(step), {})[str(name)] = float("nan") if value is None else float(value)
+        return out
+
+
+def _metric_rows(metrics: Mapping[str, float]) -> list[dict[str, Any]]:
+    """Rows of ``train_step_metrics`` (without the step's keys); bad names or values raise."""
+    rows = []
+    for name, value in metrics.items():
+        check_text(name, what="metric name", max_chars=64)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidRecordError(f"metric {name!r} must be a number, got {type(value).__name__}")
+        value = float(value)
+        rows.append({"name": name, "value": None if math.isnan(value) else value})
+    return rows
 
 
 def _step(row: Any) -> TrainStep:

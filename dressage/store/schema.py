@@ -208,6 +208,17 @@ train_steps = Table(
     Column("created_at", Float, nullable=False),
 )
 
+train_step_metrics = Table(
+    "train_step_metrics",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("consumer", String(200), primary_key=True),
+    Column("step", Integer, primary_key=True, autoincrement=False),
+    Column("name", String(64), primary_key=True),
+    # NULL on SQLite for a NaN (SQLite stores no NaN); PostgreSQL keeps NaN
+    Column("value", Float(precision=53), nullable=True),
+)
+
 ALL_TABLES = (
     runs,
     run_counters,
@@ -219,4 +230,5 @@ ALL_TABLES = (
     policy_versions,
     consumer_checkpoints,
     train_steps,
+    train_step_metrics,
 )

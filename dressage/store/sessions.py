@@ -17,6 +17,7 @@ taken over: the replay targets) and ``count`` (how many times it was taken over)
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import math
 import time
@@ -230,6 +231,48 @@ class SessionRepository:
         with self.db.read() as conn:
             rows = conn.execute(q.order_by(t.sessions.c.created_at, t.sessions.c.id)).all()
         return [_session(x) for x in rows]
+
+    def rewards_by_version(
+        self, run: str | Run, kind: str = "train"
+    ) -> builtins.list[tuple[int, float, int]]:
+        """``(policy version, mean reward, sessions)`` of the run's finished sessions of ``kind``.
+
+        ``train``: sessions of training tasks (or of no task) by the newest policy version that
+        generated their tokens; ``eval``: eval sessions by the version they evaluate. Apart,
+        because eval sessions are never trained (a mix matches neither curve).
+        """
+        r = self.runs.get(run)
+        s, k, u = t.sessions.c, t.tasks.c, t.turns.c
+        done = (s.run_id == r.id, s.status == "finished", s.reward.is_not(None))
+        if kind == "eval":
+            stmt = (
+                select(k.eval_version, func.avg(s.reward), func.count())
+                .select_from(t.sessions.join(t.tasks, k.id == s.task_id))
+                .where(*done, k.kind == "eval", k.eval_version.is_not(None))
+                .group_by(k.eval_version)
+                .order_by(k.eval_version)
+            )
+        elif kind == "train":
+            per_session = (
+                select(s.id, s.reward, func.max(u.max_policy_version).label("version"))
+                .select_from(
+                    t.sessions.join(t.turns, u.session_id == s.id).outerjoin(t.tasks, k.id == s.task_id)
+                )
+                .where(*done, func.coalesce(k.kind, "train") == "train")
+                .group_by(s.id, s.reward)
+                .subquery()
+            )
+            v = per_session.c
+            stmt = (
+                select(v.version, func.avg(v.reward), func.count())
+                .where(v.version.is_not(None))
+                .group_by(v.version)
+                .order_by(v.version)
+            )
+        else:
+            raise InvalidRecordError(f"kind must be 'train' or 'eval', got {kind!r}")
+        with self.db.read() as conn:
+            return [(int(x), float(m), int(n)) for x, m, n in conn.execute(stmt).tuples()]
 
     def has_finished(self, task_id: int) -> bool:
         """True when the (task, sample) queue entry ``task_id`` already has a finished session."""

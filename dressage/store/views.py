@@ -74,6 +74,49 @@ GROUP BY r.name, s.id, k.task_index, k.group_index, k.sample_index, s.attempt, s
          k.kind, k.eval_version
 """
 
+STEP_METRIC_COLUMNS = (
+    "loss",
+    "pg_loss",
+    "entropy",
+    "kl_behaviour",
+    "grad_norm",
+    "lr",
+    "clip_fraction",
+    "is_ratio_mean",
+    "is_ratio_max",
+    "is_truncated_share",
+    "trained_tokens",
+    "samples",
+    "trajectories",
+    "response_length_mean",
+    "response_length_max",
+    "reward_mean",
+    "reward_std",
+    "staleness_mean",
+    "staleness_max",
+    "step_time_s",
+    "tokens_per_s",
+)
+"""The metrics the ``step_metrics`` view (revision 0006) shows as columns; any other name (the
+staleness distribution ``staleness_tokens_<k>``, a backend's extras) is in ``train_step_metrics``."""
+
+
+def step_metrics_view() -> str:
+    """``step_metrics``: one row per committed step with its metrics as columns (NULL when absent)."""
+    columns = ",\n       ".join(
+        f"MAX(CASE WHEN m.name = '{name}' THEN m.value END) AS {name}" for name in STEP_METRIC_COLUMNS
+    )
+    return f"""
+CREATE VIEW step_metrics AS
+SELECT r.name AS run_name, s.consumer, s.step, s.position, s.created_at,
+       {columns}
+FROM train_steps s
+JOIN runs r ON r.id = s.run_id
+LEFT JOIN train_step_metrics m ON m.run_id = s.run_id AND m.consumer = s.consumer AND m.step = s.step
+GROUP BY r.name, s.consumer, s.step, s.position, s.created_at
+"""
+
+
 VIEW_NAMES = ("token_events", "trajectories")
 
 _TRAJECTORIES_BY_REVISION = {"0001": TRAJECTORIES_0001, "0004": TRAJECTORIES}

@@ -26,6 +26,7 @@ from dressage.store.records import ConsumerCheckpoint, Run, TrainStep
 from dressage.store.replica import REPLAY_TIMEOUT_S, wait_for_replay
 from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
 from dressage.training.manifest import first_drift
+from dressage.training.metrics import batch_metrics, checked, same
 from dressage.training.steps import StepBatch, StepBuilder, StepOptions
 
 
@@ -38,7 +39,8 @@ class Backend(Protocol):
         """Restore state matching the consumer checkpoint (before the first step, ``None``)."""
 
     def train_step(self, batch: StepBatch) -> dict[str, float]:
-        """Do the step's work durably (before the commit); return metrics for the display."""
+        """Do the step's work durably (before the commit); return its metrics (recorded with the
+        step, see :mod:`dressage.training.metrics`)."""
 
 
 class NullBackend:
@@ -133,7 +135,9 @@ class Trainer:
                     break
                 time.sleep(poll_s)
                 continue
+            started = time.perf_counter()
             metrics = self.backend.train_step(batch)
+            metrics = step_metrics(batch, metrics, time.perf_counter() - started)
             record = self.store.consumers.commit_step(
                 self.run,
                 self.consumer,
@@ -147,6 +151,7 @@ class Trainer:
                     **({"start_step": start_step} if start_step else {}),
                 },
                 start_step=start_step,
+                metrics=metrics,
             )
             self._pending = self._pending[batch.consumed :]
             cursor, step = batch.cursor, batch.step
@@ -164,8 +169,11 @@ class Trainer:
         """Re-form every recorded step of the consumer (or steps ``1..upto``) and check its batch hash.
 
         Raises :class:`ReplayDriftError` naming the step, and the first differing sample and field.
+        The step's recorded batch metrics (:func:`~dressage.training.metrics.batch_metrics`: tokens,
+        lengths, rewards, staleness) are recomputed and must be bitwise equal too.
         """
         recorded = self.store.consumers.steps(self.run, self.consumer)
+        stored_metrics = self.store.consumers.metrics(self.run, self.consumer)
         if upto is not None:
             recorded = [rec for rec in recorded if rec.step <= upto]
         cursor: Cursor = START_CURSOR
@@ -184,12 +192,34 @@ class Trainer:
                     f"{self.consumer} step {rec.step} of run {self.run.name!r} drifted: {detail} "
                     f"(batch hash {rec.batch_hash[:12]} recorded, {batch.batch_hash[:12]} now)"
                 )
+            self._check_metrics(batch, stored_metrics.get(rec.step, {}))
             self._pending = self._pending[batch.consumed :]
             cursor = batch.cursor
             checked.append(batch)
             if on_step is not None:
                 on_step(batch)
         return checked
+
+    def _check_metrics(self, batch: StepBatch, stored: dict[str, float]) -> None:
+        """Raise :class:`ReplayDriftError` when a recorded batch metric differs from its recomputation
+        (steps committed before metrics were recorded have none and pass)."""
+        for name, value in batch_metrics(batch).items():
+            if name in stored and not same(stored[name], value):
+                raise ReplayDriftError(
+                    f"{self.consumer} step {batch.step} of run {self.run.name!r}: metric {name} was "
+                    f"recorded as {stored[name]!r}, the replayed batch gives {value!r}"
+                )
+
+
+def step_metrics(batch: StepBatch, trainer: dict[str, float], seconds: float) -> dict[str, float]:
+    """What a step records: the batch's metrics, the backend's, and (when the backend did work
+    here, i.e. returned metrics) its duration and throughput. A backend that trains nothing in
+    this process (none, slime's rollout side) gets no timing: it would time nothing."""
+    out = {**batch_metrics(batch), **checked(trainer)}
+    if trainer:
+        out["step_time_s"] = seconds
+        out["tokens_per_s"] = out["trained_tokens"] / seconds if seconds > 0 else 0.0
+    return out
 
 
 def manifest_summary(batch: StepBatch) -> dict[str, Any]:

@@ -70,6 +70,56 @@ def ppo_clip_tis_loss(
     return loss, stats
 
 
+class TokenStats:
+    """Token-level statistics of a step, over its trained tokens (loss weight > 0), all samples pooled.
+
+    * ``entropy``: mean entropy of the trainer's next-token distribution;
+    * ``kl_behaviour``: mean k3 estimate of KL(behaviour || trainer), ``r - 1 - log r`` with
+      ``r = exp(logp - rollout_logp)`` (tokens were sampled by the behaviour policy);
+    * ``clip_fraction``: share of tokens whose PPO ratio left ``[1 - eps_clip, 1 + eps_clip]`` (0 in
+      this backend's single pass per step, where the ratio is 1: recorded so a multi-epoch backend
+      and this one log the same columns);
+    * ``is_ratio_mean``/``is_ratio_max``: the importance ratio ``exp(logp - rollout_logp)`` before
+      truncation; ``is_truncated_share``: share of tokens where it exceeded ``tis_cap``.
+    """
+
+    def __init__(self, eps_clip: float, tis_cap: float) -> None:
+        self.eps_clip, self.tis_cap = eps_clip, tis_cap
+        self.n = 0
+        self.sums = {"entropy": 0.0, "kl_behaviour": 0.0, "clip_fraction": 0.0, "is_ratio_mean": 0.0}
+        self.truncated = 0
+        self.is_max = 0.0
+
+    def add(self, logp_all_RV: Any, logp_R: Any, rollout_R: Any, weights_R: Any) -> None:
+        """Add one sample's response tokens."""
+        import torch
+
+        with torch.no_grad():
+            mask_R = weights_R > 0
+            if not bool(mask_R.any()):
+                return
+            lp = logp_all_RV[mask_R].double()
+            entropy_R = -(lp.exp() * lp).sum(-1)
+            log_r = (logp_R.detach().double() - rollout_R.double())[mask_R]
+            ratio = log_r.exp()
+            ppo_ratio = torch.ones_like(ratio)  # exp(logp - logp.detach()) in the single pass
+            self.n += int(mask_R.sum())
+            self.sums["entropy"] += float(entropy_R.sum())
+            self.sums["kl_behaviour"] += float((ratio - 1 - log_r).sum())
+            outside = (ppo_ratio < 1 - self.eps_clip) | (ppo_ratio > 1 + self.eps_clip)
+            self.sums["clip_fraction"] += float(outside.sum())
+            self.sums["is_ratio_mean"] += float(ratio.sum())
+            self.truncated += int((ratio > self.tis_cap).sum())
+            self.is_max = max(self.is_max, float(ratio.max()))
+
+    def means(self) -> dict[str, float]:
+        """The statistics (zeros for a step without trained tokens)."""
+        n = max(self.n, 1)
+        out = {k: v / n for k, v in self.sums.items()}
+        out.update(is_ratio_max=self.is_max, is_truncated_share=self.truncated / n)
+        return out
+
+
 def build_model(model: str, seed: int = 0) -> Any:
     """A tiny model of the dev engine (``tiny``: random Qwen3.5-MoE; ``tiny-qwen3.6``,
     ``tiny-deepseek-v3``, ``tiny-mistral-nemo``), ``tiny-qwen3`` (random dense Qwen3, small
@@ -284,7 +334,13 @@ class TorchBackend:
         self.optimizer.load_state_dict(optimizer_state(load_file(str(path)), meta))
 
     def train_step(self, batch: StepBatch) -> dict[str, float]:
-        """One optimizer step over the batch (per-sample forward/backward), then a checkpoint."""
+        """One optimizer step over the batch (per-sample forward/backward), then a checkpoint.
+
+        Returns the step's metrics (see :class:`TokenStats`): ``loss``, ``pg_loss``, ``entropy``,
+        ``kl_behaviour``, ``grad_norm`` (L2 over the trained parameters' gradients, before any
+        clipping: the backend clips none), ``lr``, ``clip_fraction``, ``is_ratio_mean``/``_max``,
+        ``is_truncated_share``, and the older ``tis_mean``/``logprob_diff``.
+        """
         import torch
 
         assert self.model is not None and self.run is not None, "call resume() first"
@@ -293,12 +349,26 @@ class TorchBackend:
         with torch.random.fork_rng(devices=rng_devices):
             torch.manual_seed(step_seed(self.seed, batch.step))
             total, stats = self._backward(batch)
+        metrics = {"loss": total, **stats, "grad_norm": self.grad_norm()}
+        metrics["lr"] = float(self.optimizer.param_groups[0]["lr"])
         self.optimizer.step()
         self._save(batch)
-        metrics = {"loss": total, **stats}
         if self.push is not None and self.push.due(batch.step):
             metrics.update(self._push(batch.produced_version))
         return metrics
+
+    def grad_norm(self) -> float:
+        """The L2 norm of the trained parameters' gradients (what a clip would look at)."""
+        import torch
+
+        grads = [
+            p.grad.detach().double() for p in self.optimizer.param_groups[0]["params"] if p.grad is not None
+        ]
+        return (
+            float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+            if grads
+            else 0.0
+        )
 
     def _backward(self, batch: StepBatch) -> tuple[float, dict[str, float]]:
         """Per-sample forward and backward passes; gradients accumulate over the batch."""
@@ -308,6 +378,7 @@ class TorchBackend:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total, stats_sum = 0.0, {"tis_mean": 0.0, "logprob_diff": 0.0}
+        tokens = TokenStats(self.eps_clip, self.tis_cap)
         for s in batch.samples:
             if int(s.tokens.max()) >= vocab:
                 raise TrainingError(
@@ -320,19 +391,22 @@ class TorchBackend:
             logp_T = logp_all_TV.gather(-1, tokens_L[1:, None])[:, 0]
             logprobs_R = logp_T[-s.response_length :]
             f32, dev = torch.float32, self.device
+            rollout_R = torch.as_tensor(s.rollout_log_probs, dtype=f32, device=dev)
+            weights_R = torch.as_tensor(s.loss_weights, dtype=f32, device=dev)
             loss, stats = ppo_clip_tis_loss(
                 logprobs_R,
-                torch.as_tensor(s.rollout_log_probs, dtype=f32, device=dev),
+                rollout_R,
                 torch.full((s.response_length,), s.advantage, dtype=f32, device=dev),
-                torch.as_tensor(s.loss_weights, dtype=f32, device=dev),
+                weights_R,
                 eps_clip=self.eps_clip,
                 tis_cap=self.tis_cap,
             )
+            tokens.add(logp_all_TV[-s.response_length :], logprobs_R, rollout_R, weights_R)
             loss.backward()
             total += float(loss.detach())
             for k in stats_sum:
                 stats_sum[k] += stats[k] / len(batch.samples)
-        return total, stats_sum
+        return total, {**stats_sum, "pg_loss": total, **tokens.means()}
 
     def _save(self, batch: StepBatch) -> None:
         """Write the optimizer state, then the weights, each atomically (temp file + rename)."""

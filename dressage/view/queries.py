@@ -124,48 +124,15 @@ class CurvePoint:
     n: int
 
 
-def _is_train() -> Any:
-    """Sessions of training tasks (or of no task): eval sessions are never trained."""
-    return func.coalesce(_K.c.kind, "train") == "train"
-
-
 def reward_by_version(store: EventStore, run: Run) -> list[CurvePoint]:
     """Mean reward of finished training sessions by the newest policy version that generated their
     tokens (eval sessions apart: :func:`eval_by_version`)."""
-    per_session = (
-        select(_S.c.id, _S.c.reward, func.max(_T.c.max_policy_version).label("version"))
-        .select_from(_S.join(_T, _T.c.session_id == _S.c.id).outerjoin(_K, _K.c.id == _S.c.task_id))
-        .where(_S.c.run_id == run.id, _S.c.status == "finished", _S.c.reward.is_not(None), _is_train())
-        .group_by(_S.c.id, _S.c.reward)
-        .subquery()
-    )
-    stmt = (
-        select(per_session.c.version, func.avg(per_session.c.reward), func.count())
-        .where(per_session.c.version.is_not(None))
-        .group_by(per_session.c.version)
-        .order_by(per_session.c.version)
-    )
-    with reading(store) as conn:
-        return [CurvePoint(int(v), float(m), int(n)) for v, m, n in conn.execute(stmt)]
+    return [CurvePoint(*x) for x in store.sessions.rewards_by_version(run, "train")]
 
 
 def eval_by_version(store: EventStore, run: Run) -> list[CurvePoint]:
     """Mean reward of finished eval sessions by the policy version they evaluate (the eval curve)."""
-    stmt = (
-        select(_K.c.eval_version, func.avg(_S.c.reward), func.count())
-        .select_from(_S.join(_K, _K.c.id == _S.c.task_id))
-        .where(
-            _S.c.run_id == run.id,
-            _S.c.status == "finished",
-            _S.c.reward.is_not(None),
-            _K.c.kind == "eval",
-            _K.c.eval_version.is_not(None),
-        )
-        .group_by(_K.c.eval_version)
-        .order_by(_K.c.eval_version)
-    )
-    with reading(store) as conn:
-        return [CurvePoint(int(v), float(m), int(n)) for v, m, n in conn.execute(stmt)]
+    return [CurvePoint(*x) for x in store.sessions.rewards_by_version(run, "eval")]
 
 
 def consumers(store: EventStore, run: Run) -> list[str]:

@@ -87,9 +87,36 @@ def test_every_documented_query_runs(
     cli: CliRunner, db_url: str, populated: Populated, store: EventStore
 ) -> None:
     add_eval_session(store, populated.run, version=1, reward=0.25)  # for the eval query
+    store.consumers.commit_step(  # for the step-metrics queries
+        populated.run,
+        "train:main",
+        step=1,
+        position=1,
+        batch_hash="0" * 64,
+        manifest={},
+        metrics={"loss": -0.5, "grad_norm": 2.0, "staleness_tokens_0": 5},
+    )
     for title, query in doc_queries().items():
         rows = sql_json(cli, db_url, query.replace("'my-run'", f"'{populated.run}'"))
         assert rows, title
+
+
+def test_training_curves(cli: CliRunner, db_url: str, populated: Populated, store: EventStore) -> None:
+    for step, loss in ((1, -0.5), (2, 0.25)):
+        store.consumers.commit_step(
+            populated.run,
+            "train:main",
+            step=step,
+            position=step,
+            batch_hash=str(step) * 64,
+            manifest={},
+            metrics={"loss": loss, "grad_norm": 2.0 * step, "staleness_tokens_1": 3},
+        )
+    rows = run_doc(cli, db_url, populated, "Training curves")
+    assert [(r["step"], r["loss"], r["grad_norm"], r["entropy"]) for r in rows] == [
+        (1, -0.5, 2.0, None),
+        (2, 0.25, 4.0, None),
+    ]
 
 
 def test_eval_sessions_stay_out_of_the_training_curve(

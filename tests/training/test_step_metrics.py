@@ -1,0 +1,101 @@
+"""Step metrics in the log: recorded with each step, readable by SQL, recomputable, replayed."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from sqlalchemy import update
+from typer.testing import CliRunner
+
+from dressage.errors import ReplayDriftError
+from dressage.store import EventStore, schema
+from dressage.store.views import STEP_METRIC_COLUMNS
+from dressage.training import StepOptions, Trainer
+from dressage.training.metrics import BATCH_METRICS, TORCH_METRICS
+from dressage.training.torch_backend import TorchBackend, build_model, ppo_clip_tis_loss
+from tests.cli.helpers import sql_json
+from tests.training.builders import build_run, simple
+
+
+def _train(store: EventStore, run: str, tmp_path: Path) -> list:
+    build_run(store, run, [[simple(1.0), simple(0.0)], [simple(0.25, n_turns=1), simple(0.75)]])
+    backend = TorchBackend(tmp_path / "ckpt", model="tiny-qwen3", lr=0.5, seed=3)
+    return Trainer(store, run, StepOptions(2, 2), backend).run_steps()
+
+
+def test_every_metric_is_in_the_log_and_the_sql_view(
+    store: EventStore, db_url: str, run_name: str, tmp_path: Path
+) -> None:
+    results = _train(store, run_name, tmp_path)
+    assert len(results) == 2
+    stored = store.consumers.metrics(run_name, "train:main")
+    rows = sql_json(
+        CliRunner(env={"COLUMNS": "200"}),
+        db_url,
+        f"SELECT * FROM step_metrics WHERE run_name = '{run_name}' ORDER BY step",
+    )
+    assert [r["step"] for r in rows] == [1, 2]
+    for result, row in zip(results, rows, strict=True):
+        mine = stored[result.batch.step]
+        assert mine == result.metrics  # exactly what the trainer computed
+        for name in (*BATCH_METRICS, *TORCH_METRICS, "step_time_s", "tokens_per_s"):
+            assert name in STEP_METRIC_COLUMNS
+            assert row[name] is not None and math.isfinite(row[name]), name
+            assert row[name] == pytest.approx(mine[name], rel=1e-12, abs=1e-300), name
+        # every trained token was sampled by policy 0; step k trains version k - 1
+        stale = result.batch.step - 1
+        assert mine[f"staleness_tokens_{stale}"] == mine["trained_tokens"] > 0
+        assert mine["staleness_mean"] == mine["staleness_max"] == stale
+        assert mine["pg_loss"] == mine["loss"] and mine["lr"] == 0.5
+    assert stored[1]["reward_mean"] == 0.5 and stored[1]["reward_std"] == 0.5
+    assert stored[2]["reward_mean"] == 0.5 and stored[2]["reward_std"] == 0.25
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_loss_and_grad_norm_recomputed_from_the_stored_samples(
+    store: EventStore, run_name: str, tmp_path: Path
+) -> None:
+    """Step 1's loss and grad norm again: the initial model (same seed) on the batch the log gives
+    back (replay re-forms it from the stored turns), with the backend's loss function."""
+    _train(store, run_name, tmp_path)
+    recorded = store.consumers.metrics(run_name, "train:main")[1]
+    [batch, _] = Trainer(store, run_name, StepOptions(2, 2)).replay()
+    model = build_model("tiny-qwen3", seed=3)
+    total = 0.0
+    for s in batch.samples:
+        tokens = torch.as_tensor(s.tokens, dtype=torch.long)
+        logp = torch.log_softmax(model(input_ids=tokens[None]).logits[0].float()[:-1], dim=-1)
+        logp_R = logp.gather(-1, tokens[1:, None])[:, 0][-s.response_length :]
+        loss, _ = ppo_clip_tis_loss(
+            logp_R,
+            torch.as_tensor(s.rollout_log_probs, dtype=torch.float32),
+            torch.full((s.response_length,), s.advantage),
+            torch.as_tensor(s.loss_weights, dtype=torch.float32),
+        )
+        loss.backward()
+        total += float(loss.detach())
+    grads = [p.grad.double().flatten() for p in model.parameters() if p.grad is not None]
+    grad_norm = float(torch.linalg.vector_norm(torch.cat(grads)))
+    assert total == pytest.approx(recorded["loss"], rel=1e-6)
+    assert grad_norm == pytest.approx(recorded["grad_norm"], rel=1e-6)
+    assert recorded["grad_norm"] > 0
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_replay_compares_the_batch_metrics_bitwise(store: EventStore, run_name: str, tmp_path: Path) -> None:
+    _train(store, run_name, tmp_path)
+    assert len(Trainer(store, run_name, StepOptions(2, 2)).replay()) == 2
+    m = schema.train_step_metrics.c
+    with store.db.write() as conn:
+        conn.execute(
+            update(schema.train_step_metrics)
+            .where(m.step == 2, m.name == "reward_mean", m.consumer == "train:main")
+            .values(value=0.5000000000000001)
+        )
+    with pytest.raises(
+        ReplayDriftError, match=r"step 2 .* metric reward_mean was recorded as 0\.5000000000000001"
+    ):
+        Trainer(store, run_name, StepOptions(2, 2)).replay()
