@@ -48,6 +48,13 @@ def loop_command(
         ),
     ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")] = True,
+    log_to: Annotated[
+        str | None,
+        typer.Option(
+            "--log-to",
+            help="Also log step metrics and rewards to wandb,tensorboard (under --out; overrides train.log_to).",
+        ),
+    ] = None,
     ray_address: Annotated[
         str | None,
         typer.Option(
@@ -67,6 +74,7 @@ def loop_command(
     from dressage.loop.report import reward_line, summary_table, write_plot
     from dressage.loop.runner import LoopOptions, run_loop
     from dressage.rollout.evaluation import eval_line
+    from dressage.training.loggers import parse_log_to
 
     if ray_address is not None:  # Ray missing: say how to install it before anything starts
         from dressage.cluster import ray_rollout_module
@@ -82,6 +90,7 @@ def loop_command(
         concurrency=concurrency,
         show_progress=progress,
         ray_address=ray_address,
+        log_to=parse_log_to(log_to) if log_to is not None else None,
     )
     console = Console(stderr=True, emoji=False)
     report = asyncio.run(run_loop(settings, opts, console))

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
     from dressage.store import EventStore
+    from dressage.store.records import Run
     from dressage.training.consumer import Backend
+    from dressage.training.loggers import Loggers
     from dressage.training.steps import StepOptions
     from dressage.training.weight_push import WeightPusher
 
@@ -79,16 +81,24 @@ def train_command(
     push_every: int = typer.Option(1, help="Push after every N-th step."),
     push_keep: int | None = typer.Option(None, help="Keep only the newest N pushed weight directories."),
     throttle_s: float = typer.Option(0.0, help="Pause between steps (demos, crash tests)."),
+    log_to: str | None = typer.Option(
+        None,
+        "--log-to",
+        help="Also log step metrics and rewards to wandb,tensorboard (under --out; extras dressage[wandb], "
+        "dressage[tensorboard]).",
+    ),
 ) -> None:
     """Train on a run's log, or replay its recorded steps."""
     from dressage.cli.render import console as make_console
     from dressage.config import load_settings
     from dressage.store import EventStore
     from dressage.store.replica import open_replica_store
+    from dressage.training.loggers import parse_log_to
     from dressage.training.masking import MaskingPolicy
     from dressage.training.steps import StepOptions
 
     console = make_console(stderr=True)
+    loggers = parse_log_to(log_to)
     check_train_options(out=out, lr=lr, global_batch_size=global_batch_size, n_samples=n_samples_per_prompt)
     settings = load_settings(database_url=database_url, replica_url=replica_url)
     store = EventStore.open(settings=settings)
@@ -134,9 +144,21 @@ def train_command(
         if len(from_runs) > 1:
             if follow or reader is not None:
                 raise ConfigError("several --from-run train on finished logs: without --follow and a replica")
+            if loggers:
+                raise ConfigError("--log-to applies to one --from-run (its step metrics are in the log)")
             _train_many(console, store, from_runs, version_offsets, consumer, options, chosen, max_steps)
         else:
-            _train(console, store, from_run, consumer, options, chosen, follow, max_steps, throttle_s, reader)
+            _train(
+                console,
+                store,
+                from_run,
+                consumer,
+                options,
+                chosen,
+                (follow, max_steps, throttle_s),
+                reader,
+                _open_loggers(loggers, out, store.runs.get(from_run)),
+            )
     except BaseException:
         if not out_existed:
             remove_if_empty(out)
@@ -211,15 +233,17 @@ def _train(
     consumer: str,
     options: StepOptions,
     backend: Backend,
-    follow: bool,
-    max_steps: int | None,
-    throttle_s: float,
+    pace: tuple[bool, int | None, float],
     reader: EventStore | None = None,
+    loggers: Loggers | None = None,
 ) -> None:
     from rich.markup import escape
 
     from dressage.training.consumer import StepResult, Trainer, manifest_summary
+    from dressage.training.loggers import Loggers, version_rewards
 
+    follow, max_steps, throttle_s = pace
+    loggers = loggers or Loggers()
     trainer = Trainer(store, run, options, backend, consumer=consumer, reader=reader)
     with _progress(console) as bar:
         task = bar.add_task(escape(f"{trainer.consumer} on {run}"), total=max_steps)
@@ -238,10 +262,15 @@ def _train(
             bar.console.print(
                 f"step {result.batch.step} {result.batch.batch_hash}", highlight=False, soft_wrap=True
             )
+            loggers.step(result.batch.step, result.metrics)
 
-        results = trainer.run_steps(
-            follow=follow, max_steps=max_steps, throttle_s=throttle_s, on_step=stepped
-        )
+        try:
+            results = trainer.run_steps(
+                follow=follow, max_steps=max_steps, throttle_s=throttle_s, on_step=stepped
+            )
+            loggers.versions(version_rewards(store, run))  # training and eval reward per version
+        finally:
+            loggers.close()
     console.print(f"{len(results)} new steps committed for {trainer.consumer}", markup=False)
     _report_evals(console, store, run)
     pattern = getattr(backend, "pattern", None)
@@ -301,6 +330,13 @@ def _replay_many(console: Console, store: EventStore, runs: list[str], consumer:
     console.print(
         f"replayed {len(steps)} steps of {trainer.consumer}: every batch hash matches", markup=False
     )
+
+
+def _open_loggers(names: tuple[str, ...], out: Path, run: Run) -> Loggers:
+    """The ``--log-to`` loggers, writing under ``out``."""
+    from dressage.training.loggers import Loggers
+
+    return Loggers.open(names, out, run.name, {"dressage_run": run.name, **run.config})
 
 
 def _report_evals(console: Console, store: EventStore, run: str) -> None:

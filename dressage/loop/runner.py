@@ -61,6 +61,7 @@ from dressage.rollout.worker import (
 )
 from dressage.store import EventStore, Run, TaskSpec
 from dressage.store.replica import open_replica_store
+from dressage.training.loggers import Loggers, parse_log_to, version_rewards
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class LoopOptions:
     show_progress: bool = True
     ray_address: str | None = None
     """Play each iteration's rollout on Ray worker actors (:class:`dressage.cluster.ray_rollout.RayLoopWorkers`)."""
+    log_to: tuple[str, ...] | None = None
+    """``--log-to``: loggers of the step metrics (overrides ``train.log_to``)."""
 
 
 @dataclass
@@ -107,6 +110,8 @@ def resolve(cfg: RolloutConfig, opts: LoopOptions) -> tuple[RolloutConfig, LoopC
         updates["mode"] = opts.mode
     loop_cfg = LoopConfig.model_validate({**loop_cfg.model_dump(), **updates})
     train_cfg = cfg.train or TrainConfig()
+    if opts.log_to is not None:
+        train_cfg = train_cfg.model_copy(update={"log_to": list(parse_log_to(opts.log_to))})
     if opts.concurrency is not None:
         if opts.concurrency < 1:
             raise ConfigError(f"--concurrency must be >= 1, got {opts.concurrency}")
@@ -157,6 +162,8 @@ class Loop:
         self.global_batch_size = gbs
         self.steps_per_iteration = per_iteration // gbs
         self.engine: DevEngineProcess | None = None
+        self.loggers = Loggers()
+        """``train.log_to``'s loggers (W&B, TensorBoard), opened by :meth:`open_loggers`."""
         self.reader: EventStore | None = None
         """The trainer's read replica (``settings.replica_url``), opened with the trainer."""
         self.proxy: ServedProxy | None = None
@@ -270,8 +277,16 @@ class Loop:
             self.reader = open_replica_store(self.settings)
         return Trainer(self.store, assert_run, options, backend, consumer=CONSUMER, reader=self.reader)
 
+    def open_loggers(self) -> None:
+        """Open ``train.log_to``'s loggers under the loop's output directory."""
+        config = {"dressage_run": self.run_name, **self.cfg.model_dump(mode="json")}
+        self.loggers = Loggers.open(self.train_cfg.log_to, self.out_dir, self.run_name, config)
+
     async def stop(self) -> None:
-        """Stop the Ray workers, the proxy and the engine, close the replica reader (idempotent)."""
+        """Stop the Ray workers, the proxy and the engine, close the replica reader and the loggers
+        (idempotent)."""
+        loggers, self.loggers = self.loggers, Loggers()
+        loggers.close()
         if self.ray_workers is not None:
             self.ray_workers.stop()
             self.ray_workers = None
@@ -311,6 +326,8 @@ class Loop:
             results = await asyncio.to_thread(self.trainer.run_steps, max_steps=self.steps_per_iteration)
         stats.train_steps = len(results)
         stats.train_s = time.monotonic() - started
+        for result in results:
+            self.loggers.step(result.batch.step, result.metrics)
         if results:
             stats.metrics = dict(results[-1].metrics)
             pushed = stats.metrics.get("pushed_version")
@@ -385,6 +402,7 @@ async def run_loop(settings: Settings, opts: LoopOptions, console: Console | Non
         loop = Loop(store, settings, opts, console)
         try:
             await loop.start()
+            loop.open_loggers()
             progress = LoopProgress(console, loop.loop_cfg.iterations, enabled=opts.show_progress)
             assert loop.run is not None
             progress.attach(store, loop.run)
@@ -392,6 +410,7 @@ async def run_loop(settings: Settings, opts: LoopOptions, console: Console | Non
                 await loop.run_iterations(progress)
             await loop.final_eval()
             await asyncio.to_thread(loop.refresh_versions)
+            loop.loggers.versions(version_rewards(store, loop.run))
         finally:
             await loop.stop()
         return LoopReport(

@@ -251,6 +251,10 @@ class TrainConfig(_Strict):
         default=1, ge=0, description="Mask tokens this many versions older than the trainer (async)."
     )
     keep_checkpoints: int = Field(default=2, ge=1, description="Newest step checkpoints kept on disk.")
+    log_to: list[Literal["wandb", "tensorboard"]] = Field(
+        default_factory=list,
+        description="Also log step metrics and rewards to these (docs/training.md); --log-to overrides.",
+    )
 
 
 class EvalConfig(_Strict):

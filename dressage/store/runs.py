@@ -148,16 +148,15 @@ class RunRepository:
                     func.coalesce(func.sum(t.turns.c.n_trained), 0),
                 ).where(t.turns.c.run_id == r.id)
             ).one()
-            means: dict[bool, float | None] = dict(
-                conn.execute(
+            means: dict[bool, float | None] = {
+                bool(e): m
+                for e, m in conn.execute(
                     select(is_eval, func.avg(s.reward))
                     .select_from(t.sessions.outerjoin(t.tasks, k.id == s.task_id))
                     .where(and_(s.run_id == r.id, s.status == "finished"))
                     .group_by(is_eval)
-                )
-                .tuples()
-                .all()
-            )
+                ).all()
+            }
         train_mean = next((m for e, m in means.items() if not e), None)
         eval_mean = next((m for e, m in means.items() if e), None)
         return RunSummary(

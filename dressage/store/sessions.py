@@ -272,7 +272,7 @@ class SessionRepository:
         else:
             raise InvalidRecordError(f"kind must be 'train' or 'eval', got {kind!r}")
         with self.db.read() as conn:
-            return [(int(x), float(m), int(n)) for x, m, n in conn.execute(stmt).tuples()]
+            return [(int(x), float(m), int(n)) for x, m, n in conn.execute(stmt).all()]
 
     def has_finished(self, task_id: int) -> bool:
         """True when the (task, sample) queue entry ``task_id`` already has a finished session."""

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dressage.errors import ConfigError
+from dressage.store.event_store import EventStore
+from dressage.store.records import Run
 
 LOGGERS = ("wandb", "tensorboard")
 
@@ -162,3 +164,12 @@ class Loggers:
         """Close every logger."""
         for logger in self.loggers:
             logger.close()
+
+
+def version_rewards(store: EventStore, run: str | Run) -> dict[int, dict[str, float]]:
+    """Training and eval mean reward per policy version (``{version: {"train": r, "eval": r}}``)."""
+    out: dict[int, dict[str, float]] = {}
+    for kind in ("train", "eval"):
+        for version, mean, _ in store.sessions.rewards_by_version(run, kind):
+            out.setdefault(version, {})[kind] = mean
+    return out
