@@ -197,16 +197,79 @@ def group_page(v: Viewer, run_name: str, group: int, diff: tuple[str, str] | Non
     }
 
 
+PLOTTED_METRICS = (
+    "loss",
+    "grad_norm",
+    "entropy",
+    "kl_behaviour",
+    "is_ratio_mean",
+    "is_truncated_share",
+    "reward_mean",
+    "reward_std",
+    "response_length_mean",
+    "staleness_mean",
+    "trained_tokens",
+    "tokens_per_s",
+)
+"""The step metrics the training page plots against the step (docs/training.md)."""
+
+
 def training_page(v: Viewer, run_name: str) -> dict[str, Any]:
-    """Consumers of a run, their checkpoints and steps."""
+    """Consumers of a run, their checkpoints, steps and step metrics (plotted against the step), and
+    the reward per policy version of training and eval sessions."""
     run = v.store.runs.get(run_name)
     out = []
+    plots: dict[str, dict[str, list[list[float]]]] = {}
     for consumer in queries.consumers(v.store, run):
         steps = queries.steps(v.store, run, consumer)
+        metrics = v.store.consumers.metrics(run, consumer)
+        for name in PLOTTED_METRICS:
+            points = [[step, m[name]] for step, m in sorted(metrics.items()) if name in m]
+            if points:
+                plots.setdefault(name, {})[consumer] = points
         out.append(
-            {"name": consumer, "checkpoint": v.store.consumers.checkpoint(run, consumer), "steps": steps}
+            {
+                "name": consumer,
+                "checkpoint": v.store.consumers.checkpoint(run, consumer),
+                "steps": steps,
+                "metrics": metrics,
+            }
         )
-    return {"run": run, "consumers": out}
+    return {"run": run, "consumers": out, "plots": plots, "rewards": _reward_curves(v, run)}
+
+
+def _reward_curves(v: Viewer, run: Run, label: str = "") -> dict[str, list[list[float]]]:
+    """``{"<label>training": [[version, mean, n]...], "<label>eval": ...}`` (empty series left out)."""
+    curves = {
+        f"{label}training": [[p.x, p.mean_reward, p.n] for p in queries.reward_by_version(v.store, run)],
+        f"{label}eval": [[p.x, p.mean_reward, p.n] for p in queries.eval_by_version(v.store, run)],
+    }
+    return {k: pts for k, pts in curves.items() if pts}
+
+
+def compare_page(v: Viewer, run_names: list[str]) -> dict[str, Any]:
+    """Chosen runs' training and eval reward per policy version, and reward per step, overlaid."""
+    names = list(dict.fromkeys(n.strip() for n in run_names if n.strip()))
+    if not names:
+        raise RequestError("choose runs to compare: /compare?runs=a,b", param="runs")
+    runs = [v.store.runs.get(n) for n in names]
+    by_version: dict[str, list[list[float]]] = {}
+    by_step: dict[str, list[list[float]]] = {}
+    for run in runs:
+        by_version.update(_reward_curves(v, run, f"{run.name} "))
+        for consumer in queries.consumers(v.store, run):
+            points = [
+                [step, m["reward_mean"]]
+                for step, m in sorted(v.store.consumers.metrics(run, consumer).items())
+                if "reward_mean" in m
+            ]
+            if points:
+                by_step[f"{run.name} {consumer}"] = points
+    return {
+        "runs": runs,
+        "all_runs": [r.name for r in v.store.runs.list()],
+        "curves": {"by_version": by_version, "by_step": by_step},
+    }
 
 
 def step_page(v: Viewer, run_name: str, consumer: str, step: int) -> dict[str, Any]:

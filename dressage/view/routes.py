@@ -96,6 +96,10 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
     def training(request: Request) -> Response:
         return html("training.html", pages.training_page(viewer, _param(request, "run")))
 
+    def compare(request: Request) -> Response:
+        chosen = [x for value in request.query_params.getlist("runs") for x in value.split(",")]
+        return html("compare.html", pages.compare_page(viewer, chosen))
+
     def step(request: Request) -> Response:
         ctx = pages.step_page(
             viewer, _param(request, "run"), _param(request, "consumer"), _int(request, "step")
@@ -163,6 +167,7 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
         Route("/sql", guarded(sql)),
         Route("/group", guarded(group)),
         Route("/training", guarded(training)),
+        Route("/compare", guarded(compare)),
         Route("/step", guarded(step)),
         Route("/artifact", guarded(artifact)),
         Route("/api/experts", guarded(experts)),

@@ -57,6 +57,10 @@ class ServerUrls:
         """A run's consumers and steps."""
         return "/training?" + urlencode({"run": run})
 
+    def compare(self, runs: list[str]) -> str:
+        """Runs' reward curves overlaid."""
+        return "/compare?" + urlencode({"runs": ",".join(runs)})
+
     def step(self, run: str, consumer: str, step: int) -> str:
         """One step's manifest."""
         return "/step?" + urlencode({"run": run, "consumer": consumer, "step": step})
@@ -108,6 +112,9 @@ class BundleUrls(ServerUrls):
 
     def training(self, run: str) -> str:
         return f"{self._up}training.html"
+
+    def compare(self, runs: list[str]) -> str:
+        return "#not-in-bundle"
 
     def step(self, run: str, consumer: str, step: int) -> str:
         return f"{self._up}steps/{file_name(consumer)}-{int(step)}.html"

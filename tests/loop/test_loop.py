@@ -27,6 +27,7 @@ from dressage.loop.progress import LoopProgress
 from dressage.loop.runner import Loop, LoopOptions
 from dressage.rollout.evaluation import read_eval_rounds
 from dressage.store import EventStore
+from dressage.store.views import STEP_METRIC_COLUMNS
 
 
 def write_config(tmp: Path, mode: str, train: dict[str, Any] | None = None) -> Path:
@@ -238,5 +239,22 @@ def test_the_loop_evaluates_each_policy_version(tmp_path: Path) -> None:
             for e in step.manifest["samples"]
         }
         assert trained and not trained & eval_ids
+        # every step's metrics are in the log, one row per step in the step_metrics view
+        with store.db.engine.connect() as conn:
+            rows = [
+                dict(r._mapping)
+                for r in conn.execute(
+                    text("SELECT * FROM step_metrics WHERE run_name = :r ORDER BY step"), {"r": run}
+                )
+            ]
+        assert [r["step"] for r in rows] == [1]
+        assert all(rows[0][c] is not None for c in STEP_METRIC_COLUMNS), rows[0]
+        # eval apart: the run's training mean leaves the eval sessions out
+        summary = store.runs.summary(run)
+        assert sum(summary.eval_sessions.values()) == 4
+        train_rewards = [
+            x.reward for x in store.sessions.list(run, status="finished") if x.id not in eval_ids
+        ]
+        assert summary.mean_reward == pytest.approx(sum(train_rewards) / len(train_rewards))
     finally:
         store.close()

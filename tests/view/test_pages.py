@@ -267,3 +267,44 @@ def test_eval_sessions_are_kept_apart_from_training(viewed: ViewedLog, browser) 
     advantages = sorted(float(text(one(r, ".advantage"))) for r in members)
     assert advantages == [-0.5, 0.5]  # GRPO over the two training rewards only
     assert not severe_console_errors(browser)
+
+
+def test_training_page_plots_step_metrics_and_the_eval_curve(viewed: ViewedLog, browser) -> None:
+    """The quick run's steps (formed without a backend: batch metrics only) are plotted against the
+    step, with their values in the steps table; the reward chart has a training and an eval series
+    where the run has eval sessions."""
+    metrics = viewed.store.consumers.metrics(viewed.quick, "train:main")
+    assert sorted(metrics) == [1, 2]
+    browser.get(url(viewed.base, "/training", run=viewed.quick))
+    wait(browser, lambda d: css(d, "[data-metric=reward_mean] canvas") and css(d, "#chart-rewards canvas"))
+    plotted = {x.get_attribute("data-metric") for x in css(browser, "[data-metric]")}
+    assert {"reward_mean", "trained_tokens", "staleness_mean", "response_length_mean"} <= plotted
+    assert "loss" not in plotted  # no backend, no loss
+    assert all(css(x, "canvas") for x in css(browser, "[data-metric]"))
+    cells = [text(one(r, ".reward-mean")) for r in css(browser, "table.steps tbody tr")]
+    assert cells == [f"{metrics[s]['reward_mean']:.6g}" for s in (1, 2)]
+    browser.get(url(viewed.base, "/training", run=viewed.evals.run))
+    wait(browser, lambda d: css(d, "#chart-rewards canvas"))
+    legend = [text(x).strip() for x in css(browser, "#chart-rewards .u-legend .u-label")]
+    assert "training" in legend and "eval" in legend
+    assert not severe_console_errors(browser)
+
+
+def test_compare_page_overlays_runs_reward_and_eval_curves(viewed: ViewedLog, browser) -> None:
+    browser.get(url(viewed.base, "/"))
+    assert "/compare?runs=" in str(one(browser, "#compare-all").get_attribute("href"))
+    browser.get(url(viewed.base, "/compare", runs=f"{viewed.quick},{viewed.evals.run}"))
+    wait(browser, lambda d: css(d, "#chart-version canvas") and css(d, "#chart-step canvas"))
+    legend = [text(x).strip() for x in css(browser, "#chart-version .u-legend .u-label")]
+    assert {f"{viewed.quick} training", f"{viewed.evals.run} training", f"{viewed.evals.run} eval"} <= set(
+        legend
+    )
+    rows = {
+        r.get_attribute("data-series"): text(css(r, "td")[1])
+        for r in css(browser, "#compare-series tbody tr")
+    }
+    assert rows[f"{viewed.evals.run} training"] == "v0: 0.5"
+    assert rows[f"{viewed.evals.run} eval"] == "v0: 0, v1: 1"
+    step_legend = [text(x).strip() for x in css(browser, "#chart-step .u-legend .u-label")]
+    assert f"{viewed.quick} train:main" in step_legend
+    assert not severe_console_errors(browser)

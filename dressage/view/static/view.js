@@ -10,7 +10,7 @@
   }
 
   // --- reward curves ---------------------------------------------------------------------------
-  function chart(el, series, xLabel) {
+  function chart(el, series, xLabel, yLabel) {
     if (!el || typeof uPlot === "undefined") return;
     el.textContent = "";
     var names = Object.keys(series);
@@ -30,18 +30,32 @@
                      points: { show: true, size: 6 } });
     });
     new uPlot({ width: Math.min(520, el.clientWidth || 520), height: 220, series: uSeries,
-                axes: [{ label: xLabel, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, { label: "mean reward" }],
+                axes: [{ label: xLabel, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, { label: yLabel || "mean reward" }],
                 // a fixed x range one step beyond the points (uPlot's automatic range spans 0-100
                 // around a single point at 0)
                 scales: { x: { time: false, auto: false, min: xs[0] - 1, max: xs[xs.length - 1] + 1 } } },
                data, el);
   }
 
+  function drawMetricCharts() {
+    var plots = readJson("metric-curves");
+    if (plots) {
+      document.querySelectorAll("[data-metric]").forEach(function (el) {
+        var name = el.dataset.metric;
+        chart(el.querySelector(".chart"), plots[name] || {}, "training step", name);
+      });
+    }
+    var rewards = readJson("reward-curves");
+    if (rewards) chart(document.getElementById("chart-rewards"), rewards, "policy version");
+  }
+
   function drawCharts() {
+    drawMetricCharts();
     var curves = readJson("curves");
     if (!curves) return;
-    chart(document.getElementById("chart-version"),
-          { "training": curves.by_version, "eval": curves.eval_by_version || [] }, "policy version");
+    var versions = Array.isArray(curves.by_version)
+      ? { "training": curves.by_version, "eval": curves.eval_by_version || [] } : curves.by_version;
+    chart(document.getElementById("chart-version"), versions, "policy version");
     chart(document.getElementById("chart-step"), curves.by_step, "training step");
   }
 
