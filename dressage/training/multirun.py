@@ -22,6 +22,7 @@ never share one.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 from dressage.errors import ConfigError, ReplayDriftError
 from dressage.store.event_store import EventStore
 from dressage.store.records import Run
-from dressage.training.consumer import Backend, NullBackend, consumer_name
+from dressage.training.consumer import Backend, NullBackend, consumer_name, step_metrics
 from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
 from dressage.training.manifest import batch_hash, field_digests, first_drift, sample_entries
 from dressage.training.samples import TrainSample
@@ -172,7 +173,8 @@ class MultiRunTrainer:
             if formed is None:
                 break
             batch, cursors = formed
-            self.backend.train_step(batch)
+            started = time.perf_counter()
+            metrics = step_metrics(batch, self.backend.train_step(batch), time.perf_counter() - started)
             self.store.consumers.commit_step(
                 self.home,
                 self.consumer,
@@ -185,6 +187,7 @@ class MultiRunTrainer:
                     "cursors": [list(c) for c in cursors],
                     "trainer_version": batch.produced_version,
                 },
+                metrics=metrics,
             )
             self._pending = self._pending[batch.consumed :]
             step = batch.step
