@@ -116,3 +116,20 @@ def test_without_the_extras_log_to_is_one_line_and_nothing_else_changes(
     plain = train()
     assert plain.returncode == 0, plain.stderr
     assert len(store.consumers.steps(run_name, "train:main")) == 1
+
+
+def test_loop_log_to_comes_from_the_config_key_or_the_option(tmp_path: Path) -> None:
+    """``train.log_to`` in run.yaml, overridden by ``--log-to``; a bad name is refused by name."""
+    from dressage.errors import ConfigError
+    from dressage.loop.runner import LoopOptions, resolve
+    from dressage.rollout.config import load_config
+    from dressage.training.loggers import parse_log_to
+    from tests.loop.test_loop import write_config
+
+    path = write_config(tmp_path, "sync", {"log_to": ["wandb"]})
+    assert resolve(load_config(str(path)), LoopOptions(str(path)))[2].log_to == ["wandb"]
+    overridden = LoopOptions(str(path), log_to=parse_log_to("tensorboard"))
+    assert resolve(load_config(str(path)), overridden)[2].log_to == ["tensorboard"]
+    bad = write_config(tmp_path, "sync", {"log_to": ["mlflow"]})
+    with pytest.raises(ConfigError, match="log_to"):
+        load_config(str(bad))
