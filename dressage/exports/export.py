@@ -32,7 +32,6 @@ from dressage.exports.arrow import cube_column, list_column
 from dressage.exports.rows import as_turn, session_rows, table_rows, turn_rows
 from dressage.exports.where import select_sessions
 from dressage.store import schema as t
-from dressage.store.db import current_revision
 from dressage.store.event_store import EventStore
 from dressage.store.records import Run
 from dressage.training.materialize import Trajectory, materialize_trajectory
@@ -104,7 +103,7 @@ def export_run(
         "where": where,
         "exported_at": time.time(),
         "backend": store.db.dialect,
-        "schema_revision": current_revision(store.db.engine),
+        "schema_revision": store.db.schema_revision(),
         "last_position": store.db.last_position(r.id),
         "counts": counts,
         "files": files,

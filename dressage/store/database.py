@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from dressage.errors import InvalidRecordError, StoreError, UnknownRunError
 from dressage.redact import db_error_text
 from dressage.store import schema as t
-from dressage.store.db import READONLY_OPTION
+from dressage.store.db import READONLY_OPTION, current_revision
 from dressage.store.records import DEFAULT_MAX_PAYLOAD_BYTES, AppendResult, canonical_json, check_duplicate
 
 T = TypeVar("T")
@@ -52,6 +52,11 @@ class Database:
     def dialect(self) -> str:
         """``postgresql`` or ``sqlite``."""
         return str(self.engine.dialect.name)
+
+    def schema_revision(self) -> str | None:
+        """The migration revision the database is at (None for an empty database): what an export
+        records so a reader knows which schema its rows came from."""
+        return current_revision(self.engine)
 
     def close(self) -> None:
         """Release pooled connections."""
