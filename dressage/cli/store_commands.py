@@ -27,7 +27,7 @@ from dressage.cli import render
 from dressage.config import Settings, load_settings
 from dressage.errors import DressageError, StoreError, VerificationError
 from dressage.exports.archive import archive_run
-from dressage.exports.export import export_run
+from dressage.exports.export import EXPORT_FORMATS, export_run
 from dressage.exports.importer import import_run
 from dressage.exports.verify import verify_export
 from dressage.store import EventStore
@@ -346,15 +346,17 @@ def sql(
 # --- export / drop --------------------------------------------------------------------------------
 
 
-EXPORT_FORMATS = ("parquet",)
-
-
 @handle_errors
 def export(
     run: Annotated[str, typer.Argument(help="Name of the run to export.")],
     to: Annotated[Path, typer.Option("--to", help="Directory to create (must be absent or empty).")],
     fmt: Annotated[
-        str, typer.Option("--format", help="parquet: turns, sessions, samples (+ the archive files).")
+        str,
+        typer.Option(
+            "--format",
+            help="parquet: turns, sessions, samples (+ the archive files); "
+            "sft: sft.parquet, chat messages with tools beside the recorded ids (docs/export.md).",
+        ),
     ] = "parquet",
     where: Annotated[
         str | None,
@@ -372,7 +374,7 @@ def export(
     store = _open(database_url)
     try:
         with render.progress_bar("exporting sessions") as advance:
-            manifest = export_run(store, run, to, where=where, progress=advance)
+            manifest = export_run(store, run, to, where=where, fmt=fmt, progress=advance)
     finally:
         store.close()
     counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items())

@@ -30,6 +30,7 @@ from dressage.errors import StoreError, TrainingError
 from dressage.exports import tables as tb
 from dressage.exports.arrow import cube_column, list_column
 from dressage.exports.rows import as_turn, session_rows, table_rows, turn_rows
+from dressage.exports.sft import SFT_FILE, SftRows, sft_profile, sft_table
 from dressage.exports.where import select_sessions
 from dressage.store import schema as t
 from dressage.store.event_store import EventStore
@@ -39,6 +40,7 @@ from dressage.training.samples import TrainSample
 from dressage.training.steps import rollout_id_of
 
 MANIFEST = "manifest.json"
+EXPORT_FORMATS = ("parquet", "sft")
 BATCH_SESSIONS = 64
 """Sessions per row group: a batch's turns are in memory at once, nothing more."""
 
@@ -65,10 +67,13 @@ def export_run(
     out_dir: Path | str,
     *,
     where: str | None = None,
+    fmt: str = "parquet",
     batch_sessions: int = BATCH_SESSIONS,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Write run ``run`` to ``out_dir`` (absent or empty) and return the manifest.
+
+    ``fmt`` ``sft`` writes only ``sft.parquet`` (:mod:`dressage.exports.sft`), never the archive.
 
     With ``where`` (a SQL predicate over the ``trajectories`` view) only the matching sessions go
     into the dataset files and the archive files are left out: such an export cannot be imported.
@@ -76,15 +81,21 @@ def export_run(
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise StoreError(f"export directory {out} exists and is not empty; choose a new directory")
+    if fmt not in EXPORT_FORMATS:
+        raise StoreError(f"--format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
     r = store.runs.get(run)
+    checker = SftRows(sft_profile(r.config)) if fmt == "sft" else None
     sessions = session_rows(store, r)
     n_per_prompt = _n_samples_per_prompt(sessions)  # of the whole run: rollout ids as the trainer's
     if where is not None:
         keep = select_sessions(store.db, r.name, where)
         sessions = [s for s in sessions if s["session_id"] in keep]
     out.mkdir(parents=True, exist_ok=True)
-    counts = _write_dataset(store, r, sessions, out, n_per_prompt, batch_sessions, progress)
-    if where is None:
+    if checker is not None:
+        counts = _write_sft(store, r, sessions, out, n_per_prompt, checker)
+    else:
+        counts = _write_dataset(store, r, sessions, out, n_per_prompt, batch_sessions, progress)
+    if where is None and checker is None:
         counts |= _write_archive(store, r, out)
     files = {
         p.relative_to(out).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
@@ -99,7 +110,8 @@ def export_run(
         "config": r.config,
         "config_hash": r.config_hash,
         "run_created_at": r.created_at,
-        "complete": where is None,
+        "dataset": fmt,
+        "complete": where is None and checker is None,
         "where": where,
         "exported_at": time.time(),
         "backend": store.db.dialect,
@@ -110,6 +122,32 @@ def export_run(
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     return manifest
+
+
+def _write_sft(
+    store: EventStore,
+    run: Run,
+    sessions: list[dict[str, Any]],
+    out: Path,
+    n_per_prompt: int,
+    checker: SftRows,
+) -> dict[str, int]:
+    """``sft.parquet``: one row per training sample, re-rendered and flagged (see the module)."""
+    rows: list[dict[str, Any]] = []
+    turns = turn_rows(store, run, [s["session_id"] for s in sessions])
+    by_session: dict[str, list[dict[str, Any]]] = {s["session_id"]: [] for s in sessions}
+    for row in turns:
+        by_session[row["session_id"]].append(row)
+    for s in sessions:
+        by_id = {x["id"]: x for x in by_session[s["session_id"]]}
+        for sample in _samples(s, by_session[s["session_id"]], n_per_prompt):
+            params = by_id[sample.turn_ids[-1]]["sampling_params"] or {}
+            tools = params.get("tools") if isinstance(params.get("tools"), list) else None
+            rows.append(checker.row(sample, tools))
+    table = sft_table(rows, checker)
+    pq.write_table(table, out / SFT_FILE, compression="zstd")
+    flagged = sum(1 for x in table.column("exact").to_pylist() if not x)
+    return {"sessions": len(sessions), "sft_rows": table.num_rows, "flagged": flagged}
 
 
 def _n_samples_per_prompt(sessions: list[dict[str, Any]]) -> int:
