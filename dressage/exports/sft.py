@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dressage.errors import StoreError
+from dressage.errors import DressageError, StoreError
 from dressage.tito.model_profile import ModelProfile
 from dressage.tito.profiles import RUN_RECORD_KEY, build_profile
 from dressage.training.samples import TrainSample
@@ -66,7 +66,7 @@ class SftRows:
         try:
             messages = self._parse(text, tools, thinking)
             reason = None
-        except ValueError as e:
+        except (ValueError, DressageError) as e:
             messages, reason = [], f"unparsable: {e}"
         return {
             "session_id": sample.session_id,
@@ -135,11 +135,12 @@ class SftRows:
     def _system(self, body: str, tools: list[dict[str, Any]] | None, thinking: bool) -> list[dict[str, Any]]:
         if not tools:
             return [{"role": "system", "content": body}]
-        system = self.profile.render([{"role": "system", "content": _MARK}], tools, False, thinking)
+        user = {"role": "user", "content": _MARK}
+        system = self.profile.render([{"role": "system", "content": _MARK}, user], tools, False, thinking)
         prefix = system.split(_MARK)[0].removeprefix(self.profile.turn_start_token + "system\n")
         if body.startswith(prefix):
             return [{"role": "system", "content": body[len(prefix) :]}]
-        bare = self.profile.render([{"role": "user", "content": _MARK}], tools, False, thinking)
+        bare = self.profile.render([user], tools, False, thinking)
         if bare.startswith(f"{self.profile.turn_start_token}system\n{body}{self.profile.turn_end_token}"):
             return []  # only the tools block: the conversation had no system message
         raise ValueError("the system turn does not hold the recorded tools")
