@@ -32,10 +32,16 @@ if TYPE_CHECKING:
 
 @handle_errors
 def train_command(
-    from_runs: list[str] = typer.Option(
-        ...,
+    from_runs: list[str] | None = typer.Option(
+        None,
         "--from-run",
         help="Run whose log to train on; repeat it to train on several runs (steps are recorded in the first).",
+    ),
+    from_exports: list[Path] | None = typer.Option(
+        None,
+        "--from-export",
+        help="Export directory to train on (verified, imported once as RUN@export-HASH; after the "
+        "--from-run runs). Repeatable.",
     ),
     version_offsets: list[int] | None = typer.Option(
         None,
@@ -99,6 +105,8 @@ def train_command(
 
     console = make_console(stderr=True)
     loggers = parse_log_to(log_to)
+    if not from_runs and not from_exports:
+        raise ConfigError("train needs a --from-run RUN or a --from-export DIR")
     check_train_options(out=out, lr=lr, global_batch_size=global_batch_size, n_samples=n_samples_per_prompt)
     settings = load_settings(database_url=database_url, replica_url=replica_url)
     store = EventStore.open(settings=settings)
@@ -106,6 +114,7 @@ def train_command(
     reader = None
     try:
         reader = open_replica_store(settings)
+        from_runs = [*(from_runs or []), *_import_exports(console, store, from_exports or [], reader)]
         for name in from_runs:
             store.runs.get(name)  # an unknown run fails before any output is written
         from_run = from_runs[0]
@@ -167,6 +176,20 @@ def train_command(
         if reader is not None:
             reader.close()
         store.close()
+
+
+def _import_exports(
+    console: Console, store: EventStore, dirs: list[Path], reader: EventStore | None
+) -> list[str]:
+    """The run names of ``--from-export`` directories, imported into the log when not already there."""
+    from dressage.exports.source import run_from_export
+
+    if dirs and reader is not None:
+        raise ConfigError("--from-export imports into the primary; train on it without a replica")
+    names = [run_from_export(store, d) for d in dirs]
+    for d, name in zip(dirs, names, strict=True):
+        console.print(f"export {d} is run {name!r} in this log", markup=False)
+    return names
 
 
 def check_train_options(*, out: Path, lr: float, global_batch_size: int, n_samples: int) -> None:

@@ -7,12 +7,18 @@ Built through the EventStore API (no mocks): 2 train tasks x 2 samples and 1 eva
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dressage.config import Settings
 from dressage.store import EventStore, NewTurn, TaskSpec
+from dressage.store.db import upgrade
+from tests.conftest import create_pg_database
 from tests.training.builders import SegmentSpec, TrajSpec, TurnSpec, turn_records
 
 TOOLS = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]
@@ -99,3 +105,22 @@ def build_rich_run(store: EventStore, run: str) -> RichRun:
 def rich_run(store: EventStore, run_name: str) -> RichRun:
     """The rich run in this test's store (SQLite or PostgreSQL)."""
     return build_rich_run(store, run_name)
+
+
+@pytest.fixture
+def other_url(db_url: str, tmp_path: Path) -> str:
+    """A second, empty log on the same backend."""
+    if db_url.startswith("sqlite"):
+        url = f"sqlite:///{tmp_path / 'other.db'}"
+        upgrade(url)
+        return url
+    return create_pg_database(f"datasets_import_{os.getpid()}")
+
+
+@pytest.fixture
+def other(other_url: str, tmp_path: Path) -> Iterator[EventStore]:
+    s = EventStore.open(
+        settings=Settings(database_url=other_url, home=tmp_path / "home2"), auto_upgrade=False
+    )
+    yield s
+    s.close()

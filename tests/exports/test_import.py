@@ -3,48 +3,24 @@ replays with the original's step hashes; bad imports are refused with one line."
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from dressage.config import Settings
 from dressage.exports.export import export_run
 from dressage.exports.importer import import_run
 from dressage.store import EventStore
-from dressage.store.db import upgrade
 from dressage.store.read_only_sql import run_read_only
 from dressage.training import StepOptions, Trainer
 from dressage.training.consumer import NullBackend
 from tests.cli.helpers import invoke
-from tests.conftest import create_pg_database
 from tests.exports.conftest import RichRun
 
 
 @pytest.fixture
 def cli() -> CliRunner:
     return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
-
-
-@pytest.fixture
-def other_url(db_url: str, tmp_path: Path) -> str:
-    """A second, empty log on the same backend."""
-    if db_url.startswith("sqlite"):
-        url = f"sqlite:///{tmp_path / 'other.db'}"
-        upgrade(url)
-        return url
-    return create_pg_database(f"datasets_import_{os.getpid()}")
-
-
-@pytest.fixture
-def other(other_url: str, tmp_path: Path) -> Iterator[EventStore]:
-    s = EventStore.open(
-        settings=Settings(database_url=other_url, home=tmp_path / "home2"), auto_upgrade=False
-    )
-    yield s
-    s.close()
 
 
 def _hashes(manifest: dict) -> dict[str, str]:
