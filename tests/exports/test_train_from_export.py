@@ -56,3 +56,11 @@ def test_train_from_an_export_directory(
 def test_train_needs_a_source(cli: CliRunner, db_url: str) -> None:
     result = invoke(cli, db_url, "train", "--backend", "none")
     assert result.exit_code != 0 and "--from-run RUN or a --from-export DIR" in result.stderr
+
+
+def test_a_missing_export_is_one_line(cli: CliRunner, db_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    args = ["train", "--from-export", str(tmp_path / "nowhere"), "--backend", "none", "--out", str(out)]
+    result = invoke(cli, db_url, *args)
+    assert result.exit_code != 0 and "no readable manifest.json" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
