@@ -90,7 +90,7 @@ class SftRows:
         tools = None if row["tools"] is None else json.loads(row["tools"])
         try:
             text = self.profile.render(
-                _plain(row["messages"]), tools, False, row["chat_template_kwargs"]["enable_thinking"]
+                row["messages"], tools, False, row["chat_template_kwargs"]["enable_thinking"]
             )
         except Exception as e:  # a template error on odd messages is a flagged row, not a failed export
             return row | {"exact": False, "mismatch_reason": f"does not render: {type(e).__name__}: {e}"}
@@ -156,16 +156,6 @@ class SftRows:
         for call in msg.get("tool_calls", []):
             call["function"]["arguments"] = json.loads(call["function"]["arguments"])
         return msg
-
-
-def _plain(value: Any) -> Any:
-    """Arrow's unified structs give absent keys as None: drop them, as a reader's template sees
-    a message without that field (e.g. no ``tool_calls``)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 
 
 def sft_table(rows: list[dict[str, Any]], checker: SftRows) -> pa.Table:

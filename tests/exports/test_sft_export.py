@@ -201,6 +201,11 @@ def test_an_altered_row_is_flagged(
     altered["messages"][-1]["content"] += " (edited)"
     flagged = checker.check(altered)
     assert flagged["exact"] is False and "differ from the recorded ids" in flagged["mismatch_reason"]
+    # Parquet unifies structs: a tool-call argument another row has reads back as null, and is caught
+    tool_row = next(r for r in rows if r["tools"] is not None)
+    call = tool_row["messages"][2]["tool_calls"][0]
+    call["function"]["arguments"] = {**call["function"]["arguments"], "other": None}
+    assert checker.check(tool_row)["exact"] is False
 
 
 def test_an_unparsable_profile_is_refused(
