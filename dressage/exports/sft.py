@@ -11,7 +11,9 @@ The messages are then re-rendered with the profile's chat template (as the Arrow
 back to a reader) and every row whose ids differ is flagged: ``exact`` false and a
 ``mismatch_reason``. A chat template closes every turn with ``<|im_end|>\\n`` while the model
 stopped at ``<|im_end|>``; that newline, never generated nor trained, is the row's
-``template_tail_ids``: an exact row re-renders to ``token_ids + template_tail_ids``.
+``template_tail_ids``: an exact row re-renders to ``token_ids + template_tail_ids``. A last turn
+cut by ``max_tokens`` has no ``<|im_end|>``: its tail is ``<|im_end|>\\n`` and ``truncated`` is
+true (a trainer reading the messages would train on a turn end the model never wrote).
 
 Parsing is implemented for the ChatML families (the ``qwen3.5`` and ``qwen3.6`` profiles); any
 other profile is refused with a one-line error naming it.
@@ -61,6 +63,7 @@ class SftRows:
         """The SFT row of one training sample (not yet checked: see :meth:`check`)."""
         ids = [int(x) for x in sample.tokens]
         prompt_len = len(ids) - sample.response_length
+        stopped = bool(ids) and ids[-1] == self.profile.turn_end_id
         thinking = self._thinking(ids[:prompt_len])
         text = self.profile.tokenizer.decode(ids)
         try:
@@ -78,7 +81,8 @@ class SftRows:
             "chat_template_kwargs": {"enable_thinking": thinking},
             "token_ids": ids,
             "assistant_mask": [0] * prompt_len + [int(x) for x in sample.loss_mask],
-            "template_tail_ids": self.tail_ids,
+            "template_tail_ids": self.tail_ids if stopped else [self.profile.turn_end_id, *self.tail_ids],
+            "truncated": not stopped,
             "exact": reason is None,
             "mismatch_reason": reason,
         }
@@ -158,11 +162,37 @@ class SftRows:
         return msg
 
 
+def sft_schema(messages: pa.DataType) -> pa.Schema:
+    """The schema of ``sft.parquet``; ``messages`` is inferred from the rows (Arrow unifies their
+    structs), every other column is fixed."""
+    ids = pa.list_(pa.int32())
+    return pa.schema(
+        [
+            ("session_id", pa.string()),
+            ("segment_index", pa.int32()),
+            ("thread_index", pa.int32()),
+            ("reward", pa.float64()),
+            ("messages", messages),
+            ("tools", pa.string()),
+            ("chat_template_kwargs", pa.struct([("enable_thinking", pa.bool_())])),
+            ("token_ids", ids),
+            ("assistant_mask", ids),
+            ("template_tail_ids", ids),
+            ("truncated", pa.bool_()),
+            ("exact", pa.bool_()),
+            ("mismatch_reason", pa.string()),
+        ],
+        metadata={"dressage.schema": "sft-1"},
+    )
+
+
 def sft_table(rows: list[dict[str, Any]], checker: SftRows) -> pa.Table:
     """The checked Arrow table of ``rows`` (each re-rendered from its Arrow form)."""
     try:
-        table = pa.Table.from_pylist(rows)
+        messages = pa.array([r["messages"] for r in rows]).type if rows else pa.list_(pa.null())
+        schema = sft_schema(messages)
+        table = pa.Table.from_pylist(rows, schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise StoreError(f"cannot write the SFT messages as Parquet: {e}") from e
     checked = [checker.check(r) for r in table.to_pylist()]
-    return pa.Table.from_pylist(checked, schema=table.schema)
+    return pa.Table.from_pylist(checked, schema=schema)

@@ -43,7 +43,7 @@ CALL = "<tool_call>\n<function=lookup>\n<parameter=word>\nzebra\n</parameter>\n<
 ANSWERS = {  # (task, sample) -> (answer, reward)
     (0, 0): ("a", 1.0),
     (0, 1): ("b", 0.0),
-    (1, 0): ("Zebra", 1.0),
+    (1, 0): ("Zebra is", 1.0),  # cut by max_tokens: no <|im_end|>
     (1, 1): ("x y", 0.0),
 }
 
@@ -69,7 +69,8 @@ def _record(
         held_text = tok.decode(held)
         assert prompt.startswith(held_text)
         context = [int(x) for x in tok.encode(prompt[len(held_text) :])]
-        gen = [int(x) for x in tok.encode(generated)] + [profile.turn_end_id]
+        cut = generated == "Zebra is"
+        gen = [int(x) for x in tok.encode(generated)] + ([] if cut else [profile.turn_end_id])
         store.turns.append(
             run,
             NewTurn(
@@ -80,7 +81,7 @@ def _record(
                 generated_ids=gen,
                 logprobs=[-0.5] * len(gen),
                 policy_versions=[0] * len(gen),
-                finish_reason="stop",
+                finish_reason="length" if cut else "stop",
                 sampling_params={"temperature": 1.0, **({"tools": tools} if tools else {})},
             ),
         )
@@ -167,6 +168,12 @@ def test_sft_export_loads_in_trl_and_tokenizes_to_the_recorded_ids(
     }
     assert {r["session_id"] for r in rows} == rewarded and all(r["reward"] >= 1 for r in rows)
     assert all(r["exact"] and r["mismatch_reason"] is None for r in rows)
+    truncated = {r["session_id"] for r in rows if r["truncated"]}
+    assert truncated == {f"{run_name}-train-t1-s0"}
+    newline = [int(x) for x in profile.tokenizer.encode("\n")]
+    for r in rows:
+        closing = [profile.turn_end_id] if r["truncated"] else []
+        assert r["template_tail_ids"] == closing + newline
     assert manifest["counts"]["flagged"] == 0
     recorded = {}
     for r in rows:
