@@ -25,9 +25,9 @@ from dressage.exports.sft import SFT_FILE, SftRows
 from dressage.exports.verify import verify_export
 from dressage.store import EventStore, NewTurn, TaskSpec
 from dressage.tito.model_profile import ModelProfile
-from dressage.tito.official_templates import official_qwen35_template
 from dressage.tito.profiles import RUN_RECORD_KEY, build_profile, profile_record
 from tests.cli.helpers import invoke
+from tests.exports.sft_checks import trl_prepare
 
 SYSTEM = "You answer in as few words as possible."
 TOOLS = [
@@ -120,35 +120,6 @@ def build_quickstart_like(store: EventStore, run: str, profile: ModelProfile) ->
             _record(store, run, sid, profile, [(question, answer)], None)
         store.sessions.finalize(sid, "finished", reward=reward, finish_reason="stop")
         store.tasks.release(lease, "done")
-
-
-def trl_prepare(rows_dir: Path, profile: ModelProfile, tmp_path: Path) -> list[dict[str, Any]]:
-    """``sft.parquet`` through TRL's ``SFTTrainer`` dataset preparation (tokenizer: the profile's
-    vocabulary with the official template from the pinned trl wheel; a tiny random model)."""
-    trl = pytest.importorskip("trl", reason="install the test extra (trl==1.16.0)")
-    datasets = pytest.importorskip("datasets")
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("torch")
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=profile.tokenizer.hf,
-        chat_template=official_qwen35_template("think"),
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-    )
-    config = transformers.Qwen2Config(
-        vocab_size=profile.tokenizer.vocab_size,
-        hidden_size=8,
-        intermediate_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    )
-    model = transformers.Qwen2ForCausalLM(config)
-    dataset = datasets.load_dataset("parquet", data_files=str(rows_dir / SFT_FILE), split="train")
-    args = trl.SFTConfig(output_dir=str(tmp_path / "trl"), report_to=[], use_cpu=True, max_length=None)
-    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
-    return list(trainer.train_dataset)
 
 
 def test_sft_export_loads_in_trl_and_tokenizes_to_the_recorded_ids(

@@ -8,6 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from dressage.exports.export import export_run
+from dressage.tito.profiles import build_profile
+from tests.exports.sft_checks import assert_trl_tokenizes_exact_rows
 from tests.rollout.conftest import REPO, open_store, requires_bwrap, worker_env
 
 pytestmark = requires_bwrap
@@ -49,4 +52,9 @@ def test_quickstart_runs_and_tells_what_to_look_at(tmp_path: Path) -> None:
     rewards = [s.reward for s in store.sessions.list("quickstart") if s.id in train_ids]
     assert 0.0 < sum(rewards) / len(rewards) < 1.0  # the task set has signal: some answers earn it, some not
     assert elapsed < 180, f"quickstart took {elapsed:.0f}s"
+    # its rewarded sessions as an SFT dataset: TRL tokenizes every unflagged row to the recorded ids
+    out = tmp_path / "sft"
+    manifest = export_run(store, "quickstart", out, where="reward >= 1 AND kind = 'train'", fmt="sft")
     store.close()
+    exact = assert_trl_tokenizes_exact_rows(out, build_profile("qwen3.5"), tmp_path)
+    assert exact > 0 and manifest["counts"]["sft_rows"] - manifest["counts"]["flagged"] == exact
