@@ -96,7 +96,8 @@ class SftRows:
             text = self.profile.render(
                 row["messages"], tools, False, row["chat_template_kwargs"]["enable_thinking"]
             )
-        except Exception as e:  # a template error on odd messages is a flagged row, not a failed export
+        except (DressageError, TypeError, ValueError, KeyError, AttributeError) as e:
+            # odd messages the renderer rejects make a flagged row, not a failed export
             return row | {"exact": False, "mismatch_reason": f"does not render: {type(e).__name__}: {e}"}
         got = [int(x) for x in self.profile.tokenizer.encode(text)]
         want = row["token_ids"] + row["template_tail_ids"]
