@@ -93,6 +93,8 @@ def export_run(
     out.mkdir(parents=True, exist_ok=True)
     if checker is not None:
         counts = _write_sft(store, r, sessions, out, n_per_prompt, checker)
+        if progress is not None:
+            progress(len(sessions), len(sessions))
     else:
         counts = _write_dataset(store, r, sessions, out, n_per_prompt, batch_sessions, progress)
     if where is None and checker is None:
