@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,6 +55,19 @@ class Settings(BaseSettings):
         default=None,
         validation_alias="E2B_API_KEY",
         description="E2B's API key (E2B_API_KEY, as E2B names it).",
+    )
+    wandb_mode: Literal["online", "offline", "disabled", "shared"] | None = Field(
+        default=None,
+        validation_alias="WANDB_MODE",
+        description="W&B's mode (WANDB_MODE); unset: online with WANDB_API_KEY, else offline.",
+    )
+    wandb_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias="WANDB_API_KEY",
+        description="W&B's API key (WANDB_API_KEY); only its presence is used here, wandb reads it itself.",
+    )
+    wandb_project: str = Field(
+        default="dressage", validation_alias="WANDB_PROJECT", description="W&B project."
     )
     view_token: SecretStr | None = Field(
         default=None, description="Token the web viewer asks for (required when it listens beyond loopback)."

@@ -17,11 +17,11 @@ nothing else changes).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from dressage.config import Settings, load_settings
 from dressage.errors import ConfigError
 from dressage.store.event_store import EventStore
 from dressage.store.records import Run
@@ -86,9 +86,12 @@ class TensorBoardLogger:
         self.writer.close()
 
 
-def wandb_mode() -> str:
+WandbMode = Literal["online", "offline", "disabled", "shared"]
+
+
+def wandb_mode(settings: Settings) -> WandbMode:
     """``WANDB_MODE`` when set, else ``online`` with an API key and ``offline`` without one."""
-    return os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+    return settings.wandb_mode or ("online" if settings.wandb_api_key else "offline")
 
 
 class WandbLogger:
@@ -102,11 +105,12 @@ class WandbLogger:
                 "--log-to wandb needs the wandb package: pip install 'dressage[wandb]'"
             ) from None
         out_dir.mkdir(parents=True, exist_ok=True)
+        settings = load_settings()
         self.run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT") or "dressage",
+            project=settings.wandb_project,
             name=run_name,
             dir=str(out_dir),
-            mode=wandb_mode(),
+            mode=wandb_mode(settings),
             config=dict(config),
             reinit="create_new",
         )
