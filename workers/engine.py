@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from dressage.cli.store_commands import handle_errors
+from dressage.commandline import handle_errors
 
 
 @handle_errors

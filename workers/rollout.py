@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from dressage.cli.store_commands import DatabaseUrl, handle_errors
+from dressage.commandline import DatabaseUrl, handle_errors
 
 
 @handle_errors

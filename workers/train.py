@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from dressage.cli.store_commands import handle_errors
+from dressage.commandline import handle_errors
 from dressage.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def train_command(
     ),
 ) -> None:
     """Train on a run's log, or replay its recorded steps."""
-    from dressage.cli.render import console as make_console
+    from dressage.commandline import console as make_console
     from dressage.config import load_settings
     from dressage.store import EventStore
     from dressage.store.replica import open_replica_store

@@ -14,12 +14,12 @@ from decimal import Decimal
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+from dressage.commandline import console, print_error
 from dressage.store.records import Turn
 
 __all__ = [
@@ -33,26 +33,6 @@ __all__ = [
     "timestamp",
     "token_stream",
 ]
-
-
-def console(*, stderr: bool = False) -> Console:
-    """A console on stdout (or stderr); wide enough that tables are not squeezed when piped.
-
-    Emoji codes are off: user text such as the consumer name ``train:loop:`` must print as written.
-    """
-    c = Console(stderr=stderr, highlight=False, soft_wrap=False, emoji=False)
-    if not c.is_terminal:
-        c.width = max(c.width, 160)
-    return c
-
-
-def print_error(message: str) -> None:
-    """``error: <first line>`` in red on stderr; further lines of the message follow, indented."""
-    first, *rest = message.splitlines() or [""]
-    out = console(stderr=True)
-    out.print(Text.assemble(("error: ", "bold red"), (first, "red")), soft_wrap=True)
-    for line in rest:
-        out.print(Text("  " + line), soft_wrap=True)
 
 
 def cell(value: Any, digits: int = 4) -> str:

@@ -4,28 +4,27 @@
 ``verify-export``, ``import``, ``archive`` and ``drop`` to the app. Every command takes ``--database-url`` (default:
 ``DRESSAGE_DATABASE_URL``, else the embedded SQLite file). Inspection commands never migrate the
 schema: a database behind head gets a message telling to run ``dressage-worker db upgrade``.
-:func:`handle_errors` turns a :class:`~dressage.errors.DressageError` into one red line and the
-CLI's exit code (1, or 3 for a failed check); every command of the CLI uses it.
+:func:`~dressage.commandline.handle_errors` (one red line and the CLI's exit code) wraps each.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import sys
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any
 
 import numpy as np
 import typer
 from sqlalchemy.exc import SQLAlchemyError
 
 from dressage.cli import render
+from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.config import Settings, load_settings
-from dressage.errors import DressageError, StoreError, VerificationError
+from dressage.errors import StoreError
 from dressage.exports.archive import archive_run
 from dressage.exports.export import EXPORT_FORMATS, export_run
 from dressage.exports.importer import import_run
@@ -34,45 +33,6 @@ from dressage.store import EventStore
 from dressage.store import db as dbm
 from dressage.store.read_only_sql import first_line, run_read_only
 from dressage.store.records import SESSION_STATUSES, Turn
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-DatabaseUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        help="SQLAlchemy URL of the event log (overrides DRESSAGE_DATABASE_URL; default: ./.dressage/dressage.db).",
-        show_default=False,
-    ),
-]
-
-
-EXIT_ERROR = 1
-"""Exit code of a command that failed with an error Dressage reports (config, input, store, engine)."""
-EXIT_USAGE = 2
-"""Exit code of a command-line usage error (unknown option, value of the wrong type): click's own."""
-EXIT_MISMATCH = 3
-"""Exit code of a check that found a mismatch (``train --replay`` drift, ``verify-export``)."""
-
-
-def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Decorate a command with the CLI's error convention (see ``docs/architecture.md``, exit codes).
-
-    A :class:`DressageError` prints ``error: <message>`` on stderr (the whole message: errors are
-    one line by convention, any further lines are printed indented under it) and exits with
-    :data:`EXIT_ERROR`, or :data:`EXIT_MISMATCH` for a :class:`VerificationError`.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except DressageError as e:
-            render.print_error(str(e) or type(e).__name__)
-            raise typer.Exit(EXIT_MISMATCH if isinstance(e, VerificationError) else EXIT_ERROR) from None
-
-    return wrapper
 
 
 def _settings(database_url: str | None) -> Settings:

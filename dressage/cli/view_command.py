@@ -16,7 +16,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from dressage.cli import render
-from dressage.cli.store_commands import DatabaseUrl, handle_errors
+from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.config import load_settings
 from dressage.view.bundle import write_bundle
 from dressage.view.decode import default_decoder

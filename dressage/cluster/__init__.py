@@ -2,7 +2,7 @@
 
 ``dressage-worker rollout --ray ADDRESS`` and ``loop --ray ADDRESS`` (and slime's rollout function,
 :mod:`dressage.integrations.slime`) place them; see docs/scale.md. Ray is an optional extra: this
-package's ``__init__`` and :mod:`dressage.cluster.config` / :mod:`dressage.cluster.layout` never
+package's ``__init__``, :mod:`dressage.cluster.layout` and the ``ray:`` section (:mod:`dressage.rollout.ray_config`) never
 import it, :func:`ray_rollout_module` imports it on demand and says how to install it when it is missing.
 """
 

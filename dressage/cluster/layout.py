@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from dressage.cluster.config import RayConfig
 from dressage.errors import ConfigError
+from dressage.rollout.ray_config import RayConfig
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ from rich.console import Console
 
 from dressage.agents import build_agent
 from dressage.cluster.actors import ActorSettings, EngineActor, ProxyActor, RolloutWorkerActor, WorkerResult
-from dressage.cluster.config import RayConfig
 from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError
@@ -51,6 +50,7 @@ from dressage.rollout.datasets import (
 )
 from dressage.rollout.progress import RolloutProgress
 from dressage.rollout.proxy_ring import ProxyRing
+from dressage.rollout.ray_config import RayConfig
 from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import resolve_secrets
 from dressage.rollout.worker import (

@@ -18,9 +18,12 @@ that mean something else.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dressage.errors import ConfigError
@@ -170,3 +173,24 @@ def parse_dockerfile(task: str, text: str) -> RootfsPlan:
     if plan is None:
         raise ConfigError(f"task {task}: Dockerfile has no FROM")
     return plan
+
+
+def rootfs_plan(plan: RootfsPlan, env_dir: Path) -> dict[str, Any]:
+    """The JSON plan of a task's root filesystem: ``COPY``s into the workdir left out (they seed the
+    workspace, which is bound over the workdir), ``context`` the task's ``environment/`` directory."""
+    workdir = (plan.workdir or "/app").rstrip("/")
+    copies = [[s, d] for s, d in plan.copies if not (d.rstrip("/") == workdir or d.startswith(workdir + "/"))]
+    return {**plan.to_json(), "copies": copies, "context": str(env_dir.resolve())}
+
+
+def rootfs_key(plan: dict[str, Any]) -> str:
+    """sha256 of the plan (context path left out) and the bytes of every file it copies."""
+    h = hashlib.sha256()
+    h.update(json.dumps({k: v for k, v in plan.items() if k != "context"}, sort_keys=True).encode())
+    context = Path(plan["context"])
+    for src, _dst in plan["copies"]:
+        source = context / src
+        for f in sorted([source] if source.is_file() else source.rglob("*")):
+            if f.is_file():
+                h.update(f.relative_to(context).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:32]

@@ -26,8 +26,8 @@ from harbor.environments.capabilities import (  # type: ignore[import-not-found,
 )
 
 from dressage.errors import ConfigError
-from dressage.harbor.dockerfile import RootfsPlan, parse_dockerfile
-from dressage.harbor.rootfs import cached_rootfs, rootfs_plan
+from dressage.harbor.dockerfile import RootfsPlan, parse_dockerfile, rootfs_plan
+from dressage.harbor.rootfs import cached_rootfs
 from dressage.harbor.sandbox import harbor_mounts
 from dressage.harbor.tasks import DEFAULT_WORKDIR
 from dressage.paddock.base import SandboxSpec, resolve_in_workspace

@@ -13,8 +13,6 @@ to build it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import subprocess
 import sys
@@ -24,36 +22,15 @@ from typing import Any
 
 from dressage.config import load_settings
 from dressage.errors import ConfigError, SandboxError
-from dressage.harbor.dockerfile import RootfsPlan
+from dressage.harbor.dockerfile import rootfs_key, rootfs_plan
 
 MOUNT_POINTS = ("workspace", "tests", "logs", "solution", "run", "tmp", "proc", "dev")
-
-
-def rootfs_plan(plan: RootfsPlan, env_dir: Path) -> dict[str, Any]:
-    """The JSON plan of a task's root filesystem: ``COPY``s into the workdir left out (they seed the
-    workspace, which is bound over the workdir), ``context`` the task's ``environment/`` directory."""
-    workdir = (plan.workdir or "/app").rstrip("/")
-    copies = [[s, d] for s, d in plan.copies if not (d.rstrip("/") == workdir or d.startswith(workdir + "/"))]
-    return {**plan.to_json(), "copies": copies, "context": str(env_dir.resolve())}
 
 
 def rootfs_cache_dir() -> Path:
     """``<cache_dir>/harbor-rootfs`` (``DRESSAGE_CACHE_DIR``, default ``~/.cache/dressage``)."""
     base = load_settings().cache_dir or Path.home() / ".cache" / "dressage"
     return Path(base) / "harbor-rootfs"
-
-
-def rootfs_key(plan: dict[str, Any]) -> str:
-    """sha256 of the plan (context path left out) and the bytes of every file it copies."""
-    h = hashlib.sha256()
-    h.update(json.dumps({k: v for k, v in plan.items() if k != "context"}, sort_keys=True).encode())
-    context = Path(plan["context"])
-    for src, _dst in plan["copies"]:
-        source = context / src
-        for f in sorted([source] if source.is_file() else source.rglob("*")):
-            if f.is_file():
-                h.update(f.relative_to(context).as_posix().encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:32]
 
 
 def cached_rootfs(plan: dict[str, Any], cache: Path | None = None) -> Path:

@@ -25,8 +25,7 @@ from typing import Any
 
 from dressage.agents.base import Task
 from dressage.errors import ConfigError
-from dressage.harbor.dockerfile import parse_dockerfile
-from dressage.harbor.rootfs import rootfs_key, rootfs_plan
+from dressage.harbor.dockerfile import parse_dockerfile, rootfs_key, rootfs_plan
 
 DEFAULT_WORKDIR = "/app"
 DEFAULT_AGENT_TIMEOUT_S = 600.0

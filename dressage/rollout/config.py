@@ -24,9 +24,9 @@ from pydantic import (
 )
 
 from dressage.agents.config import AgentConfig, AnswerAgentConfig
-from dressage.cluster.config import RayConfig
 from dressage.errors import ConfigError
 from dressage.paddock import SandboxSpec
+from dressage.rollout.ray_config import RayConfig
 from dressage.rollout.rewards import ContainsConfig, RewardConfig
 from dressage.rollout.secrets import SecretsConfig, check_no_cleartext_secrets, resolve_secrets
 

@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from dressage.cli import app
-from dressage.cli.store_commands import EXIT_ERROR
+from dressage.commandline import EXIT_ERROR
 from dressage.config import Settings
 from dressage.store import EventStore
 
@@ -179,7 +179,7 @@ def test_broken_train_options_fail_in_one_line_and_leave_no_output(
 def test_the_error_handler_prints_every_line_of_a_message() -> None:
     import typer
 
-    from dressage.cli.store_commands import EXIT_MISMATCH, handle_errors
+    from dressage.commandline import EXIT_MISMATCH, handle_errors
     from dressage.errors import ConfigError, ReplayDriftError
 
     demo = typer.Typer()

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dressage.cli import app
-from dressage.cli.store_commands import EXIT_MISMATCH
+from dressage.commandline import EXIT_MISMATCH
 from dressage.exports.arrow import cube_from_column
 from dressage.exports.verify import ExportVerificationError, verify_export
 from dressage.store import EventStore

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dressage.cluster.config import RayConfig
 from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
 from dressage.errors import ConfigError
 from dressage.rollout.config import parse_config
+from dressage.rollout.ray_config import RayConfig
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 2.0**30
