@@ -5,6 +5,8 @@ section into an :class:`Agent`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dressage.agents.base import Agent, AgentContext, AgentLog, AgentResult, Task
 from dressage.agents.blackbox import BlackboxAgent, CommandAgent, OpenClawAgent, OpenCodeAgent
 from dressage.agents.config import (
@@ -23,11 +25,21 @@ from dressage.agents.config import (
 )
 from dressage.agents.native_clis import ClaudeCodeAgent, CodexAgent
 from dressage.agents.whitebox import AnswerAgent, CodingAgent, FunctionAgent, load_python_agent
-from dressage.errors import NotSupportedError
+from dressage.errors import ConfigError, NotSupportedError
+
+_REGISTERED: dict[str, Callable[[AgentConfig], Agent]] = {}
+
+
+def register_agent(kind: str, build: Callable[[AgentConfig], Agent]) -> None:
+    """Build agent kind ``kind`` with ``build``: the agents a task kind brings (Harbor's ``oracle``),
+    registered by :func:`dressage.rollout.task_kinds.register`."""
+    _REGISTERED[kind] = build
 
 
 def build_agent(cfg: AgentConfig) -> Agent:
     """The agent for a validated ``agent:`` section (python paths are imported here)."""
+    if cfg.kind in _REGISTERED:
+        return _REGISTERED[cfg.kind](cfg)
     if isinstance(cfg, AnswerAgentConfig):
         return AnswerAgent(cfg.system_prompt)
     if isinstance(cfg, CodingAgentConfig):
@@ -35,9 +47,9 @@ def build_agent(cfg: AgentConfig) -> Agent:
     if isinstance(cfg, PythonAgentConfig):
         return load_python_agent(cfg.path, dict(cfg.options))
     if isinstance(cfg, OracleAgentConfig):
-        from dressage.harbor.oracle import OracleAgent
-
-        return OracleAgent()
+        raise ConfigError(
+            "agent kind 'oracle' runs Harbor tasks: this process has not registered the harbor task kind"
+        )
     if isinstance(cfg, CommandAgentConfig):
         return CommandAgent(cfg)
     if isinstance(cfg, OpenCodeAgentConfig):
@@ -71,4 +83,5 @@ __all__ = [
     "Task",
     "build_agent",
     "load_python_agent",
+    "register_agent",
 ]

@@ -25,6 +25,8 @@ class Task:
 
     ``files`` seed the sandbox workspace before the agent starts; ``tests`` are written only when the
     ``tests`` reward runs (the agent never sees them). ``index`` is the row number (= group index).
+    ``kind`` is the task kind (:mod:`dressage.rollout.task_kinds`): ``row`` for a JSONL row, else the
+    name of the kind that loaded it (``harbor``), whose data is in ``metadata[kind]``.
     """
 
     index: int
@@ -35,6 +37,7 @@ class Task:
     files: dict[str, str] = field(default_factory=dict)
     tests: dict[str, str] = field(default_factory=dict)
     id: str | None = None
+    kind: str = "row"
 
     def chat_messages(self, system_prompt: str | None = None) -> list[dict[str, Any]]:
         """The conversation to send: the row's messages, or a user turn with the prompt."""
@@ -56,8 +59,11 @@ class Task:
         return content if isinstance(content, str) else str(content)
 
     def to_payload(self) -> dict[str, Any]:
-        """The JSON stored with the task in the log's queue (so a resumed run needs no dataset file)."""
+        """The JSON stored with the task in the log's queue (so a resumed run needs no dataset file).
+
+        ``kind`` is left out for a ``row`` (the payload of a JSONL row is what it always was)."""
         return {
+            **({"kind": self.kind} if self.kind != "row" else {}),
             "index": self.index,
             "id": self.id,
             "prompt": self.prompt,
@@ -70,14 +76,19 @@ class Task:
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> Task:
-        """Inverse of :meth:`to_payload`."""
+        """Inverse of :meth:`to_payload`.
+
+        A payload queued before tasks had a kind says it only by its metadata: a ``harbor`` entry."""
+        metadata = dict(payload.get("metadata") or {})
+        kind = payload.get("kind") or ("harbor" if isinstance(metadata.get("harbor"), dict) else "row")
         return cls(
+            kind=str(kind),
             index=int(payload["index"]),
             id=payload.get("id"),
             prompt=payload.get("prompt"),
             messages=payload.get("messages"),
             label=payload.get("label"),
-            metadata=dict(payload.get("metadata") or {}),
+            metadata=metadata,
             files=dict(payload.get("files") or {}),
             tests=dict(payload.get("tests") or {}),
         )

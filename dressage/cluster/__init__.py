@@ -24,5 +24,7 @@ def ray_rollout_module() -> ModuleType:
             f"--ray needs Ray, which is not installed here ({e}); {RAY_INSTALL_HINT}"
         ) from None
     from dressage.cluster import ray_rollout
+    from dressage.harbor.kind import register
 
+    register()  # the driver (dressage-worker or slime's process) loads the run's tasks: built-in kinds
     return ray_rollout

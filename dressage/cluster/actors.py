@@ -128,7 +128,10 @@ class RolloutWorkerActor:
         """
         from rich.console import Console
 
+        from dressage.harbor.kind import register
         from dressage.rollout.worker import WorkerOptions, run_rollout
+
+        register()  # an actor's process is its own top: the built-in task kinds
 
         node_id, node_ip = here()
         worker_id = f"ray-{node_ip}-{node_id[:8]}-{self.index}-{os.getpid()}"

@@ -40,11 +40,11 @@ from dressage.cluster.actors import ActorSettings, EngineActor, ProxyActor, Roll
 from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError
+from dressage.rollout import task_kinds
 from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import (
     check_reward_fits,
     dataset_digest,
-    harbor_tasks_record,
     load_tasks,
     task_specs,
 )
@@ -256,7 +256,7 @@ def new_run_snapshot(cfg: RolloutConfig, tasks: list[Any]) -> dict[str, Any]:
     snapshot: dict[str, Any] = {
         "rollout": cfg.snapshot(),
         "dataset_sha256": dataset_digest(tasks),
-        **harbor_tasks_record(tasks),
+        **task_kinds.snapshot(tasks),
     }
     run_secrets = resolve_secrets(cfg.secrets)
     if run_secrets.values():

@@ -27,6 +27,8 @@ from dressage.agents.base import Task
 from dressage.errors import ConfigError
 from dressage.harbor.dockerfile import parse_dockerfile, rootfs_key, rootfs_plan
 
+HARBOR = "harbor"
+"""The task kind of a Harbor task (:attr:`Task.kind`), and the key of its data in ``Task.metadata``."""
 DEFAULT_WORKDIR = "/app"
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0
@@ -242,7 +244,15 @@ def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
         "image": image,
         "ignored": ignored,
     }
-    return Task(index=index, id=name, prompt=instruction, files=files, tests=tests, metadata={"harbor": meta})
+    return Task(
+        index=index,
+        id=name,
+        prompt=instruction,
+        files=files,
+        tests=tests,
+        metadata={HARBOR: meta},
+        kind=HARBOR,
+    )
 
 
 def images_for(provider: str) -> str:
@@ -267,6 +277,6 @@ def load_harbor_tasks(path: str | Path, limit: int | None = None, images: str = 
 
 
 def harbor_info(task: Task) -> dict[str, Any] | None:
-    """``metadata["harbor"]`` of a task loaded from a Harbor directory, else None."""
-    info = task.metadata.get("harbor")
+    """The Harbor data (``metadata["harbor"]``) of a task of kind ``harbor``, else None."""
+    info = task.metadata.get(HARBOR) if task.kind == HARBOR else None
     return info if isinstance(info, dict) else None

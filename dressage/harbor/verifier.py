@@ -21,15 +21,13 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dressage.errors import RewardError, SandboxError
 from dressage.harbor.sandbox import TESTS_DIR, VERIFIER_LOGS, internet_note
 from dressage.harbor.tasks import harbor_info
 from dressage.paddock import Sandbox
-
-if TYPE_CHECKING:
-    from dressage.rollout.rewards import HarborRewardConfig, RewardInput, RewardOutput
+from dressage.rollout.rewards import HarborRewardConfig, RewardInput, RewardOutput
 
 TAIL_CHARS = 2000
 ANSWER_FILE = ".harbor/logs/agent/answer.txt"
@@ -110,8 +108,6 @@ async def _seed_from(agent_sandbox: Sandbox, fresh: Sandbox) -> None:
 
 async def verify(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
     """Run the task's tests and read its reward (see the module docstring)."""
-    from dressage.rollout.rewards import RewardOutput
-
     info = harbor_info(inp.task)
     if info is None:
         raise RewardError(f"task {inp.task.index} is not a Harbor task; reward 'harbor' needs one")

@@ -44,8 +44,9 @@ from dressage.loop.progress import LoopProgress
 from dressage.loop.report import IterationStats, read_iteration
 from dressage.paddock import get_provider
 from dressage.proxy.contract import ServedProxy
+from dressage.rollout import task_kinds
 from dressage.rollout.config import LoopConfig, RolloutConfig, TrainConfig, load_config
-from dressage.rollout.datasets import check_reward_fits, dataset_digest, harbor_tasks_record, load_tasks
+from dressage.rollout.datasets import check_reward_fits, dataset_digest, load_tasks
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv
 from dressage.rollout.evaluation import EvalRound, EvalScheduler, read_eval_rounds
@@ -179,7 +180,7 @@ class Loop:
         return {
             "rollout": self.cfg.snapshot(),
             "dataset_sha256": dataset_digest(self.tasks),
-            **harbor_tasks_record(self.tasks),
+            **task_kinds.snapshot(self.tasks),
             **({"secret_digests": self.secrets.digests()} if self.secrets.values() else {}),
             "loop": {
                 "mode": self.loop_cfg.mode,

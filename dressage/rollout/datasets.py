@@ -9,7 +9,8 @@ Fields of a row (unknown fields are errors, so a typo never silently drops data)
 - ``tests``: ``{path: text}`` written only when the ``tests`` reward runs (hidden from the agent);
 - ``id``: optional stable identifier.
 
-A directory instead of a file is a Harbor dataset (task directories, see :mod:`dressage.harbor.tasks`).
+A path a registered task kind reads (a Harbor dataset directory: :mod:`dressage.rollout.task_kinds`)
+is loaded by that kind instead.
 
 Blank lines and lines starting with ``//`` are skipped. Every error names the file, line and field.
 The whole file is checked before a run is created: message roles must be ones the proxy serves,
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dressage.agents.base import Task
 from dressage.errors import ConfigError, SandboxError
 from dressage.paddock.base import relative_workspace_path
+from dressage.rollout import task_kinds
 from dressage.store import TaskSpec
 
 
@@ -71,15 +73,19 @@ class TaskRow(BaseModel):
 
 
 def load_tasks(path: str | Path, limit: int | None = None, provider: str = "bwrap") -> list[Task]:
-    """Read a JSONL task file (or a Harbor dataset directory) into :class:`Task` objects numbered from 0.
+    """Read a JSONL task file (or a dataset a registered task kind reads) into :class:`Task` objects
+    numbered from 0.
 
-    ``provider`` is the run's sandbox provider: a Harbor task's image becomes a root filesystem on
-    ``bwrap`` and an E2B template on ``e2b`` (:func:`dressage.harbor.tasks.load_task`)."""
+    ``provider`` is the run's sandbox provider (a task kind may load differently per provider: a Harbor
+    task's image becomes a root filesystem on ``bwrap`` and an E2B template on ``e2b``)."""
     p = Path(path)
+    kind = task_kinds.reader_of(p)
+    if kind is not None:
+        return kind.load(p, limit, provider)
     if p.is_dir():
-        from dressage.harbor.tasks import images_for, load_harbor_tasks
-
-        return load_harbor_tasks(p, limit, images_for(provider))
+        raise ConfigError(
+            f"dataset {p} is a directory and no registered task kind reads it (a JSONL dataset is a file)"
+        )
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -163,10 +169,14 @@ def find_unstorable_text(value: Any, where: str = "") -> str | None:
 
 
 def dataset_digest(tasks: list[Task]) -> str:
-    """sha256 of the tasks' canonical JSON: recorded in the run snapshot to detect a changed dataset."""
+    """sha256 of the tasks' canonical JSON: recorded in the run snapshot to detect a changed dataset.
+
+    The task kind is left out: a kind's tasks carry its data under ``metadata[kind]`` already, and
+    digests of runs made before tasks had a kind stay valid."""
     h = hashlib.sha256()
     for t in tasks:
-        h.update(json.dumps(t.to_payload(), sort_keys=True, separators=(",", ":")).encode())
+        payload = {k: v for k, v in t.to_payload().items() if k != "kind"}
+        h.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
         h.update(b"\n")
     return h.hexdigest()
 
@@ -178,37 +188,10 @@ def check_reward_fits(
     provider: str = "bwrap",
     templates: Mapping[str, str] | None = None,
 ) -> None:
-    """Refuse a Harbor dataset scored by a reward that ignores its tests (they would fail or mean
-    nothing), in a sandbox that cannot lay out its paths (``local``), or on E2B with a task image
-    that no ``sandbox.e2b.templates`` entry maps; and the ``oracle`` agent on tasks without a
-    reference solution."""
-    harbor = [t for t in tasks if isinstance(t.metadata.get("harbor"), dict)]
-    if harbor and provider not in ("bwrap", "e2b"):
-        raise ConfigError(
-            f"the dataset is a Harbor dataset: its tasks run in sandbox provider 'bwrap' or 'e2b', "
-            f"not {provider!r} (see docs/harbor.md)"
-        )
-    if harbor and provider == "e2b":
-        from dressage.harbor.sandbox import e2b_template
-
-        for t in harbor:
-            e2b_template(t.metadata["harbor"], templates or {}, None)
-    if harbor and reward_kind not in ("harbor", "python"):
-        raise ConfigError(
-            f"the dataset is a Harbor dataset: use reward kind 'harbor' (its tests/test.sh), not {reward_kind!r}"
-        )
-    if agent_kind == "oracle" and len(harbor) < len(tasks):
-        raise ConfigError("agent kind 'oracle' runs Harbor tasks' solution/solve.sh; this dataset is not one")
-
-
-def harbor_tasks_record(tasks: list[Task]) -> dict[str, Any]:
-    """``{"harbor_tasks": {name: {checksum, config}}}`` for a run's snapshot (empty for JSONL datasets)."""
-    out = {
-        str(t.id): {"checksum": t.metadata["harbor"]["checksum"], "config": t.metadata["harbor"]["config"]}
-        for t in tasks
-        if isinstance(t.metadata.get("harbor"), dict)
-    }
-    return {"harbor_tasks": out} if out else {}
+    """Refuse a run config that cannot run ``tasks``: each registered task kind's check (Harbor's:
+    a reward that ignores its tests, a sandbox that cannot lay out its paths, an unmapped E2B
+    template, the ``oracle`` agent on tasks without a reference solution)."""
+    task_kinds.check_tasks(tasks, reward_kind, agent_kind, provider, templates)
 
 
 def task_specs(tasks: list[Task]) -> list[TaskSpec]:

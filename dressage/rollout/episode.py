@@ -8,7 +8,7 @@ Order of effects (each one durable before the next):
    session an earlier, interrupted attempt left running (``session_resumed``: new token, same turns,
    the agent's matching requests answered from the log, the first attempt's sampling seed), start
    renewing the lease every ``lease_s / 3``;
-3. create the sandbox, run the agent under ``session_timeout_s`` (or a Harbor task's shorter agent timeout);
+3. create the sandbox, run the agent under ``session_timeout_s`` (or its task kind's shorter agent timeout);
 4. score; append the ``reward`` event (value + details);
 5. archive the workspace and the agent log (redacted: see :mod:`dressage.redact`) as artifacts;
 6. finalize the session (``finished`` with its reward, or ``failed`` with the error), then release
@@ -45,6 +45,7 @@ from dressage.errors import (
 from dressage.paddock import Sandbox, SandboxProvider, SandboxSpec, SandboxTools
 from dressage.proxy.contract import Proxy, SessionHandle
 from dressage.redact import redact, redact_json
+from dressage.rollout import task_kinds
 from dressage.rollout.config import RolloutConfig
 from dressage.rollout.proxy_ring import ProxyRing
 from dressage.rollout.rewards import RewardInput, Scorer
@@ -248,14 +249,11 @@ async def _play(
     )
     spec = cfg.sandbox.spec(task.files, socket_path, env.secrets.sandbox)
     try:
-        spec = held.spec = harbor_spec(spec, task, cfg.sandbox.e2b.templates)
+        spec = held.spec = task_kinds.sandbox_spec(spec, task, cfg.sandbox.e2b.templates)
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, ConfigError, OSError) as e:
         raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
-    harbor = task.metadata.get("harbor")
-    agent_timeout = cfg.worker.session_timeout_s
-    if isinstance(harbor, dict):  # a Harbor task's [agent] timeout_sec, when shorter
-        agent_timeout = min(agent_timeout, float(harbor["agent_timeout_s"]))
+    agent_timeout = task_kinds.agent_timeout_s(task, cfg.worker.session_timeout_s)
     client = held.client = AsyncOpenAI(
         base_url=handle.base_url,
         api_key=handle.token,
@@ -302,19 +300,6 @@ async def _proxy_socket(env: EpisodeEnv, session_id: str, held: _Held) -> str | 
     path = str(Path(env.session_socket_dir) / f"{session_id}.sock")
     held.forwarder = await env.proxy.serve_session_socket(session_id, path)
     return path
-
-
-def harbor_spec(spec: SandboxSpec, task: Task, templates: dict[str, str] | None = None) -> SandboxSpec:
-    """``spec`` for a Harbor task (its paths, network, built root filesystem on bwrap or E2B template
-    from ``templates``, ``sandbox.e2b.templates``); others unchanged."""
-    info = task.metadata.get("harbor")
-    if not isinstance(info, dict):
-        return spec
-    from dressage.harbor.rootfs import cached_rootfs
-    from dressage.harbor.sandbox import task_spec
-
-    rootfs = str(cached_rootfs(info["rootfs"])) if info.get("rootfs") and spec.provider != "e2b" else None
-    return task_spec(spec, task, rootfs, templates)
 
 
 async def _score(

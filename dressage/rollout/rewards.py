@@ -1,8 +1,10 @@
 """Rewards: a registry of scorers selected by the ``reward:`` config section.
 
 Built in: ``exact_match``, ``normalized_match``, ``contains``, ``length`` (simple answer properties,
-for tasks a tiny model can learn), ``harbor`` (a Harbor task's own tests and reward file), ``tests`` (write the task's hidden tests into the sandbox, run a
-command, reward 1 when it passes) and ``python`` (your function, by dotted path). A scorer returns
+for tasks a tiny model can learn), ``tests`` (write the task's hidden tests into the sandbox, run a
+command, reward 1 when it passes) and ``python`` (your function, by dotted path). A task kind brings
+its own (``harbor``: a Harbor task's own tests and reward file, :mod:`dressage.harbor.verifier`),
+registered with :func:`register_reward`; the config model of each is part of the ``reward:`` section here. A scorer returns
 a :class:`RewardOutput`; the worker appends it as a ``reward`` event (value plus details) before it
 finalizes the session.
 """
@@ -201,10 +203,13 @@ async def _tests(cfg: TestsConfig, inp: RewardInput) -> RewardOutput:
     return RewardOutput(1.0 if r.ok else 0.0, details)
 
 
-async def _harbor(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
-    from dressage.harbor.verifier import verify
+_REGISTERED: dict[str, Callable[[Any, RewardInput], Awaitable[RewardOutput]]] = {}
 
-    return await verify(cfg, inp)
+
+def register_reward(kind: str, fn: Callable[[Any, RewardInput], Awaitable[RewardOutput]]) -> None:
+    """Score reward kind ``kind`` with ``await fn(cfg, inp)``: the rewards a task kind brings,
+    registered by :func:`dressage.rollout.task_kinds.register`."""
+    _REGISTERED[kind] = fn
 
 
 class Scorer:
@@ -227,10 +232,14 @@ class Scorer:
             "contains": _contains,
             "length": _length,
             "tests": _tests,
-            "harbor": _harbor,
+            **_REGISTERED,
         }
         if self.kind in builtin:
             out = await builtin[self.kind](self.cfg, inp)
+        elif not isinstance(self.cfg, PythonRewardConfig):
+            raise RewardError(
+                f"reward kind {self.kind!r} belongs to a task kind this process has not registered"
+            )
         else:
             out = await self._call_python(inp)
         if not isinstance(out.reward, int | float) or not math.isfinite(out.reward):

@@ -40,11 +40,11 @@ from dressage.errors import ConfigError, DressageError, NotSupportedError
 from dressage.paddock import get_provider, serve_unix_socket_forwarder
 from dressage.proxy.contract import Proxy, ProxyFactory, ServedProxy
 from dressage.redact import redact
+from dressage.rollout import task_kinds
 from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import (
     check_reward_fits,
     dataset_digest,
-    harbor_tasks_record,
     load_tasks,
     task_specs,
 )
@@ -233,7 +233,7 @@ async def run_rollout(
             snapshot = {
                 "rollout": cfg.snapshot(),
                 "dataset_sha256": dataset_digest(tasks),
-                **harbor_tasks_record(tasks),
+                **task_kinds.snapshot(tasks),
             }
             if secrets.values():
                 snapshot["secret_digests"] = secrets.digests()

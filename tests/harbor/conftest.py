@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dressage.harbor.kind import register
 from tests.rollout.conftest import any_db_url, anyio_backend, engine_url, rollout_pg_url
+
+register()  # as the program's top does (workers/__init__.py): these tests load Harbor datasets directly
 
 DATASETS = Path(__file__).resolve().parent / "datasets"
 REPO = Path(__file__).resolve().parents[2]

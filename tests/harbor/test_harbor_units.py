@@ -142,7 +142,7 @@ def test_internet_is_refused_unless_the_run_allows_network() -> None:
     assert task_spec(SandboxSpec(network=False), t).network is False
     assert task_spec(SandboxSpec(network=True), t).network is True
     info = {**t.metadata["harbor"], "wants_internet": False}
-    offline = type(t)(index=0, prompt="x", metadata={"harbor": info})
+    offline = type(t)(index=0, prompt="x", metadata={"harbor": info}, kind="harbor")
     assert task_spec(SandboxSpec(network=True), offline).network is False
     letters = load_harbor_tasks(DATASETS.parents[2] / "examples" / "harbor" / "letters")
     assert all(t.metadata["harbor"]["wants_internet"] is False for t in letters)  # no-network
