@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from pydantic import ValidationError
 
 from dressage.commandline import handle_errors
 from dressage.errors import ConfigError
+from dressage.training.config import TrainConfig, TrainerSetup, build_backend, step_options
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,6 +31,10 @@ if TYPE_CHECKING:
     from dressage.training.loggers import Loggers
     from dressage.training.steps import StepOptions
     from dressage.training.weight_push import WeightPusher
+
+
+_DEFAULTS = TrainConfig()
+"""The options' defaults are :class:`TrainConfig`'s: ``train`` and ``loop`` train alike."""
 
 
 @handle_errors
@@ -62,19 +69,27 @@ def train_command(
         help="Read groups and turns from this PostgreSQL streaming replica (default: DRESSAGE_REPLICA_URL); "
         "steps are committed to the primary.",
     ),
-    max_staleness: int | None = typer.Option(None, help="Mask tokens older than this many versions."),
+    max_staleness: int | None = typer.Option(
+        _DEFAULTS.max_staleness, help="Mask tokens older than this many versions."
+    ),
     last_version_only: bool = typer.Option(False, help="Train only tokens of a segment's newest version."),
     group_version_window: int | None = typer.Option(None, help="Drop groups with tokens older than this."),
-    failure_policy: str = typer.Option("drop_group", help="drop_group | keep_finished"),
-    advantage_estimator: str = typer.Option("grpo", help="Registered advantage estimator."),
+    failure_policy: str = typer.Option(_DEFAULTS.failure_policy, help="drop_group | keep_finished"),
+    advantage_estimator: str = typer.Option(
+        _DEFAULTS.advantage_estimator, help="Registered advantage estimator."
+    ),
     std_normalize: bool = typer.Option(False, help="Divide GRPO advantages by the group's std + eps."),
     initial_version: int = typer.Option(0, help="Policy version of the weights before step 1."),
     max_steps: int | None = typer.Option(None, help="Stop after this many new steps."),
     model: str = typer.Option("tiny", help="torch: 'tiny', 'tiny-qwen3' or an HF model directory."),
     seed: int = typer.Option(0, help="torch: seed of a tiny random model."),
-    lr: float = typer.Option(1e-4, help="torch: learning rate."),
-    optimizer: str = typer.Option("sgd", help="torch: sgd | adam (its state is checkpointed each step)."),
-    trainable: str = typer.Option("all", help="torch: all | lm_head (train only the output projection)."),
+    lr: float = typer.Option(_DEFAULTS.lr, help="torch: learning rate."),
+    optimizer: str = typer.Option(
+        _DEFAULTS.optimizer, help="torch: sgd | adam (its state is checkpointed each step)."
+    ),
+    trainable: str = typer.Option(
+        _DEFAULTS.trainable, help="torch: all | lm_head (train only the output projection)."
+    ),
     push_to: str | None = typer.Option(
         None,
         help="torch: engine URL[,URL...] to push each new policy to (pause, update_weights_from_disk, resume).",
@@ -100,14 +115,24 @@ def train_command(
     from dressage.store import EventStore
     from dressage.store.replica import open_replica_store
     from dressage.training.loggers import parse_log_to
-    from dressage.training.masking import MaskingPolicy
-    from dressage.training.steps import StepOptions
 
     console = make_console(stderr=True)
     loggers = parse_log_to(log_to)
     if not from_runs and not from_exports:
         raise ConfigError("train needs a --from-run RUN or a --from-export DIR")
     check_train_options(out=out, lr=lr, global_batch_size=global_batch_size, n_samples=n_samples_per_prompt)
+    cfg = train_config(
+        lr=lr,
+        optimizer=optimizer,
+        trainable=trainable,
+        global_batch_size=global_batch_size,
+        advantage_estimator=advantage_estimator,
+        std_normalize=std_normalize,
+        max_staleness=max_staleness,
+        last_version_only=last_version_only,
+        group_version_window=group_version_window,
+        failure_policy=failure_policy,
+    )
     settings = load_settings(database_url=database_url, replica_url=replica_url)
     store = EventStore.open(settings=settings)
     out_existed = out.exists()
@@ -124,32 +149,12 @@ def train_command(
         if replay:
             _replay(console, store, from_run, consumer, reader)
             return
-        options = StepOptions(
-            global_batch_size=global_batch_size,
-            n_samples_per_prompt=n_samples_per_prompt,
-            advantage_estimator=advantage_estimator,
-            std_normalize=std_normalize,
-            initial_version=initial_version,
-            masking=MaskingPolicy(max_staleness, last_version_only, group_version_window, failure_policy),
+        setup = TrainerSetup(
+            from_run, consumer, out, n_samples_per_prompt, backend, model, seed, initial_version
         )
-        pusher = None
-        if push_to is not None:
-            if backend != "torch":
-                raise ConfigError(f"--push-to needs --backend torch (the {backend!r} backend trains nothing)")
-            from dressage.training.weight_push import WeightPusher, parse_urls
-
-            pusher = WeightPusher(
-                store,
-                parse_urls(push_to, "--push-to"),
-                proxy_admin_urls=parse_urls(proxy_admin_url, "--proxy-admin-url") if proxy_admin_url else (),
-                every=push_every,
-                keep_last=push_keep,
-            )
-        elif proxy_admin_url is not None:
-            raise ConfigError("--proxy-admin-url only applies with --push-to ENGINE_URL[,URL...]")
-        chosen = _backend(
-            backend, out, model=model, seed=seed, lr=lr, optimizer=optimizer, trainable=trainable, push=pusher
-        )
+        options = step_options(cfg, setup)
+        pusher = _pusher(store, setup, PushOptions(push_to, proxy_admin_url, push_every, push_keep))
+        chosen = _slime_dump(setup) if backend == "slime-dump" else build_backend(cfg, setup, pusher)
         if len(from_runs) > 1:
             if follow or reader is not None:
                 raise ConfigError("several --from-run train on finished logs: without --follow and a replica")
@@ -176,6 +181,52 @@ def train_command(
         if reader is not None:
             reader.close()
         store.close()
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    """``--push-to`` and its companions: where each new policy goes."""
+
+    push_to: str | None
+    proxy_admin_url: str | None
+    every: int
+    keep: int | None
+
+
+def train_config(**options: object) -> TrainConfig:
+    """The :class:`TrainConfig` of the command's options; a bad value is one line naming its option."""
+    try:
+        return TrainConfig.model_validate(options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "train options"
+        raise ConfigError(f"{flag}: {err['msg']}") from None
+
+
+def _pusher(store: EventStore, setup: TrainerSetup, push: PushOptions) -> WeightPusher | None:
+    """The weight pusher of ``--push-to`` (torch only), else None."""
+    if push.push_to is None:
+        if push.proxy_admin_url is not None:
+            raise ConfigError("--proxy-admin-url only applies with --push-to ENGINE_URL[,URL...]")
+        return None
+    if setup.backend != "torch":
+        raise ConfigError(f"--push-to needs --backend torch (the {setup.backend!r} backend trains nothing)")
+    from dressage.training.weight_push import WeightPusher, parse_urls
+
+    admin = parse_urls(push.proxy_admin_url, "--proxy-admin-url") if push.proxy_admin_url else ()
+    return WeightPusher(
+        store,
+        parse_urls(push.push_to, "--push-to"),
+        proxy_admin_urls=admin,
+        every=push.every,
+        keep_last=push.keep,
+    )
+
+
+def _slime_dump(setup: TrainerSetup) -> Backend:
+    from dressage.integrations.slime import SlimeDumpBackend
+
+    return SlimeDumpBackend(setup.out)
 
 
 def _import_exports(
@@ -370,31 +421,3 @@ def _report_evals(console: Console, store: EventStore, run: str) -> None:
     if rounds:
         eval_cfg = store.runs.get(run).config.get("rollout", {}).get("eval") or {}
         console.print(eval_line(rounds, str(eval_cfg.get("name") or "eval")), highlight=False, soft_wrap=True)
-
-
-def _backend(
-    kind: str,
-    out: Path,
-    *,
-    model: str,
-    seed: int,
-    lr: float,
-    optimizer: str,
-    trainable: str,
-    push: WeightPusher | None,
-) -> Backend:
-    if kind == "none":
-        from dressage.training.consumer import NullBackend
-
-        return NullBackend()
-    if kind == "slime-dump":
-        from dressage.integrations.slime import SlimeDumpBackend
-
-        return SlimeDumpBackend(out)
-    if kind == "torch":
-        from dressage.training.torch_backend import TorchBackend
-
-        return TorchBackend(
-            out, model=model, seed=seed, lr=lr, optimizer=optimizer, trainable=trainable, push=push
-        )
-    raise ConfigError(f"unknown backend {kind!r}; use torch, slime-dump or none")

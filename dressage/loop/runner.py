@@ -45,7 +45,7 @@ from dressage.loop.report import IterationStats, read_iteration
 from dressage.paddock import get_provider
 from dressage.proxy.contract import ServedProxy
 from dressage.rollout import task_kinds
-from dressage.rollout.config import LoopConfig, RolloutConfig, TrainConfig, load_config
+from dressage.rollout.config import LoopConfig, RolloutConfig, load_config
 from dressage.rollout.datasets import check_reward_fits, dataset_digest, load_tasks
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv
@@ -62,6 +62,8 @@ from dressage.rollout.worker import (
 )
 from dressage.store import EventStore, Run, TaskSpec
 from dressage.store.replica import open_replica_store
+from dressage.training.config import TrainConfig, TrainerSetup, build_trainer
+from dressage.training.consumer import Trainer
 from dressage.training.loggers import Loggers, parse_log_to, version_rewards
 
 log = logging.getLogger(__name__)
@@ -168,7 +170,7 @@ class Loop:
         self.reader: EventStore | None = None
         """The trainer's read replica (``settings.replica_url``), opened with the trainer."""
         self.proxy: ServedProxy | None = None
-        self.trainer: Any = None
+        self.trainer: Trainer | None = None
         self.env: EpisodeEnv | None = None
         self.run: Run | None = None
         self.stats: list[IterationStats] = []
@@ -240,15 +242,10 @@ class Loop:
             self.ray_workers = workers(self.opts.ray_address, cfg, self.settings, self.console)
             await self.ray_workers.start(self.run, proxy.base_url)
 
-    def _build_trainer(self, urls: list[str]) -> Any:
-        from dressage.training.consumer import Trainer
-        from dressage.training.masking import MaskingPolicy
-        from dressage.training.steps import StepOptions
-        from dressage.training.torch_backend import TorchBackend
+    def _build_trainer(self, urls: list[str]) -> Trainer:
         from dressage.training.weight_push import WeightPusher
 
-        tc, assert_run = self.train_cfg, self.run
-        assert assert_run is not None and self.proxy is not None
+        assert self.run is not None and self.proxy is not None
         pusher = WeightPusher(
             self.store,
             urls,
@@ -257,26 +254,18 @@ class Loop:
             every=self.steps_per_iteration,
             keep_last=1,
         )
-        backend = TorchBackend(
-            self.out_dir,
+        setup = TrainerSetup(
+            run=self.run,
+            consumer=CONSUMER,
+            out=self.out_dir,
+            n_samples_per_prompt=self.cfg.n_samples_per_prompt,
             model=self.cfg.engine.model,
             seed=self.cfg.engine.seed,
-            lr=tc.lr,
-            optimizer=tc.optimizer,
-            trainable=tc.trainable,
-            eps_clip=tc.eps_clip,
-            tis_cap=tc.tis_cap,
-            push=pusher,
-        )
-        options = StepOptions(
-            global_batch_size=self.global_batch_size,
-            n_samples_per_prompt=self.cfg.n_samples_per_prompt,
-            std_normalize=tc.std_normalize,
-            masking=MaskingPolicy(max_staleness=tc.max_staleness, failure_policy="keep_finished"),
         )
         if self.reader is None:  # a streaming replica to read groups and turns from (--replica-url)
             self.reader = open_replica_store(self.settings)
-        return Trainer(self.store, assert_run, options, backend, consumer=CONSUMER, reader=self.reader)
+        cfg = self.train_cfg.model_copy(update={"global_batch_size": self.global_batch_size})
+        return build_trainer(cfg, self.store, setup, push=pusher, reader=self.reader)
 
     def open_loggers(self) -> None:
         """Open ``train.log_to``'s loggers under the loop's output directory."""
@@ -322,6 +311,7 @@ class Loop:
 
     async def train(self, k: int, stats: IterationStats, progress: LoopProgress) -> None:
         """Train the steps of iteration ``k``'s groups in a thread (the event loop keeps serving)."""
+        assert self.trainer is not None
         started = time.monotonic()
         with progress.training(k):
             results = await asyncio.to_thread(self.trainer.run_steps, max_steps=self.steps_per_iteration)
@@ -342,6 +332,9 @@ class Loop:
 
     def _prune_checkpoints(self) -> None:
         """Keep the newest ``train.keep_checkpoints`` step checkpoints (resume needs only the last)."""
+        from dressage.training.torch_backend import TorchBackend
+
+        assert self.trainer is not None and isinstance(self.trainer.backend, TorchBackend)
         self.trainer.backend.prune_checkpoints(self.train_cfg.keep_checkpoints)
 
     async def run_iterations(self, progress: LoopProgress) -> None:

@@ -29,6 +29,7 @@ from dressage.paddock import SandboxSpec
 from dressage.rollout.ray_config import RayConfig
 from dressage.rollout.rewards import ContainsConfig, RewardConfig
 from dressage.rollout.secrets import SecretsConfig, check_no_cleartext_secrets, resolve_secrets
+from dressage.training.config import TrainConfig
 
 
 class _Strict(BaseModel):
@@ -225,35 +226,6 @@ class WorkerConfig(_Strict):
         default=True,
         description="An attempt interrupted by a crash or lease expiry is continued by the next one "
         "(its recorded turns replayed from the log) instead of abandoned and started again.",
-    )
-
-
-class TrainConfig(_Strict):
-    """The ``train:`` section: how ``dressage-worker loop`` trains between rollouts (torch backend).
-
-    The model is the engine's (``engine.model`` with ``engine.seed``), so step 1 starts from exactly
-    the weights that sampled iteration 0. ``global_batch_size`` defaults to a whole iteration
-    (every task x ``n_samples_per_prompt``): one optimizer step and one weight push per iteration.
-    """
-
-    lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    trainable: Literal["all", "lm_head"] = Field(
-        default="all", description="lm_head: train only the output projection (random-weight demos)."
-    )
-    global_batch_size: int | None = Field(
-        default=None, ge=1, description="Trajectories per optimizer step; default: one iteration's."
-    )
-    std_normalize: bool = Field(default=False, description="Divide GRPO advantages by the group's std.")
-    eps_clip: float = Field(default=0.2, gt=0, description="PPO clip range.")
-    tis_cap: float = Field(default=2.0, gt=0, description="Cap of the truncated importance weight.")
-    max_staleness: int | None = Field(
-        default=1, ge=0, description="Mask tokens this many versions older than the trainer (async)."
-    )
-    keep_checkpoints: int = Field(default=2, ge=1, description="Newest step checkpoints kept on disk.")
-    log_to: list[Literal["wandb", "tensorboard"]] = Field(
-        default_factory=list,
-        description="Also log step metrics and rewards to these (docs/training.md); --log-to overrides.",
     )
 
 

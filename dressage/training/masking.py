@@ -3,7 +3,7 @@
 With ``v_train`` the version of the weights the trainer is about to update (``initial_version +
 step - 1``), a generated token stamped with version ``v``:
 
-* is masked (``loss_mask`` 0) when ``v < v_train - max_staleness`` (``max_staleness`` None: off);
+* is masked (``loss_mask`` 0) when ``v < v_train - max_staleness`` (``max_staleness`` None: off; default 1, as :class:`~dressage.training.config.TrainConfig`);
 * with ``last_version_only``, is masked when ``v`` is not the newest version in its segment
   (a turn that spanned a weight update keeps only the part generated after it).
 
@@ -28,7 +28,7 @@ FAILURE_POLICIES = ("drop_group", "keep_finished")
 class MaskingPolicy:
     """Options of version-aware masking and of groups with failed members."""
 
-    max_staleness: int | None = None
+    max_staleness: int | None = 1
     last_version_only: bool = False
     group_version_window: int | None = None
     failure_policy: str = "drop_group"

@@ -1,0 +1,143 @@
+"""The trainer's config (:class:`TrainConfig`) and the one place a trainer is built (:func:`build_trainer`).
+
+``dressage-worker train`` and ``dressage-worker loop`` both build their trainer here, from the same
+:class:`TrainConfig` with the same defaults: the ``train:`` section of ``run.yaml`` for the loop, the
+command's options for ``train`` (whose defaults are this model's, see docs/architecture.md, "The
+command line's conventions"). What a config does not say is per command: the run, the consumer,
+where checkpoints go, the model to start from (:class:`TrainerSetup`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dressage.errors import ConfigError
+from dressage.training.consumer import Backend, NullBackend, Trainer
+from dressage.training.masking import MaskingPolicy
+from dressage.training.steps import StepOptions
+
+if TYPE_CHECKING:
+    from dressage.store import EventStore, Run
+    from dressage.training.weight_push import WeightPusher
+
+BACKENDS = ("torch", "slime-dump", "none")
+"""Backends of ``train --backend`` (``slime-dump`` is built by :mod:`dressage.integrations.slime`)."""
+
+
+class TrainConfig(BaseModel):
+    """How to train: the ``train:`` section of ``run.yaml`` (``dressage-worker loop``) and the
+    defaults of ``dressage-worker train``'s options.
+
+    In the loop the model is the engine's (``engine.model`` with ``engine.seed``), so step 1 starts
+    from exactly the weights that sampled iteration 0; there ``global_batch_size`` defaults to a whole
+    iteration (every task x ``n_samples_per_prompt``): one optimizer step and one weight push per iteration.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    trainable: Literal["all", "lm_head"] = Field(
+        default="all", description="lm_head: train only the output projection (random-weight demos)."
+    )
+    global_batch_size: int | None = Field(
+        default=None, ge=1, description="Trajectories per optimizer step; default: one iteration's."
+    )
+    advantage_estimator: str = Field(default="grpo", description="Registered advantage estimator.")
+    std_normalize: bool = Field(default=False, description="Divide GRPO advantages by the group's std.")
+    eps_clip: float = Field(default=0.2, gt=0, description="PPO clip range.")
+    tis_cap: float = Field(default=2.0, gt=0, description="Cap of the truncated importance weight.")
+    max_staleness: int | None = Field(
+        default=1, ge=0, description="Mask tokens this many versions older than the trainer (async)."
+    )
+    last_version_only: bool = Field(
+        default=False, description="Train only tokens of a segment's newest version."
+    )
+    group_version_window: int | None = Field(
+        default=None, ge=0, description="Drop groups with tokens older than this many versions."
+    )
+    failure_policy: Literal["drop_group", "keep_finished"] = Field(
+        default="drop_group",
+        description="A group with a failed member: dropped whole, or trained on its finished members.",
+    )
+    keep_checkpoints: int = Field(default=2, ge=1, description="Newest step checkpoints kept on disk.")
+    log_to: list[Literal["wandb", "tensorboard"]] = Field(
+        default_factory=list,
+        description="Also log step metrics and rewards to these (docs/training.md); --log-to overrides.",
+    )
+
+    def masking(self) -> MaskingPolicy:
+        """The version-aware masking and failure policy of the steps."""
+        return MaskingPolicy(
+            self.max_staleness, self.last_version_only, self.group_version_window, self.failure_policy
+        )
+
+
+@dataclass(frozen=True)
+class TrainerSetup:
+    """What a trainer needs beyond its :class:`TrainConfig`: the run and consumer, the start."""
+
+    run: str | Run
+    consumer: str
+    out: Path
+    """Checkpoints (torch) or rollout files (slime-dump)."""
+    n_samples_per_prompt: int
+    backend: str = "torch"
+    model: str = "tiny"
+    seed: int = 0
+    initial_version: int = 0
+
+
+def step_options(cfg: TrainConfig, setup: TrainerSetup) -> StepOptions:
+    """The step options ``cfg`` and ``setup`` make (``cfg.global_batch_size`` must be resolved)."""
+    if cfg.global_batch_size is None:
+        raise ConfigError("train.global_batch_size is unset: give the trajectories per optimizer step")
+    return StepOptions(
+        global_batch_size=cfg.global_batch_size,
+        n_samples_per_prompt=setup.n_samples_per_prompt,
+        advantage_estimator=cfg.advantage_estimator,
+        std_normalize=cfg.std_normalize,
+        initial_version=setup.initial_version,
+        masking=cfg.masking(),
+    )
+
+
+def build_backend(cfg: TrainConfig, setup: TrainerSetup, push: WeightPusher | None = None) -> Backend:
+    """The ``torch`` or ``none`` backend of ``setup.backend`` (``slime-dump`` is the caller's)."""
+    if setup.backend == "none":
+        return NullBackend()
+    if setup.backend == "torch":
+        from dressage.training.torch_backend import TorchBackend
+
+        return TorchBackend(
+            setup.out,
+            model=setup.model,
+            seed=setup.seed,
+            lr=cfg.lr,
+            optimizer=cfg.optimizer,
+            trainable=cfg.trainable,
+            eps_clip=cfg.eps_clip,
+            tis_cap=cfg.tis_cap,
+            push=push,
+        )
+    raise ConfigError(f"unknown backend {setup.backend!r}; use {', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}")
+
+
+def build_trainer(
+    cfg: TrainConfig,
+    store: EventStore,
+    setup: TrainerSetup,
+    backend: Backend | None = None,
+    *,
+    push: WeightPusher | None = None,
+    reader: EventStore | None = None,
+) -> Trainer:
+    """The trainer of ``train`` and ``loop``: steps from ``cfg``, the backend ``setup`` names (or
+    ``backend``, built by the caller), groups and turns read from ``reader`` (a streaming replica)."""
+    options = step_options(cfg, setup)
+    chosen = backend if backend is not None else build_backend(cfg, setup, push)
+    return Trainer(store, setup.run, options, chosen, consumer=setup.consumer, reader=reader)
