@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,11 @@ DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0
 _CANARY = "canary GUID"
 NETWORK_MODES = ("public", "no-network", "allowlist")
+_META_ORDER = (
+    "name", "checksum", "config", "workdir", "env", "wants_internet", "agent_timeout_s", "verifier_timeout_s",
+    "verifier_env", "verifier_mode", "solution", "solution_env", "rootfs", "image", "ignored",
+)  # fmt: skip
+"""The keys of ``metadata["harbor"]``, in order."""
 
 
 def is_task_dir(path: Path) -> bool:
@@ -142,25 +148,8 @@ def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
     built from the task's Dockerfile, or the ``docker_image``, chosen by the run config; the
     Dockerfile is not judged here, its ``WORKDIR`` and ``ENV`` are read, its ``COPY``s are in the template).
     """
-    name = _harbor_validate(task_dir) or task_dir.name
-    try:
-        config: dict[str, Any] = tomllib.loads(_read_text(name, task_dir / "task.toml", task_dir))
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"task {name}: task.toml is not valid TOML: {e}") from None
-    if isinstance(config.get("task"), dict) and config["task"].get("name"):
-        name = str(config["task"]["name"])
+    name, config = _task_config(task_dir)
     env_cfg = dict(config.get("environment") or {})
-    agent_cfg = dict(config.get("agent") or {})
-    verifier_cfg = dict(config.get("verifier") or {})
-    if config.get("steps"):
-        raise _refuse(name, "a multi-step task ([[steps]])")
-    if str(env_cfg.get("os", "linux")).lower() != "linux":
-        raise _refuse(name, f"environment.os = {env_cfg['os']!r}")
-    for key in ("gpus", "tpu", "mcp_servers"):
-        if env_cfg.get(key):
-            raise _refuse(name, f"environment.{key}")
-    if verifier_cfg.get("environment"):
-        raise _refuse(name, "a verifier environment of its own ([verifier.environment])")
     instruction_path = task_dir / "instruction.md"
     if not instruction_path.is_file():
         raise ConfigError(f"task {name}: instruction.md is missing")
@@ -174,47 +163,112 @@ def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
     env_dir = task_dir / "environment"
     if (env_dir / "docker-compose.yaml").exists() or (env_dir / "docker-compose.yml").exists():
         raise _refuse(name, "environment/docker-compose.yaml")
-    files: dict[str, str] = {}
+    image = _environment(name, task_dir, env_cfg, images)
+    settings = _settings(name, config, image.workdir, image.env)
+    meta = {"name": name, "checksum": task_checksum(task_dir), "config": config, **settings}
+    meta.update(solution=solution, rootfs=image.rootfs, image=image.image)
+    meta = {k: meta[k] for k in _META_ORDER}  # the order the payload has always had
+    return Task(
+        index=index,
+        id=name,
+        prompt=instruction,
+        files=image.files,
+        tests=tests,
+        metadata={HARBOR: meta},
+        kind=HARBOR,
+    )
+
+
+def _task_config(task_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The task's name and parsed ``task.toml``; what this reader cannot honour is refused."""
+    name = _harbor_validate(task_dir) or task_dir.name
+    try:
+        config: dict[str, Any] = tomllib.loads(_read_text(name, task_dir / "task.toml", task_dir))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"task {name}: task.toml is not valid TOML: {e}") from None
+    if isinstance(config.get("task"), dict) and config["task"].get("name"):
+        name = str(config["task"]["name"])
+    env_cfg = dict(config.get("environment") or {})
+    if config.get("steps"):
+        raise _refuse(name, "a multi-step task ([[steps]])")
+    if str(env_cfg.get("os", "linux")).lower() != "linux":
+        raise _refuse(name, f"environment.os = {env_cfg['os']!r}")
+    for key in ("gpus", "tpu", "mcp_servers"):
+        if env_cfg.get(key):
+            raise _refuse(name, f"environment.{key}")
+    if dict(config.get("verifier") or {}).get("environment"):
+        raise _refuse(name, "a verifier environment of its own ([verifier.environment])")
+    return name, config
+
+
+@dataclass
+class _Environment:
+    """What a task's ``environment/`` makes: workspace seed files, root-filesystem plan, image, workdir, env."""
+
+    files: dict[str, str] = field(default_factory=dict)
     rootfs: dict[str, Any] | None = None
-    workdir = DEFAULT_WORKDIR
-    env: dict[str, str] = {}
-    dockerfile = env_dir / "Dockerfile"
     image: dict[str, Any] | None = None
+    workdir: str = DEFAULT_WORKDIR
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _environment(name: str, task_dir: Path, env_cfg: dict[str, Any], images: str) -> _Environment:
+    """The task image as a root-filesystem plan (``rootfs``) or an E2B template reference (``template``)."""
+    out = _Environment()
+    env_dir = task_dir / "environment"
+    dockerfile = env_dir / "Dockerfile"
     if dockerfile.is_file():
-        image = {"kind": "dockerfile", "ref": None}
+        out.image = {"kind": "dockerfile", "ref": None}
     elif env_cfg.get("docker_image"):
-        image = {"kind": "docker_image", "ref": str(env_cfg["docker_image"])}
+        out.image = {"kind": "docker_image", "ref": str(env_cfg["docker_image"])}
     if images == "template":
-        if image is not None and image["kind"] == "dockerfile":
+        if out.image is not None and out.image["kind"] == "dockerfile":
             found, dockerfile_env = _dockerfile_workdir_env(_read_text(name, dockerfile, task_dir))
-            workdir = found or DEFAULT_WORKDIR
-            env.update(dockerfile_env)
+            out.workdir = found or DEFAULT_WORKDIR
+            out.env.update(dockerfile_env)
     elif dockerfile.is_file():
         plan = parse_dockerfile(name, _read_text(name, dockerfile, task_dir))
-        workdir = plan.workdir or DEFAULT_WORKDIR
-        env.update(plan.env)
-        for src, dst in plan.copies:
-            source = (env_dir / src).resolve()
-            if env_dir.resolve() not in source.parents or not source.exists():
-                raise ConfigError(f"task {name}: COPY source {src!r} is not a file of environment/")
-            if dst.rstrip("/") == workdir.rstrip("/") or dst.startswith(workdir.rstrip("/") + "/"):
-                rel = dst[len(workdir) :].strip("/")  # the workdir is the workspace: seed it
-                if source.is_dir():
-                    for k, v in _files_under(name, source, task_dir).items():
-                        files[f"{rel}/{k}".lstrip("/")] = v
-                else:
-                    target = rel if rel and not dst.endswith("/") else f"{rel}/{source.name}".lstrip("/")
-                    files[target] = _read_text(name, source, task_dir)
+        out.workdir = plan.workdir or DEFAULT_WORKDIR
+        out.env.update(plan.env)
+        out.files = _workspace_copies(name, task_dir, plan.copies, out.workdir)
         full = rootfs_plan(plan, env_dir)  # the key is taken now: episodes need no task directory
-        rootfs = {**{k: v for k, v in full.items() if k != "context"}, "key": rootfs_key(full)}
+        out.rootfs = {**{k: v for k, v in full.items() if k != "context"}, "key": rootfs_key(full)}
     elif env_cfg.get("docker_image"):
         raise _refuse(
             name,
             f"the prebuilt image {env_cfg['docker_image']!r} (no image is pulled here; "
             "run it on sandbox provider e2b from a template built from it, or with Harbor's own environments)",
         )
-    workdir = str(env_cfg.get("workdir") or workdir)
-    env.update({str(k): str(v) for k, v in dict(env_cfg.get("env") or {}).items()})
+    return out
+
+
+def _workspace_copies(
+    name: str, task_dir: Path, copies: list[tuple[str, str]], workdir: str
+) -> dict[str, str]:
+    """The Dockerfile's ``COPY``s into the workdir, as workspace seed files (the workdir is the workspace)."""
+    env_dir = task_dir / "environment"
+    files: dict[str, str] = {}
+    for src, dst in copies:
+        source = (env_dir / src).resolve()
+        if env_dir.resolve() not in source.parents or not source.exists():
+            raise ConfigError(f"task {name}: COPY source {src!r} is not a file of environment/")
+        if dst.rstrip("/") == workdir.rstrip("/") or dst.startswith(workdir.rstrip("/") + "/"):
+            rel = dst[len(workdir) :].strip("/")
+            if source.is_dir():
+                for k, v in _files_under(name, source, task_dir).items():
+                    files[f"{rel}/{k}".lstrip("/")] = v
+            else:
+                target = rel if rel and not dst.endswith("/") else f"{rel}/{source.name}".lstrip("/")
+                files[target] = _read_text(name, source, task_dir)
+    return files
+
+
+def _settings(name: str, config: dict[str, Any], workdir: str, env: dict[str, str]) -> dict[str, Any]:
+    """The task's working directory, env, network wish, timeouts, verifier and solution settings."""
+    env_cfg = dict(config.get("environment") or {})
+    agent_cfg = dict(config.get("agent") or {})
+    verifier_cfg = dict(config.get("verifier") or {})
+    env = {**env, **{str(k): str(v) for k, v in dict(env_cfg.get("env") or {}).items()}}
     allow_internet = env_cfg.get("allow_internet")
     network_mode = str(env_cfg.get("network_mode") or "public")
     if network_mode not in NETWORK_MODES:
@@ -225,34 +279,19 @@ def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
     wants_internet = bool(allow_internet) if allow_internet is not None else network_mode == "public"
     mode = verifier_cfg.get("environment_mode") or "shared"
     ignored = [f"environment.{k}" for k in ("cpus", "memory_mb", "storage_mb", "healthcheck") if k in env_cfg]
-    meta = {
-        "name": name,
-        "checksum": task_checksum(task_dir),
-        "config": config,
-        "workdir": workdir,
+    return {
+        "workdir": str(env_cfg.get("workdir") or workdir),
         "env": env,
         "wants_internet": wants_internet,
         "agent_timeout_s": float(agent_cfg.get("timeout_sec") or DEFAULT_AGENT_TIMEOUT_S),
         "verifier_timeout_s": float(verifier_cfg.get("timeout_sec") or DEFAULT_VERIFIER_TIMEOUT_S),
         "verifier_env": {str(k): str(v) for k, v in dict(verifier_cfg.get("env") or {}).items()},
         "verifier_mode": str(mode),
-        "solution": solution,
         "solution_env": {
             str(k): str(v) for k, v in dict((config.get("solution") or {}).get("env") or {}).items()
         },
-        "rootfs": rootfs,
-        "image": image,
         "ignored": ignored,
     }
-    return Task(
-        index=index,
-        id=name,
-        prompt=instruction,
-        files=files,
-        tests=tests,
-        metadata={HARBOR: meta},
-        kind=HARBOR,
-    )
 
 
 def images_for(provider: str) -> str:
