@@ -8,11 +8,16 @@ Heavy imports (torch, the proxy, matplotlib) happen inside the command.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dressage.loop.runner import LoopReport
 
 
 @handle_errors
@@ -71,9 +76,7 @@ def loop_command(
     from rich.console import Console
 
     from dressage.config import load_settings
-    from dressage.loop.report import reward_line, summary_table, write_plot
     from dressage.loop.runner import LoopOptions, run_loop
-    from dressage.rollout.evaluation import eval_line
     from dressage.training.loggers import parse_log_to
 
     if ray_address is not None:  # Ray missing: say how to install it before anything starts
@@ -94,6 +97,15 @@ def loop_command(
     )
     console = Console(stderr=True, emoji=False)
     report = asyncio.run(run_loop(settings, opts, console))
+    db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
+    _print_report(console, report, plot, db)
+
+
+def _print_report(console: Console, report: LoopReport, plot: Path | None, db: str) -> None:
+    """The iteration table, the reward (and eval) line, the plot, and the replay command."""
+    from dressage.loop.report import reward_line, summary_table, write_plot
+    from dressage.rollout.evaluation import eval_line
+
     title = f"run {report.run} ({report.mode}, {len(report.iterations)} iterations, {report.seconds:.0f}s)"
     console.print(summary_table(report.iterations, title=title))
     typer.echo(reward_line(report.iterations))
@@ -108,7 +120,6 @@ def loop_command(
             eval_name=report.eval_name,
         )
         console.print(f"mean-reward curve written to {plot}")
-    db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
     console.print(
         f"check every training step against the log with:\n"
         f"  dressage-worker train --from-run {report.run} --consumer loop --replay{db}"

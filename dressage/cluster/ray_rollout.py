@@ -40,11 +40,9 @@ from dressage.cluster.actors import ActorSettings, EngineActor, ProxyActor, Roll
 from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError
-from dressage.rollout import task_kinds
 from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import (
     check_reward_fits,
-    dataset_digest,
     load_tasks,
     task_specs,
 )
@@ -59,6 +57,7 @@ from dressage.rollout.worker import (
     WorkerOptions,
     load_new_run,
     resolve_config,
+    run_snapshot,
 )
 from dressage.store import EventStore, Run
 
@@ -253,15 +252,7 @@ class Placement:
 
 def new_run_snapshot(cfg: RolloutConfig, tasks: list[Any]) -> dict[str, Any]:
     """A new run's frozen config, as ``dressage-worker rollout`` records it."""
-    snapshot: dict[str, Any] = {
-        "rollout": cfg.snapshot(),
-        "dataset_sha256": dataset_digest(tasks),
-        **task_kinds.snapshot(tasks),
-    }
-    run_secrets = resolve_secrets(cfg.secrets)
-    if run_secrets.values():
-        snapshot["secret_digests"] = run_secrets.digests()
-    return snapshot
+    return run_snapshot(cfg, tasks, resolve_secrets(cfg.secrets))
 
 
 def load_run_on_engines(config_path: str, engine_urls: list[str]) -> NewRun:

@@ -44,9 +44,8 @@ from dressage.loop.progress import LoopProgress
 from dressage.loop.report import IterationStats, read_iteration
 from dressage.paddock import get_provider
 from dressage.proxy.contract import ServedProxy
-from dressage.rollout import task_kinds
 from dressage.rollout.config import LoopConfig, RolloutConfig, load_config
-from dressage.rollout.datasets import check_reward_fits, dataset_digest, load_tasks
+from dressage.rollout.datasets import check_reward_fits, load_tasks
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv
 from dressage.rollout.evaluation import EvalRound, EvalScheduler, read_eval_rounds
@@ -57,6 +56,7 @@ from dressage.rollout.worker import (
     _lease_loop,
     default_worker_id,
     load_new_run,
+    run_snapshot,
     start_engine_and_proxy,
     with_secrets,
 )
@@ -180,10 +180,7 @@ class Loop:
     def snapshot(self) -> dict[str, Any]:
         """The run's frozen config: the rollout snapshot plus the loop's train/loop sections."""
         return {
-            "rollout": self.cfg.snapshot(),
-            "dataset_sha256": dataset_digest(self.tasks),
-            **task_kinds.snapshot(self.tasks),
-            **({"secret_digests": self.secrets.digests()} if self.secrets.values() else {}),
+            **run_snapshot(self.cfg, self.tasks, self.secrets),
             "loop": {
                 "mode": self.loop_cfg.mode,
                 "iterations": self.loop_cfg.iterations,

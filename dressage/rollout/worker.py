@@ -228,15 +228,7 @@ async def run_rollout(
             cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
         )
         tasks = fresh.tasks if fresh is not None else None
-        snapshot: dict[str, Any] | None = stored
-        if tasks is not None:
-            snapshot = {
-                "rollout": cfg.snapshot(),
-                "dataset_sha256": dataset_digest(tasks),
-                **task_kinds.snapshot(tasks),
-            }
-            if secrets.values():
-                snapshot["secret_digests"] = secrets.digests()
+        snapshot = stored if tasks is None else run_snapshot(cfg, tasks, secrets)
         if cfg.proxy.urls:
             proxy = remote_proxies(store, cfg, settings)
         else:
@@ -269,15 +261,7 @@ async def run_rollout(
         )
         async with progress:
             await _lease_loop(env, owner, report, console, evals)
-        report.snapshot = await progress.refresh()
-        finished = await asyncio.to_thread(store.sessions.list, run, status="finished")
-        report.example_session = finished[0].id if finished else None
-        if opts.show_progress:
-            extra = {"this worker": _fmt_outcomes(report.outcomes)}
-            if cfg.eval is not None:
-                rounds = await asyncio.to_thread(read_eval_rounds, store, run)
-                extra[f"{cfg.eval.name} (eval)"] = eval_line(rounds).split(": ", 1)[1]
-            console.print(progress.summary_table(report.snapshot, extra))
+        await _finish_report(report, progress, env, console if opts.show_progress else None)
         return report
     finally:
         if forwarder is not None:
@@ -290,6 +274,35 @@ async def run_rollout(
         if engine is not None:
             engine.stop()
         store.close()
+
+
+def run_snapshot(cfg: RolloutConfig, tasks: list[Task], secrets: RunSecrets) -> dict[str, Any]:
+    """A new run's frozen config: the rollout snapshot, the dataset digest, the task kinds' records,
+    and the digests of declared secrets (never their values)."""
+    snapshot = {
+        "rollout": cfg.snapshot(),
+        "dataset_sha256": dataset_digest(tasks),
+        **task_kinds.snapshot(tasks),
+    }
+    if secrets.values():
+        snapshot["secret_digests"] = secrets.digests()
+    return snapshot
+
+
+async def _finish_report(
+    report: RolloutReport, progress: RolloutProgress, env: EpisodeEnv, console: Console | None
+) -> None:
+    """The run's final counts and an example session in ``report``; the summary table on ``console``."""
+    store, run, cfg = env.store, env.run, env.cfg
+    report.snapshot = await progress.refresh()
+    finished = await asyncio.to_thread(store.sessions.list, run, status="finished")
+    report.example_session = finished[0].id if finished else None
+    if console is not None:
+        extra = {"this worker": _fmt_outcomes(report.outcomes)}
+        if cfg.eval is not None:
+            rounds = await asyncio.to_thread(read_eval_rounds, store, run)
+            extra[f"{cfg.eval.name} (eval)"] = eval_line(rounds).split(": ", 1)[1]
+        console.print(progress.summary_table(report.snapshot, extra))
 
 
 def remote_proxies(store: EventStore, cfg: RolloutConfig, settings: Settings) -> ProxyRing:
