@@ -44,74 +44,79 @@ def _int(request: Request, name: str) -> int:
         raise RequestError(f"{name} must be an integer, got {text!r}", param=name) from None
 
 
-def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[Route]:
-    """Every route of the viewer (``streams``: the stop flag of its live event streams)."""
+class _Pages:
+    """The viewer's request handlers: each page, the artifact and experts endpoints, the live stream."""
 
-    def html(name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
-        return HTMLResponse(render(env, name, {"u": URLS, **context}), status_code=status)
+    def __init__(self, viewer: Viewer, env: Environment, streams: LiveStreams) -> None:
+        self.viewer, self.env, self.streams = viewer, env, streams
 
-    def guarded(fn: Callable[[Request], Response]) -> Handler:
+    def html(self, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
+        return HTMLResponse(render(self.env, name, {"u": URLS, **context}), status_code=status)
+
+    def guarded(self, fn: Callable[[Request], Response]) -> Handler:
         """Run ``fn`` in a thread; turn our errors into a 4xx page."""
 
         async def handler(request: Request) -> Response:
             try:
                 return await asyncio.to_thread(fn, request)
             except (UnknownRunError, UnknownSessionError) as e:
-                return html("error.html", {"status": "Not found", "message": str(e)}, 404)
+                return self.html("error.html", {"status": "Not found", "message": str(e)}, 404)
             except RequestError as e:
-                return html("error.html", {"status": "Bad request", "message": str(e)}, 400)
+                return self.html("error.html", {"status": "Bad request", "message": str(e)}, 400)
             except DressageError as e:
-                return html("error.html", {"status": "The log could not be read", "message": str(e)}, 503)
+                return self.html(
+                    "error.html", {"status": "The log could not be read", "message": str(e)}, 503
+                )
 
         return handler
 
-    def runs(request: Request) -> Response:
-        return html("runs.html", pages.runs_page(viewer))
+    def runs(self, request: Request) -> Response:
+        return self.html("runs.html", pages.runs_page(self.viewer))
 
-    def run(request: Request) -> Response:
+    def run(self, request: Request) -> Response:
         name = _param(request, "name")
         params = {k: v for k, v in request.query_params.items() if k not in ("name", "fragment")}
-        ctx = pages.run_page(viewer, name, params)
+        ctx = pages.run_page(self.viewer, name, params)
         ctx["live_query"] = urlencode({"run": name, "after": ctx["overview"].last_position})
         if request.query_params.get("fragment") == "summary":
-            return html("_run_summary.html", ctx)
-        return html("run.html", ctx)
+            return self.html("_run_summary.html", ctx)
+        return self.html("run.html", ctx)
 
-    def session(request: Request) -> Response:
-        ctx = pages.session_page(viewer, _param(request, "id"))
+    def session(self, request: Request) -> Response:
+        ctx = pages.session_page(self.viewer, _param(request, "id"))
         if request.query_params.get("fragment") == "body":
-            return html("_session_body.html", ctx)
-        return html("session.html", ctx)
+            return self.html("_session_body.html", ctx)
+        return self.html("session.html", ctx)
 
-    def sql(request: Request) -> Response:
-        return html("sql.html", pages.sql_page(viewer, _param(request, "session")))
+    def sql(self, request: Request) -> Response:
+        return self.html("sql.html", pages.sql_page(self.viewer, _param(request, "session")))
 
-    def group(request: Request) -> Response:
+    def group(self, request: Request) -> Response:
         a, b = request.query_params.get("a"), request.query_params.get("b")
         diff = (a, b) if a and b else None
-        return html(
-            "group.html", pages.group_page(viewer, _param(request, "run"), _int(request, "group"), diff)
+        return self.html(
+            "group.html", pages.group_page(self.viewer, _param(request, "run"), _int(request, "group"), diff)
         )
 
-    def training(request: Request) -> Response:
-        return html("training.html", pages.training_page(viewer, _param(request, "run")))
+    def training(self, request: Request) -> Response:
+        return self.html("training.html", pages.training_page(self.viewer, _param(request, "run")))
 
-    def compare(request: Request) -> Response:
+    def compare(self, request: Request) -> Response:
         chosen = [x for value in request.query_params.getlist("runs") for x in value.split(",")]
-        return html("compare.html", pages.compare_page(viewer, chosen))
+        return self.html("compare.html", pages.compare_page(self.viewer, chosen))
 
-    def step(request: Request) -> Response:
+    def step(self, request: Request) -> Response:
         ctx = pages.step_page(
-            viewer, _param(request, "run"), _param(request, "consumer"), _int(request, "step")
+            self.viewer, _param(request, "run"), _param(request, "consumer"), _int(request, "step")
         )
-        return html("step.html", ctx)
+        return self.html("step.html", ctx)
 
-    def artifact(request: Request) -> Response:
+    def artifact(self, request: Request) -> Response:
         artifact_id = _int(request, "id")
-        ref = queries.artifact_by_id(viewer.store, artifact_id)
+        ref = queries.artifact_by_id(self.viewer.store, artifact_id)
         if ref is None:
             raise RequestError(f"no artifact with id {artifact_id}", param="id")
-        data = viewer.store.artifacts.get(ref)
+        data = self.viewer.store.artifacts.get(ref)
         safe_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in ref.name) or "artifact"
         if request.query_params.get("download") or not _is_text(data):
             return Response(
@@ -119,27 +124,27 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
                 media_type="application/octet-stream",
                 headers={"Content-Disposition": f'attachment; filename="{safe_name}"'},
             )
-        text = viewer.redact(data.decode("utf-8")) or ""
+        text = self.viewer.redact(data.decode("utf-8")) or ""
         return Response(
             text, media_type="text/plain; charset=utf-8", headers={"Content-Security-Policy": "sandbox"}
         )
 
-    def experts(request: Request) -> Response:
+    def experts(self, request: Request) -> Response:
         sid = _param(request, "session")
-        viewer.store.sessions.get(sid)
-        turns = viewer.store.turns.read(session_id=sid, with_experts=True)
+        self.viewer.store.sessions.get(sid)
+        turns = self.viewer.store.turns.read(session_id=sid, with_experts=True)
         rows = experts_at(turns, _int(request, "segment"), _int(request, "position"))
         return JSONResponse({"experts": rows})
 
-    async def live(request: Request) -> Response:
+    async def live(self, request: Request) -> Response:
         sid = request.query_params.get("session")
         try:
             if sid:
-                s = await asyncio.to_thread(viewer.store.sessions.get, sid)
-                run_name = (await asyncio.to_thread(viewer.store.runs.by_id, s.run_id)).name
+                s = await asyncio.to_thread(self.viewer.store.sessions.get, sid)
+                run_name = (await asyncio.to_thread(self.viewer.store.runs.by_id, s.run_id)).name
             else:
                 run_name = _param(request, "run")
-                await asyncio.to_thread(viewer.store.runs.get, run_name)
+                await asyncio.to_thread(self.viewer.store.runs.get, run_name)
             resume = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
             after = int(resume)
         except ValueError:
@@ -151,27 +156,31 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
         except DressageError as e:
             return JSONResponse({"error": str(e)}, status_code=503)
         stream = event_stream(
-            viewer.store,
+            self.viewer.store,
             run_name,
             after,
             session_id=sid,
             disconnected=request.is_disconnected,
-            streams=streams,
+            streams=self.streams,
         )
         return StreamingResponse(stream, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
 
+
+def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[Route]:
+    """Every route of the viewer (``streams``: the stop flag of its live event streams)."""
+    h = _Pages(viewer, env, streams)
     return [
-        Route("/", guarded(runs)),
-        Route("/run", guarded(run)),
-        Route("/session", guarded(session)),
-        Route("/sql", guarded(sql)),
-        Route("/group", guarded(group)),
-        Route("/training", guarded(training)),
-        Route("/compare", guarded(compare)),
-        Route("/step", guarded(step)),
-        Route("/artifact", guarded(artifact)),
-        Route("/api/experts", guarded(experts)),
-        Route("/live", live),
+        Route("/", h.guarded(h.runs)),
+        Route("/run", h.guarded(h.run)),
+        Route("/session", h.guarded(h.session)),
+        Route("/sql", h.guarded(h.sql)),
+        Route("/group", h.guarded(h.group)),
+        Route("/training", h.guarded(h.training)),
+        Route("/compare", h.guarded(h.compare)),
+        Route("/step", h.guarded(h.step)),
+        Route("/artifact", h.guarded(h.artifact)),
+        Route("/api/experts", h.guarded(h.experts)),
+        Route("/live", h.live),
     ]
 
 
