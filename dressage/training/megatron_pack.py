@@ -167,62 +167,10 @@ def pack_megatron(
     import torch
 
     params_cls = packed_seq_params_class()
-    multiple = tp_size * pad_multiplier
-    if tp_size < 1 or pad_multiplier < 1 or sample_multiple < 1:
-        raise TrainingError(
-            f"tp_size ({tp_size}), pad_multiplier ({pad_multiplier}) and sample_multiple "
-            f"({sample_multiple}) must all be >= 1"
-        )
-    if not samples:
-        raise TrainingError("pack_megatron needs at least one sample")
-    lengths = np.asarray([s.tokens.shape[0] for s in samples], dtype=np.int64)
-    if int(lengths.min()) < 2:
-        raise TrainingError("every sample needs at least 2 tokens (one prediction)")
-    slots = -(-lengths // sample_multiple) * sample_multiple
-    starts = np.zeros(len(samples) + 1, dtype=np.int64)
-    starts[1:] = np.cumsum(slots)
-    used = int(starts[-1])
-    tail = (multiple - used % multiple) % multiple
-    total = used + tail
-
-    tokens_T = np.full(total, pad_token_id, dtype=np.int64)
-    labels_T = np.full(total, pad_token_id, dtype=np.int64)
-    pos_T = np.zeros(total, dtype=np.int64)
-    mask_T = np.zeros(total, dtype=np.float32)
-    weights_T = np.zeros(total, dtype=np.float32)
-    adv_T = np.zeros(total, dtype=np.float32)
-    logp_T = np.zeros(total, dtype=np.float32)
-    with_experts = all(s.rollout_routed_experts is not None for s in samples)
-    experts_TLK: np.ndarray | None = None
-    if with_experts:
-        shapes = {s.rollout_routed_experts.shape[1:] for s in samples}  # type: ignore[union-attr]
-        if len(shapes) != 1:
-            raise TrainingError(f"routed experts differ in [layers, top_k] between samples: {sorted(shapes)}")
-        layers, top_k = shapes.pop()
-        n_exp = num_experts or 1 + max(int(s.rollout_routed_experts.max()) for s in samples)  # type: ignore[union-attr]
-        experts_TLK = _filler_routes(total, layers, top_k, n_exp)
-    for s, start, length, slot in zip(samples, starts[:-1], lengths, slots, strict=True):
-        start, length, resp = int(start), int(length), s.response_length
-        end = start + length
-        tokens_T[start:end] = s.tokens
-        labels_T[start : end - 1] = s.tokens[1:]
-        pos_T[start : start + int(slot)] = np.arange(int(slot))
-        r0 = end - 1 - resp  # predicting position of the first response token
-        mask_T[r0 : end - 1] = s.loss_mask
-        if s.loss_weights is not None:
-            weights_T[r0 : end - 1] = s.loss_weights
-        adv_T[r0 : end - 1] = s.advantage
-        logp_T[r0 : end - 1] = s.rollout_log_probs
-        if experts_TLK is not None:
-            rows = s.rollout_routed_experts
-            assert rows is not None
-            if rows.shape[0] != length - 1:
-                raise TrainingError(
-                    f"session {s.session_id} segment {s.segment_index}: {rows.shape[0]} routed-expert rows "
-                    f"for {length} tokens; expected {length - 1}"
-                )
-            experts_TLK[start : end - 1] = rows
-    pos_T[used:] = np.arange(tail)
+    lengths, slots, starts, tail = _layout(samples, tp_size, pad_multiplier, sample_multiple)
+    total = int(starts[-1]) + tail
+    arrays = _fill(samples, lengths, slots, starts, total, pad_token_id)
+    experts_TLK = _experts(samples, lengths, starts, total, num_experts)
 
     cu = np.zeros(len(samples) + 1, dtype=np.int64)
     cu[1:] = np.cumsum(lengths)
@@ -248,13 +196,13 @@ def pack_megatron(
         return torch.from_numpy(a).to(device)[None]
 
     return MegatronBatch(
-        tokens_1T=t(tokens_T),
-        labels_1T=t(labels_T),
-        position_ids_1T=t(pos_T),
-        loss_mask_1T=t(mask_T),
-        loss_weights_1T=t(weights_T),
-        advantages_1T=t(adv_T),
-        rollout_log_probs_1T=t(logp_T),
+        tokens_1T=t(arrays["tokens"]),
+        labels_1T=t(arrays["labels"]),
+        position_ids_1T=t(arrays["positions"]),
+        loss_mask_1T=t(arrays["mask"]),
+        loss_weights_1T=t(arrays["weights"]),
+        advantages_1T=t(arrays["advantages"]),
+        rollout_log_probs_1T=t(arrays["log_probs"]),
         routed_experts_TLK=torch.from_numpy(experts_TLK).to(device) if experts_TLK is not None else None,
         packed_seq_params=params,
         starts=[int(x) for x in starts[:-1]],
@@ -262,6 +210,100 @@ def pack_megatron(
         response_lengths=[s.response_length for s in samples],
         n_tail_pad=tail,
     )
+
+
+def _layout(
+    samples: Sequence[TrainSample], tp_size: int, pad_multiplier: int, sample_multiple: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(lengths, slots, starts, tail)``: each sample's length and slot, the slots' starts (and the
+    end of the last), and the tail padding up to a multiple of ``tp_size * pad_multiplier``."""
+    if tp_size < 1 or pad_multiplier < 1 or sample_multiple < 1:
+        raise TrainingError(
+            f"tp_size ({tp_size}), pad_multiplier ({pad_multiplier}) and sample_multiple "
+            f"({sample_multiple}) must all be >= 1"
+        )
+    if not samples:
+        raise TrainingError("pack_megatron needs at least one sample")
+    multiple = tp_size * pad_multiplier
+    lengths = np.asarray([s.tokens.shape[0] for s in samples], dtype=np.int64)
+    if int(lengths.min()) < 2:
+        raise TrainingError("every sample needs at least 2 tokens (one prediction)")
+    slots = -(-lengths // sample_multiple) * sample_multiple
+    starts = np.zeros(len(samples) + 1, dtype=np.int64)
+    starts[1:] = np.cumsum(slots)
+    used = int(starts[-1])
+    return lengths, slots, starts, (multiple - used % multiple) % multiple
+
+
+def _fill(
+    samples: Sequence[TrainSample],
+    lengths: np.ndarray,
+    slots: np.ndarray,
+    starts: np.ndarray,
+    total: int,
+    pad_token_id: int,
+) -> dict[str, np.ndarray]:
+    """The packed per-position arrays (tokens, labels, positions, mask, weights, advantages, log-probs)."""
+    tokens_T = np.full(total, pad_token_id, dtype=np.int64)
+    labels_T = np.full(total, pad_token_id, dtype=np.int64)
+    pos_T = np.zeros(total, dtype=np.int64)
+    mask_T = np.zeros(total, dtype=np.float32)
+    weights_T = np.zeros(total, dtype=np.float32)
+    adv_T = np.zeros(total, dtype=np.float32)
+    logp_T = np.zeros(total, dtype=np.float32)
+    for s, start, length, slot in zip(samples, starts[:-1], lengths, slots, strict=True):
+        start, length, resp = int(start), int(length), s.response_length
+        end = start + length
+        tokens_T[start:end] = s.tokens
+        labels_T[start : end - 1] = s.tokens[1:]
+        pos_T[start : start + int(slot)] = np.arange(int(slot))
+        r0 = end - 1 - resp  # predicting position of the first response token
+        mask_T[r0 : end - 1] = s.loss_mask
+        if s.loss_weights is not None:
+            weights_T[r0 : end - 1] = s.loss_weights
+        adv_T[r0 : end - 1] = s.advantage
+        logp_T[r0 : end - 1] = s.rollout_log_probs
+    used = int(starts[-1])
+    pos_T[used:] = np.arange(total - used)
+    return {
+        "tokens": tokens_T,
+        "labels": labels_T,
+        "positions": pos_T,
+        "mask": mask_T,
+        "weights": weights_T,
+        "advantages": adv_T,
+        "log_probs": logp_T,
+    }
+
+
+def _experts(
+    samples: Sequence[TrainSample],
+    lengths: np.ndarray,
+    starts: np.ndarray,
+    total: int,
+    num_experts: int | None,
+) -> np.ndarray | None:
+    """Routed experts ``[T, layers, top_k]`` with filler routes on padding, or None unless every
+    sample has them."""
+    if not all(s.rollout_routed_experts is not None for s in samples):
+        return None
+    shapes = {s.rollout_routed_experts.shape[1:] for s in samples}  # type: ignore[union-attr]
+    if len(shapes) != 1:
+        raise TrainingError(f"routed experts differ in [layers, top_k] between samples: {sorted(shapes)}")
+    layers, top_k = shapes.pop()
+    n_exp = num_experts or 1 + max(int(s.rollout_routed_experts.max()) for s in samples)  # type: ignore[union-attr]
+    experts_TLK = _filler_routes(total, layers, top_k, n_exp)
+    for s, start, length in zip(samples, starts[:-1], lengths, strict=True):
+        start, length = int(start), int(length)
+        rows = s.rollout_routed_experts
+        assert rows is not None
+        if rows.shape[0] != length - 1:
+            raise TrainingError(
+                f"session {s.session_id} segment {s.segment_index}: {rows.shape[0]} routed-expert rows "
+                f"for {length} tokens; expected {length - 1}"
+            )
+        experts_TLK[start : start + length - 1] = rows
+    return experts_TLK
 
 
 def unpack_megatron(batch: MegatronBatch) -> list[dict[str, np.ndarray]]:
