@@ -33,10 +33,13 @@ class Function:
 
 @dataclass(frozen=True)
 class BlindExcept:
-    """An ``except`` that catches everything, and whether its body logs or re-raises what it caught."""
+    """An ``except`` that catches everything: where, in which function, whether it re-raises (a
+    translation at a seam) and whether its body reports what it caught."""
 
     path: str
+    function: str
     line: int
+    raises: bool
     logged: bool
 
 
@@ -95,8 +98,9 @@ def _is_blind(handler: ast.ExceptHandler) -> bool:
 
 
 def _logs(handler: ast.ExceptHandler) -> bool:
-    """A logger call (``log.``/``logger.``/``logging.`` ``exception|error|warning|info|debug``), a
-    traceback written somewhere, or a ``raise`` (the error goes on to a boundary that logs it)."""
+    """A logger call (``exception|error|warning|info|debug|critical``), a traceback written
+    somewhere, a note printed on a console, the error handed to a future's waiter
+    (``set_exception``), or a ``raise`` (the error goes on, translated, to a boundary that logs it)."""
     for node in ast.walk(ast.Module(body=handler.body, type_ignores=[])):
         if isinstance(node, ast.Raise):
             return True
@@ -104,7 +108,17 @@ def _logs(handler: ast.ExceptHandler) -> bool:
             owner = node.func.value
             if isinstance(owner, ast.Name) and owner.id in ("traceback",):
                 return True
-            if node.func.attr in ("exception", "error", "warning", "info", "debug", "critical"):
+            if node.func.attr in (
+                "exception",
+                "error",
+                "warning",
+                "info",
+                "debug",
+                "critical",
+                "set_exception",
+            ):
+                return True
+            if node.func.attr == "print" and "console" in ast.unparse(owner):
                 return True
     return False
 
@@ -113,10 +127,16 @@ def blind_excepts(root: Path = ROOT) -> list[BlindExcept]:
     """Every handler catching everything, in file order."""
     out: list[BlindExcept] = []
     for path in source_files(root):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ExceptHandler) and _is_blind(node):
-                out.append(BlindExcept(_rel(path, root), node.lineno, _logs(node)))
-    return sorted(out, key=lambda b: (b.path, b.line))
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ExceptHandler) and _is_blind(node):
+                    body = ast.Module(body=node.body, type_ignores=[])
+                    raises = any(isinstance(n, ast.Raise) for n in ast.walk(body))
+                    out.append(BlindExcept(_rel(path, root), fn.name, node.lineno, raises, _logs(node)))
+    unique = {(b.path, b.line): b for b in out}  # a handler inside a nested function is seen twice
+    return sorted(unique.values(), key=lambda b: (b.path, b.line))
 
 
 def main() -> int:
@@ -128,9 +148,13 @@ def main() -> int:
     uses, lines = any_per_1000()
     print(f"Any: {uses} uses in {lines} lines = {1000 * uses / max(lines, 1):.1f} per 1,000 lines")
     blind = blind_excepts()
-    print(f"blind excepts: {len(blind)} ({sum(not b.logged for b in blind)} not logged)")
+    swallowed = [b for b in blind if not b.raises]
+    print(
+        f"blind excepts: {len(blind)} ({len(swallowed)} not re-raising, {sum(not b.logged for b in blind)} not logged)"
+    )
     for b in blind:
-        print(f"  {b.path}:{b.line}{'' if b.logged else '  NOT LOGGED'}")
+        what = "re-raises" if b.raises else "swallows"
+        print(f"  {b.path}:{b.line} {b.function}: {what}{'' if b.logged else ', NOT LOGGED'}")
     return 0
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import inspect
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,8 @@ from dressage.engines.protocol import PauseMode, encode_routed_experts
 from dressage.engines.sampling import ResolvedSampling, apply_penalties, request_seed, sample_token
 from dressage.engines.tiny_model import LoadedModel, RouterCapture, load_weights_from_disk
 from dressage.errors import RequestError
+
+log = logging.getLogger(__name__)
 
 Emit = Callable[[dict[str, Any], bool], None]
 
@@ -220,6 +223,7 @@ class DevScheduler:
         try:
             self._step(req)
         except Exception as e:  # top-level of one request: fail it, keep serving the others
+            log.exception("dev engine: a request failed")
             req.finish_reason = {
                 "type": "abort",
                 "message": f"engine error: {e}",

@@ -52,6 +52,32 @@ def _exit_code(returncode: int | None) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+async def _wait_or_kill(
+    proc: asyncio.subprocess.Process,
+    timeout: float,
+    grace: float,
+    send_signal: Callable[[asyncio.subprocess.Process, int], None],
+) -> bool:
+    """Wait for ``proc`` up to ``timeout``; past it SIGTERM, ``grace`` seconds, SIGKILL. True: it timed out."""
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+        return False
+    except TimeoutError:
+        send_signal(proc, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+        except TimeoutError:
+            pass
+        send_signal(proc, signal.SIGKILL)
+        await proc.wait()
+        return True
+
+
+def _drained(task: asyncio.Task[tuple[bytes, bool]]) -> tuple[bytes, bool]:
+    """A drain task's ``(bytes, truncated)``; nothing, truncated, when it was cancelled or failed."""
+    return task.result() if not task.cancelled() and task.exception() is None else (b"", True)
+
+
 async def run_capped(
     argv: list[str],
     *,
@@ -100,17 +126,7 @@ async def run_capped(
     feed_task = asyncio.create_task(_feed(proc.stdin, data))
     timed_out = False
     try:
-        try:
-            await asyncio.wait_for(proc.wait(), timeout)
-        except TimeoutError:
-            timed_out = True
-            send_signal(proc, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), grace)
-            except TimeoutError:
-                pass
-            send_signal(proc, signal.SIGKILL)
-            await proc.wait()
+        timed_out = await _wait_or_kill(proc, timeout, grace, send_signal)
         if after_exit is not None:
             after_exit(proc)
         # Output pipes close when every holder is dead; the sweep above guarantees that, but a
@@ -128,12 +144,7 @@ async def run_capped(
             if not t.done():
                 t.cancel()
         await asyncio.gather(out_task, err_task, feed_task, return_exceptions=True)
-    out, out_trunc = (
-        out_task.result() if not out_task.cancelled() and out_task.exception() is None else (b"", True)
-    )
-    err, err_trunc = (
-        err_task.result() if not err_task.cancelled() and err_task.exception() is None else (b"", True)
-    )
+    (out, out_trunc), (err, err_trunc) = _drained(out_task), _drained(err_task)
     return ExecResult(
         stdout=out.decode("utf-8", errors="replace"),
         stderr=err.decode("utf-8", errors="replace"),
