@@ -22,7 +22,7 @@ from dressage.harbor.tasks import HARBOR, harbor_info, images_for, load_harbor_t
 from dressage.harbor.verifier import verify
 from dressage.paddock import SandboxSpec
 from dressage.rollout import task_kinds
-from dressage.rollout.task_kinds import RewardFn
+from dressage.rollout.task_kinds import RewardFn, RunChoices
 
 PROVIDERS = ("bwrap", "e2b")
 """Sandbox providers that can lay out a Harbor task's paths."""
@@ -41,19 +41,13 @@ class HarborKind:
         """The dataset's tasks; a task image is a root filesystem, or an E2B template on ``e2b``."""
         return load_harbor_tasks(path, limit, images_for(provider))
 
-    def check(
-        self,
-        tasks: list[Task],
-        reward_kind: str,
-        agent_kind: str,
-        provider: str,
-        templates: Mapping[str, str],
-    ) -> None:
+    def check(self, tasks: list[Task], run: RunChoices) -> None:
         """Refuse a Harbor dataset scored by a reward that ignores its tests (they would fail or mean
         nothing), in a sandbox that cannot lay out its paths (``local``), or on E2B with a task image
         that no ``sandbox.e2b.templates`` entry maps; and the ``oracle`` agent on tasks without a
         reference solution."""
         harbor = [t for t in tasks if t.kind == HARBOR]
+        provider = run.provider
         if harbor and provider not in PROVIDERS:
             raise ConfigError(
                 f"the dataset is a Harbor dataset: its tasks run in sandbox provider 'bwrap' or 'e2b', "
@@ -61,12 +55,12 @@ class HarborKind:
             )
         if harbor and provider == "e2b":
             for t in harbor:
-                e2b_template(_info(t), templates, None)
-        if harbor and reward_kind not in ("harbor", "python"):
+                e2b_template(_info(t), run.templates, None)
+        if harbor and run.reward_kind not in ("harbor", "python"):
             raise ConfigError(
-                f"the dataset is a Harbor dataset: use reward kind 'harbor' (its tests/test.sh), not {reward_kind!r}"
+                f"the dataset is a Harbor dataset: use reward kind 'harbor' (its tests/test.sh), not {run.reward_kind!r}"
             )
-        if agent_kind == "oracle" and len(harbor) < len(tasks):
+        if run.agent_kind == "oracle" and len(harbor) < len(tasks):
             raise ConfigError(
                 "agent kind 'oracle' runs Harbor tasks' solution/solve.sh; this dataset is not one"
             )

@@ -191,7 +191,9 @@ def check_reward_fits(
     """Refuse a run config that cannot run ``tasks``: each registered task kind's check (Harbor's:
     a reward that ignores its tests, a sandbox that cannot lay out its paths, an unmapped E2B
     template, the ``oracle`` agent on tasks without a reference solution)."""
-    task_kinds.check_tasks(tasks, reward_kind, agent_kind, provider, templates)
+    choices = task_kinds.RunChoices(reward_kind, agent_kind, provider, templates or {})
+    for kind in task_kinds.registered():
+        kind.check(tasks, choices)
 
 
 def task_specs(tasks: list[Task]) -> list[TaskSpec]:

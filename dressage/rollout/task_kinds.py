@@ -7,7 +7,7 @@ so nothing in :mod:`dressage.rollout` imports a kind's package. A :class:`~dress
 kind in its typed ``kind`` field; the hooks below are everything rollout asks of a kind:
 
 - reading a dataset path it recognises (:meth:`TaskKind.reads`, :meth:`TaskKind.load`);
-- refusing a run config that cannot run its tasks (:meth:`TaskKind.check`);
+- refusing a run config that cannot run its tasks (:meth:`TaskKind.check` of the :class:`RunChoices`);
 - the run snapshot's record of its tasks (:meth:`TaskKind.snapshot`);
 - a task's sandbox and agent timeout (:meth:`TaskKind.sandbox_spec`, :meth:`TaskKind.agent_timeout_s`);
 - the agents and rewards it brings (:meth:`TaskKind.agents`, :meth:`TaskKind.rewards`), registered with
@@ -17,6 +17,7 @@ kind in its typed ``kind`` field; the hooks below are everything rollout asks of
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +31,17 @@ ROW = "row"
 
 RewardFn = Callable[[Any, RewardInput], Awaitable[RewardOutput]]
 """A reward a kind brings: ``await fn(reward_config, inp)``."""
+
+
+@dataclass(frozen=True)
+class RunChoices:
+    """What a run config chose that a task kind may refuse: reward, agent, sandbox provider and its
+    E2B templates (``sandbox.e2b.templates``)."""
+
+    reward_kind: str
+    agent_kind: str
+    provider: str = "bwrap"
+    templates: Mapping[str, str] = field(default_factory=dict)
 
 
 class TaskKind(Protocol):
@@ -46,15 +58,8 @@ class TaskKind(Protocol):
         """The tasks of dataset ``path`` numbered from 0, at most ``limit``, for sandbox ``provider``."""
         ...
 
-    def check(
-        self,
-        tasks: list[Task],
-        reward_kind: str,
-        agent_kind: str,
-        provider: str,
-        templates: Mapping[str, str],
-    ) -> None:
-        """Raise :class:`ConfigError` when the run config cannot run ``tasks`` (all of the dataset's)."""
+    def check(self, tasks: list[Task], run: RunChoices) -> None:
+        """Raise :class:`ConfigError` when the run's choices cannot run ``tasks`` (all of the dataset's)."""
         ...
 
     def snapshot(self, tasks: list[Task]) -> dict[str, Any]:
@@ -112,18 +117,6 @@ def kind_of(task: Task) -> TaskKind | None:
 def reader_of(path: Path) -> TaskKind | None:
     """The registered kind that reads dataset ``path``, else None (a JSONL file)."""
     return next((k for k in _KINDS.values() if k.reads(path)), None)
-
-
-def check_tasks(
-    tasks: list[Task],
-    reward_kind: str,
-    agent_kind: str,
-    provider: str = "bwrap",
-    templates: Mapping[str, str] | None = None,
-) -> None:
-    """Every registered kind's :meth:`TaskKind.check` of a run's tasks and config."""
-    for kind in _KINDS.values():
-        kind.check(tasks, reward_kind, agent_kind, provider, templates or {})
 
 
 def snapshot(tasks: list[Task]) -> dict[str, Any]:

@@ -97,10 +97,10 @@ def step_options(cfg: TrainConfig, setup: TrainerSetup) -> StepOptions:
     if cfg.global_batch_size is None:
         raise ConfigError("train.global_batch_size is unset: give the trajectories per optimizer step")
     return StepOptions(
-        global_batch_size=cfg.global_batch_size,
-        n_samples_per_prompt=setup.n_samples_per_prompt,
-        advantage_estimator=cfg.advantage_estimator,
-        std_normalize=cfg.std_normalize,
+        cfg.global_batch_size,
+        setup.n_samples_per_prompt,
+        cfg.advantage_estimator,
+        cfg.std_normalize,
         initial_version=setup.initial_version,
         masking=cfg.masking(),
     )
@@ -113,17 +113,8 @@ def build_backend(cfg: TrainConfig, setup: TrainerSetup, push: WeightPusher | No
     if setup.backend == "torch":
         from dressage.training.torch_backend import TorchBackend
 
-        return TorchBackend(
-            setup.out,
-            model=setup.model,
-            seed=setup.seed,
-            lr=cfg.lr,
-            optimizer=cfg.optimizer,
-            trainable=cfg.trainable,
-            eps_clip=cfg.eps_clip,
-            tis_cap=cfg.tis_cap,
-            push=push,
-        )
+        optimization = cfg.model_dump(include={"lr", "optimizer", "trainable", "eps_clip", "tis_cap"})
+        return TorchBackend(setup.out, model=setup.model, seed=setup.seed, push=push, **optimization)
     raise ConfigError(f"unknown backend {setup.backend!r}; use {', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}")
 
 

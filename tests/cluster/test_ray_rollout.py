@@ -129,13 +129,18 @@ def slow_config(tmp: Path) -> Path:
     )
 
 
+def start_slow_run(tmp: Path, cluster: RayTestCluster, url: str) -> tuple[str, Path, subprocess.Popen[str]]:
+    """The driver of :func:`slow_config`'s run on ``cluster``: ``(run name, home, driver process)``."""
+    config = slow_config(tmp)
+    run = config.read_text().split("run: ")[1].split()[0]
+    home = tmp / "home"
+    return run, home, start_driver(config, cluster.address, url, home)
+
+
 def test_a_killed_worker_actor_is_restarted_and_each_pair_finishes_once(
     ray_cluster: RayTestCluster, cluster_pg_url: str, tmp_path: Path
 ) -> None:
-    config = slow_config(tmp_path)
-    run = config.read_text().split("run: ")[1].split()[0]
-    home = tmp_path / "home"
-    proc = start_driver(config, ray_cluster.address, cluster_pg_url, home)
+    run, home, proc = start_slow_run(tmp_path, ray_cluster, cluster_pg_url)
     busy = wait_for(lambda: running_on(cluster_pg_url, home, run), "a session in flight")
     victim = busy[0].info["worker"]
     index = int(victim.split("-")[-2])
@@ -153,11 +158,8 @@ def test_a_killed_worker_actor_is_restarted_and_each_pair_finishes_once(
 def test_a_removed_node_s_sessions_are_taken_over(
     ray_cluster: RayTestCluster, cluster_pg_url: str, tmp_path: Path
 ) -> None:
-    config = slow_config(tmp_path)
-    run = config.read_text().split("run: ")[1].split()[0]
-    home = tmp_path / "home"
     gone = ray_cluster.node_id("node-3")
-    proc = start_driver(config, ray_cluster.address, cluster_pg_url, home)
+    run, home, proc = start_slow_run(tmp_path, ray_cluster, cluster_pg_url)
     in_flight = wait_for(lambda: running_on(cluster_pg_url, home, run, gone), "a session in flight on node-3")
     ray_cluster.cluster.remove_node(ray_cluster.nodes.pop("node-3"))
     try:
