@@ -9,9 +9,20 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 DOTTED_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
+
+
+def dotted_path(example: str) -> AfterValidator:
+    """A validator of a ``package.module:attr`` string; its error shows ``example``."""
+
+    def check(v: str) -> str:
+        if not DOTTED_PATH.match(v):
+            raise ValueError(f"{v!r} is not a dotted path like {example!r}")
+        return v
+
+    return AfterValidator(check)
 
 
 class _Strict(BaseModel):
@@ -40,15 +51,10 @@ class PythonAgentConfig(_Strict):
     """Whitebox agent of your own: ``path`` is ``module:attr`` (a class or an async function)."""
 
     kind: Literal["python"] = "python"
-    path: str = Field(description="Dotted path 'package.module:attr' of an Agent subclass or async function.")
+    path: Annotated[str, dotted_path("mypkg.agents:MyAgent")] = Field(
+        description="Dotted path 'package.module:attr' of an Agent subclass or async function."
+    )
     options: dict[str, object] = Field(default_factory=dict, description="Keyword arguments for the class.")
-
-    @field_validator("path")
-    @classmethod
-    def _dotted(cls, v: str) -> str:
-        if not DOTTED_PATH.match(v):
-            raise ValueError(f"{v!r} is not a dotted path like 'mypkg.agents:MyAgent'")
-        return v
 
 
 class OracleAgentConfig(_Strict):

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dressage.agents.base import AgentResult, Task
-from dressage.agents.config import DOTTED_PATH
+from dressage.agents.config import dotted_path
 from dressage.agents.whitebox import import_object
 from dressage.errors import RewardError
 from dressage.paddock import Sandbox
@@ -115,15 +115,8 @@ class PythonRewardConfig(_Strict):
     """``fn(RewardInput, **options)`` returning a float, ``(float, details)`` or a RewardOutput."""
 
     kind: Literal["python"] = "python"
-    path: str
+    path: Annotated[str, dotted_path("mypkg.rewards:score")]
     options: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("path")
-    @classmethod
-    def _dotted(cls, v: str) -> str:
-        if not DOTTED_PATH.match(v):
-            raise ValueError(f"{v!r} is not a dotted path like 'mypkg.rewards:score'")
-        return v
 
 
 RewardConfig = Annotated[
