@@ -37,7 +37,7 @@ BEING_SPLIT: set[tuple[str, str]] = {
     ("dressage/engines/dev_engine.py", "create_app"),
 }
 
-ANY_PER_1000_CEILING = 23.6
+ANY_PER_1000_CEILING = 23.3
 """Lower it as ``Any`` gives way to typed models; the target is 12."""
 
 BOUNDARIES: dict[tuple[str, str], str] = {

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from argparse import ArgumentParser, Namespace
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -290,7 +291,7 @@ class SlimeRolloutBackend:
         return {}
 
 
-def _arg(args: Any, attr: str) -> Any:
+def _arg(args: Namespace | None, attr: str) -> Any:
     """``args.attr`` when slime's args (a namespace, or None in slime's contract tests) have it."""
     return getattr(args, attr, None) if args is not None else None
 
@@ -303,7 +304,7 @@ def _recorded(run: Run, *path: str) -> Any:
     return node
 
 
-def masking_options(args: Any) -> MaskingPolicy:
+def masking_options(args: Namespace) -> MaskingPolicy:
     """Version masking from slime's args (``--dressage-max-staleness``, ``--dressage-last-version-only``,
     ``--dressage-group-version-window``, ``--dressage-failure-policy``: see :func:`add_dressage_arguments`).
 
@@ -320,7 +321,7 @@ def masking_options(args: Any) -> MaskingPolicy:
 
 
 def rollout_options(
-    args: Any, run: Run | None = None, *, n_tasks: int | None = None, settings: Settings | None = None
+    args: Namespace, run: Run | None = None, *, n_tasks: int | None = None, settings: Settings | None = None
 ) -> StepOptions:
     """The step options of one slime rollout, from slime's arguments, else the run's recorded config.
 
@@ -378,7 +379,7 @@ def rollout_options(
     )
 
 
-def add_dressage_arguments(parser: Any) -> Any:
+def add_dressage_arguments(parser: ArgumentParser) -> ArgumentParser:
     """dressage's options for slime's ``parse_args(add_custom_arguments=add_dressage_arguments)``.
 
     slime's ``train.py`` parses only its own options; a launcher that passes this function makes
@@ -420,7 +421,7 @@ def _slime_types() -> tuple[Any, Any, Any]:
     return Sample, RolloutFnTrainOutput, RolloutFnEvalOutput
 
 
-def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+def generate_rollout(args: Namespace, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
     """slime rollout function: step ``rollout_id + 1`` of consumer ``train:slime`` from the log.
 
     For ``--rollout-function-path dressage.integrations.slime.generate_rollout`` with
@@ -493,7 +494,7 @@ _PLACED: Any = None
 """The actors :func:`start_rollout_actors` placed (one placement per slime rollout-manager process)."""
 
 
-def slime_engine_urls(args: Any, *, timeout_s: float = 30.0) -> list[str]:
+def slime_engine_urls(args: Namespace, *, timeout_s: float = 30.0) -> list[str]:
     """The SGLang engines slime started: ``GET /workers`` of slime's router.
 
     slime's ``RolloutManager`` starts the router and sets ``args.sglang_router_ip`` /
@@ -521,7 +522,7 @@ def slime_engine_urls(args: Any, *, timeout_s: float = 30.0) -> list[str]:
     return urls
 
 
-def start_rollout_actors(args: Any, settings: Settings) -> str:
+def start_rollout_actors(args: Namespace, settings: Settings) -> str:
     """Once per process: dressage's rollout workers and one proxy per slime engine as actors in
     slime's Ray cluster; returns the run's name.
 
@@ -567,7 +568,7 @@ def stop_rollout_actors() -> None:
         _PLACED = None
 
 
-def _serve_step(store: Any, run: Run, args: Any, rollout_id: int, settings: Settings) -> StepBatch:
+def _serve_step(store: Any, run: Run, args: Namespace, rollout_id: int, settings: Settings) -> StepBatch:
     """The step for slime's ``rollout_id``: formed and committed, or re-formed when committed."""
     from dressage.training.consumer import Trainer
 
@@ -715,7 +716,7 @@ def prompt_equal_pg_loss_reducer(
     return masked_token_sum
 
 
-def _reducer_scale(args: Any, n_trajectories: int) -> int | None:
+def _reducer_scale(args: Namespace, n_trajectories: int) -> int | None:
     """slime's ``G`` when it reduces with :func:`prompt_equal_pg_loss_reducer`, else None.
 
     Prompt-equal denominators are per optimizer step, so slime must take one optimizer step per
