@@ -30,14 +30,12 @@ bars = _bars()
 BEING_SPLIT: set[tuple[str, str]] = {
     # Functions of dressage/store, dressage/proxy, dressage/tito and the dev engine, split by the
     # refactors landing in parallel; the lead empties this after merging.
-    ("dressage/store/records.py", "prepare_turn"),
-    ("dressage/store/leases.py", "claim_tasks"),
     ("dressage/proxy/recording.py", "record_turn"),
     ("dressage/proxy/admin_routes.py", "admin_routes"),
     ("dressage/engines/dev_engine.py", "create_app"),
 }
 
-ANY_PER_1000_CEILING = 23.3
+ANY_PER_1000_CEILING = 23.1
 """Lower it as ``Any`` gives way to typed models; the target is 12."""
 
 BOUNDARIES: dict[tuple[str, str], str] = {
@@ -53,16 +51,10 @@ BOUNDARIES: dict[tuple[str, str], str] = {
     ): "one request fails (500), the engine serves on; logged",
     ("dressage/proxy/recording.py", "_parse_safely"): "a reply the parser cannot read is recorded as text",
     ("dressage/proxy/turns.py", "_stream"): "a stream's failure becomes the stream's error event",
-    (
-        "dressage/store/db.py",
-        "_safe_url",
-    ): "a malformed URL still gets an error message (owned by the store refactor)",
 }
 
-NOT_LOGGED_BEING_FIXED: set[tuple[str, str]] = {
-    # dressage/store is the store refactor's; the lead empties this after merging.
-    ("dressage/store/db.py", "_safe_url"),
-}
+NOT_LOGGED_BEING_FIXED: set[tuple[str, str]] = set()
+"""Silent blind excepts in code another refactor owns; the lead empties this after merging."""
 
 
 def test_no_function_is_over_80_lines() -> None:
