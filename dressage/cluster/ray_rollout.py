@@ -35,7 +35,7 @@ import yaml
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rich.console import Console
 
-from dressage.agents import build_agent
+from dressage.agents import Task, build_agent
 from dressage.cluster.actors import ActorSettings, EngineActor, ProxyActor, RolloutWorkerActor, WorkerResult
 from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
 from dressage.config import Settings
@@ -250,7 +250,7 @@ class Placement:
         self.workers, self.proxies, self.engine = [], [], None
 
 
-def new_run_snapshot(cfg: RolloutConfig, tasks: list[Any]) -> dict[str, Any]:
+def new_run_snapshot(cfg: RolloutConfig, tasks: list[Task]) -> dict[str, Any]:
     """A new run's frozen config, as ``dressage-worker rollout`` records it."""
     return run_snapshot(cfg, tasks, resolve_secrets(cfg.secrets))
 
