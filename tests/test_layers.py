@@ -35,23 +35,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("dressage.rollout", "dressage.training"),
     # 5. task-kind plugins: they implement rollout's TaskKind seam, rollout never imports them
     ("dressage.harbor",),
-    # 6. what composes rollout and training
-    ("dressage.loop", "dressage.cluster", "dressage.integrations", "dressage.view"),
+    # 6. what composes rollout and training (exports: a run's log and its training samples as files)
+    ("dressage.loop", "dressage.cluster", "dressage.integrations", "dressage.view", "dressage.exports"),
     # 7. processes and the command line
     ("dressage.cli", "workers"),
 ]
 
-CYCLES_BEING_REMOVED: list[frozenset[str]] = [
-    # Owned by the proxy/tito refactor landing in parallel; the lead empties this after merging.
-    frozenset(
-        {
-            "dressage.tito.profiles",
-            "dressage.tito.qwen_profile",
-            "dressage.tito.deepseek_profile",
-            "dressage.tito.mistral_profile",
-        }
-    ),
-]
+CYCLES_BEING_REMOVED: list[frozenset[str]] = []
+"""Cycles another refactor in flight is breaking (empty: the store and proxy refactors have landed)."""
 
 
 def _modules() -> dict[str, Path]:
