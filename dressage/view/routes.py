@@ -155,13 +155,9 @@ class _Pages:
             )
         except DressageError as e:
             return JSONResponse({"error": str(e)}, status_code=503)
+        store, streams, disconnected = self.viewer.store, self.streams, request.is_disconnected
         stream = event_stream(
-            self.viewer.store,
-            run_name,
-            after,
-            session_id=sid,
-            disconnected=request.is_disconnected,
-            streams=self.streams,
+            store, run_name, after, session_id=sid, disconnected=disconnected, streams=streams
         )
         return StreamingResponse(stream, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
 
