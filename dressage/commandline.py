@@ -38,8 +38,14 @@ DatabaseUrl = Annotated[
 """The ``--database-url`` option of every command that opens the log."""
 
 
+PIPE_WIDTH = 4096
+"""Width of a console that is not a terminal: wide enough that no table cell (a 32-character id, a
+column header) and no printed command is wrapped or cut, so what is piped or logged copies whole."""
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A console on stdout (or stderr); wide enough that tables are not squeezed when piped.
+    """A console on stdout (or stderr); when it is not a terminal, :data:`PIPE_WIDTH` wide so that
+    tables keep their natural width and lines are never folded (machine-copyable output).
 
     Built per call (not at import) so it writes to whatever ``sys.stdout`` is at that moment (the test
     runner swaps it). Emoji codes are off: user text such as the consumer name ``train:loop:`` must
@@ -47,7 +53,7 @@ def console(*, stderr: bool = False) -> Console:
     """
     c = Console(stderr=stderr, highlight=False, soft_wrap=False, emoji=False)
     if not c.is_terminal:
-        c.width = max(c.width, 160)
+        c.width = max(c.width, PIPE_WIDTH)
     return c
 
 

@@ -16,6 +16,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dressage.errors import StoreError
+
 DEFAULT_HOME = Path(".dressage")
 """The embedded default lives under ``./.dressage/`` of the working directory."""
 
@@ -152,6 +154,21 @@ def normalize_database_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+def require_database_file(url: str) -> None:
+    """Refuse a SQLite URL whose file does not exist, before anything opens it.
+
+    SQLite creates a missing file (and the store creates its missing parent folders) on first
+    connect, so a mistyped path would otherwise leave an empty database behind and the reader would
+    blame its schema. Readers (``runs``, ``show``, ``sql``, ``export``, ``drop``, ``view``) call this;
+    writers (rollout, proxy) create the file on purpose. Other URLs pass.
+    """
+    if not url.startswith("sqlite:") or url.endswith(":memory:") or ":///" not in url:
+        return
+    path = url.split(":///", 1)[1].split("?", 1)[0]
+    if path and not Path(path).is_file():
+        raise StoreError(f"no database file at {path}; run a rollout first or pass --database-url")
 
 
 def load_settings(**overrides: object) -> Settings:

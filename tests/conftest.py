@@ -1,7 +1,17 @@
-"""Shared fixtures: real SQLite and real PostgreSQL event logs.
+"""Shared fixtures (real SQLite and real PostgreSQL event logs) and the test tiers.
 
-PostgreSQL is expected at ``DRESSAGE_TEST_PG_URL`` (default: the local server on 127.0.0.1:5432,
-database ``dressage_test_<pid>``, created fresh once per test session and dropped at its end). ``.ci/run`` makes sure it runs.
+PostgreSQL is expected at ``DRESSAGE_TEST_PG_ADMIN_URL`` (default: the local server on 127.0.0.1:5432);
+each test session creates its own randomly named databases (``dressage_test_<pid>_<random>``) and drops
+them at its end, so concurrent sessions never share or drop each other's database.
+
+Tiers (README, "Run the tests"): every test gets the markers of what it needs, set here from the
+fixtures and parameters it uses and from the module it lives in (:data:`FIXTURE_TIERS`,
+:data:`MODULE_TIERS`), plus explicit ``@pytest.mark.slow``. ``pytest -q`` runs the default tier (none of
+the markers); ``--tier postgres`` (or ``browser``, ``slow``, ``external``, ``cloud``, several joined by
+commas) runs only those; ``--tier all`` runs everything. Named files or test ids (``pytest
+tests/store``) run every tier of what they name unless ``--tier`` is given. A test whose service is absent skips with the
+reason; ``DRESSAGE_REQUIRE_ALL=1`` (set by CI) turns those skips into failures, except the ``cloud`` tier
+(real E2B credentials are never on CI machines).
 """
 
 from __future__ import annotations
@@ -20,31 +30,152 @@ from dressage.store.db import upgrade
 
 PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PG_TEST_DB = os.environ.get("DRESSAGE_TEST_PG_DB", f"dressage_test_{os.getpid()}")
+REQUIRE_ALL = os.environ.get("DRESSAGE_REQUIRE_ALL") == "1"
+"""CI: a test of a tier whose service is absent fails instead of skipping (``cloud`` excepted)."""
+
+TIERS = ("postgres", "browser", "slow", "external", "cloud")
+"""Markers outside the default tier: PostgreSQL, headless Chromium, long drills (crash, replica,
+Ray, the RL loop), CLIs and environments installed outside the venv, and real cloud credentials."""
+FIXTURE_TIERS = {
+    "pg_url": "postgres",
+    "rollout_pg_url": "postgres",
+    "cluster_pg_url": "postgres",
+    "browser": "browser",
+    "ray_cluster": "slow",
+}
+"""A test that uses one of these fixtures (directly or through another fixture) gets the tier."""
+PARAM_TIERS = {"postgresql": "postgres"}
+"""A test parametrized with one of these values (the backend of ``db_url``, ``any_db_url``, ``viewed``)."""
+MODULE_TIERS: dict[str, tuple[str, ...]] = {
+    "tests/cluster/": ("slow",),
+    "tests/loop/": ("slow",),
+    "tests/harbor/test_harbor_loop.py": ("slow",),
+    "tests/rollout/test_crash_resume.py": ("slow",),
+    "tests/rollout/test_inflight_resume.py": ("slow",),
+    "tests/store/test_server_crash.py": ("slow",),
+    "tests/store/test_replica.py": ("slow", "postgres"),
+    "tests/training/test_resume_cli.py": ("slow",),
+    "tests/agents/test_native_clis.py": ("external",),
+    "tests/agents/test_native_clis_rollout.py": ("external",),
+    "tests/agents/test_native_clis_resume.py": ("external",),
+    "tests/harbor/test_harbor_run.py": ("external",),
+    "tests/training/test_slime_contract.py": ("external",),
+    "tests/paddock/test_e2b_cloud.py": ("cloud",),
+}
+"""Modules whose every test needs a tier (path prefixes relative to the repository)."""
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier",
+        default=None,
+        help="default (no tier marker; the default unless -m is given), all, or tiers joined by commas: "
+        + ", ".join(TIERS),
+    )
+
+
+def tiers_of(item: pytest.Item) -> set[str]:
+    """The tiers a collected test belongs to (empty: the default tier)."""
+    found = {m.name for m in item.iter_markers() if m.name in TIERS}
+    found |= {FIXTURE_TIERS[f] for f in getattr(item, "fixturenames", ()) if f in FIXTURE_TIERS}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        found |= {PARAM_TIERS[v] for v in callspec.params.values() if isinstance(v, str) and v in PARAM_TIERS}
+    path = Path(str(item.path)).resolve()
+    rel = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.as_posix()
+    for prefix, tiers in MODULE_TIERS.items():
+        if rel.startswith(prefix):
+            found |= set(tiers)
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tiers, then keep those of ``--tier``."""
+    tier = config.getoption("--tier")
+    if tier is None:  # `pytest -q`: the default tier; named files or nodes, or -m: whatever they select
+        named = config.args_source == pytest.Config.ArgsSource.ARGS
+        tier = "all" if named or config.getoption("markexpr") else "default"
+    wanted = {t.strip() for t in tier.split(",") if t.strip()}
+    unknown = wanted - {"default", "all", *TIERS}
+    if unknown:
+        raise pytest.UsageError(
+            f"--tier {tier}: unknown tier(s) {sorted(unknown)}; use default, all or {TIERS}"
+        )
+    kept, dropped = [], []
+    for item in items:
+        tiers = tiers_of(item)
+        for name in sorted(tiers):
+            item.add_marker(getattr(pytest.mark, name))
+        keep = "all" in wanted or (not tiers and "default" in wanted) or bool(tiers & wanted)
+        (kept if keep else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """With ``DRESSAGE_REQUIRE_ALL=1``, a skipped test of a service tier (not ``cloud``) fails."""
+    report = yield
+    if REQUIRE_ALL and report.skipped and not item.get_closest_marker("cloud"):
+        tiers = {m.name for m in item.iter_markers()} & {"postgres", "browser", "external", "slow"}
+        if tiers:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            report.outcome = "failed"
+            report.longrepr = f"DRESSAGE_REQUIRE_ALL=1: a {'/'.join(sorted(tiers))} test skipped: {reason}"
+    return report
+
+
+def pg_unavailable(reason: str) -> None:
+    """Skip (or, with ``DRESSAGE_REQUIRE_ALL=1``, fail) a test whose PostgreSQL is not there."""
+    message = (
+        f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({reason}); start it (see .ci/run) "
+        "or point DRESSAGE_TEST_PG_ADMIN_URL at a server"
+    )
+    if REQUIRE_ALL:
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def create_pg_database(name: str) -> str:
-    """(Re-)create database ``name`` on the test server and migrate it; returns its SQLAlchemy URL."""
+    """Create a fresh database named ``name`` plus a random suffix on the test server and migrate it;
+    returns its SQLAlchemy URL. No database is ever dropped by name before use: the random suffix
+    keeps concurrent test sessions (pytest-xdist workers, helpers on one machine) apart."""
+    name = f"{name}_{uuid.uuid4().hex[:8]}"
     try:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.OperationalError as e:
-        pytest.fail(
-            f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({e}); start it (see .ci/run) "
-            "or point DRESSAGE_TEST_PG_ADMIN_URL at a server"
-        )
+        pg_unavailable(str(e).strip().splitlines()[0])
+    _CREATED.append(name)
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
     url = f"{base}/{name}"
     upgrade(url)
     return url
 
 
+_CREATED: list[str] = []
+"""Databases this test session created (dropped at its end)."""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Drop the databases this session created (only those: others may be in use)."""
+    if not _CREATED:
+        return
+    try:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+            for name in _CREATED:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except psycopg.OperationalError:
+        pass  # the server went away: nothing left to clean
+    _CREATED.clear()
+
+
 @pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A freshly created, migrated PostgreSQL database for this test session (dropped afterwards)."""
-    yield create_pg_database(PG_TEST_DB)
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{PG_TEST_DB}" WITH (FORCE)')
+def pg_url() -> str:
+    """A freshly created, migrated PostgreSQL database for this test session (dropped at its end)."""
+    return create_pg_database(PG_TEST_DB)
 
 
 @pytest.fixture(scope="session")

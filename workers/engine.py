@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from dressage.commandline import console as make_console
 from dressage.commandline import handle_errors
 
 
@@ -31,9 +32,8 @@ def engine_command(
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
     """Run the CPU dev engine until interrupted."""
-    from rich.console import Console
 
-    console = Console(stderr=True, emoji=False)
+    console = make_console(stderr=True)
     with console.status(f"building model {model!r} (seed {seed})"):
         import torch
         import uvicorn

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
+from dressage.commandline import console as make_console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -73,8 +74,6 @@ def loop_command(
     """Alternate rollout and training on the CPU (or SGLang engines) and show the reward curve."""
     import asyncio
 
-    from rich.console import Console
-
     from dressage.config import load_settings
     from dressage.loop.runner import LoopOptions, run_loop
     from dressage.training.loggers import parse_log_to
@@ -95,7 +94,7 @@ def loop_command(
         ray_address=ray_address,
         log_to=parse_log_to(log_to) if log_to is not None else None,
     )
-    console = Console(stderr=True, emoji=False)
+    console = make_console(stderr=True)
     report = asyncio.run(run_loop(settings, opts, console))
     db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
     _print_report(console, report, plot, db)
@@ -119,8 +118,9 @@ def _print_report(console: Console, report: LoopReport, plot: Path | None, db: s
             evals=report.evals,
             eval_name=report.eval_name,
         )
-        console.print(f"mean-reward curve written to {plot}")
+        console.print(f"mean-reward curve written to {plot}", soft_wrap=True)
     console.print(
         f"check every training step against the log with:\n"
-        f"  dressage-worker train --from-run {report.run} --consumer loop --replay{db}"
+        f"  dressage-worker train --from-run {report.run} --consumer loop --replay{db}",
+        soft_wrap=True,
     )

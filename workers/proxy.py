@@ -8,6 +8,7 @@ from __future__ import annotations
 import typer
 
 from dressage.commandline import handle_errors
+from dressage.errors import ConfigError
 
 
 @handle_errors
@@ -42,7 +43,12 @@ def proxy_command(
     from dressage.proxy import ProxyServer
     from dressage.redact import install_log_redaction
     from dressage.store import EventStore
+    from dressage.tito.profiles import profile_names
 
+    if profile not in profile_names():  # before the log is opened (and created, and migrated)
+        raise ConfigError(
+            f"unknown model profile {profile!r} (--profile); known: {', '.join(profile_names())}"
+        )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pydantic import SecretStr
 

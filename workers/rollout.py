@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
+from dressage.commandline import console as make_console
+from dressage.errors import AgentError
 
 
 @handle_errors
@@ -44,7 +46,6 @@ def rollout_command(
     """Create (or --resume) a run and drive episodes until every (task, sample) is done."""
     import asyncio
 
-    from rich.console import Console
     from rich.markup import escape
 
     from dressage.config import load_settings
@@ -58,7 +59,7 @@ def rollout_command(
         worker_id=worker_id,
         show_progress=progress,
     )
-    console = Console(stderr=True, emoji=False)
+    console = make_console(stderr=True)
     if ray_address is not None:
         from dressage.cluster import ray_rollout_module
 
@@ -72,5 +73,12 @@ def rollout_command(
         f"\nrun [bold]{escape(report.run)}[/] done. Look at it with:\n"
         f"  dressage-worker runs{db}\n"
         f"  dressage-worker show {report.example_session or '<session-id>'}{db} --tokens\n"
-        f'  dressage-worker sql{db} "select status, count(*), avg(reward) from sessions group by status"'
+        f'  dressage-worker sql{db} "select status, count(*), avg(reward) from sessions group by status"',
+        soft_wrap=True,
     )
+    if report.all_failed():
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(report.outcomes.items()))
+        raise AgentError(
+            f"no session of run {report.run!r} finished ({counts}); the last error: "
+            f"{report.last_error or 'none recorded'}"
+        )

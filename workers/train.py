@@ -59,10 +59,11 @@ def train_command(
     consumer: str = typer.Option("main", help="Consumer name; the checkpoint is kept as train:<name>."),
     backend: str = typer.Option("torch", help="torch | slime-dump | none"),
     global_batch_size: int = typer.Option(8, help="Trajectories per optimizer step (whole groups)."),
-    n_samples_per_prompt: int = typer.Option(4, help="Samples per group, as the rollout enqueued them."),
+    n_samples_per_prompt: int | None = typer.Option(None, help="Samples per group (default: the run's)."),
     follow: bool = typer.Option(False, "--follow", help="Keep tailing the log for new groups."),
     replay: bool = typer.Option(False, "--replay", help="Re-form every recorded step and check its hash."),
-    out: Path = typer.Option(Path("train-out"), help="Checkpoints (torch) or rollout files (slime-dump)."),
+    out: Path | None = typer.Option(None, help="Checkpoints or rollout files (default: <home>/train/<run>)."),
+    keep_checkpoints: int = typer.Option(_DEFAULTS.keep_checkpoints, help="torch: newest checkpoints kept."),
     database_url: str | None = typer.Option(None, help="Event log URL (default: DRESSAGE_DATABASE_URL)."),
     replica_url: str | None = typer.Option(
         None,
@@ -111,7 +112,7 @@ def train_command(
 ) -> None:
     """Train on a run's log, or replay its recorded steps."""
     from dressage.commandline import console as make_console
-    from dressage.config import load_settings
+    from dressage.config import load_settings, require_database_file
     from dressage.store import EventStore
     from dressage.store.replica import open_replica_store
     from dressage.training.loggers import parse_log_to
@@ -120,8 +121,11 @@ def train_command(
     loggers = parse_log_to(log_to)
     if not from_runs and not from_exports:
         raise ConfigError("train needs a --from-run RUN or a --from-export DIR")
-    check_train_options(out=out, lr=lr, global_batch_size=global_batch_size, n_samples=n_samples_per_prompt)
+    check_train_options(
+        out=out or Path(), lr=lr, global_batch_size=global_batch_size, n_samples=n_samples_per_prompt
+    )
     cfg = train_config(
+        keep_checkpoints=keep_checkpoints,
         lr=lr,
         optimizer=optimizer,
         trainable=trainable,
@@ -134,6 +138,9 @@ def train_command(
         failure_policy=failure_policy,
     )
     settings = load_settings(database_url=database_url, replica_url=replica_url)
+    first = from_runs[0] if from_runs else Path(from_exports[0] if from_exports else ".").name
+    out = out if out is not None else settings.home / "train" / first
+    require_database_file(settings.resolved_database_url())
     store = EventStore.open(settings=settings)
     out_existed = out.exists()
     reader = None
@@ -150,7 +157,14 @@ def train_command(
             _replay(console, store, from_run, consumer, reader)
             return
         setup = TrainerSetup(
-            from_run, consumer, out, n_samples_per_prompt, backend, model, seed, initial_version
+            from_run,
+            consumer,
+            out,
+            n_samples_per_prompt or recorded_samples_per_prompt(store, from_run),
+            backend,
+            model,
+            seed,
+            initial_version,
         )
         options = step_options(cfg, setup)
         pusher = _pusher(store, setup, PushOptions(push_to, proxy_admin_url, push_every, push_keep))
@@ -162,6 +176,8 @@ def train_command(
                 raise ConfigError("--log-to applies to one --from-run (its step metrics are in the log)")
             _train_many(console, store, from_runs, version_offsets, consumer, options, chosen, max_steps)
         else:
+            if not follow and not _has_work(console, store, from_run, consumer, options, reader):
+                return
             _train(
                 console,
                 store,
@@ -173,6 +189,9 @@ def train_command(
                 reader,
                 _open_loggers(loggers, out, store.runs.get(from_run)),
             )
+        prune = getattr(chosen, "prune_checkpoints", None)
+        if prune is not None:
+            prune(cfg.keep_checkpoints)
     except BaseException:
         if not out_existed:
             remove_if_empty(out)
@@ -243,16 +262,61 @@ def _import_exports(
     return names
 
 
-def check_train_options(*, out: Path, lr: float, global_batch_size: int, n_samples: int) -> None:
+def check_train_options(*, out: Path, lr: float, global_batch_size: int, n_samples: int | None) -> None:
     """Refuse option values that cannot work, before the log is opened or anything is written."""
     if not math.isfinite(lr) or lr <= 0:
         raise ConfigError(f"--lr must be a positive number, got {lr}")
     if global_batch_size < 1:
         raise ConfigError(f"--global-batch-size must be >= 1, got {global_batch_size}")
-    if n_samples < 1:
+    if n_samples is not None and n_samples < 1:
         raise ConfigError(f"--n-samples-per-prompt must be >= 1, got {n_samples}")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is an existing file; give a directory (it is created if missing)")
+
+
+def recorded_samples_per_prompt(store: EventStore, run: str) -> int:
+    """``n_samples_per_prompt`` of the run's frozen rollout config (4 for a run without one): the
+    groups the rollout enqueued are what the trainer must wait for."""
+    rollout = store.runs.get(run).config.get("rollout") or {}
+    value = rollout.get("n_samples_per_prompt") if isinstance(rollout, dict) else None
+    return int(value) if isinstance(value, int) and value >= 1 else 4
+
+
+def _has_work(
+    console: Console,
+    store: EventStore,
+    run: str,
+    consumer: str,
+    options: StepOptions,
+    reader: EventStore | None,
+) -> bool:
+    """Whether a new step can be formed now; if not, say why before any model is loaded.
+
+    A run whose sessions all ended without one finishing is an error that counts them by status and
+    gives the query showing why; a rerun with nothing new is not an error.
+    """
+    from dressage.errors import TrainingError
+    from dressage.training.consumer import Trainer
+
+    trainer = Trainer(store, run, options, consumer=consumer, reader=reader)
+    if trainer.has_new_step():
+        return True
+    done = len(store.consumers.steps(run, trainer.consumer))
+    sessions = store.runs.summary(run).sessions
+    if not done and sessions and not sessions.get("finished") and not sessions.get("running"):
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(sessions.items()))
+        raise TrainingError(
+            f"nothing to train on in run {run!r}: no session finished ({counts}); "
+            f'see why with `dressage-worker sql "select error, count(*) from sessions group by error"`'
+        )
+    console.print(
+        f"nothing new to train: {trainer.consumer} of run {run!r} has {done} step(s) committed and the log "
+        f"holds no further {options.global_batch_size} trajectories in whole groups of "
+        f"{options.n_samples_per_prompt} (0 new steps; the model was not loaded)",
+        markup=False,
+        soft_wrap=True,
+    )
+    return False
 
 
 def remove_if_empty(path: Path) -> None:

@@ -287,7 +287,7 @@ def bearer_base(ctx: AgentContext) -> str:
 def failure_detail(r: ExecResult) -> str:
     """The tail of stderr, then of stdout (CLIs such as Claude Code report API errors on stdout)."""
     err, out = r.stderr.strip()[-TAIL_CHARS:], r.stdout.strip()[-TAIL_CHARS // 2 :]
-    return f"{err} | stdout: {out}" if err and out else err or out
+    return f"{err} | stdout: {out}" if err and out else err or out or "it printed nothing on stderr or stdout"
 
 
 def deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from dressage import __version__
 from dressage.cli import store_commands, view_command
 from workers import engine as engine_worker
 from workers import loop as loop_worker
@@ -21,6 +22,23 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"dressage-worker {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+    ),
+) -> None:
+    """Dressage: token-exact trajectory log, TITO proxy, rollout workers and replay trainer."""
+
+
 store_commands.register(app)
 view_command.register(app)
 app.command("engine")(engine_worker.engine_command)

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from dressage.cli import render
 from dressage.commandline import DatabaseUrl, handle_errors
-from dressage.config import Settings, load_settings
+from dressage.config import Settings, load_settings, require_database_file
 from dressage.errors import StoreError
 from dressage.exports.archive import archive_run
 from dressage.exports.export import EXPORT_FORMATS, export_run
@@ -40,8 +40,11 @@ def _settings(database_url: str | None) -> Settings:
 
 
 def _open(database_url: str | None) -> EventStore:
-    """Open the log without migrating it (inspection must not change the schema)."""
-    return EventStore.open(settings=_settings(database_url), auto_upgrade=False, pool_size=1)
+    """Open the log without migrating it (inspection must not change the schema, nor create a
+    database file where a path is mistyped)."""
+    settings = _settings(database_url)
+    require_database_file(settings.resolved_database_url())
+    return EventStore.open(settings=settings, auto_upgrade=False, pool_size=1)
 
 
 # --- db -------------------------------------------------------------------------------------------

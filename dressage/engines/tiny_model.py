@@ -67,11 +67,24 @@ def tiny_qwen3_5_moe_config() -> Any:
     )
 
 
+def quiet_transformers() -> None:
+    """Silence what transformers prints on every CPU run and that no user can act on: the warning that a
+    kernel falls back to its reference PyTorch implementation (the optional CUDA kernel packages are not
+    installed on a CPU machine, by design) and the "Writing model shards" bar of each weight push."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    logging.getLogger("transformers.integrations.hub_kernels").setLevel(logging.ERROR)
+    hf_logging.disable_progress_bar()
+
+
 def build_tiny_model(seed: int = 0, model: str = "tiny") -> Any:
     """A random-weight tiny model of ``model``'s family (see :data:`TINY_MODELS`), identical for
     identical ``seed``; ``tiny`` is the Qwen3.5-MoE of the quickstart."""
     import torch
 
+    quiet_transformers()
     if model not in TINY_MODELS:
         raise ConfigError(f"unknown tiny model {model!r}; known: {', '.join(sorted(TINY_MODELS))}")
     with torch.random.fork_rng(devices=[]):
@@ -219,6 +232,7 @@ def load_model(model: str, seed: int = 0) -> LoadedModel:
         )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet_transformers()
     try:
         lm = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32").eval()
     except (OSError, ValueError) as e:

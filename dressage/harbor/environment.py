@@ -123,6 +123,11 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
                         await self.upload_dir(source, dst)
                     else:
                         await self.upload_file(source, target)
+        else:  # image-less: environment/ is the workdir's initial content, as in a rollout (docs/harbor.md)
+            env_dir = Path(self.environment_dir)
+            for source in sorted(p for p in env_dir.rglob("*") if p.is_file() and p.name != ".gitkeep"):
+                rel = source.relative_to(env_dir).as_posix()
+                await self.upload_file(source, f"{self.workdir.rstrip('/')}/{rel}")
 
     async def stop(self, delete: bool) -> None:
         """Kill everything in the sandbox and remove its files."""

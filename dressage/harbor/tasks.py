@@ -239,6 +239,9 @@ def _environment(name: str, task_dir: Path, env_cfg: dict[str, Any], images: str
             f"the prebuilt image {env_cfg['docker_image']!r} (no image is pulled here; "
             "run it on sandbox provider e2b from a template built from it, or with Harbor's own environments)",
         )
+    if out.image is None:  # image-less: environment/ is the working directory's initial content
+        placed = _files_under(name, env_dir, task_dir)
+        out.files.update({k: v for k, v in placed.items() if Path(k).name != ".gitkeep"})  # git's placeholder
     return out
 
 

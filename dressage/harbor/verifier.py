@@ -8,8 +8,9 @@ working directory with ``[verifier] env`` and ``timeout_sec``, its output going 
 ``reward.txt``, with Harbor's rules: an empty file, text that is not a number, a non-numeric or
 non-finite value, or no file at all is a :class:`~dressage.errors.RewardError` (the session fails
 with that message; it is never a silent 0). A ``reward.json`` with several keys is kept whole in
-the ``reward`` event's details; ``reward.key`` or ``reward.weights`` of the run config says what
-trains (one key alone, or ``reward`` among several, needs neither).
+the ``reward`` event's details; per task, :func:`choose_reward` picks what trains (``reward.key``
+where the task wrote it, else the ``reward.weights`` sum, else the only value, else ``reward``) and
+the details say which rule did (``chosen_by``).
 
 ``[verifier] environment_mode = "separate"``: the tests run in a fresh sandbox of the same task,
 seeded with the agent's final workspace (its ``.harbor/`` left out), so processes or mounts of the
@@ -68,24 +69,43 @@ def parse_reward_json(text: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items()}
 
 
-def select_reward(rewards: dict[str, float], key: str | None, weights: dict[str, float] | None) -> float:
-    """The trained number: ``key``'s value, the weighted sum, or the only / ``reward`` value."""
+def choose_reward(
+    rewards: dict[str, float], key: str | None, weights: dict[str, float] | None
+) -> tuple[float, str]:
+    """The trained number of one task and how it was chosen, by the first rule that applies to it:
+
+    1. ``reward.key`` when the task wrote that key;
+    2. the ``reward.weights`` sum when the task wrote every weighted key;
+    3. the task's only value (a ``reward.txt`` is ``{"reward": value}``);
+    4. its ``reward`` key among several.
+
+    So one config serves a dataset whose tasks write different files. When no rule applies the
+    session fails with every value the task wrote in the message (they stay in the log).
+    """
+    if key is not None and key in rewards:
+        return rewards[key], f"key {key!r}"
+    if weights and set(weights) <= set(rewards):
+        return sum(w * rewards[k] for k, w in weights.items()), "weights"
+    if len(rewards) == 1:
+        return next(iter(rewards.values())), "the only value"
+    if "reward" in rewards:
+        return rewards["reward"], "key 'reward'"
+    wrote = json.dumps(rewards, sort_keys=True)
     if key is not None:
-        if key not in rewards:
-            raise RewardError(f"reward key {key!r} is not among the task's rewards {sorted(rewards)}")
-        return rewards[key]
+        raise RewardError(
+            f"reward key {key!r} is not among the task's rewards {wrote}, and no other rule applies"
+        )
     if weights:
         missing = sorted(set(weights) - set(rewards))
-        if missing:
-            raise RewardError(f"reward.weights name {missing} that the task's rewards {sorted(rewards)} lack")
-        return sum(w * rewards[k] for k, w in weights.items())
-    if len(rewards) == 1:
-        return next(iter(rewards.values()))
-    if "reward" in rewards:
-        return rewards["reward"]
+        raise RewardError(f"reward.weights name {missing} that the task's rewards {wrote} lack")
     raise RewardError(
-        f"the task wrote several rewards {sorted(rewards)}: set reward.key or reward.weights in the run config"
+        f"the task wrote several rewards {wrote}: set reward.key or reward.weights in the run config"
     )
+
+
+def select_reward(rewards: dict[str, float], key: str | None, weights: dict[str, float] | None) -> float:
+    """The trained number (see :func:`choose_reward`)."""
+    return choose_reward(rewards, key, weights)[0]
 
 
 async def _file(sandbox: Sandbox, name: str) -> str | None:
@@ -146,7 +166,7 @@ async def verify(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
             raise RewardError(
                 "no reward file: test.sh wrote neither /logs/verifier/reward.txt nor reward.json"
             )
-        value = select_reward(rewards, cfg.key, dict(cfg.weights) if cfg.weights else None)
+        value, chosen_by = choose_reward(rewards, cfg.key, dict(cfg.weights) if cfg.weights else None)
     except RewardError as e:
         tail = stdout.strip()[-300:]
         raise RewardError(f"{where}: {e}" + (f"; test output ends: {tail}" if tail else "")) from None
@@ -157,6 +177,7 @@ async def verify(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
         "source": source,
         "key": cfg.key,
         "weights": dict(cfg.weights) if cfg.weights else None,
+        "chosen_by": chosen_by,
         "verifier_mode": "separate" if separate else "shared",
         "exit_code": r.exit_code,
         "timed_out": r.timed_out,

@@ -98,9 +98,14 @@ class HarborRewardConfig(_Strict):
     """A Harbor task's own ``tests/test.sh`` and ``reward.txt``/``reward.json`` (see :mod:`dressage.harbor.verifier`)."""
 
     kind: Literal["harbor"] = "harbor"
-    key: str | None = Field(default=None, description="The reward.json key that trains.")
+    key: str | None = Field(
+        default=None,
+        description="The reward.json key that trains, in each task that wrote it (a task without it falls "
+        "back to weights, its only value, or its 'reward' key).",
+    )
     weights: dict[str, float] | None = Field(
-        default=None, description="Train on the weighted sum of these reward.json keys."
+        default=None,
+        description="Train on the weighted sum of these reward.json keys, in each task that wrote them all.",
     )
 
     @field_validator("weights")

@@ -51,6 +51,7 @@ from dressage.rollout.datasets import (
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv, Outcome, run_episode
 from dressage.rollout.evaluation import EvalScheduler, eval_line, read_eval_rounds
+from dressage.rollout.lease_wait import describe_lease_wait
 from dressage.rollout.progress import RolloutProgress, Snapshot
 from dressage.rollout.proxy_ring import ProxyRing, host_port
 from dressage.rollout.rewards import build_scorer
@@ -83,6 +84,13 @@ class RolloutReport:
     outcomes: dict[str, int] = field(default_factory=dict)
     snapshot: Snapshot | None = None
     example_session: str | None = None
+    last_error: str | None = None
+    """The last line of the last failed session's error (what ``rollout`` reports when none finished)."""
+
+    def all_failed(self) -> bool:
+        """Whether this worker played sessions and not one of them finished."""
+        failed = self.outcomes.get("failed", 0) + self.outcomes.get("error", 0)
+        return failed > 0 and not self.outcomes.get("finished")
 
 
 def default_worker_id() -> str:
@@ -336,6 +344,7 @@ async def _lease_loop(
     """
     store, run, w = env.store, env.run, env.cfg.worker
     active: set[asyncio.Task[Outcome]] = set()
+    announced = ""  # the lease wait last printed (printed again only when it changes)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -362,6 +371,10 @@ async def _lease_loop(
                 counts = await asyncio.to_thread(store.tasks.counts, run)
                 if counts["pending"] == 0 and counts["leased"] == 0:
                     return
+                waiting = await asyncio.to_thread(describe_lease_wait, store, run, owner)
+                if waiting is not None and waiting.split(" (in ")[0] != announced:
+                    announced = waiting.split(" (in ")[0]
+                    console.print(waiting, markup=False, highlight=False, soft_wrap=True)
                 await asyncio.sleep(w.poll_s)  # other workers hold leases: wait for them or their expiry
                 continue
             done, _ = await asyncio.wait(active, timeout=w.poll_s, return_when=asyncio.FIRST_COMPLETED)
@@ -373,6 +386,8 @@ async def _lease_loop(
                     out = Outcome("error", error=redact(str(e), store.db.secrets))
                 report.outcomes[out.status] = report.outcomes.get(out.status, 0) + 1
                 if out.status in ("failed", "error"):
+                    lines = (out.error or "").strip().splitlines()
+                    report.last_error = lines[-1] if lines else report.last_error
                     console.print(f"[yellow]{out.status}[/]: {escape(out.error or '')}", highlight=False)
     finally:
         for task in active:

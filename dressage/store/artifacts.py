@@ -1,6 +1,6 @@
 """Content-addressed blob storage for artifacts (sandbox archives, agent logs).
 
-The log keeps only sha256, size and URI (DESIGN.md rule 7). :class:`BlobStore` is the interface an
+The log keeps only sha256, size and URI (the log's rule 7, docs/architecture.md). :class:`BlobStore` is the interface an
 object store can implement; :class:`LocalBlobStore` keeps blobs as files named by their hash.
 """
 

@@ -21,6 +21,7 @@ from dressage.store.consumers import ConsumerRepository
 from dressage.store.database import Database
 from dressage.store.db import ensure_schema, make_engine
 from dressage.store.events import EventRepository
+from dressage.store.reach import cannot_open
 from dressage.store.records import DEFAULT_MAX_PAYLOAD_BYTES
 from dressage.store.runs import RunRepository
 from dressage.store.sessions import SessionRepository
@@ -70,7 +71,7 @@ class EventStore:
         try:
             ensure_schema(engine, auto_upgrade=auto_upgrade)
         except OperationalError as e:
-            raise StoreError(f"cannot reach the database {engine.url!r}: {e.orig}; is it running?") from e
+            raise StoreError(cannot_open("the database", engine.url, e.orig)) from e
         return cls(
             engine,
             blobs=LocalBlobStore(settings.resolved_artifacts_dir()),

@@ -22,6 +22,7 @@ from dressage.errors import ConfigError, StoreError
 from dressage.store.artifacts import LocalBlobStore
 from dressage.store.db import SQLITE_BUSY_TIMEOUT_MS, ensure_schema
 from dressage.store.event_store import EventStore
+from dressage.store.reach import cannot_open
 
 
 def make_readonly_engine(url: str) -> Engine:
@@ -72,7 +73,7 @@ def open_readonly_store_at(url: str, settings: Settings, *, what: str = "the dat
         ensure_schema(engine, auto_upgrade=False)
     except OperationalError as e:
         engine.dispose()
-        raise StoreError(f"cannot reach {what} {engine.url!r}: {e.orig}; is it running?") from e
+        raise StoreError(cannot_open(what, engine.url, e.orig)) from e
     return EventStore(
         engine,
         blobs=LocalBlobStore(settings.resolved_artifacts_dir()),

@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from dressage.errors import InvalidRecordError, UnknownRunError
 from dressage.store import schema as t
+from dressage.store.config_diff import describe_difference
 from dressage.store.database import Database
 from dressage.store.records import Run, RunSummary, canonical_json, check_text
 
@@ -58,8 +59,9 @@ class RunRepository:
             assert existing is not None
         if must_match and existing.config_hash != config_hash and config:
             raise InvalidRecordError(
-                f"run {name!r} exists with a different config (hash {existing.config_hash[:12]}, "
-                f"given {config_hash[:12]}); resume it without a config or choose a new run name"
+                f"run {name!r} exists with a different config: {describe_difference(existing.config, config)} "
+                f"differ (hash {existing.config_hash[:12]}, given {config_hash[:12]}); resume it without a "
+                "config or choose a new run name"
             )
         return existing
 

@@ -1,6 +1,6 @@
 """The event log's tables: one schema for PostgreSQL and SQLite.
 
-Rules (DESIGN.md section 3) that shape these tables:
+The log's rules (docs/architecture.md, "The log's rules") that shape these tables:
 
 * ``events`` is the log: a dense, commit-ordered ``position`` per run taken from the counter row in
   ``run_counters`` inside the append transaction, and an idempotency key unique per run.

@@ -309,6 +309,20 @@ class TaskRepository:
             raise InvalidRecordError(f"no task with id {task_id}")
         return str(row.kind), row.eval_version
 
+    def leases_of_others(self, run: str | Run, owner: str) -> list[tuple[str, int, float]]:
+        """``(owner, leased pairs, latest lease expiry)`` for every owner but ``owner`` holding leases
+        in the run, by owner name: what a worker with nothing left to claim waits for."""
+        r = self.runs.get(run)
+        c = t.tasks.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(c.lease_owner, func.count(), func.max(c.lease_expires_at))
+                .where(c.run_id == r.id, c.state == "leased", c.lease_owner != owner)
+                .group_by(c.lease_owner)
+                .order_by(c.lease_owner)
+            ).all()
+        return [(str(o), int(n), float(e or 0.0)) for o, n, e in rows]
+
     def pairs(self, run: str | Run) -> list[TaskPair]:
         """Every (task, sample) pair of the run with its group, of every kind, in no particular order."""
         r = self.runs.get(run)

@@ -1,6 +1,6 @@
 """The trainer as a log consumer ``train:<name>``: tail, form steps, train, commit; and replay.
 
-Exactly-once effect (DESIGN.md section 3.5): for each step the backend first does its work (an
+Exactly-once effect (the log's rule 5, docs/architecture.md): for each step the backend first does its work (an
 optimizer step and a checkpoint carrying ``(run, position, step)``, or a rollout file), then the
 step manifest, its batch hash and the consumer checkpoint are committed in one transaction
 (:meth:`EventStore.consumers.commit_step`). After a crash the trainer resumes at the step after the last
@@ -103,6 +103,18 @@ class Trainer:
         if self.reader is not None:  # the replica first replays all the primary holds now
             wait_for_replay(self.store, self.reader, timeout_s=self.replica_timeout_s)
         self._pending += [g for g in self.tracker.poll() if g.cursor > cursor]
+
+    def has_new_step(self) -> bool:
+        """Whether the log now holds enough ready groups for the consumer's next step.
+
+        Nothing is trained or committed: ``train`` asks this before it loads a model, so a rerun
+        with nothing new answers at once.
+        """
+        ckpt = self.store.consumers.checkpoint(self.run, self.consumer)
+        step = ckpt.step if ckpt else self.start_step
+        cursor: Cursor = tuple(ckpt.state.get("cursor", START_CURSOR)) if ckpt else START_CURSOR
+        self._refresh(cursor)  # the groups read stay pending: run_steps starts from the same cursor
+        return self.builder.form(step + 1, self._pending, cursor) is not None
 
     def run_steps(
         self,

@@ -126,8 +126,9 @@ def build_model(model: str, seed: int = 0) -> Any:
     vocabulary, for tests) or a Hugging Face model directory."""
     import torch
 
-    from dressage.engines.tiny_model import TINY_MODELS, build_tiny_model
+    from dressage.engines.tiny_model import TINY_MODELS, build_tiny_model, quiet_transformers
 
+    quiet_transformers()
     if model in TINY_MODELS:
         return build_tiny_model(seed, model)
     if model == "tiny-qwen3":

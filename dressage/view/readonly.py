@@ -7,12 +7,10 @@ Every connection the viewer opens refuses writes at the database itself, not onl
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from pathlib import Path
 
 from sqlalchemy import Connection
 
-from dressage.config import Settings, normalize_database_url
-from dressage.errors import StoreError
+from dressage.config import Settings, normalize_database_url, require_database_file
 from dressage.store import EventStore
 from dressage.store.readonly import open_readonly_store_at
 
@@ -26,10 +24,7 @@ def open_readonly_store(settings: Settings, *, replica: bool = False) -> EventSt
     url = settings.resolved_database_url()
     if replica and settings.replica_url:
         url = normalize_database_url(settings.replica_url)
-    if url.startswith("sqlite:///") and not url.endswith(":memory:"):
-        path = url.split(":///", 1)[1]
-        if not Path(path).is_file():
-            raise StoreError(f"no database file at {path}; run a rollout first or pass --database-url")
+    require_database_file(url)
     return open_readonly_store_at(url, settings)
 
 

@@ -138,3 +138,49 @@ async def test_a_blackbox_cli_runs_harbor_tasks_through_the_proxy(tmp_path, engi
     turns = store.turns.read(run, with_experts=False)
     assert {t.session_id for t in turns} == {s.id for s, _ in sessions.values()}
     store.close()
+
+
+@pytest.mark.parametrize("any_db_url", ["sqlite"], indirect=True)
+async def test_one_reward_key_serves_a_mixed_dataset_and_environment_files_are_placed(
+    tmp_path, any_db_url, engine_url
+) -> None:
+    """Issue 26, point 12: ``reward.key: correct`` trains the multi-key task on its ``correct`` and the
+    ``reward.txt`` tasks on their only value (each says which rule chose it); an image-less task finds
+    its ``environment/`` files in its working directory."""
+    import shutil
+
+    dataset = tmp_path / "mixed"
+    for name in ("pass", "multi-key"):
+        shutil.copytree(DATASETS / "basic" / name, dataset / name)
+    shutil.copytree(DATASETS / "basic" / "pass", dataset / "env-files")
+    (dataset / "env-files" / "environment" / "seed.txt").write_text("from environment/\n")
+    (dataset / "env-files" / "tests" / "test.sh").write_text(
+        '#!/bin/bash\n[ "$(cat /app/seed.txt)" = "from environment/" ] && echo 1 > /logs/verifier/reward.txt'
+        " || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    cfg = write_config(
+        tmp_path,
+        engine_url,
+        dataset={"path": str(dataset)},
+        n_samples_per_prompt=1,
+        agent={"kind": "oracle"},
+        reward={"kind": "harbor", "key": "correct"},
+        worker={"max_attempts": 1},
+    )
+    settings = Settings(database_url=any_db_url, home=tmp_path / "home")
+    report = await run_rollout(
+        settings, WorkerOptions(config_path=str(cfg), show_progress=False), Console(stderr=True, quiet=True)
+    )
+    store = open_store(any_db_url, tmp_path / "home")
+    sessions = _by_task(store, store.runs.get(report.run), dataset)
+    got = {
+        name: (s.status, s.reward, (r or {}).get("details", {}).get("chosen_by"))
+        for name, (s, r) in sessions.items()
+    }
+    assert got == {
+        "pass": ("finished", 1.0, "the only value"),
+        "multi-key": ("finished", 1.0, "key 'correct'"),
+        "env-files": ("finished", 1.0, "the only value"),
+    }
+    assert sessions["multi-key"][1]["details"]["rewards"] == {"reward": 0.75, "correct": 1.0, "style": 0.5}
+    store.close()

@@ -179,3 +179,30 @@ async def test_providers_without_mount_namespaces_refuse_harbor_mounts() -> None
 
     with pytest.raises(NotSupportedError, match="need provider 'bwrap'"):
         await LocalProvider().create("s", SandboxSpec(provider="local", mounts={"/tests": ".harbor/tests"}))
+
+
+def test_one_reward_config_serves_reward_txt_and_multi_key_tasks() -> None:
+    """Issue 26, point 12: with ``reward.key`` set, a ``reward.txt`` task used to fail (no such key);
+    without it, the multi-key task failed and its rewards were lost. Each task now takes the first rule
+    that applies to it, and says which."""
+    from dressage.harbor.verifier import choose_reward
+
+    multi = {"correct": 1.0, "style": 0.5}
+    assert choose_reward(multi, "correct", None) == (1.0, "key 'correct'")
+    assert choose_reward({"reward": 0.25}, "correct", None) == (0.25, "the only value")
+    assert choose_reward({"reward": 0.25}, None, {"correct": 1.0}) == (0.25, "the only value")
+    assert choose_reward({**multi, "reward": 0.7}, "speed", None) == (0.7, "key 'reward'")
+    assert choose_reward(multi, None, {"correct": 0.5, "style": 1.0}) == (1.0, "weights")
+    with pytest.raises(RewardError) as failed:
+        choose_reward(multi, None, None)
+    assert '{"correct": 1.0, "style": 0.5}' in str(failed.value)  # every value stays in the log
+
+
+def test_an_image_less_tasks_environment_files_are_placed_in_its_workdir(tmp_path: Path) -> None:
+    task_dir = tmp_path / "pass"
+    shutil.copytree(DATASETS / "basic" / "pass", task_dir)
+    (task_dir / "environment" / "data.csv").write_text("a,b\n1,2\n")
+    (task_dir / "environment" / "lib").mkdir()
+    (task_dir / "environment" / "lib" / "helper.py").write_text("X = 1\n")
+    (task,) = load_harbor_tasks(task_dir)
+    assert task.files["data.csv"] == "a,b\n1,2\n" and task.files["lib/helper.py"] == "X = 1\n"

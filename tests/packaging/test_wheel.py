@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from dressage.store.db import head_revision
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import PG_ADMIN_URL, pg_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 NOT_SOURCE = shutil.ignore_patterns(
@@ -191,8 +191,11 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
         yield f"sqlite:///{tmp_path / 'fresh.db'}"
         return
     name = f"dressage_wheel_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as e:  # the postgres tier skips without its server
+        pg_unavailable(str(e).strip().splitlines()[0])
     try:
         yield f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
     finally:

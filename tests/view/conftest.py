@@ -77,7 +77,8 @@ def browser() -> Iterator[object]:
     from selenium.webdriver.chrome.service import Service
 
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.fail(
+        # the browser tier skips without Chromium (DRESSAGE_REQUIRE_ALL=1 turns the skip into a failure)
+        pytest.skip(
             f"the viewer's browser tests need {CHROMIUM} and {CHROMEDRIVER}: run scripts/setup_browser.sh "
             "(apt packages chromium, chromium-driver) or set DRESSAGE_TEST_CHROMIUM/CHROMEDRIVER"
         )

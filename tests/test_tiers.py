@@ -1,0 +1,85 @@
+"""The test tiers (issue 26, point 11): markers set from the fixtures a test uses, selected by --tier.
+
+Collected in a child pytest on a few real modules (collection only: nothing runs): a test of the
+store on PostgreSQL is in the postgres tier and its SQLite twin in the default one; a browser fixture,
+an agent CLI module and the E2B cloud module land in their tiers; unknown markers are refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODULES = [
+    "tests/cli/test_store_commands.py",
+    "tests/view/test_pages.py",
+    "tests/agents/test_native_clis.py",
+    "tests/paddock/test_e2b_cloud.py",
+]
+
+
+@functools.cache
+def collected(*args: str) -> list[str]:
+    """Node ids ``pytest --collect-only ARGS`` selects among :data:`MODULES`."""
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args, *MODULES]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode in (0, 5), out.stdout + out.stderr
+    return [line for line in out.stdout.splitlines() if "::" in line]
+
+
+def test_the_default_tier_holds_sqlite_tests_only() -> None:
+    default = collected("--tier", "default")
+    assert default, "the default tier selected nothing"
+    assert all("postgresql" not in node for node in default)
+    assert any("[sqlite]" in node for node in default)
+    assert not any(m in node for node in default for m in MODULES[1:])
+
+
+def test_each_tier_gets_its_tests() -> None:
+    postgres = collected("--tier", "postgres")
+    assert postgres and all("postgresql" in node for node in postgres)
+    browser = collected("--tier", "browser")
+    assert browser and all(node.startswith(MODULES[1]) for node in browser)
+    external = collected("--tier", "external")
+    assert external and all(node.startswith(MODULES[2]) for node in external)
+    cloud = collected("--tier", "cloud")
+    assert cloud and all(node.startswith(MODULES[3]) for node in cloud)
+    everything = collected("--tier", "all")
+    assert len(everything) == len(set(everything)) >= len(set(postgres + browser + external + cloud))
+    assert set(collected("--tier", "default,postgres")) == set(collected("--tier", "default")) | set(postgres)
+    assert set(collected()) == set(everything)  # named modules without --tier: every tier of them
+
+
+def test_an_explicit_marker_expression_selects_across_tiers() -> None:
+    assert set(collected("-m", "postgres")) == set(collected("--tier", "postgres"))
+
+
+def test_unknown_markers_and_tiers_are_refused(tmp_path: Path) -> None:
+    bad = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "--tier", "nightly", MODULES[0]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "unknown tier(s) ['nightly']" in bad.stdout + bad.stderr
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'addopts = "--strict-markers"' in pyproject
+
+
+def test_without_postgresql_the_tier_skips_and_ci_turns_the_skip_into_a_failure() -> None:
+    import os
+
+    node = "tests/test_newcomer_points.py::test_is_it_running_not_said_for_a_missing_postgres_database"
+    env = {**os.environ, "DRESSAGE_TEST_PG_ADMIN_URL": "postgresql://postgres@127.0.0.1:1/postgres"}
+    env.pop("DRESSAGE_REQUIRE_ALL", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", node]
+    skipped = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert skipped.returncode == 0 and "1 skipped" in skipped.stdout, skipped.stdout
+    assert "PostgreSQL is not reachable at postgresql://postgres@127.0.0.1:1/postgres" in skipped.stdout
+    env["DRESSAGE_REQUIRE_ALL"] = "1"
+    failed = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1 and "PostgreSQL is not reachable" in failed.stdout, failed.stdout
