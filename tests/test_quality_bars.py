@@ -27,14 +27,6 @@ def _bars() -> ModuleType:
 
 bars = _bars()
 
-BEING_SPLIT: set[tuple[str, str]] = {
-    # Grew back on main while the layers branch was rebased (train --from-export/--log-to, the
-    # store's step metrics); to split next, then empty this.
-    ("workers/train.py", "train_command"),
-    ("dressage/store/consumers.py", "commit_step"),
-}
-"""Long functions known and being split; the lead empties this."""
-
 ANY_PER_1000_CEILING = 18.5
 """Lower it as ``Any`` gives way to typed models; the target is 12."""
 
@@ -58,15 +50,10 @@ NOT_LOGGED_BEING_FIXED: set[tuple[str, str]] = set()
 
 
 def test_no_function_is_over_80_lines() -> None:
-    long = {(f.path, f.name): f.lines for f in bars.functions() if f.lines > bars.MAX_FUNCTION_LINES}
-    over = sorted(f"{p}:{n} ({lines} lines)" for (p, n), lines in long.items() if (p, n) not in BEING_SPLIT)
+    over = sorted(
+        f"{f.path}:{f.name} ({f.lines} lines)" for f in bars.functions() if f.lines > bars.MAX_FUNCTION_LINES
+    )
     assert not over, "functions over 80 lines: " + ", ".join(over)
-
-
-def test_the_split_allowance_names_only_long_functions() -> None:
-    long = {(f.path, f.name) for f in bars.functions() if f.lines > bars.MAX_FUNCTION_LINES}
-    stale = sorted(BEING_SPLIT - long)
-    assert not stale, f"remove these from BEING_SPLIT, they are 80 lines or fewer now (or gone): {stale}"
 
 
 def test_any_per_1000_lines_does_not_grow() -> None:

@@ -12,14 +12,14 @@ import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
 
 from dressage.commandline import handle_errors
 from dressage.errors import ConfigError
-from dressage.training.config import TrainConfig, TrainerSetup, build_backend, step_options
+from dressage.training.config import TrainConfig, TrainerSetup, build_backend, build_trainer, step_options
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from dressage.store import EventStore
     from dressage.store.records import Run
-    from dressage.training.consumer import Backend
+    from dressage.training.consumer import Backend, Trainer
     from dressage.training.loggers import Loggers
     from dressage.training.steps import StepOptions
     from dressage.training.weight_push import WeightPusher
@@ -36,88 +36,170 @@ if TYPE_CHECKING:
 _DEFAULTS = TrainConfig()
 """The options' defaults are :class:`TrainConfig`'s: ``train`` and ``loop`` train alike."""
 
-
-@handle_errors
-def train_command(
-    from_runs: list[str] | None = typer.Option(
-        None,
+_FromRuns = Annotated[
+    list[str] | None,
+    typer.Option(
         "--from-run",
         help="Run whose log to train on; repeat it to train on several runs (steps are recorded in the first).",
     ),
-    from_exports: list[Path] | None = typer.Option(
-        None,
+]
+_FromExports = Annotated[
+    list[Path] | None,
+    typer.Option(
         "--from-export",
         help="Export directory to train on (verified, imported once as RUN@export-HASH; after the "
         "--from-run runs). Repeatable.",
     ),
-    version_offsets: list[int] | None = typer.Option(
-        None,
+]
+_VersionOffsets = Annotated[
+    list[int] | None,
+    typer.Option(
         "--version-offset",
         help="With several --from-run: per run, added to its policy versions for the staleness rules "
         "(default 0 each).",
     ),
-    consumer: str = typer.Option("main", help="Consumer name; the checkpoint is kept as train:<name>."),
-    backend: str = typer.Option("torch", help="torch | slime-dump | none"),
-    global_batch_size: int = typer.Option(8, help="Trajectories per optimizer step (whole groups)."),
-    n_samples_per_prompt: int | None = typer.Option(None, help="Samples per group (default: the run's)."),
-    follow: bool = typer.Option(False, "--follow", help="Keep tailing the log for new groups."),
-    replay: bool = typer.Option(False, "--replay", help="Re-form every recorded step and check its hash."),
-    out: Path | None = typer.Option(None, help="Checkpoints or rollout files (default: <home>/train/<run>)."),
-    keep_checkpoints: int = typer.Option(_DEFAULTS.keep_checkpoints, help="torch: newest checkpoints kept."),
-    database_url: str | None = typer.Option(None, help="Event log URL (default: DRESSAGE_DATABASE_URL)."),
-    replica_url: str | None = typer.Option(
-        None,
+]
+_ReplicaUrl = Annotated[
+    str | None,
+    typer.Option(
         help="Read groups and turns from this PostgreSQL streaming replica (default: DRESSAGE_REPLICA_URL); "
-        "steps are committed to the primary.",
+        "steps are committed to the primary."
     ),
-    max_staleness: int | None = typer.Option(
-        _DEFAULTS.max_staleness, help="Mask tokens older than this many versions."
+]
+_PushTo = Annotated[
+    str | None,
+    typer.Option(
+        help="torch: engine URL[,URL...] to push each new policy to (pause, update_weights_from_disk, resume)."
     ),
-    last_version_only: bool = typer.Option(False, help="Train only tokens of a segment's newest version."),
-    group_version_window: int | None = typer.Option(None, help="Drop groups with tokens older than this."),
-    failure_policy: str = typer.Option(_DEFAULTS.failure_policy, help="drop_group | keep_finished"),
-    advantage_estimator: str = typer.Option(
-        _DEFAULTS.advantage_estimator, help="Registered advantage estimator."
-    ),
-    std_normalize: bool = typer.Option(False, help="Divide GRPO advantages by the group's std + eps."),
-    initial_version: int = typer.Option(0, help="Policy version of the weights before step 1."),
-    max_steps: int | None = typer.Option(None, help="Stop after this many new steps."),
-    model: str = typer.Option("tiny", help="torch: 'tiny', 'tiny-qwen3' or an HF model directory."),
-    seed: int = typer.Option(0, help="torch: seed of a tiny random model."),
-    lr: float = typer.Option(_DEFAULTS.lr, help="torch: learning rate."),
-    optimizer: str = typer.Option(
-        _DEFAULTS.optimizer, help="torch: sgd | adam (its state is checkpointed each step)."
-    ),
-    trainable: str = typer.Option(
-        _DEFAULTS.trainable, help="torch: all | lm_head (train only the output projection)."
-    ),
-    push_to: str | None = typer.Option(
-        None,
-        help="torch: engine URL[,URL...] to push each new policy to (pause, update_weights_from_disk, resume).",
-    ),
-    proxy_admin_url: str | None = typer.Option(
-        None,
+]
+_ProxyAdminUrl = Annotated[
+    str | None,
+    typer.Option(
         help="Pause/resume through these TITO proxies, URL[,URL...] (every proxy of a proxy.urls deployment; "
-        "token: DRESSAGE_ADMIN_TOKEN) instead of the engines.",
+        "token: DRESSAGE_ADMIN_TOKEN) instead of the engines."
     ),
-    push_every: int = typer.Option(1, help="Push after every N-th step."),
-    push_keep: int | None = typer.Option(None, help="Keep only the newest N pushed weight directories."),
-    throttle_s: float = typer.Option(0.0, help="Pause between steps (demos, crash tests)."),
-    log_to: str | None = typer.Option(
-        None,
+]
+_LogTo = Annotated[
+    str | None,
+    typer.Option(
         "--log-to",
         help="Also log step metrics and rewards to wandb,tensorboard (under --out; extras dressage[wandb], "
         "dressage[tensorboard]).",
     ),
+]
+_Out = Annotated[
+    Path | None, typer.Option(help="Checkpoints or rollout files (default: <home>/train/<run>).")
+]
+
+
+_Consumer = Annotated[str, typer.Option(help="Consumer name; the checkpoint is kept as train:<name>.")]
+_Backend = Annotated[str, typer.Option(help="torch | slime-dump | none")]
+_GlobalBatchSize = Annotated[int, typer.Option(help="Trajectories per optimizer step (whole groups).")]
+_NSamplesPerPrompt = Annotated[int | None, typer.Option(help="Samples per group (default: the run's).")]
+_Follow = Annotated[bool, typer.Option("--follow", help="Keep tailing the log for new groups.")]
+_Replay = Annotated[bool, typer.Option("--replay", help="Re-form every recorded step and check its hash.")]
+_KeepCheckpoints = Annotated[int, typer.Option(help="torch: newest checkpoints kept.")]
+_DatabaseUrl = Annotated[str | None, typer.Option(help="Event log URL (default: DRESSAGE_DATABASE_URL).")]
+_MaxStaleness = Annotated[int | None, typer.Option(help="Mask tokens older than this many versions.")]
+_LastVersionOnly = Annotated[bool, typer.Option(help="Train only tokens of a segment's newest version.")]
+_GroupVersionWindow = Annotated[int | None, typer.Option(help="Drop groups with tokens older than this.")]
+_FailurePolicy = Annotated[str, typer.Option(help="drop_group | keep_finished")]
+_AdvantageEstimator = Annotated[str, typer.Option(help="Registered advantage estimator.")]
+_StdNormalize = Annotated[bool, typer.Option(help="Divide GRPO advantages by the group's std + eps.")]
+_InitialVersion = Annotated[int, typer.Option(help="Policy version of the weights before step 1.")]
+_MaxSteps = Annotated[int | None, typer.Option(help="Stop after this many new steps.")]
+_Model = Annotated[str, typer.Option(help="torch: 'tiny', 'tiny-qwen3' or an HF model directory.")]
+_Seed = Annotated[int, typer.Option(help="torch: seed of a tiny random model.")]
+_Lr = Annotated[float, typer.Option(help="torch: learning rate.")]
+_Optimizer = Annotated[str, typer.Option(help="torch: sgd | adam (its state is checkpointed each step).")]
+_Trainable = Annotated[str, typer.Option(help="torch: all | lm_head (train only the output projection).")]
+_PushEvery = Annotated[int, typer.Option(help="Push after every N-th step.")]
+_PushKeep = Annotated[int | None, typer.Option(help="Keep only the newest N pushed weight directories.")]
+_ThrottleS = Annotated[float, typer.Option(help="Pause between steps (demos, crash tests).")]
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    """``--push-to`` and its companions: where each new policy goes."""
+
+    push_to: str | None
+    proxy_admin_url: str | None
+    every: int
+    keep: int | None
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What ``train`` reads and writes: the runs and exports, the consumer and backend, the output."""
+
+    from_runs: list[str]
+    from_exports: list[Path]
+    version_offsets: list[int] | None
+    consumer: str
+    backend: str
+    out: Path | None
+    push: PushOptions
+    log_to: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TrainStart:
+    """Where training starts: the group size (default: the run's), the model and its version."""
+
+    n_samples_per_prompt: int | None
+    model: str
+    seed: int
+    initial_version: int
+
+
+@dataclass(frozen=True)
+class Pace:
+    """Whether to follow the log or replay it, and how many steps how fast."""
+
+    follow: bool
+    replay: bool
+    max_steps: int | None
+    throttle_s: float
+
+
+@handle_errors
+def train_command(
+    from_runs: _FromRuns = None,
+    from_exports: _FromExports = None,
+    version_offsets: _VersionOffsets = None,
+    consumer: _Consumer = "main",
+    backend: _Backend = "torch",
+    global_batch_size: _GlobalBatchSize = 8,
+    n_samples_per_prompt: _NSamplesPerPrompt = None,
+    follow: _Follow = False,
+    replay: _Replay = False,
+    out: _Out = None,
+    keep_checkpoints: _KeepCheckpoints = _DEFAULTS.keep_checkpoints,
+    database_url: _DatabaseUrl = None,
+    replica_url: _ReplicaUrl = None,
+    max_staleness: _MaxStaleness = _DEFAULTS.max_staleness,
+    last_version_only: _LastVersionOnly = False,
+    group_version_window: _GroupVersionWindow = None,
+    failure_policy: _FailurePolicy = _DEFAULTS.failure_policy,
+    advantage_estimator: _AdvantageEstimator = _DEFAULTS.advantage_estimator,
+    std_normalize: _StdNormalize = False,
+    initial_version: _InitialVersion = 0,
+    max_steps: _MaxSteps = None,
+    model: _Model = "tiny",
+    seed: _Seed = 0,
+    lr: _Lr = _DEFAULTS.lr,
+    optimizer: _Optimizer = _DEFAULTS.optimizer,
+    trainable: _Trainable = _DEFAULTS.trainable,
+    push_to: _PushTo = None,
+    proxy_admin_url: _ProxyAdminUrl = None,
+    push_every: _PushEvery = 1,
+    push_keep: _PushKeep = None,
+    throttle_s: _ThrottleS = 0.0,
+    log_to: _LogTo = None,
 ) -> None:
     """Train on a run's log, or replay its recorded steps."""
-    from dressage.commandline import console as make_console
-    from dressage.config import load_settings, require_database_file
-    from dressage.store import EventStore
-    from dressage.store.replica import open_replica_store
     from dressage.training.loggers import parse_log_to
 
-    console = make_console(stderr=True)
     loggers = parse_log_to(log_to)
     if not from_runs and not from_exports:
         raise ConfigError("train needs a --from-run RUN or a --from-export DIR")
@@ -137,61 +219,53 @@ def train_command(
         group_version_window=group_version_window,
         failure_policy=failure_policy,
     )
-    settings = load_settings(database_url=database_url, replica_url=replica_url)
-    first = from_runs[0] if from_runs else Path(from_exports[0] if from_exports else ".").name
-    out = out if out is not None else settings.home / "train" / first
+    push = PushOptions(push_to, proxy_admin_url, push_every, push_keep)
+    request = TrainRequest(
+        list(from_runs or []),
+        list(from_exports or []),
+        version_offsets,
+        consumer,
+        backend,
+        out,
+        push,
+        loggers,
+    )
+    start = TrainStart(n_samples_per_prompt, model, seed, initial_version)
+    pace = Pace(follow, replay, max_steps, throttle_s)
+    run_train(cfg, request, start, pace, (database_url, replica_url))
+
+
+def run_train(
+    cfg: TrainConfig,
+    request: TrainRequest,
+    start: TrainStart,
+    pace: Pace,
+    urls: tuple[str | None, str | None],
+) -> None:
+    """Open the log (and its replica), import the exports, then train or replay; a failed first run
+    leaves no empty ``--out`` folder behind."""
+    from dressage.commandline import console as make_console
+    from dressage.config import load_settings, require_database_file
+    from dressage.store import EventStore
+    from dressage.store.replica import open_replica_store
+
+    console = make_console(stderr=True)
+    settings = load_settings(database_url=urls[0], replica_url=urls[1])
+    first = request.from_runs[0] if request.from_runs else request.from_exports[0].name
+    out = request.out if request.out is not None else settings.home / "train" / first
     require_database_file(settings.resolved_database_url())
     store = EventStore.open(settings=settings)
     out_existed = out.exists()
     reader = None
     try:
         reader = open_replica_store(settings)
-        from_runs = [*(from_runs or []), *_import_exports(console, store, from_exports or [], reader)]
-        for name in from_runs:
+        runs = [*request.from_runs, *_import_exports(console, store, request.from_exports, reader)]
+        for name in runs:
             store.runs.get(name)  # an unknown run fails before any output is written
-        from_run = from_runs[0]
-        if len(from_runs) > 1 and replay:
-            _replay_many(console, store, from_runs, consumer)
-            return
-        if replay:
-            _replay(console, store, from_run, consumer, reader)
-            return
-        setup = TrainerSetup(
-            from_run,
-            consumer,
-            out,
-            n_samples_per_prompt or recorded_samples_per_prompt(store, from_run),
-            backend,
-            model,
-            seed,
-            initial_version,
-        )
-        options = step_options(cfg, setup)
-        pusher = _pusher(store, setup, PushOptions(push_to, proxy_admin_url, push_every, push_keep))
-        chosen = _slime_dump(setup) if backend == "slime-dump" else build_backend(cfg, setup, pusher)
-        if len(from_runs) > 1:
-            if follow or reader is not None:
-                raise ConfigError("several --from-run train on finished logs: without --follow and a replica")
-            if loggers:
-                raise ConfigError("--log-to applies to one --from-run (its step metrics are in the log)")
-            _train_many(console, store, from_runs, version_offsets, consumer, options, chosen, max_steps)
+        if pace.replay:
+            _replay_runs(console, store, runs, request.consumer, reader)
         else:
-            if not follow and not _has_work(console, store, from_run, consumer, options, reader):
-                return
-            _train(
-                console,
-                store,
-                from_run,
-                consumer,
-                options,
-                chosen,
-                (follow, max_steps, throttle_s),
-                reader,
-                _open_loggers(loggers, out, store.runs.get(from_run)),
-            )
-        prune = getattr(chosen, "prune_checkpoints", None)
-        if prune is not None:
-            prune(cfg.keep_checkpoints)
+            _train_runs(console, (store, reader), runs, cfg, (request, start, pace), out)
     except BaseException:
         if not out_existed:
             remove_if_empty(out)
@@ -202,14 +276,55 @@ def train_command(
         store.close()
 
 
-@dataclass(frozen=True)
-class PushOptions:
-    """``--push-to`` and its companions: where each new policy goes."""
+def _replay_runs(
+    console: Console, store: EventStore, runs: list[str], consumer: str, reader: EventStore | None
+) -> None:
+    if len(runs) > 1:
+        _replay_many(console, store, runs, consumer)
+    else:
+        _replay(console, store, runs[0], consumer, reader)
 
-    push_to: str | None
-    proxy_admin_url: str | None
-    every: int
-    keep: int | None
+
+def _train_runs(
+    console: Console,
+    stores: tuple[EventStore, EventStore | None],
+    runs: list[str],
+    cfg: TrainConfig,
+    asked: tuple[TrainRequest, TrainStart, Pace],
+    out: Path,
+) -> None:
+    """Build the backend, then train one run (its trainer from :func:`build_trainer`) or several."""
+    (store, reader), (request, start, pace) = stores, asked
+    n_samples = start.n_samples_per_prompt or recorded_samples_per_prompt(store, runs[0])
+    setup = TrainerSetup(
+        runs[0],
+        request.consumer,
+        out,
+        n_samples,
+        request.backend,
+        start.model,
+        start.seed,
+        start.initial_version,
+    )
+    pusher = _pusher(store, setup, request.push)
+    chosen = _slime_dump(setup) if request.backend == "slime-dump" else build_backend(cfg, setup, pusher)
+    if len(runs) > 1:
+        if pace.follow or reader is not None:
+            raise ConfigError("several --from-run train on finished logs: without --follow and a replica")
+        if request.log_to:
+            raise ConfigError("--log-to applies to one --from-run (its step metrics are in the log)")
+        offsets = request.version_offsets
+        _train_many(
+            console, store, (runs, offsets), setup.consumer, step_options(cfg, setup), chosen, pace.max_steps
+        )
+    else:
+        trainer = build_trainer(cfg, store, setup, chosen, reader=reader)
+        if not pace.follow and not _has_work(console, trainer):
+            return
+        _train(console, trainer, pace, _open_loggers(request.log_to, out, trainer.run))
+    prune = getattr(chosen, "prune_checkpoints", None)
+    if prune is not None:
+        prune(cfg.keep_checkpoints)
 
 
 def train_config(**options: object) -> TrainConfig:
@@ -282,25 +397,18 @@ def recorded_samples_per_prompt(store: EventStore, run: str) -> int:
     return int(value) if isinstance(value, int) and value >= 1 else 4
 
 
-def _has_work(
-    console: Console,
-    store: EventStore,
-    run: str,
-    consumer: str,
-    options: StepOptions,
-    reader: EventStore | None,
-) -> bool:
+def _has_work(console: Console, trainer: Trainer) -> bool:
     """Whether a new step can be formed now; if not, say why before any model is loaded.
 
     A run whose sessions all ended without one finishing is an error that counts them by status and
-    gives the query showing why; a rerun with nothing new is not an error.
+    gives the query showing why; a rerun with nothing new is not an error. The groups read stay
+    pending in ``trainer``: its ``run_steps`` starts from them.
     """
     from dressage.errors import TrainingError
-    from dressage.training.consumer import Trainer
 
-    trainer = Trainer(store, run, options, consumer=consumer, reader=reader)
     if trainer.has_new_step():
         return True
+    store, run, options = trainer.store, trainer.run.name, trainer.options
     done = len(store.consumers.steps(run, trainer.consumer))
     sessions = store.runs.summary(run).sessions
     if not done and sessions and not sessions.get("finished") and not sessions.get("running"):
@@ -364,25 +472,15 @@ def _replay(
     )
 
 
-def _train(
-    console: Console,
-    store: EventStore,
-    run: str,
-    consumer: str,
-    options: StepOptions,
-    backend: Backend,
-    pace: tuple[bool, int | None, float],
-    reader: EventStore | None = None,
-    loggers: Loggers | None = None,
-) -> None:
+def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | None = None) -> None:
     from rich.markup import escape
 
-    from dressage.training.consumer import StepResult, Trainer, manifest_summary
+    from dressage.training.consumer import StepResult, manifest_summary
     from dressage.training.loggers import Loggers, version_rewards
 
-    follow, max_steps, throttle_s = pace
+    follow, max_steps, throttle_s = pace.follow, pace.max_steps, pace.throttle_s
     loggers = loggers or Loggers()
-    trainer = Trainer(store, run, options, backend, consumer=consumer, reader=reader)
+    store, run, options, backend = trainer.store, trainer.run.name, trainer.options, trainer.backend
     with _progress(console) as bar:
         task = bar.add_task(escape(f"{trainer.consumer} on {run}"), total=max_steps)
 
@@ -424,8 +522,7 @@ def _train(
 def _train_many(
     console: Console,
     store: EventStore,
-    runs: list[str],
-    offsets: list[int] | None,
+    sources: tuple[list[str], list[int] | None],
     consumer: str,
     options: StepOptions,
     backend: Backend,
@@ -433,6 +530,7 @@ def _train_many(
 ) -> None:
     from dressage.training.multirun import MultiRunTrainer
 
+    runs, offsets = sources
     trainer = MultiRunTrainer(store, runs, options, backend, consumer=consumer, version_offsets=offsets)
     for batch in trainer.run_steps(max_steps=max_steps):
         origins = sorted({e["run"] for e in batch.manifest["samples"]})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
@@ -71,59 +72,24 @@ class ConsumerRepository:
         state = dict(state or {})
         canonical_json(manifest, what=f"manifest of step {step}", max_bytes=self.db.max_payload_bytes * 4)
         canonical_json(state, what="consumer state", max_bytes=self.db.max_payload_bytes)
-        metric_rows = _metric_rows(metrics or {})
-        c = t.consumer_checkpoints.c
-        s = t.train_steps.c
+        pending = _PendingStep(
+            r.id,
+            r.name,
+            consumer,
+            step,
+            position,
+            batch_hash,
+            start_step,
+            manifest,
+            state,
+            _metric_rows(metrics or {}),
+        )
 
         def tx(conn: Connection) -> TrainStep:
-            existing = conn.execute(
-                select(t.train_steps).where(s.run_id == r.id, s.consumer == consumer, s.step == step)
-            ).first()
-            if existing is not None:
-                if existing.batch_hash != batch_hash:
-                    raise IdempotencyConflictError(
-                        f"{consumer} step {step} of run {r.name!r} was recorded with batch hash "
-                        f"{existing.batch_hash[:12]}, now {batch_hash[:12]}: materialization is not deterministic"
-                    )
-                return _step(existing)
-            current = conn.execute(
-                select(c.step, c.position).where(c.run_id == r.id, c.consumer == consumer)
-            ).first()
-            last_step = current.step if current else start_step
-            if step != last_step + 1:
-                raise InvalidRecordError(
-                    f"{consumer} is at step {last_step}; the next step must be {last_step + 1}, not {step}"
-                )
-            if current is not None and position < current.position:
-                raise InvalidRecordError(
-                    f"{consumer} checkpoint cannot move back from {current.position} to {position}"
-                )
-            now = time.time()
-            row = {
-                "run_id": r.id,
-                "consumer": consumer,
-                "step": step,
-                "position": position,
-                "batch_hash": batch_hash,
-                "manifest": manifest,
-                "created_at": now,
-            }
-            conn.execute(insert(t.train_steps).values(**row))
-            if metric_rows:
-                conn.execute(
-                    insert(t.train_step_metrics),
-                    [{"run_id": r.id, "consumer": consumer, "step": step, **m} for m in metric_rows],
-                )
-            values = {"position": position, "step": step, "state": state, "updated_at": now}
-            if current is None:
-                conn.execute(insert(t.consumer_checkpoints).values(run_id=r.id, consumer=consumer, **values))
-            else:
-                conn.execute(
-                    update(t.consumer_checkpoints)
-                    .where(c.run_id == r.id, c.consumer == consumer)
-                    .values(**values)
-                )
-            return TrainStep(consumer, step, position, batch_hash, manifest, now)
+            recorded = pending.recorded(conn)
+            if recorded is not None:
+                return recorded
+            return pending.write(conn, pending.check_next(conn))
 
         return self.db.retrying(tx)
 
@@ -151,6 +117,78 @@ class ConsumerRepository:
         for step, name, value in rows:
             out.setdefault(int(step), {})[str(name)] = float("nan") if value is None else float(value)
         return out
+
+
+@dataclass(frozen=True)
+class _PendingStep:
+    """A step :meth:`ConsumerRepository.commit_step` records, with the checks its transaction makes."""
+
+    run_id: int
+    run_name: str
+    consumer: str
+    step: int
+    position: int
+    batch_hash: str
+    start_step: int
+    manifest: dict[str, object]
+    state: dict[str, object]
+    metric_rows: list[dict[str, object]]
+
+    def recorded(self, conn: Connection) -> TrainStep | None:
+        """The step as recorded before (a retried commit), or None; a different batch hash raises."""
+        s = t.train_steps.c
+        existing = conn.execute(
+            select(t.train_steps).where(
+                s.run_id == self.run_id, s.consumer == self.consumer, s.step == self.step
+            )
+        ).first()
+        if existing is not None and existing.batch_hash != self.batch_hash:
+            raise IdempotencyConflictError(
+                f"{self.consumer} step {self.step} of run {self.run_name!r} was recorded with batch hash "
+                f"{existing.batch_hash[:12]}, now {self.batch_hash[:12]}: materialization is not deterministic"
+            )
+        return _step(existing) if existing is not None else None
+
+    def check_next(self, conn: Connection) -> bool:
+        """Whether the consumer has a checkpoint; it must be this step's predecessor (or, without
+        one, ``start_step`` must be)."""
+        c = t.consumer_checkpoints.c
+        current = conn.execute(
+            select(c.step, c.position).where(c.run_id == self.run_id, c.consumer == self.consumer)
+        ).first()
+        last_step = current.step if current else self.start_step
+        if self.step != last_step + 1:
+            raise InvalidRecordError(
+                f"{self.consumer} is at step {last_step}; the next step must be {last_step + 1}, not {self.step}"
+            )
+        if current is not None and self.position < current.position:
+            raise InvalidRecordError(
+                f"{self.consumer} checkpoint cannot move back from {current.position} to {self.position}"
+            )
+        return current is not None
+
+    def write(self, conn: Connection, has_checkpoint: bool) -> TrainStep:
+        """Insert the step and its metrics and move the checkpoint (inserted on the first step)."""
+        now = time.time()
+        key = {"run_id": self.run_id, "consumer": self.consumer}
+        step = {"step": self.step, "position": self.position}
+        row = {**key, **step, "batch_hash": self.batch_hash, "manifest": self.manifest, "created_at": now}
+        conn.execute(insert(t.train_steps).values(**row))
+        if self.metric_rows:
+            conn.execute(
+                insert(t.train_step_metrics), [{**key, "step": self.step, **m} for m in self.metric_rows]
+            )
+        values = {**step, "state": self.state, "updated_at": now}
+        if not has_checkpoint:
+            conn.execute(insert(t.consumer_checkpoints).values(**key, **values))
+        else:
+            c = t.consumer_checkpoints.c
+            conn.execute(
+                update(t.consumer_checkpoints)
+                .where(c.run_id == self.run_id, c.consumer == self.consumer)
+                .values(**values)
+            )
+        return TrainStep(self.consumer, self.step, self.position, self.batch_hash, self.manifest, now)
 
 
 def _metric_rows(metrics: Mapping[str, float]) -> list[dict[str, Any]]:
