@@ -30,6 +30,7 @@ from dressage.exports.verify import ExportVerificationError, verify_export
 from dressage.store import schema as t
 from dressage.store.event_store import EventStore
 from dressage.store.records import NewTurn, Run, check_text, prepare_turn
+from dressage.store.turn_io import token_fields
 
 BATCH_ROWS = 2000
 """Rows per insert batch (events, turns): one Parquet record batch at a time is in memory."""
@@ -169,26 +170,11 @@ def _event(run_id: int, e: dict[str, Any], task_ids: dict[int, int]) -> dict[str
 def _turn(run_name: str, run_id: int, row: dict[str, Any]) -> dict[str, Any]:
     """The turn row to insert, re-validated and re-hashed like a live append."""
     rec = NewTurn(
-        session_id=row["session_id"],
-        turn_index=row["turn_index"],
-        context_ids=row["context_ids"],
-        generated_ids=row["generated_ids"],
-        logprobs=row["logprobs"],
-        policy_versions=row["policy_versions"],
-        loss_mask=row["loss_mask"],
-        thread_index=row["thread_index"],
-        parent_turn_id=row["parent_turn_id"],
-        route=row["route"],
-        segment_index=row["segment_index"],
-        segment_offset=row["segment_offset"],
-        boundary_reason=row["boundary_reason"],
+        **token_fields(row),
         routed_experts=cube_from_column(
             row["routed_experts"], row["routed_experts_shape"], row["routed_experts_dtype"]
         ),
-        finish_reason=row["finish_reason"],
         sampling_params=json.loads(row["sampling_params"]),
-        request_fingerprint=row["request_fingerprint"],
-        latency_ms=row["latency_ms"],
         info=json.loads(row["info"]),
         key=row["turn_id"],
     )

@@ -14,7 +14,7 @@ from sqlalchemy import Table, select
 from dressage.store import schema as t
 from dressage.store.event_store import EventStore
 from dressage.store.records import Run, Turn, decode_experts
-from dressage.store.turn_io import fetch_turn_rows
+from dressage.store.turn_io import fetch_turn_rows, turn_from_row
 
 
 def session_rows(store: EventStore, run: Run) -> list[dict[str, Any]]:
@@ -70,30 +70,7 @@ def turn_rows(store: EventStore, run: Run, session_ids: list[str]) -> list[dict[
 
 def as_turn(row: dict[str, Any]) -> Turn:
     """A :class:`Turn` from a row of :func:`turn_rows` (for the trainer's materialization)."""
-    return Turn(
-        id=row["id"],
-        session_id=row["session_id"],
-        turn_index=row["turn_index"],
-        thread_index=row["thread_index"],
-        parent_turn_id=row["parent_turn_id"],
-        route=row["route"],
-        segment_index=row["segment_index"],
-        segment_offset=row["segment_offset"],
-        boundary_reason=row["boundary_reason"],
-        context_ids=row["context_ids"],
-        generated_ids=row["generated_ids"],
-        logprobs=row["logprobs"],
-        loss_mask=row["loss_mask"],
-        policy_versions=row["policy_versions"],
-        routed_experts=row["routed_experts"],
-        finish_reason=row["finish_reason"],
-        sampling_params=row["sampling_params"] or {},
-        request_fingerprint=row["request_fingerprint"],
-        content_hash=row["content_hash"],
-        latency_ms=row["latency_ms"],
-        info=row["info"] or {},
-        position=row["position"],
-    )
+    return turn_from_row(row, row["routed_experts"])
 
 
 def table_rows(store: EventStore, run: Run, table: Table, order: list[str]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -31,7 +31,7 @@ from dressage.store.pg_arrays import (
     encode_array,
     register_numpy_loaders,
 )
-from dressage.store.records import PreparedTurn
+from dressage.store.records import PreparedTurn, Turn
 
 TURN_COLUMNS = (
     "id",
@@ -502,3 +502,44 @@ def _sqlite_ints(text: str, dtype: type) -> np.ndarray:
     if len(text) <= 2:
         return np.empty(0, dtype=dtype)
     return np.fromstring(text[1:-1], dtype=dtype, sep=",")
+
+
+TOKEN_FIELDS = (
+    "session_id",
+    "turn_index",
+    "thread_index",
+    "parent_turn_id",
+    "route",
+    "segment_index",
+    "segment_offset",
+    "boundary_reason",
+    "context_ids",
+    "generated_ids",
+    "logprobs",
+    "loss_mask",
+    "policy_versions",
+    "finish_reason",
+    "request_fingerprint",
+    "latency_ms",
+)
+"""A turn row's fields that :class:`Turn` and :class:`NewTurn` take as they are stored (the log's
+rows and an export's alike)."""
+
+
+def token_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`TOKEN_FIELDS` of a turn row."""
+    return {name: row[name] for name in TOKEN_FIELDS}
+
+
+def turn_from_row(row: Mapping[str, Any], routed_experts: np.ndarray | None) -> Turn:
+    """A :class:`Turn` from a row of :func:`fetch_turn_rows`, with its experts decoded by the caller
+    (or None where they were not read)."""
+    return Turn(
+        id=row["id"],
+        **token_fields(row),
+        routed_experts=routed_experts,
+        sampling_params=row["sampling_params"] or {},
+        content_hash=row["content_hash"],
+        info=row["info"] or {},
+        position=row["position"],
+    )

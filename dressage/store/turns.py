@@ -17,7 +17,7 @@ from dressage.store.database import Database
 from dressage.store.records import AppendResult, NewTurn, Run, Turn, decode_experts, prepare_turn
 from dressage.store.runs import RunRepository
 from dressage.store.turn_appenders import TurnAppender
-from dressage.store.turn_io import fetch_token_columns, fetch_turn_rows
+from dressage.store.turn_io import fetch_token_columns, fetch_turn_rows, turn_from_row
 
 PARALLEL_READ_MIN_EVENTS = 2_000
 """Runs with more events than twice this are read back over two PostgreSQL connections."""
@@ -155,31 +155,5 @@ class TurnRepository:
 
 
 def _turn(row: dict[str, Any], with_experts: bool) -> Turn:
-    return Turn(
-        id=row["id"],
-        session_id=row["session_id"],
-        turn_index=row["turn_index"],
-        thread_index=row["thread_index"],
-        parent_turn_id=row["parent_turn_id"],
-        route=row["route"],
-        segment_index=row["segment_index"],
-        segment_offset=row["segment_offset"],
-        boundary_reason=row["boundary_reason"],
-        context_ids=row["context_ids"],
-        generated_ids=row["generated_ids"],
-        logprobs=row["logprobs"],
-        loss_mask=row["loss_mask"],
-        policy_versions=row["policy_versions"],
-        routed_experts=decode_experts(
-            row["experts"], row["experts_shape"], row["experts_dtype"], row["experts_codec"]
-        )
-        if with_experts
-        else None,
-        finish_reason=row["finish_reason"],
-        sampling_params=row["sampling_params"] or {},
-        request_fingerprint=row["request_fingerprint"],
-        content_hash=row["content_hash"],
-        latency_ms=row["latency_ms"],
-        info=row["info"] or {},
-        position=row["position"],
-    )
+    experts = (row["experts"], row["experts_shape"], row["experts_dtype"], row["experts_codec"])
+    return turn_from_row(row, decode_experts(*experts) if with_experts else None)
