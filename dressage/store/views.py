@@ -74,7 +74,7 @@ GROUP BY r.name, s.id, k.task_index, k.group_index, k.sample_index, s.attempt, s
          k.kind, k.eval_version
 """
 
-STEP_METRIC_COLUMNS = (
+TORCH_STEP_METRICS = (
     "loss",
     "pg_loss",
     "entropy",
@@ -85,6 +85,10 @@ STEP_METRIC_COLUMNS = (
     "is_ratio_mean",
     "is_ratio_max",
     "is_truncated_share",
+)
+"""What the torch backend measures in each step."""
+
+BATCH_STEP_METRICS = (
     "trained_tokens",
     "samples",
     "trajectories",
@@ -94,9 +98,13 @@ STEP_METRIC_COLUMNS = (
     "reward_std",
     "staleness_mean",
     "staleness_max",
-    "step_time_s",
-    "tokens_per_s",
 )
+"""The batch metrics every step records (plus ``staleness_tokens_<k>``, one per staleness seen)."""
+
+TIMING_STEP_METRICS = ("step_time_s", "tokens_per_s")
+"""How long a step took and its throughput."""
+
+STEP_METRIC_COLUMNS = (*TORCH_STEP_METRICS, *BATCH_STEP_METRICS, *TIMING_STEP_METRICS)
 """The metrics the ``step_metrics`` view (revision 0006) shows as columns; any other name (the
 staleness distribution ``staleness_tokens_<k>``, a backend's extras) is in ``train_step_metrics``."""
 

@@ -24,37 +24,17 @@ from collections.abc import Mapping
 import numpy as np
 
 from dressage.errors import InvalidRecordError
+from dressage.store.views import BATCH_STEP_METRICS, TIMING_STEP_METRICS, TORCH_STEP_METRICS
 from dressage.training.steps import StepBatch
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-BATCH_METRICS = (
-    "trained_tokens",
-    "samples",
-    "trajectories",
-    "response_length_mean",
-    "response_length_max",
-    "reward_mean",
-    "reward_std",
-    "staleness_mean",
-    "staleness_max",
-)
-"""The batch metrics every step records (plus ``staleness_tokens_<k>``, one per staleness seen)."""
+BATCH_METRICS = BATCH_STEP_METRICS
+"""The batch metrics every step records (the ``step_metrics`` view's columns, defined with it)."""
 
-TORCH_METRICS = (
-    "loss",
-    "pg_loss",
-    "entropy",
-    "kl_behaviour",
-    "grad_norm",
-    "lr",
-    "clip_fraction",
-    "is_ratio_mean",
-    "is_ratio_max",
-    "is_truncated_share",
-)
+TORCH_METRICS = TORCH_STEP_METRICS
 """What the torch backend measures in each step."""
 
-TIMING_METRICS = ("step_time_s", "tokens_per_s")
+TIMING_METRICS = TIMING_STEP_METRICS
 
 
 def batch_metrics(batch: StepBatch) -> dict[str, float]:
