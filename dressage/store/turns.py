@@ -155,5 +155,7 @@ class TurnRepository:
 
 
 def _turn(row: dict[str, Any], with_experts: bool) -> Turn:
+    if not with_experts:
+        return turn_from_row(row, None)
     experts = (row["experts"], row["experts_shape"], row["experts_dtype"], row["experts_codec"])
-    return turn_from_row(row, decode_experts(*experts) if with_experts else None)
+    return turn_from_row(row, decode_experts(*experts))

@@ -8,7 +8,8 @@ from typing import Any
 from typer.testing import CliRunner, Result
 
 from dressage.cli import app
-from dressage.store import EventStore, NewTurn, TaskSpec
+from dressage.store import EventStore, TaskSpec
+from tests.log_builders import record_one_turn_session
 
 
 def invoke(cli: CliRunner, db_url: str, *args: str, input: str | None = None) -> Result:
@@ -31,17 +32,8 @@ def add_eval_session(store: EventStore, run: str, *, version: int, reward: float
     )
     task_id = next(p.id for p in store.tasks.pairs(run) if p.kind == "eval" and p.task_index == task_index)
     sid = f"{run}-eval-{version}-{task_index}"
-    store.sessions.open(run, session_id=sid, task_id=task_id, agent="whitebox")
-    store.turns.append(
-        run,
-        NewTurn(
-            session_id=sid,
-            turn_index=0,
-            context_ids=[1, 2],
-            generated_ids=[3],
-            logprobs=[-0.1],
-            policy_versions=[version],
-        ),
+    ids = ([1, 2], [3])
+    record_one_turn_session(
+        store, run, sid, task_id=task_id, agent="whitebox", ids=ids, version=version, reward=reward
     )
-    store.sessions.finalize(sid, "finished", reward=reward, finish_reason="stop")
     return sid

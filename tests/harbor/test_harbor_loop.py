@@ -23,25 +23,15 @@ from dressage.loop.progress import LoopProgress
 from dressage.loop.runner import Loop, LoopOptions
 from dressage.store import EventStore
 from tests.harbor.conftest import REPO
+from tests.log_builders import tiny_loop_config
 from tests.rollout.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap]
 
 
 def test_loop_trains_on_a_harbor_dataset(tmp_path: Path) -> None:
-    cfg = {
-        "run": "harbor-loop",
-        "dataset": {"path": str(REPO / "examples" / "harbor" / "letters"), "limit": 2},
-        "n_samples_per_prompt": 2,
-        "engine": {"kind": "dev", "model": "tiny", "seed": 0},
-        "sampling": {"max_tokens": 4, "enable_thinking": False, "seed": 0},
-        "agent": {"kind": "answer"},
-        "sandbox": {"provider": "bwrap", "timeout_s": 20, "memory_mb": 512, "max_processes": 64},
-        "reward": {"kind": "harbor"},
-        "worker": {"concurrency": 4, "lease_s": 30, "session_timeout_s": 60, "poll_s": 0.1},
-        "train": {"lr": 50.0, "trainable": "lm_head"},
-        "loop": {"iterations": 2, "mode": "sync"},
-    }
+    letters = {"path": str(REPO / "examples" / "harbor" / "letters"), "limit": 2}
+    cfg = tiny_loop_config("harbor-loop", letters, reward="harbor", lr=50.0, iterations=2)
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'log.db'}", home=tmp_path / "home")

@@ -28,6 +28,7 @@ from dressage.store.replica import open_replica_store, wait_for_replay
 from dressage.training.consumer import Trainer
 from dressage.training.steps import StepOptions
 from dressage.view.readonly import open_readonly_store
+from tests.log_builders import tiny_loop_config
 from tests.store.test_server_crash import Cluster, _skip_reason
 from tests.training.builders import build_run, simple
 
@@ -167,19 +168,8 @@ def test_the_loops_trainer_reads_from_the_replica(clusters: tuple[Cluster, Stand
     (tmp_path / "tasks.jsonl").write_text(
         "".join(f'{{"prompt": "Say {c}.", "label": "{c}"}}\n' for c in "ab")
     )
-    cfg = {
-        "run": "loop-on-replica",
-        "dataset": {"path": str(tmp_path / "tasks.jsonl")},
-        "n_samples_per_prompt": 2,
-        "engine": {"kind": "dev", "model": "tiny", "seed": 0},
-        "sampling": {"max_tokens": 4, "enable_thinking": False, "seed": 0},
-        "agent": {"kind": "answer"},
-        "sandbox": {"provider": "bwrap", "timeout_s": 20, "memory_mb": 512, "max_processes": 64},
-        "reward": {"kind": "contains"},
-        "worker": {"concurrency": 4, "lease_s": 30, "session_timeout_s": 60, "poll_s": 0.1},
-        "train": {"lr": 1.0, "trainable": "lm_head"},
-        "loop": {"iterations": 1, "mode": "sync"},
-    }
+    tasks = {"path": str(tmp_path / "tasks.jsonl")}
+    cfg = tiny_loop_config("loop-on-replica", tasks, reward="contains", lr=1.0, iterations=1)
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     store = EventStore.open(settings=settings, auto_upgrade=False)

@@ -20,6 +20,7 @@ import numpy as np
 
 from dressage.store import EventStore, NewTurn, TaskSpec, turn_key
 from dressage.tito.tokenizer import load_qwen35_tokenizer
+from tests.log_builders import record_one_turn_session
 
 HOSTILE = "<script>alert('pwned')</script></textarea><a href=\"javascript:alert(2)\">click</a>"
 SECRET = "sk-live0123456789abcdefXYZ"
@@ -201,19 +202,10 @@ def build_eval_run(store: EventStore, run: str) -> EvalRun:
         version = store.tasks.kind_of(pair.id)[1] or 0
         reward = (1.0 - pair.sample_index) if not evaluating else float(version)
         sid = f"{run}-{pair.kind}-{i}"
-        store.sessions.open(run, session_id=sid, task_id=pair.id, agent="python")
-        store.turns.append(
-            run,
-            NewTurn(
-                session_id=sid,
-                turn_index=0,
-                context_ids=[9707, 11],
-                generated_ids=[1234],
-                logprobs=[-0.1],
-                policy_versions=[version],
-            ),
+        ids = ([9707, 11], [1234])
+        record_one_turn_session(
+            store, run, sid, task_id=pair.id, agent="python", ids=ids, version=version, reward=reward
         )
-        store.sessions.finalize(sid, "finished", reward=reward, finish_reason="stop")
         if evaluating:
             out.evals[sid] = (version, reward)
         else:
