@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -111,7 +111,7 @@ class SamplingParams(BaseModel):
     regex: str | None = None
     ebnf: str | None = None
 
-    def to_body(self) -> dict[str, Any]:
+    def to_body(self) -> dict[str, object]:
         """The JSON object to send as ``sampling_params`` (unset fields omitted)."""
         return self.model_dump(exclude_none=True)
 
@@ -134,7 +134,7 @@ class GenerateRequest(BaseModel):
     return_routed_experts: bool = False
     routed_experts_start_len: int = Field(default=0, ge=0)
 
-    def to_body(self) -> dict[str, Any]:
+    def to_body(self) -> dict[str, object]:
         """The JSON body, with unset optional fields omitted."""
         body = self.model_dump(exclude_none=True, exclude={"sampling_params"})
         body["sampling_params"] = self.sampling_params.to_body()
@@ -285,7 +285,7 @@ def decode_routed_experts(data: str, num_layers: int, top_k: int) -> np.ndarray:
     return flat.reshape(-1, num_layers, top_k).copy()
 
 
-def sse_event(payload: dict[str, Any] | str) -> bytes:
+def sse_event(payload: dict[str, object] | str) -> bytes:
     """One server-sent event line as SGLang writes it: ``data: <json>\\n\\n``."""
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n".encode()

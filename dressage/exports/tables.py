@@ -20,8 +20,6 @@ turn index, events by position, tasks by number).
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pyarrow as pa
 
@@ -183,11 +181,11 @@ ARCHIVE_FILES = {
 }
 
 
-def canonical(doc: Any) -> str:
+def canonical(doc: object) -> str:
     """A JSON document as canonical text (sorted keys): the same bytes on every backend read."""
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def table_of(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
+def table_of(schema: pa.Schema, rows: list[dict[str, object]]) -> pa.Table:
     """Rows of plain values (JSON columns already text) as a table of ``schema``."""
     return pa.Table.from_pylist(rows, schema=schema)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
 
 from harbor.environments.base import BaseEnvironment, ExecResult  # type: ignore[import-not-found,unused-ignore]
 from harbor.environments.capabilities import (  # type: ignore[import-not-found,unused-ignore]
@@ -37,7 +36,7 @@ from dressage.paddock.bwrap import BwrapProvider, BwrapSandbox
 class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
     """Harbor's environment interface over a dressage bubblewrap sandbox (see the module docstring)."""
 
-    def __init__(self, *args: Any, network: bool | str = False, **kwargs: Any) -> None:
+    def __init__(self, *args: object, network: bool | str = False, **kwargs: object) -> None:
         self._network = str(network).lower() in ("1", "true", "yes")
         self._plan: RootfsPlan | None = None
         self._refusal: ConfigError | None = None

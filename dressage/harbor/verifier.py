@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from typing import Any
 
 from dressage.errors import RewardError, SandboxError
 from dressage.harbor.sandbox import TESTS_DIR, VERIFIER_LOGS, internet_note
@@ -170,7 +169,7 @@ async def verify(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
     except RewardError as e:
         tail = stdout.strip()[-300:]
         raise RewardError(f"{where}: {e}" + (f"; test output ends: {tail}" if tail else "")) from None
-    details: dict[str, Any] = {
+    details: dict[str, object] = {
         "task": info["name"],
         "checksum": info["checksum"],
         "rewards": rewards,

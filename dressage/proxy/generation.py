@@ -34,7 +34,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 
@@ -146,7 +146,7 @@ class Generation:
             return None
         sampling = self.sampling
         if self.ids:
-            update: dict[str, Any] = {}
+            update: dict[str, object] = {}
             if budget is not None:
                 update["max_new_tokens"] = budget - len(self.ids)
             sampling = sampling.model_copy(update=update)

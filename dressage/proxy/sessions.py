@@ -26,7 +26,6 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from dressage.errors import AuthError, ConflictError
 from dressage.proxy.replay import Replay, build_replay
@@ -50,7 +49,7 @@ def _text(content: object) -> str:
     return str(content or "").strip()
 
 
-def context_key(messages: list[dict[str, Any]]) -> str:
+def context_key(messages: list[dict[str, object]]) -> str:
     """Short hash of a conversation's identity: the system prompt and the first message after it.
 
     Requests with the same key belong to one agent context (thread) even when their tokens
@@ -85,7 +84,7 @@ class ResponseLink:
 
     turn_index: int
     previous: str | None
-    input: list[dict[str, Any]]
+    input: list[dict[str, object]]
     parse_tools: bool
     enable_thinking: bool | None
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from dressage.tito.tokenizer import Tokenizer
 
@@ -22,7 +21,7 @@ THINK_END = "</think>"
 TOOL_CALL = "<tool_call>"
 
 
-def sse(payload: dict[str, Any] | str) -> bytes:
+def sse(payload: dict[str, object] | str) -> bytes:
     """One ``data:`` event."""
     data = (
         payload

@@ -24,7 +24,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -38,7 +38,7 @@ from dressage.store import TaskSpec
 class _Message(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Any = None
+    content: object = None
 
 
 class TaskRow(BaseModel):
@@ -48,8 +48,8 @@ class TaskRow(BaseModel):
     id: str | None = None
     prompt: str | None = None
     messages: list[_Message] | None = None
-    label: Any = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    label: object = None
+    metadata: dict[str, object] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)
     tests: dict[str, str] = Field(default_factory=dict)
 
@@ -133,7 +133,7 @@ def load_tasks(path: str | Path, limit: int | None = None, provider: str = "bwra
     return tasks
 
 
-def _field(loc: tuple[Any, ...]) -> str:
+def _field(loc: tuple[object, ...]) -> str:
     """``('messages', 0, 'role')`` -> ``messages[0].role``."""
     out = ""
     for part in loc:
@@ -141,7 +141,7 @@ def _field(loc: tuple[Any, ...]) -> str:
     return out or "row"
 
 
-def find_unstorable_text(value: Any, where: str = "") -> str | None:
+def find_unstorable_text(value: object, where: str = "") -> str | None:
     """``field: problem`` for the first NUL character or lone surrogate in a row, else None.
 
     Checked at load (not at enqueue) so a bad row stops the command before the run is created.

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -104,7 +104,7 @@ class RolloutProgress:
         )
         return snap
 
-    def summary_table(self, snap: Snapshot, extra: dict[str, Any] | None = None) -> Table:
+    def summary_table(self, snap: Snapshot, extra: Mapping[str, object] | None = None) -> Table:
         """The end-of-run table."""
         wall = time.monotonic() - self.started
         table = Table(title=f"rollout {self.run.name}", show_header=False)

@@ -62,7 +62,7 @@ class TaskKind(Protocol):
         """Raise :class:`ConfigError` when the run's choices cannot run ``tasks`` (all of the dataset's)."""
         ...
 
-    def snapshot(self, tasks: list[Task]) -> dict[str, Any]:
+    def snapshot(self, tasks: list[Task]) -> dict[str, object]:
         """Entries for the run snapshot about this kind's tasks among ``tasks`` (``{}``: none)."""
         ...
 
@@ -119,9 +119,9 @@ def reader_of(path: Path) -> TaskKind | None:
     return next((k for k in _KINDS.values() if k.reads(path)), None)
 
 
-def snapshot(tasks: list[Task]) -> dict[str, Any]:
+def snapshot(tasks: list[Task]) -> dict[str, object]:
     """The run snapshot's entries of every registered kind (``{}`` for a JSONL dataset)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for kind in _KINDS.values():
         out.update(kind.snapshot(tasks))
     return out

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.engine import Engine
@@ -127,7 +127,7 @@ class Database:
         conn: Connection,
         run_id: int,
         kind: str,
-        payload: Mapping[str, Any],
+        payload: Mapping[str, object],
         *,
         key: str | None = None,
         session_id: str | None = None,

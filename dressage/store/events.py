@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from sqlalchemy import func, select
 
@@ -25,7 +24,7 @@ class EventRepository:
         self,
         run: str | Run,
         kind: str,
-        payload: Mapping[str, Any] | None = None,
+        payload: Mapping[str, object] | None = None,
         *,
         key: str | None = None,
         session_id: str | None = None,

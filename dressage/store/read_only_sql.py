@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
@@ -35,7 +34,9 @@ def check_read_only(query: str) -> str:
     return stripped
 
 
-def run_read_only(db: Database, query: str, *, limit: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+def run_read_only(
+    db: Database, query: str, *, limit: int
+) -> tuple[list[str], list[tuple[object, ...]], bool]:
     """Run one SELECT in a read-only, rolled-back transaction; return columns, rows, truncated."""
     sql = check_read_only(query)
     sqlite = db.dialect == "sqlite"

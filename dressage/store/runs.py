@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from sqlalchemy import Row, and_, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -24,7 +23,9 @@ class RunRepository:
         self.db = db
         self._cache: dict[str, Run] = {}
 
-    def create(self, name: str, config: Mapping[str, Any] | None = None, *, must_match: bool = True) -> Run:
+    def create(
+        self, name: str, config: Mapping[str, object] | None = None, *, must_match: bool = True
+    ) -> Run:
         """Create run ``name`` with a frozen config snapshot, or continue it if it exists.
 
         When the run exists and ``must_match`` is set, its stored config must equal ``config``
@@ -174,5 +175,5 @@ class RunRepository:
         )
 
 
-def _run(r: Row[Any]) -> Run:
+def _run(r: Row[object]) -> Run:
     return Run(r.id, r.name, r.config, r.config_hash, r.created_at)

@@ -9,7 +9,6 @@ asked for; others register with :func:`register_profile`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from dressage.errors import ConfigError
 from dressage.tito.model_profile import FullRenderer, ModelProfile, PromptRenderer
@@ -68,7 +67,7 @@ def profile_record(profile: ModelProfile) -> dict[str, str]:
     return {"model_profile": profile.name, "template_sha256": profile.template_hash}
 
 
-def check_run_profile(run_name: str, config: Mapping[str, Any], profile: ModelProfile) -> None:
+def check_run_profile(run_name: str, config: Mapping[str, object], profile: ModelProfile) -> None:
     """Refuse to serve run ``run_name`` with ``profile`` when its config recorded another one.
 
     A run's token ids only mean something under the template and vocabulary that produced them;

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any
 
 from dressage.tito.chat_template import (
     IM_END,
@@ -71,7 +70,9 @@ class _QwenProfile(ModelProfile):
     def _thinking(self, enable_thinking: bool | None) -> bool:
         return self.thinking if enable_thinking is None else enable_thinking
 
-    def think_open(self, enable_thinking: bool | None = None, messages: Sequence[Any] | None = None) -> bool:
+    def think_open(
+        self, enable_thinking: bool | None = None, messages: Sequence[object] | None = None
+    ) -> bool:
         return self._thinking(enable_thinking)
 
     def split_reasoning(self, text: str, think_open: bool) -> tuple[str | None, str]:
@@ -87,8 +88,8 @@ class _QwenProfile(ModelProfile):
 
     def render_parts(
         self,
-        messages: Sequence[Any],
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[object],
+        tools: Sequence[Mapping[str, object]] | None = None,
         add_generation_prompt: bool = True,
         enable_thinking: bool | None = None,
     ) -> RenderedConversation:
@@ -122,7 +123,7 @@ class _QwenProfile(ModelProfile):
     def parse_assistant(
         self,
         text: str,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
         enable_thinking: bool | None = None,
         seed: str | None = None,
     ) -> ParsedAssistant:

@@ -27,7 +27,6 @@ import bisect
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dressage.errors import TemplateError
 from dressage.tito.chat_template import (
@@ -58,7 +57,7 @@ class PromptText:
     header_len: int
 
 
-def _is_query(msg: Mapping[str, Any]) -> bool:
+def _is_query(msg: Mapping[str, object]) -> bool:
     """Whether a normalised message is a real user query (not only a ``<tool_response>`` wrapper)."""
     if msg.get("role") != "user":
         return False
@@ -66,7 +65,7 @@ def _is_query(msg: Mapping[str, Any]) -> bool:
     return not (text.startswith("<tool_response>") and text.endswith("</tool_response>"))
 
 
-def _trusted(raw: Any) -> bool:
+def _trusted(raw: object) -> bool:
     """Whether ``==`` on this raw message implies an equal rendering (see the module docstring)."""
     if type(raw) is not dict:
         return False
@@ -88,7 +87,7 @@ def _trusted(raw: Any) -> bool:
     return True
 
 
-def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
+def common_prefix_len(a: Sequence[object], b: Sequence[object]) -> int:
     """Length of the common prefix of two strings or lists (C-speed slice compares, then bisection)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
@@ -107,8 +106,8 @@ def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
 class _Entry:
     """One cached rendering: raw message copies, normalised messages and their NFC pieces."""
 
-    raw: list[Any]
-    norm: list[dict[str, Any]]
+    raw: list[object]
+    norm: list[dict[str, object]]
     pieces: list[str]
     queries: list[int]  # indices of real user queries, ascending
     untrusted: list[int]  # indices whose equality does not imply an equal rendering
@@ -129,7 +128,7 @@ class IncrementalRenderer:
         self.reused = 0
         """Pieces reused by the last :meth:`render` (for tests and profiling)."""
 
-    def _lookup(self, messages: list[Any]) -> tuple[_Entry | None, int]:
+    def _lookup(self, messages: list[object]) -> tuple[_Entry | None, int]:
         best: tuple[_Entry | None, int] = (None, 0)
         for entry in self._entries:
             try:
@@ -142,8 +141,8 @@ class IncrementalRenderer:
 
     def render(
         self,
-        messages: Sequence[Any],
-        tools: Sequence[Any] | None = None,
+        messages: Sequence[object],
+        tools: Sequence[object] | None = None,
         enable_thinking: bool | None = None,
     ) -> PromptText:
         """Render with the generation prompt; equal to NFC of the full template rendering."""
@@ -192,8 +191,8 @@ class IncrementalRenderer:
         self,
         entry: _Entry | None,
         k: int,
-        msgs: list[Any],
-        norm: list[dict[str, Any]],
+        msgs: list[object],
+        norm: list[dict[str, object]],
         pieces: list[str],
         queries: list[int],
         separable: bool,

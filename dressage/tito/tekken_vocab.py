@@ -17,7 +17,6 @@ import hashlib
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from dressage.errors import TokenizationError
 from dressage.tito._cache import atomic_write_bytes, cache_subdir
@@ -71,7 +70,7 @@ def build_tekken_tokenizer_json(path: Path) -> str:
     if clash:
         raise TokenizationError(f"{path.name}: control tokens {clash[:3]} are also BPE tokens")
     vocab.update({text: i for i, text in enumerate(controls)})  # added tokens keep ids found in the vocab
-    added: list[dict[str, Any]] = [
+    added: list[dict[str, object]] = [
         {"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False}
         | {"normalized": False, "special": True}
         for i, text in enumerate(controls)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from dressage.errors import ReplayDriftError
 from dressage.store.event_store import EventStore
@@ -234,7 +234,7 @@ def step_metrics(batch: StepBatch, trainer: dict[str, float], seconds: float) ->
     return out
 
 
-def manifest_summary(batch: StepBatch) -> dict[str, Any]:
+def manifest_summary(batch: StepBatch) -> dict[str, object]:
     """A few numbers of a step for progress displays."""
     m = batch.manifest
     return {

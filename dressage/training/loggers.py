@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from dressage.config import Settings, load_settings
 from dressage.errors import ConfigError
@@ -97,7 +97,7 @@ def wandb_mode(settings: Settings) -> WandbMode:
 class WandbLogger:
     """A Weights & Biases run (offline without an API key)."""
 
-    def __init__(self, out_dir: Path, run_name: str, config: Mapping[str, Any]) -> None:
+    def __init__(self, out_dir: Path, run_name: str, config: Mapping[str, object]) -> None:
         try:
             import wandb
         except ImportError:
@@ -138,7 +138,9 @@ class Loggers:
         self.loggers = list(loggers)
 
     @classmethod
-    def open(cls, names: Sequence[str], out_dir: Path, run_name: str, config: Mapping[str, Any]) -> Loggers:
+    def open(
+        cls, names: Sequence[str], out_dir: Path, run_name: str, config: Mapping[str, object]
+    ) -> Loggers:
         """Open ``names`` writing under ``out_dir`` (``tensorboard/``, ``wandb/``)."""
         opened: list[MetricLogger] = []
         try:

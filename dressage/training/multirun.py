@@ -25,7 +25,6 @@ import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dressage.errors import ConfigError, ReplayDriftError
 from dressage.store.event_store import EventStore
@@ -98,7 +97,7 @@ class MultiRunTrainer:
         version = self.options.initial_version + step - 1
         samples: list[TrainSample] = []
         origins: list[str] = []
-        decisions: list[dict[str, Any]] = []
+        decisions: list[dict[str, object]] = []
         new_cursors = list(cursors)
         n_kept = consumed = 0
         for p in self._pending:

@@ -29,7 +29,6 @@ themselves stay in the log (``turns.policy_versions``, the ``token_events`` view
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -91,7 +90,7 @@ class TrainSample:
             out["rollout_routed_experts"] = np.ascontiguousarray(self.rollout_routed_experts, dtype=np.int32)
         return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """Provenance for the manifest (without hashes)."""
         return {
             "session": self.session_id,

@@ -27,7 +27,7 @@ import shutil
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 
@@ -55,7 +55,7 @@ def parse_urls(value: str, option: str = "--push-to") -> list[str]:
     return urls
 
 
-def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+def _run_sync(coro: Coroutine[object, object, T]) -> T:
     """Run ``coro`` to completion from synchronous code, also when this thread already runs a loop."""
     try:
         asyncio.get_running_loop()
@@ -180,7 +180,7 @@ class WeightPusher:
             return
         await _on_every_engine(pool.continue_(), "continue_generation")
 
-    async def _on_every_proxy(self, route: str, body: dict[str, Any]) -> None:
+    async def _on_every_proxy(self, route: str, body: dict[str, object]) -> None:
         """POST ``route`` to every proxy at once; the first failure is raised (after all answered)."""
         results = await asyncio.gather(
             *(self._admin(base, route, body) for base in self.proxy_admin_urls), return_exceptions=True
@@ -189,7 +189,7 @@ class WeightPusher:
             if isinstance(r, BaseException):
                 raise r
 
-    async def _admin(self, base: str, route: str, body: dict[str, Any]) -> None:
+    async def _admin(self, base: str, route: str, body: dict[str, object]) -> None:
         url = f"{base}{route}"
         headers = {"Authorization": f"Bearer {self.admin_token}"}
         try:
@@ -225,7 +225,7 @@ def _failed_on(e: EngineBroadcastError) -> str:
     return "; ".join(f"{url}: {error}" for url, error in e.failures)
 
 
-async def _on_every_engine(command: Coroutine[Any, Any, None], what: str) -> None:
+async def _on_every_engine(command: Coroutine[object, object, None], what: str) -> None:
     """Await a pool-wide engine command; its failure becomes a :class:`TrainingError` saying what to do."""
     try:
         await command

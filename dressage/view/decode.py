@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -93,7 +92,7 @@ def _profile_decoder(name: str) -> TokenDecoder | None:
         return None
 
 
-def profile_decoder(run_config: Mapping[str, Any]) -> TokenDecoder | None:
+def profile_decoder(run_config: Mapping[str, object]) -> TokenDecoder | None:
     """The decoder of the model profile a run recorded, or None (Qwen3.5, no record, not loadable)."""
     from dressage.tito.profiles import RUN_RECORD_KEY
 

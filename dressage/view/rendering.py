@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -14,7 +13,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 
 
-def _num(value: Any, digits: int = 3) -> str:
+def _num(value: object, digits: int = 3) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -36,7 +35,7 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} ms"
 
 
-def _orjson_dumps(value: Any, **_: Any) -> str:
+def _orjson_dumps(value: object, **_: object) -> str:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
@@ -56,6 +55,6 @@ def environment() -> Environment:
     return env
 
 
-def render(env: Environment, name: str, context: dict[str, Any]) -> str:
+def render(env: Environment, name: str, context: dict[str, object]) -> str:
     """Render template ``name`` with ``context``."""
     return env.get_template(name).render(**context)

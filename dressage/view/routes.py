@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
 from urllib.parse import urlencode
 
 from jinja2 import Environment
@@ -50,7 +49,7 @@ class _Pages:
     def __init__(self, viewer: Viewer, env: Environment, streams: LiveStreams) -> None:
         self.viewer, self.env, self.streams = viewer, env, streams
 
-    def html(self, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
+    def html(self, name: str, context: dict[str, object], status: int = 200) -> HTMLResponse:
         return HTMLResponse(render(self.env, name, {"u": URLS, **context}), status_code=status)
 
     def guarded(self, fn: Callable[[Request], Response]) -> Handler:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from starlette.responses import JSONResponse
 
@@ -131,7 +130,7 @@ def _check_messages(messages: object) -> list[dict[str, object]]:
     ]
 
 
-def _check_tools(value: object) -> list[dict[str, Any]] | None:
+def _check_tools(value: object) -> list[dict[str, object]] | None:
     tools = tool_list(value)
     if tools is None:
         return None
@@ -151,7 +150,7 @@ def _check_tools(value: object) -> list[dict[str, Any]] | None:
     return out
 
 
-def _tool_choice(body: dict[str, object], tools: list[dict[str, Any]] | None) -> tuple[bool, str | None]:
+def _tool_choice(body: dict[str, object], tools: list[dict[str, object]] | None) -> tuple[bool, str | None]:
     choice = body.get("tool_choice")
     if choice is None or choice in ("auto", "none", "required"):
         return resolve_tool_choice(choice or "auto", None, tools, "tool_choice")
@@ -342,7 +341,7 @@ def _thinking(body: dict[str, object]) -> bool | None:
 
 
 def _sampling(body: dict[str, object]) -> dict[str, object]:
-    sampling: dict[str, Any] = {}
+    sampling: dict[str, object] = {}
     for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
         value = number(body, name, lo, hi)
         if value is not None:
@@ -482,7 +481,7 @@ def assistant_message(conv: Conversation, parsed: ParsedAssistant) -> dict[str, 
 
 def _choice(profile: ModelProfile, conv: Conversation, reply: ReplyData, index: int) -> dict[str, object]:
     parsed = reply_parse(profile, conv, reply)
-    choice: dict[str, Any] = {
+    choice: dict[str, object] = {
         "index": index,
         "message": assistant_message(conv, parsed),
         "finish_reason": finish_reason(reply.stop_reason, parsed),
@@ -510,8 +509,8 @@ def completion_body(
 
 
 def chunk(
-    completion_id: str, created: int, model: str, delta: dict[str, Any], finish_reason: str | None = None,
-    logprobs: list[dict[str, Any]] | None = None, index: int = 0,
+    completion_id: str, created: int, model: str, delta: dict[str, object], finish_reason: str | None = None,
+    logprobs: list[dict[str, object]] | None = None, index: int = 0,
 ) -> dict[str, object]:  # fmt: skip
     """A ``chat.completion.chunk`` with one choice."""
     return {
@@ -530,7 +529,7 @@ def chunk(
     }
 
 
-def tool_call_deltas(tool_calls: list[dict[str, Any]]) -> list[dict[str, object]]:
+def tool_call_deltas(tool_calls: list[dict[str, object]]) -> list[dict[str, object]]:
     """Every parsed tool call, whole, with its index (the ``tool_calls`` of a delta)."""
     return [{"index": i, **call} for i, call in enumerate(tool_calls)]
 
@@ -559,12 +558,12 @@ class ChatStream(StreamRenderer):
         self.index = index
         self.ended = ended if ended is not None else []
         """Replies of the request's choices streamed so far (shared by its renderers, for usage)."""
-        self._held: tuple[str, str, list[dict[str, Any]] | None] | None = None
-        self._lp: list[dict[str, Any]] = []
+        self._held: tuple[str, str, list[dict[str, object]] | None] | None = None
+        self._lp: list[dict[str, object]] = []
         self._pending_top: list[list[tuple[int, float]]] | None = None
 
     def _chunk(
-        self, delta: dict[str, Any], finish: str | None = None, lp: list[dict[str, Any]] | None = None
+        self, delta: dict[str, object], finish: str | None = None, lp: list[dict[str, object]] | None = None
     ) -> bytes:
         return sse(chunk(self.cid, self.created, self.model, delta, finish, logprobs=lp, index=self.index))
 
@@ -592,7 +591,7 @@ class ChatStream(StreamRenderer):
     def alternatives(self, top: list[list[tuple[int, float]]]) -> None:
         self._pending_top = top
 
-    def _take_lp(self) -> list[dict[str, Any]] | None:
+    def _take_lp(self) -> list[dict[str, object]] | None:
         lp, self._lp = (self._lp or None), []
         return lp if self.conv.logprobs else None
 
