@@ -32,7 +32,7 @@ _PATTERNS = [
 ]
 
 
-def redact_json(value: Any, secrets: Iterable[str] = ()) -> Any:
+def redact_json(value: object, secrets: Iterable[str] = ()) -> Any:
     """``value`` (JSON-like: dicts, lists, scalars) with every string, keys included, redacted."""
     secrets = tuple(secrets)
     if isinstance(value, str):

@@ -162,7 +162,7 @@ class OpenCodeAgent(BlackboxAgent):
 
     async def prepare(self, ctx: AgentContext) -> None:
         """Write ``opencode.json`` (OpenAI-compatible provider at the session URL, autoupdate off)."""
-        config: dict[str, Any] = {
+        config: dict[str, object] = {
             "$schema": "https://opencode.ai/config.json",
             "autoupdate": False,
             "share": "disabled",

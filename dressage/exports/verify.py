@@ -19,7 +19,7 @@ def read_manifest(export_dir: Path | str) -> dict[str, Any]:
     """The manifest of an export of this format version; a one-line error otherwise."""
     root = Path(export_dir)
     try:
-        manifest: dict[str, Any] = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        manifest: dict[str, object] = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ExportVerificationError(
             f"{root} has no readable {MANIFEST} ({e}); it is not an export or the export was interrupted"
@@ -41,7 +41,7 @@ def verify_export(export_dir: Path | str) -> dict[str, Any]:
     """
     root = Path(export_dir)
     manifest = read_manifest(root)
-    expected: dict[str, dict[str, Any]] = manifest.get("files", {})
+    expected: dict[str, dict[str, object]] = manifest.get("files", {})
     present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()} - {MANIFEST}
     problems = [f"missing {name}" for name in sorted(set(expected) - present)]
     problems += [f"unexpected {name}" for name in sorted(present - set(expected))]

@@ -46,7 +46,7 @@ def harbor_mounts(workdir: str) -> dict[str, str]:
     return mounts
 
 
-def task_image(info: Mapping[str, Any]) -> dict[str, Any] | None:
+def task_image(info: Mapping[str, object]) -> dict[str, Any] | None:
     """The task's image (``{"kind": "dockerfile"|"docker_image", "ref": ...}``), None when image-less."""
     image = info.get("image")
     if isinstance(image, dict):
@@ -54,7 +54,7 @@ def task_image(info: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"kind": "dockerfile", "ref": None} if info.get("rootfs") else None  # tasks loaded before "image"
 
 
-def e2b_template(info: Mapping[str, Any], templates: Mapping[str, str], default: str | None) -> str | None:
+def e2b_template(info: Mapping[str, object], templates: Mapping[str, str], default: str | None) -> str | None:
     """The E2B template of a Harbor task: ``default`` when image-less, else its mapping, else refused."""
     image = task_image(info)
     if image is None:
@@ -107,7 +107,7 @@ def task_spec(
     )
 
 
-def internet_note(spec_network: bool, info: dict[str, Any]) -> str:
+def internet_note(spec_network: bool, info: dict[str, object]) -> str:
     """How the task's internet wish was honoured: ``granted``, ``refused`` or ``not wanted``."""
     if not info.get("wants_internet"):
         return "not wanted"

@@ -143,7 +143,7 @@ class _ArgError(Exception):
     pass
 
 
-def _field(args: dict[str, Any], key: str, typ: type) -> Any:
+def _field(args: dict[str, object], key: str, typ: type) -> Any:
     if key not in args:
         raise _ArgError(f"missing required argument {key!r}")
     if not isinstance(args[key], typ):

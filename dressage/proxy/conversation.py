@@ -166,7 +166,7 @@ def function_tool(name: object, description: object, parameters: object, where: 
             param=where,
             code="invalid_type",
         )
-    fn: dict[str, Any] = {"name": name}
+    fn: dict[str, object] = {"name": name}
     if description is not None:
         fn["description"] = description
     if parameters is not None:
@@ -212,7 +212,7 @@ def resolve_tool_choice(
 
 
 def merge_defaults(
-    sampling: dict[str, Any], max_tokens: int | None, defaults: Mapping[str, object] | None
+    sampling: dict[str, object], max_tokens: int | None, defaults: Mapping[str, object] | None
 ) -> int | None:
     """Fill the run's default sampling under what the request set; returns the max-tokens cap."""
     for key, value in (defaults or {}).items():

@@ -154,7 +154,7 @@ class SamplingConfig(_Strict):
 
     def engine_defaults(self) -> dict[str, Any]:
         """The proxy's defaults for requests that leave them out, in SGLang's names."""
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "max_new_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -332,7 +332,7 @@ class RolloutConfig(_Strict):
         return self.model_dump(mode="json", exclude=exclude)
 
 
-def _where(loc: tuple[Any, ...]) -> str:
+def _where(loc: tuple[object, ...]) -> str:
     """``('agent', 'command', 'max_turns')`` -> ``agent.max_turns`` (drops union tag segments)."""
     parts: list[str] = []
     for i, p in enumerate(loc):
@@ -361,7 +361,7 @@ def format_validation_error(e: ValidationError) -> str:
     return f"{n} mistake{'s' if n != 1 else ''}: " + "; ".join(items)
 
 
-def parse_config(data: Any, *, source: str = "config", base_dir: Path | None = None) -> RolloutConfig:
+def parse_config(data: object, *, source: str = "config", base_dir: Path | None = None) -> RolloutConfig:
     """Validate a config mapping; resolve ``dataset.path`` against ``base_dir``."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections (run, dataset, agent, ...)")

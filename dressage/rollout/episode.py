@@ -104,7 +104,9 @@ class _Failed(Exception):
         self.reason = reason
 
 
-async def _renew(env: EpisodeEnv, lease: TaskLease, owner_task: asyncio.Task[Any], lost: list[bool]) -> None:
+async def _renew(
+    env: EpisodeEnv, lease: TaskLease, owner_task: asyncio.Task[object], lost: list[bool]
+) -> None:
     """Renew the lease every third of its length; on loss, cancel the episode."""
     lease_s = env.cfg.worker.lease_s
     while True:
@@ -238,7 +240,7 @@ async def _play(
     handle: SessionHandle,
     agent_log: AgentLog,
     held: _Held,
-    sampling: dict[str, Any],
+    sampling: dict[str, object],
 ) -> AgentResult:
     """Create the sandbox and run the agent; failures raise :class:`_Failed`."""
     from openai import AsyncOpenAI
@@ -350,7 +352,7 @@ async def _archive(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log
 
 def _session_info(lease: TaskLease) -> dict[str, Any]:
     """The session's ``info``: its place in the queue, and for an eval session the version it evaluates."""
-    info: dict[str, Any] = {
+    info: dict[str, object] = {
         "task_index": lease.task_index,
         "sample_index": lease.sample_index,
         "group_index": lease.group_index,
@@ -361,7 +363,7 @@ def _session_info(lease: TaskLease) -> dict[str, Any]:
 
 
 def _finish_info(lease: TaskLease, result: AgentResult | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {**_session_info(lease), "attempt": lease.attempt}
+    meta: dict[str, object] = {**_session_info(lease), "attempt": lease.attempt}
     if result is not None:
         meta.update(
             turns=result.turns,

@@ -98,7 +98,7 @@ class TaskRepository:
             ]
             if rows:
                 conn.execute(insert(t.tasks), rows)
-                payload: dict[str, Any] = {"n_added": len(rows), "n_samples": n_samples}
+                payload: dict[str, object] = {"n_added": len(rows), "n_samples": n_samples}
                 if eval_version is not None:
                     payload.update(kind="eval", eval_version=eval_version)
                 self.db.append_event_tx(conn, r.id, "tasks_enqueued", payload)
@@ -162,7 +162,7 @@ class TaskRepository:
         return list(self.db.retrying(tx))
 
     def _lease_tx(
-        self, conn: Connection, r: Run, row: Row[Any], owner: str, expires: float, now: float
+        self, conn: Connection, r: Run, row: Row[object], owner: str, expires: float, now: float
     ) -> TaskLease:
         """Lease the task of ``row`` to ``owner`` until ``expires`` and record ``task_claimed``."""
         attempt = row.attempts + 1

@@ -246,7 +246,7 @@ class PgTurnAppender:
 
     def __init__(self, url: URL) -> None:
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[object] | None = None
 
     def append(self, values: list[bytes | None]) -> int | None:
         """Run the append statement; the new position, or None when nothing was recorded."""
@@ -302,7 +302,7 @@ class AsyncPgTurnAppender:
 
     def __init__(self, conninfo: str) -> None:
         self._conninfo = conninfo
-        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._conn: psycopg.AsyncConnection[object] | None = None
 
     async def append(self, values: list[bytes | None]) -> int | None:
         """Run the append statement; same answer as :meth:`PgTurnAppender.append`."""
@@ -344,7 +344,7 @@ class AsyncPgTurnAppender:
             await self._result(conn)
         return self._conn
 
-    async def _result(self, conn: psycopg.AsyncConnection[Any]) -> pq.abc.PGresult:
+    async def _result(self, conn: psycopg.AsyncConnection[object]) -> pq.abc.PGresult:
         try:
             results = await conn.wait(execute(conn.pgconn))
             res = results[-1]
@@ -424,7 +424,7 @@ def _sqlite_mask_and_versions(
 
 
 def fetch_turn_rows(
-    conn: Connection, where: str, params: dict[str, Any], *, with_experts: bool
+    conn: Connection, where: str, params: dict[str, object], *, with_experts: bool
 ) -> list[dict[str, Any]]:
     """Turn rows matching ``where`` (SQL over table ``turns``), per-token arrays as numpy."""
     cols = [_ELIDED.get(c, c) for c in TURN_COLUMNS if with_experts or c not in ("experts",)]

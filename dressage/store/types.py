@@ -28,7 +28,7 @@ class _JsonListOnSqlite(TypeDecorator[list[Any]]):
             return dialect.type_descriptor(postgresql.ARRAY(self.element(), dimensions=1))
         return dialect.type_descriptor(Text())
 
-    def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> Any:
+    def process_bind_param(self, value: list[object] | None, dialect: Dialect) -> Any:
         if value is None or dialect.name == "postgresql":
             return value
         return orjson.dumps(value).decode()
@@ -59,7 +59,7 @@ class BoolArray(_JsonListOnSqlite):
     cache_ok = True
     element = Boolean
 
-    def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> Any:
+    def process_bind_param(self, value: list[object] | None, dialect: Dialect) -> Any:
         if value is None or dialect.name == "postgresql":
             return value
         return orjson.dumps([1 if v else 0 for v in value]).decode()

@@ -61,12 +61,12 @@ _TOOLS_RULES = (
 _REASONING_ALIASES = ("reasoning_content", "thinking", "reasoning")
 
 
-def tojson(value: Any) -> str:
+def tojson(value: object) -> str:
     """JSON the way HF's ``tojson`` filter writes it (no ASCII escaping, default separators)."""
     return json.dumps(value, ensure_ascii=False)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Any:
     """Turn pydantic models / mappings into plain dicts and lists, recursively."""
     if hasattr(value, "model_dump") and callable(value.model_dump):
         value = value.model_dump()
@@ -77,7 +77,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _decode_arguments(args: Any) -> Any:
+def _decode_arguments(args: object) -> Any:
     """Decode OpenAI's JSON-string tool-call arguments into the mapping the template iterates."""
     if not isinstance(args, str):
         return args
@@ -94,9 +94,9 @@ def _decode_arguments(args: Any) -> Any:
     return decoded
 
 
-def normalize_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
+def normalize_messages(messages: Sequence[object]) -> list[dict[str, Any]]:
     """OpenAI chat messages -> the dicts the official template expects (see module docstring)."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for raw in messages:
         msg = _plain(raw)
         if not isinstance(msg, dict):
@@ -124,12 +124,12 @@ def normalize_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """What jinja's ``{{ value }}`` writes for a scalar."""
     return value if isinstance(value, str) else str(value)
 
 
-def render_content(content: Any, *, is_system: bool = False) -> str:
+def render_content(content: object, *, is_system: bool = False) -> str:
     """The template's ``render_content`` macro (no vision ids): text, or text parts joined."""
     if isinstance(content, str):
         return content
@@ -157,7 +157,7 @@ def render_content(content: Any, *, is_system: bool = False) -> str:
     return "".join(parts)
 
 
-def format_argument(value: Any, json_scalars: bool = False) -> str:
+def format_argument(value: object, json_scalars: bool = False) -> str:
     """A parameter value: JSON for objects/arrays, ``str()`` otherwise (Qwen3.5); Qwen3.6
     (``json_scalars``) writes every non-string value as JSON."""
     if isinstance(value, Mapping | list | tuple) or (json_scalars and not isinstance(value, str)):
@@ -165,7 +165,7 @@ def format_argument(value: Any, json_scalars: bool = False) -> str:
     return _text(value)
 
 
-def render_tool_calls(tool_calls: Sequence[Any], content: str, json_scalars: bool = False) -> str:
+def render_tool_calls(tool_calls: Sequence[object], content: str, json_scalars: bool = False) -> str:
     """The XML the template writes for an assistant's tool calls, after its ``content``."""
     out: list[str] = []
     for j, call in enumerate(tool_calls):
@@ -299,8 +299,8 @@ def render_qwen35_parts(
 
 
 def render_qwen35(
-    messages: Sequence[Any],
-    tools: Sequence[Any] | None = None,
+    messages: Sequence[object],
+    tools: Sequence[object] | None = None,
     *,
     add_generation_prompt: bool = True,
     enable_thinking: bool | None = None,

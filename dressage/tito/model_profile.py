@@ -112,7 +112,7 @@ class ModelProfile(ABC):
     def parse_assistant(
         self,
         text: str,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
         enable_thinking: bool | None = None,
         seed: str | None = None,
     ) -> ParsedAssistant:
@@ -130,7 +130,9 @@ class ModelProfile(ABC):
             param="tool_choice",
         )
 
-    def think_open(self, enable_thinking: bool | None = None, messages: Sequence[Any] | None = None) -> bool:
+    def think_open(
+        self, enable_thinking: bool | None = None, messages: Sequence[object] | None = None
+    ) -> bool:
         """Whether the generation prompt of a request with ``messages`` opens a reasoning block
         (the model starts by thinking)."""
         return False

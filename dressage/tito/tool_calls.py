@@ -54,7 +54,7 @@ class ParsedAssistant:
 
     def to_message(self) -> dict[str, Any]:
         """The OpenAI ``assistant`` message (``content`` None when empty and tools were called)."""
-        msg: dict[str, Any] = {
+        msg: dict[str, object] = {
             "role": "assistant",
             "content": self.content or (None if self.tool_calls else ""),
         }
@@ -70,9 +70,9 @@ def tool_call_id(seed: str, index: int) -> str:
     return "call_" + hashlib.sha256(f"{seed}:{index}".encode()).hexdigest()[:24]
 
 
-def _schema_types(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+def _schema_types(tools: Sequence[Mapping[str, object]] | None) -> dict[str, dict[str, Any]]:
     """name -> {parameter -> declared JSON-schema type} for the given OpenAI tools."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, object]] = {}
     for tool in tools or ():
         fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
         if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
@@ -81,7 +81,7 @@ def _schema_types(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[s
     return out
 
 
-def convert_value(raw: str, declared: Any = None, json_scalars: bool = False) -> Any:
+def convert_value(raw: str, declared: object = None, json_scalars: bool = False) -> Any:
     """A parameter's text -> value: per declared type, else JSON only when it re-renders identically."""
     if declared == "string" or (isinstance(declared, list) and "string" in declared and len(declared) == 1):
         return raw
@@ -97,7 +97,7 @@ def convert_value(raw: str, declared: Any = None, json_scalars: bool = False) ->
 
 
 def _parse_block(
-    body: str, types: dict[str, dict[str, Any]], json_scalars: bool = False
+    body: str, types: dict[str, dict[str, object]], json_scalars: bool = False
 ) -> tuple[str, dict[str, Any]] | str:
     """(name, arguments) of one ``<tool_call>`` body, or a failure reason code."""
     m = _FUNCTION.match(body)
@@ -105,7 +105,7 @@ def _parse_block(
         return FAIL_NO_FUNCTION
     name, inner = m.group(1).strip(), m.group(2)
     declared = types.get(name, {})
-    args: dict[str, Any] = {}
+    args: dict[str, object] = {}
     pos = 0
     for p in _PARAM.finditer(inner):
         if inner[pos : p.start()].strip():
@@ -134,7 +134,7 @@ def split_think(text: str, think_open: bool) -> tuple[str | None, str]:
 def parse_assistant_text(
     text: str,
     *,
-    tools: Sequence[Mapping[str, Any]] | None = None,
+    tools: Sequence[Mapping[str, object]] | None = None,
     think_open: bool = True,
     seed: str | None = None,
     json_scalars: bool = False,
@@ -145,7 +145,7 @@ def parse_assistant_text(
     types = _schema_types(tools)
     seed = seed if seed is not None else hashlib.sha256(text.encode()).hexdigest()[:16]
     content_parts: list[str] = []
-    calls: list[dict[str, Any]] = []
+    calls: list[dict[str, object]] = []
     failures: list[ToolCallFailure] = []
     pos = 0
     for m in _BLOCK.finditer(rest):

@@ -81,7 +81,7 @@ def run_page(
 
 def _version_rows(train: list[queries.CurvePoint], evals: list[queries.CurvePoint]) -> list[dict[str, Any]]:
     """One row per policy version: training and eval mean reward (and session counts) side by side."""
-    by_x: dict[int, dict[str, Any]] = {}
+    by_x: dict[int, dict[str, object]] = {}
     for name, points in (("train", train), ("eval", evals)):
         for p in points:
             by_x.setdefault(p.x, {"version": p.x, "train": None, "eval": None})[name] = p
@@ -92,7 +92,7 @@ def _group_indices(rows: list[dict[str, Any]]) -> list[int]:
     return sorted({int(r["group"]) for r in rows if r.get("group") is not None and r.get("kind") != "eval"})
 
 
-def _pretty(value: Any) -> str:
+def _pretty(value: object) -> str:
     import json
 
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)

@@ -175,7 +175,7 @@ def _assistant_message(content: object, where: str) -> dict[str, object]:
             )
         else:
             raise RequestError(f"{at} has an unknown block type {kind!r}", param=at, code="invalid_value")
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    msg: dict[str, object] = {"role": "assistant", "content": "".join(text)}
     if reasoning:
         msg["reasoning_content"] = "".join(reasoning)
     if calls:
@@ -189,7 +189,7 @@ def _messages(body: dict[str, object]) -> list[dict[str, object]]:
         raise RequestError("'messages' must be a non-empty array", param="messages", code="invalid_type")
     system = body.get("system")
     system_texts = [] if system is None else [_text_blocks(system, "system")]
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
@@ -235,7 +235,7 @@ def _tools(body: dict[str, object]) -> list[dict[str, Any]] | None:
 
 
 def _tool_choice(
-    body: dict[str, object], tools: list[dict[str, Any]] | None, ignored: list[str]
+    body: dict[str, object], tools: list[dict[str, object]] | None, ignored: list[str]
 ) -> tuple[bool, str | None]:
     choice = body.get("tool_choice")
     if choice is None:
@@ -318,7 +318,7 @@ def _context_management(body: dict[str, object], ignored: list[str]) -> None:
 
 
 def _sampling(body: dict[str, object]) -> dict[str, object]:
-    sampling: dict[str, Any] = {}
+    sampling: dict[str, object] = {}
     for name, lo, hi in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
         value = number(body, name, lo, hi)
         if value is not None:
@@ -432,7 +432,7 @@ def tool_use_blocks(parsed: ParsedAssistant) -> list[dict[str, object]]:
 
 def message_body(reply: ReplyData, parsed: ParsedAssistant, model: str) -> dict[str, object]:
     """The ``Message`` object of a recorded turn."""
-    content: list[dict[str, Any]] = []
+    content: list[dict[str, object]] = []
     if parsed.reasoning_content:
         thinking = parsed.reasoning_content
         content.append({"type": "thinking", "thinking": thinking, "signature": signature(thinking)})
@@ -451,7 +451,7 @@ def message_body(reply: ReplyData, parsed: ParsedAssistant, model: str) -> dict[
     }
 
 
-def event(name: str, data: dict[str, Any]) -> bytes:
+def event(name: str, data: dict[str, object]) -> bytes:
     """One ``event:``/``data:`` server-sent event."""
     return f"event: {name}\ndata: {json.dumps({'type': name, **data}, ensure_ascii=False)}\n\n".encode()
 
@@ -473,7 +473,7 @@ class MessagesStream(StreamRenderer):
         self._thinking = ""
 
     def start(self) -> list[bytes]:
-        message: dict[str, Any] = {
+        message: dict[str, object] = {
             "id": self.message_id,
             "type": "message",
             "role": "assistant",
@@ -496,7 +496,7 @@ class MessagesStream(StreamRenderer):
         self.open = None
         return out
 
-    def _open(self, kind: str, block: dict[str, Any]) -> list[bytes]:
+    def _open(self, kind: str, block: dict[str, object]) -> list[bytes]:
         out = self._close()
         self.index += 1
         self.open = kind

@@ -98,8 +98,8 @@ class _Items:
     """Builds messages from input items, merging one assistant turn's items into one message."""
 
     def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self._assistant: dict[str, Any] | None = None
+        self.messages: list[dict[str, object]] = []
+        self._assistant: dict[str, object] | None = None
 
     def assistant(self) -> dict[str, Any]:
         if self._assistant is None:
@@ -107,7 +107,7 @@ class _Items:
             self.messages.append(self._assistant)
         return self._assistant
 
-    def other(self, msg: dict[str, Any]) -> None:
+    def other(self, msg: dict[str, object]) -> None:
         self._assistant = None
         self.messages.append(msg)
 
@@ -196,11 +196,11 @@ def _input_messages(body: dict[str, object]) -> list[dict[str, object]]:
     return items.messages
 
 
-def _tools(body: dict[str, object], info: dict[str, Any]) -> list[dict[str, Any]] | None:
+def _tools(body: dict[str, object], info: dict[str, object]) -> list[dict[str, Any]] | None:
     tools = tool_list(body.get("tools"))
     if tools is None:
         return None
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     dropped: list[str] = []
     namespaces: dict[str, str] = {}
     for i, tool in enumerate(tools):
@@ -234,7 +234,7 @@ def _tools(body: dict[str, object], info: dict[str, Any]) -> list[dict[str, Any]
     return out or None
 
 
-def _tool_choice(body: dict[str, object], tools: list[dict[str, Any]] | None) -> tuple[bool, str | None]:
+def _tool_choice(body: dict[str, object], tools: list[dict[str, object]] | None) -> tuple[bool, str | None]:
     choice = body.get("tool_choice")
     if choice is None or choice in ("auto", "none", "required"):
         return resolve_tool_choice(choice or "auto", None, tools, "tool_choice")
@@ -281,7 +281,7 @@ def _check_text_and_include(body: dict[str, object], ignored: list[str]) -> set[
 
 
 def _sampling(body: dict[str, object]) -> dict[str, object]:
-    sampling: dict[str, Any] = {}
+    sampling: dict[str, object] = {}
     for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
         value = number(body, name, lo, hi)
         if value is not None:
@@ -305,7 +305,7 @@ class ResponsesDialect(Dialect):
         refuse_unknown(body, _HANDLED | _IGNORED, "OpenAI Responses")
         ignored = sorted(k for k in body if k in _IGNORED)
         include = _check_text_and_include(body, ignored)
-        info: dict[str, Any] = {}
+        info: dict[str, object] = {}
         previous = body.get("previous_response_id")
         history = self.history(state, previous) if previous is not None else []
         new = _input_messages(body)
@@ -361,7 +361,7 @@ class ResponsesDialect(Dialect):
                 )
             chain.append(link)
             cursor = link.previous
-        messages: list[dict[str, Any]] = []
+        messages: list[dict[str, object]] = []
         for link in reversed(chain):
             reply = state.replies[link.turn_index]
             text = reply_text(self.profile, reply.forced_ids, reply.generated_ids, reply.matched_stop)
@@ -392,7 +392,7 @@ class ResponsesDialect(Dialect):
 
 def reasoning_item(conv: Conversation, rid: str, text: str) -> dict[str, object]:
     """The ``reasoning`` output item (summary = the reasoning itself)."""
-    item: dict[str, Any] = {
+    item: dict[str, object] = {
         "type": "reasoning",
         "id": f"rs_{rid}",
         "summary": [{"type": "summary_text", "text": text}],
@@ -456,7 +456,7 @@ def response_object(
     rid: str,
     created: int,
     model: str,
-    output: list[dict[str, Any]],
+    output: list[dict[str, object]],
     reply: ReplyData | None,
 ) -> dict[str, object]:
     """The ``response`` object (``reply`` None: still in progress)."""
@@ -502,7 +502,7 @@ class ResponsesStream(StreamRenderer):
     def __init__(self, profile: ModelProfile, conv: Conversation, rid: str, created: int, model: str) -> None:
         self.profile, self.conv, self.rid, self.created, self.model = profile, conv, rid, created, model
         self.seq = 0
-        self.items: list[dict[str, Any]] = []
+        self.items: list[dict[str, object]] = []
         self.open: str | None = None
         self.text = ""
 
@@ -522,7 +522,7 @@ class ResponsesStream(StreamRenderer):
 
     def _close(self) -> list[bytes]:
         index, out = len(self.items), []
-        part: dict[str, Any]
+        part: dict[str, object]
         if self.open == "reasoning":
             rs = f"rs_{self.rid}"
             part = {"type": "summary_text", "text": self.text}
