@@ -218,7 +218,7 @@ class OpenClawAgent(BlackboxAgent):
     cfg: OpenClawAgentConfig
 
     CONFIG = ".openclaw/openclaw.json"
-    OFFLINE: dict[str, Any] = {
+    OFFLINE: dict[str, object] = {
         "plugins": {"slots": {"memory": "none"}},
         "tools": {"web": {"search": {"enabled": False}}},
         "update": {"checkOnStart": False},
@@ -290,7 +290,7 @@ def failure_detail(r: ExecResult) -> str:
     return f"{err} | stdout: {out}" if err and out else err or out or "it printed nothing on stderr or stdout"
 
 
-def deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, object]:
     """``base`` with ``patch`` merged in: nested objects merge, anything else is replaced."""
     out = dict(base)
     for key, value in patch.items():

@@ -45,7 +45,7 @@ class RootfsPlan:
     workdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The plan as JSON (stored with the task; its digest names the cached rootfs)."""
         return {
             "base": self.base,
@@ -175,7 +175,7 @@ def parse_dockerfile(task: str, text: str) -> RootfsPlan:
     return plan
 
 
-def rootfs_plan(plan: RootfsPlan, env_dir: Path) -> dict[str, Any]:
+def rootfs_plan(plan: RootfsPlan, env_dir: Path) -> dict[str, object]:
     """The JSON plan of a task's root filesystem: ``COPY``s into the workdir left out (they seed the
     workspace, which is bound over the workdir), ``context`` the task's ``environment/`` directory."""
     workdir = (plan.workdir or "/app").rstrip("/")

@@ -30,7 +30,7 @@ from dressage.harbor.verifier import select_reward
 from dressage.store import EventStore, Run, deterministic_key
 
 
-def trial_results(job_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+def trial_results(job_dir: Path) -> list[tuple[Path, dict[str, object]]]:
     """``(trial directory, parsed result.json)`` of every trial of a job, by trial name."""
     out = []
     for d in sorted(p for p in job_dir.iterdir() if p.is_dir()):

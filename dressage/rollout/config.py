@@ -145,14 +145,14 @@ class SamplingConfig(_Strict):
 
     def request_kwargs(
         self, *, task_index: int = 0, sample_index: int = 0, attempt: int = 1
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """Non-None fields as OpenAI request parameters, with the session's seed (see the class)."""
         out = {k: v for k, v in self.model_dump().items() if v is not None}
         if self.seed is not None:
             out["seed"] = session_seed(self.seed, task_index, sample_index, attempt)
         return out
 
-    def engine_defaults(self) -> dict[str, Any]:
+    def engine_defaults(self) -> dict[str, object]:
         """The proxy's defaults for requests that leave them out, in SGLang's names."""
         out: dict[str, object] = {
             "max_new_tokens": self.max_tokens,

@@ -98,7 +98,7 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def resolve_config(store: EventStore, opts: WorkerOptions) -> tuple[RolloutConfig, dict[str, Any] | None]:
+def resolve_config(store: EventStore, opts: WorkerOptions) -> tuple[RolloutConfig, dict[str, object] | None]:
     """The config to run and, for a resumed run, its stored snapshot.
 
     ``--resume RUN`` alone uses the run's frozen snapshot; with ``--config`` too, the file must
@@ -284,7 +284,7 @@ async def run_rollout(
         store.close()
 
 
-def run_snapshot(cfg: RolloutConfig, tasks: list[Task], secrets: RunSecrets) -> dict[str, Any]:
+def run_snapshot(cfg: RolloutConfig, tasks: list[Task], secrets: RunSecrets) -> dict[str, object]:
     """A new run's frozen config: the rollout snapshot, the dataset digest, the task kinds' records,
     and the digests of declared secrets (never their values)."""
     snapshot = {

@@ -228,7 +228,7 @@ class NewTurn:
     boundary_reason: str | None = None
     routed_experts: np.ndarray | None = None
     finish_reason: str | None = None
-    sampling_params: Mapping[str, Any] = field(default_factory=dict)
+    sampling_params: Mapping[str, object] = field(default_factory=dict)
     request_fingerprint: str | None = None
     latency_ms: float | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
@@ -249,7 +249,7 @@ class PreparedTurn:
     json_bytes: dict[str, bytes]
     """Canonical JSON of ``sampling_params``, ``info`` (serialised for hashing) and ``event_payload``."""
 
-    def row_with_lists(self) -> dict[str, Any]:
+    def row_with_lists(self) -> dict[str, object]:
         """The row with per-token arrays as Python lists (for the generic SQLAlchemy insert)."""
         return {**self.row, **{k: v.tolist() for k, v in self.arrays.items()}}
 
@@ -625,7 +625,7 @@ class Turn:
     policy_versions: np.ndarray
     routed_experts: np.ndarray | None
     finish_reason: str | None
-    sampling_params: dict[str, Any]
+    sampling_params: dict[str, object]
     request_fingerprint: str | None
     content_hash: str
     latency_ms: float | None

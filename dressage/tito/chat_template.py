@@ -77,7 +77,7 @@ def _plain(value: object) -> Any:
     return value
 
 
-def _decode_arguments(args: object) -> Any:
+def _decode_arguments(args: object) -> object:
     """Decode OpenAI's JSON-string tool-call arguments into the mapping the template iterates."""
     if not isinstance(args, str):
         return args
@@ -94,7 +94,7 @@ def _decode_arguments(args: object) -> Any:
     return decoded
 
 
-def normalize_messages(messages: Sequence[object]) -> list[dict[str, Any]]:
+def normalize_messages(messages: Sequence[object]) -> list[dict[str, object]]:
     """OpenAI chat messages -> the dicts the official template expects (see module docstring)."""
     out: list[dict[str, object]] = []
     for raw in messages:

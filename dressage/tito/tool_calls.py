@@ -70,7 +70,7 @@ def tool_call_id(seed: str, index: int) -> str:
     return "call_" + hashlib.sha256(f"{seed}:{index}".encode()).hexdigest()[:24]
 
 
-def _schema_types(tools: Sequence[Mapping[str, object]] | None) -> dict[str, dict[str, Any]]:
+def _schema_types(tools: Sequence[Mapping[str, object]] | None) -> dict[str, dict[str, object]]:
     """name -> {parameter -> declared JSON-schema type} for the given OpenAI tools."""
     out: dict[str, dict[str, object]] = {}
     for tool in tools or ():
@@ -81,7 +81,7 @@ def _schema_types(tools: Sequence[Mapping[str, object]] | None) -> dict[str, dic
     return out
 
 
-def convert_value(raw: str, declared: object = None, json_scalars: bool = False) -> Any:
+def convert_value(raw: str, declared: object = None, json_scalars: bool = False) -> object:
     """A parameter's text -> value: per declared type, else JSON only when it re-renders identically."""
     if declared == "string" or (isinstance(declared, list) and "string" in declared and len(declared) == 1):
         return raw
@@ -98,7 +98,7 @@ def convert_value(raw: str, declared: object = None, json_scalars: bool = False)
 
 def _parse_block(
     body: str, types: dict[str, dict[str, object]], json_scalars: bool = False
-) -> tuple[str, dict[str, Any]] | str:
+) -> tuple[str, dict[str, object]] | str:
     """(name, arguments) of one ``<tool_call>`` body, or a failure reason code."""
     m = _FUNCTION.match(body)
     if not m:

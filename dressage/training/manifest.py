@@ -65,7 +65,7 @@ def batch_hash(samples: Sequence[TrainSample], digests: Sequence[Mapping[str, by
 
 def sample_entries(
     samples: Sequence[TrainSample], digests: Sequence[Mapping[str, bytes]] | None = None
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Manifest entries: provenance plus per-field hashes, one per sample."""
     if digests is None:
         digests = [field_digests(s) for s in samples]

@@ -116,14 +116,14 @@ class MegatronBatch:
     """
 
     tokens_1T: Any  # torch.int64
-    labels_1T: Any  # torch.int64, pad_token_id where nothing is predicted
-    position_ids_1T: Any  # torch.int64, restart at 0 per sample (and in the tail pad)
+    labels_1T: object  # torch.int64, pad_token_id where nothing is predicted
+    position_ids_1T: object  # torch.int64, restart at 0 per sample (and in the tail pad)
     loss_mask_1T: Any  # torch.float32, 0/1
     loss_weights_1T: Any  # torch.float32, prompt-equal weights (0 without assigned weights)
     advantages_1T: Any  # torch.float32
     rollout_log_probs_1T: Any  # torch.float32
     routed_experts_TLK: Any | None  # torch.int32 [T, layers, top_k]
-    packed_seq_params: Any  # megatron.core.packed_seq_params.PackedSeqParams
+    packed_seq_params: object  # megatron.core.packed_seq_params.PackedSeqParams
     starts: list[int]  # offset of each sample in T
     total_lengths: list[int]  # L_i
     response_lengths: list[int]  # R_i
@@ -333,7 +333,7 @@ def unpack_megatron(batch: MegatronBatch) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def sequence_parallel_shard(x_T: Any, tp_rank: int, tp_size: int) -> Any:
+def sequence_parallel_shard(x_T: Any, tp_rank: int, tp_size: int) -> object:
     """Rank ``tp_rank``'s contiguous ``T / tp_size`` rows (slime slices routed experts this way
     under sequence parallelism; ``T`` is a multiple of ``tp_size`` by construction)."""
     n = int(x_T.shape[0])
