@@ -17,7 +17,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 
@@ -27,9 +27,11 @@ from dressage.engines.sampling import ResolvedSampling, apply_penalties, request
 from dressage.engines.tiny_model import LoadedModel, RouterCapture, load_weights_from_disk
 from dressage.errors import RequestError
 
+T = TypeVar("T")
+
 log = logging.getLogger(__name__)
 
-Emit = Callable[[dict[str, Any], bool], None]
+Emit = Callable[[dict[str, object], bool], None]
 
 
 @dataclasses.dataclass
@@ -51,7 +53,7 @@ class DevRequest:
     top_logprobs: list[list[tuple[int, float]]] = dataclasses.field(default_factory=list)
     experts: list[np.ndarray] = dataclasses.field(default_factory=list)
     version_events: list[tuple[str, int]] = dataclasses.field(default_factory=list)
-    finish_reason: dict[str, Any] | None = None
+    finish_reason: dict[str, object] | None = None
     abort_message: str | None = None
     cache: Any = None
     generator: Any = None
@@ -70,7 +72,8 @@ class DevScheduler:
         self._cond = threading.Condition()
         self._pending: list[DevRequest] = []
         self._active: list[DevRequest] = []
-        self._commands: list[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = []
+        # each command is a closure that runs its function and settles its future
+        self._commands: list[Callable[[], None]] = []
         self._paused = False
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="dev-engine-scheduler", daemon=True)
@@ -96,15 +99,15 @@ class DevScheduler:
                     req.abort_message = message
             self._cond.notify_all()
 
-    def run_command(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+    def run_command(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run ``fn`` on the scheduler thread between tokens; the future holds its result."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
         with self._cond:
-            self._commands.append((fn, future))
+            self._commands.append(lambda: self._run(fn, future))
             self._cond.notify_all()
         return future
 
-    def pause(self, mode: PauseMode) -> concurrent.futures.Future[Any]:
+    def pause(self, mode: PauseMode) -> concurrent.futures.Future[None]:
         """Stop generating. ``abort`` ends in-flight requests; other modes hold them in place."""
 
         def do() -> None:
@@ -116,7 +119,7 @@ class DevScheduler:
 
         return self.run_command(do)
 
-    def continue_(self) -> concurrent.futures.Future[Any]:
+    def continue_(self) -> concurrent.futures.Future[None]:
         """Resume generating (held requests continue with the weights now loaded)."""
 
         def do() -> None:
@@ -126,7 +129,7 @@ class DevScheduler:
 
     def update_weights(
         self, model_path: str, weight_version: str | None, abort_all: bool
-    ) -> concurrent.futures.Future[Any]:
+    ) -> concurrent.futures.Future[tuple[int, int]]:
         """Load safetensors weights between tokens; the result is ``(tensors_loaded, num_held)``."""
 
         def do() -> tuple[int, int]:
@@ -142,7 +145,7 @@ class DevScheduler:
 
         return self.run_command(do)
 
-    def set_weight_version(self, version: str) -> concurrent.futures.Future[Any]:
+    def set_weight_version(self, version: str) -> concurrent.futures.Future[None]:
         """Change the reported weight version without touching weights."""
         return self.run_command(lambda: self._set_version(version))
 
@@ -181,8 +184,8 @@ class DevScheduler:
                         self._finish_aborted()
                         return
                     commands, self._commands = self._commands, []
-                for fn, future in commands:
-                    self._run(fn, future)
+                for command in commands:
+                    command()
                 self._finish_aborted()
                 with self._cond:
                     if self._paused:
@@ -199,7 +202,7 @@ class DevScheduler:
         return any(r.abort_message is not None for r in (*self._pending, *self._active))
 
     @staticmethod
-    def _run(fn: Callable[[], Any], future: concurrent.futures.Future[Any]) -> None:
+    def _run(fn: Callable[[], T], future: concurrent.futures.Future[T]) -> None:
         try:
             future.set_result(fn())
         except Exception as e:  # top-level of a command: hand any failure to the caller
@@ -272,7 +275,7 @@ class DevScheduler:
             req.grammar.accept(sampled.token)
         req.finish_reason = self._check_finish(req, sampled.token)
 
-    def _check_finish(self, req: DevRequest, token: int) -> dict[str, Any] | None:
+    def _check_finish(self, req: DevRequest, token: int) -> dict[str, object] | None:
         stop_ids = set(req.sampling.stop_token_ids)
         if not req.sampling.ignore_eos:
             stop_ids.update(self.loaded.eos_token_ids)
@@ -291,10 +294,10 @@ class DevScheduler:
             return {"type": "stop", "matched": token}
         return None
 
-    def _chunk(self, req: DevRequest) -> dict[str, Any]:
+    def _chunk(self, req: DevRequest) -> dict[str, object]:
         """The SGLang response dict for ``req`` so far (cumulative)."""
         n = len(req.output_ids)
-        meta: dict[str, Any] = {
+        meta: dict[str, object] = {
             "id": req.rid,
             "finish_reason": req.finish_reason,
             "prompt_tokens": len(req.input_ids),
@@ -325,9 +328,17 @@ class DevScheduler:
         return {"text": text, "output_ids": list(req.output_ids), "meta_info": meta}
 
 
-def _version_spans(events: list[tuple[str, int]], current: str, n: int) -> list[dict[str, Any]]:
+class VersionSpan(TypedDict):
+    """Output tokens ``[start, end)`` generated under one weight version."""
+
+    version: str
+    start: int
+    end: int
+
+
+def _version_spans(events: list[tuple[str, int]], current: str, n: int) -> list[VersionSpan]:
     """Weight-version spans over output tokens, as SGLang's ``compute_weight_version_spans``."""
-    spans: list[dict[str, Any]] = []
+    spans: list[VersionSpan] = []
     for version, end in [*events, (current, n)]:
         end = min(end, n)
         if spans and end <= spans[-1]["end"]:
