@@ -79,7 +79,7 @@ def _uuid5_string(sha1_digest: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def canonical_json(value: Any, *, what: str, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
+def canonical_json(value: object, *, what: str, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
     """Serialise ``value`` canonically (sorted keys, compact, UTF-8), rejecting what the log cannot hold.
 
     Rejected: non-JSON values, NaN/inf, invalid UTF-8 (lone surrogates), NUL characters (PostgreSQL
@@ -107,23 +107,23 @@ def canonical_json(value: Any, *, what: str, max_bytes: int = DEFAULT_MAX_PAYLOA
 _JSON_SCALARS = (str, int, bool, type(None))
 
 
-def _plain_json(value: Any, what: str) -> bool:
+def _plain_json(value: object, what: str) -> bool:
     """True when ``value`` holds only exact JSON types; raises on NaN/inf anywhere inside it."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return True
-    if kind is float:
+    if kind is float and isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidRecordError(
                 f"{what} is not valid JSON for the log: {value!r} is not a finite number"
             )
         return True
-    if kind is dict:
+    if kind is dict and isinstance(value, dict):
         plain = True
         for k, v in value.items():
             plain = _plain_json(v, what) and type(k) in _JSON_SCALARS and plain
         return plain
-    if kind is list or kind is tuple:
+    if (kind is list or kind is tuple) and isinstance(value, list | tuple):
         plain = True
         for v in value:
             plain = _plain_json(v, what) and plain
@@ -131,7 +131,7 @@ def _plain_json(value: Any, what: str) -> bool:
     return False
 
 
-def _json_dumps_bytes(value: Any, what: str) -> bytes:
+def _json_dumps_bytes(value: object, what: str) -> bytes:
     """The canonical JSON of a value orjson does not take, by the standard library (or a clear error)."""
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -165,7 +165,7 @@ _INT32 = np.iinfo(np.int32)
 _FITS_INT32 = frozenset(np.dtype(t) for t in ("int8", "int16", "int32", "uint8", "uint16"))
 
 
-def _as_array(values: Any, dtype: str, *, what: str) -> np.ndarray:
+def _as_array(values: object, dtype: str, *, what: str) -> np.ndarray:
     """``values`` as a C-contiguous little-endian 1-D array of ``dtype`` (the hash reads its buffer)."""
     target = _LITTLE_ENDIAN[dtype]
     if (
@@ -231,7 +231,7 @@ class NewTurn:
     sampling_params: Mapping[str, object] = field(default_factory=dict)
     request_fingerprint: str | None = None
     latency_ms: float | None = None
-    info: Mapping[str, Any] = field(default_factory=dict)
+    info: Mapping[str, object] = field(default_factory=dict)
     key: str | None = None
 
 
@@ -270,7 +270,7 @@ class _ValidTurn:
     experts_raw: bytes
     experts_shape: list[int] | None
     experts_dtype: str | None
-    sampling: dict[str, Any]
+    sampling: dict[str, object]
     info: dict[str, Any]
     sampling_json: bytes
     info_json: bytes
