@@ -16,7 +16,14 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 
-class _JsonListOnSqlite(TypeDecorator[list[Any]]):
+def _json_text(value: object) -> str | bytes:
+    """The JSON text SQLite hands back for a list column (anything else is a schema mix-up)."""
+    if not isinstance(value, str | bytes):
+        raise TypeError(f"a list column held {type(value).__name__}, not JSON text")
+    return value
+
+
+class _JsonListOnSqlite(TypeDecorator[list[object]]):
     """A list column: a native ARRAY of ``element`` on PostgreSQL, JSON text elsewhere."""
 
     impl = Text
@@ -28,15 +35,15 @@ class _JsonListOnSqlite(TypeDecorator[list[Any]]):
             return dialect.type_descriptor(postgresql.ARRAY(self.element(), dimensions=1))
         return dialect.type_descriptor(Text())
 
-    def process_bind_param(self, value: list[object] | None, dialect: Dialect) -> Any:
+    def process_bind_param(self, value: list[object] | None, dialect: Dialect) -> object:
         if value is None or dialect.name == "postgresql":
             return value
         return orjson.dumps(value).decode()
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
+    def process_result_value(self, value: object, dialect: Dialect) -> list[object] | None:
         if value is None or dialect.name == "postgresql":
-            return cast("list[Any] | None", value)
-        return cast("list[Any]", orjson.loads(value))
+            return cast("list[object] | None", value)
+        return cast("list[object]", orjson.loads(_json_text(value)))
 
 
 class IntArray(_JsonListOnSqlite):
@@ -59,15 +66,15 @@ class BoolArray(_JsonListOnSqlite):
     cache_ok = True
     element = Boolean
 
-    def process_bind_param(self, value: list[object] | None, dialect: Dialect) -> Any:
+    def process_bind_param(self, value: list[object] | None, dialect: Dialect) -> object:
         if value is None or dialect.name == "postgresql":
             return value
         return orjson.dumps([1 if v else 0 for v in value]).decode()
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
+    def process_result_value(self, value: object, dialect: Dialect) -> list[object] | None:
         if value is None or dialect.name == "postgresql":
-            return cast("list[Any] | None", value)
-        return [bool(v) for v in orjson.loads(value)]
+            return cast("list[object] | None", value)
+        return [bool(v) for v in orjson.loads(_json_text(value))]
 
 
 JsonDoc = JSON().with_variant(postgresql.JSONB(), "postgresql")
