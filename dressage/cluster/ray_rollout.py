@@ -63,9 +63,9 @@ from dressage.store import EventStore, Run
 
 log = logging.getLogger(__name__)
 
-ENGINE_ACTOR: Any = ray.remote(EngineActor)
-PROXY_ACTOR: Any = ray.remote(ProxyActor)
-WORKER_ACTOR: Any = ray.remote(RolloutWorkerActor)
+ENGINE_ACTOR = ray.remote(EngineActor)
+PROXY_ACTOR = ray.remote(ProxyActor)
+WORKER_ACTOR = ray.remote(RolloutWorkerActor)
 
 NAMESPACE = "dressage"
 """The Ray namespace of the worker actors, named ``dressage-worker:RUN:K`` (``ray.get_actor(name, NAMESPACE)``)."""
@@ -250,7 +250,7 @@ class Placement:
         self.workers, self.proxies, self.engine = [], [], None
 
 
-def new_run_snapshot(cfg: RolloutConfig, tasks: list[Task]) -> dict[str, Any]:
+def new_run_snapshot(cfg: RolloutConfig, tasks: list[Task]) -> dict[str, object]:
     """A new run's frozen config, as ``dressage-worker rollout`` records it."""
     return run_snapshot(cfg, tasks, resolve_secrets(cfg.secrets))
 

@@ -293,7 +293,7 @@ class RouterCapture:
         """How many MoE layers the capture covers."""
         return len(self.routers)
 
-    def _hook(self, module: Any, inputs: Any, output: Any) -> None:
+    def _hook(self, module: object, inputs: object, output: Any) -> None:
         if self._target is None:
             return
         indices = output[-1] if isinstance(output, tuple) else output

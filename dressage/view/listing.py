@@ -11,7 +11,7 @@ sessions (the page says so when it stopped early).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import ScalarSelect, Select, and_, asc, desc, func, select
@@ -99,7 +99,7 @@ class SessionQuery:
             raise RequestError(f"per_page must be between 1 and {MAX_PER_PAGE}", param="per_page")
         return q
 
-    def params(self, **changes: Any) -> dict[str, str]:
+    def params(self, **changes: object) -> dict[str, str]:
         """The query string of this query with ``changes`` (for links: sort, next page)."""
         values = {**self.__dict__, **changes}
         out = {}
@@ -113,7 +113,10 @@ class SessionQuery:
         return out
 
 
-def _number(text: str, name: str, kind: type) -> Any:
+_Num = TypeVar("_Num", int, float)
+
+
+def _number(text: str, name: str, kind: type[_Num]) -> _Num:
     try:
         return kind(text)
     except ValueError:

@@ -40,7 +40,7 @@ class Viewer:
         return redact(text, self.store.db.secrets)
 
 
-def runs_page(v: Viewer) -> dict[str, Any]:
+def runs_page(v: Viewer) -> dict[str, object]:
     """Every run with its counts."""
     return {"runs": [queries.run_overview(v.store, r) for r in v.store.runs.list()]}
 
@@ -79,7 +79,9 @@ def run_page(
     }
 
 
-def _version_rows(train: list[queries.CurvePoint], evals: list[queries.CurvePoint]) -> list[dict[str, Any]]:
+def _version_rows(
+    train: list[queries.CurvePoint], evals: list[queries.CurvePoint]
+) -> list[dict[str, object]]:
     """One row per policy version: training and eval mean reward (and session counts) side by side."""
     by_x: dict[int, dict[str, object]] = {}
     for name, points in (("train", train), ("eval", evals)):
@@ -111,7 +113,7 @@ def _redact_message(v: Viewer, m: Message) -> Message:
     )
 
 
-def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
+def session_page(v: Viewer, session_id: str) -> dict[str, object]:
     """A session: conversation, token view, segments diagram, reward, artifacts, steps, events."""
     session = v.store.sessions.get(session_id)
     run = v.store.runs.by_id(session.run_id)
@@ -150,7 +152,7 @@ def session_page(v: Viewer, session_id: str) -> dict[str, Any]:
     }
 
 
-def sql_page(v: Viewer, session_id: str) -> dict[str, Any]:
+def sql_page(v: Viewer, session_id: str) -> dict[str, object]:
     """The SQL behind a session page."""
     session = v.store.sessions.get(session_id)
     return {"session": session, "sql": queries.session_sql(session_id)}
@@ -171,7 +173,9 @@ def conversation_text(v: Viewer, session: Session) -> list[str]:
     return [v.redact(x) or "" for x in lines]
 
 
-def group_page(v: Viewer, run_name: str, group: int, diff: tuple[str, str] | None = None) -> dict[str, Any]:
+def group_page(
+    v: Viewer, run_name: str, group: int, diff: tuple[str, str] | None = None
+) -> dict[str, object]:
     """The samples of one group side by side; with ``diff``, a diff of two of their conversations."""
     run = v.store.runs.get(run_name)
     members = queries.group_members(v.store, run, group)
@@ -214,7 +218,7 @@ PLOTTED_METRICS = (
 """The step metrics the training page plots against the step (docs/training.md)."""
 
 
-def training_page(v: Viewer, run_name: str) -> dict[str, Any]:
+def training_page(v: Viewer, run_name: str) -> dict[str, object]:
     """Consumers of a run, their checkpoints, steps and step metrics (plotted against the step), and
     the reward per policy version of training and eval sessions."""
     run = v.store.runs.get(run_name)
@@ -247,7 +251,7 @@ def _reward_curves(v: Viewer, run: Run, label: str = "") -> dict[str, list[list[
     return {k: pts for k, pts in curves.items() if pts}
 
 
-def compare_page(v: Viewer, run_names: list[str]) -> dict[str, Any]:
+def compare_page(v: Viewer, run_names: list[str]) -> dict[str, object]:
     """Chosen runs' training and eval reward per policy version, and reward per step, overlaid."""
     names = list(dict.fromkeys(n.strip() for n in run_names if n.strip()))
     if not names:
@@ -272,7 +276,7 @@ def compare_page(v: Viewer, run_names: list[str]) -> dict[str, Any]:
     }
 
 
-def step_page(v: Viewer, run_name: str, consumer: str, step: int) -> dict[str, Any]:
+def step_page(v: Viewer, run_name: str, consumer: str, step: int) -> dict[str, object]:
     """One step's manifest: sessions, segments, token counts per policy version, batch hash."""
     run = v.store.runs.get(run_name)
     found = [s for s in queries.steps(v.store, run, consumer) if s.step == step]
