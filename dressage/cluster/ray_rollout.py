@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def connect(address: str) -> bool:
     return True
 
 
-async def remote_call(ref: Any, what: str) -> Any:
+async def remote_call(ref: Awaitable[object], what: str) -> Any:
     """Await an actor call; its failure becomes a one-line :class:`DressageError` naming ``what``."""
     try:
         return await ref
@@ -226,7 +227,7 @@ class Placement:
             )
         return results
 
-    async def _result(self, ref: Any, node: NodeInfo) -> WorkerResult | None:
+    async def _result(self, ref: Awaitable[WorkerResult], node: NodeInfo) -> WorkerResult | None:
         """A worker's pass, None (reported) when its actor died for good; its own failure raises."""
         try:
             result: WorkerResult = await ref
