@@ -16,7 +16,7 @@ import numpy as np
 from sqlalchemy import and_, func, select
 
 from dressage.store import EventStore, schema
-from dressage.store.records import SESSION_STATUSES, ArtifactRef, Run, Session, TrainStep
+from dressage.store.records import SESSION_STATUSES, ArtifactRef, Run, RunSummary, Session, TrainStep
 from dressage.training.advantages import grpo
 from dressage.view.readonly import reading
 
@@ -31,46 +31,40 @@ FAILURE_KINDS = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOverview:
-    """One row of the runs page."""
+    """One row of the runs page: a run and the store's summary of it, plus the derived figures the
+    page shows (every status counted, zero included; the trained share; the eval session count)."""
 
     run: Run
-    sessions: dict[str, int]
-    turns: int
-    tokens: int
-    trained_tokens: int
-    mean_reward: float | None
-    last_position: int
-    eval_sessions: int = 0
-    eval_mean_reward: float | None = None
+    summary: RunSummary
+
+    @property
+    def sessions(self) -> dict[str, int]:
+        """Sessions by status, every status present (zero when none)."""
+        return {k: self.summary.sessions.get(k, 0) for k in SESSION_STATUSES}
 
     @property
     def trained_share(self) -> float | None:
         """Trained tokens over all tokens."""
-        return self.trained_tokens / self.tokens if self.tokens else None
+        s = self.summary
+        return s.trained_tokens / s.tokens if s.tokens else None
 
     @property
     def n_sessions(self) -> int:
         """Sessions in any status."""
-        return sum(self.sessions.values())
+        return sum(self.summary.sessions.values())
+
+    @property
+    def eval_sessions(self) -> int:
+        """Eval sessions in any status."""
+        return sum(self.summary.eval_sessions.values())
 
 
 def run_overview(store: EventStore, run: Run) -> RunOverview:
     """Counts of one run (sessions by status, turns, tokens, trained share, mean reward of training
     sessions; eval sessions and their mean reward apart)."""
-    s = store.runs.summary(run)
-    return RunOverview(
-        run,
-        {k: s.sessions.get(k, 0) for k in SESSION_STATUSES},
-        s.turns,
-        s.tokens,
-        s.trained_tokens,
-        s.mean_reward,
-        s.last_position,
-        sum(s.eval_sessions.values()),
-        s.eval_mean_reward,
-    )
+    return RunOverview(run, store.runs.summary(run))
 
 
 @dataclass

@@ -76,7 +76,7 @@ class _Pages:
         name = _param(request, "name")
         params = {k: v for k, v in request.query_params.items() if k not in ("name", "fragment")}
         ctx = pages.run_page(self.viewer, name, params)
-        ctx["live_query"] = urlencode({"run": name, "after": ctx["overview"].last_position})
+        ctx["live_query"] = urlencode({"run": name, "after": ctx["overview"].summary.last_position})
         if request.query_params.get("fragment") == "summary":
             return self.html("_run_summary.html", ctx)
         return self.html("run.html", ctx)
