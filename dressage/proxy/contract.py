@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Unpack
 
 from dressage.config import Settings
 from dressage.store import EventStore, Run
+from dressage.store.records import SessionOutcome
 
 Info = Mapping[str, object]
 """A session's free-form facts (JSON values), kept in the log as its ``info``."""
@@ -86,15 +87,7 @@ class Proxy(Protocol):
         ...
 
     async def finalize_session(
-        self,
-        session_id: str,
-        status: str,
-        *,
-        reward: float | None = None,
-        finish_reason: str | None = None,
-        error: str | None = None,
-        info: Info | None = None,
-        attempt: int | None = None,
+        self, session_id: str, status: str, **outcome: Unpack[SessionOutcome]
     ) -> FinalizedSession:
         """Finalize (idempotently); the session's token is refused from now on."""
         ...

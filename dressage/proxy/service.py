@@ -11,6 +11,7 @@ import asyncio
 import logging
 import secrets as pysecrets
 from collections.abc import Mapping
+from typing import Unpack
 
 from dressage.config import Settings
 from dressage.engines import EnginePool
@@ -21,6 +22,7 @@ from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
 from dressage.store import EventStore, Run
+from dressage.store.records import SessionOutcome
 from dressage.tito import get_profile
 from dressage.tito.profiles import RUN_RECORD_KEY, ModelProfile, check_run_profile, profile_record
 
@@ -177,15 +179,7 @@ class ProxyService:
         return SessionHandle(session_id, token, self.session_url(token))
 
     async def finalize_session(
-        self,
-        session_id: str,
-        status: str,
-        *,
-        reward: float | None = None,
-        finish_reason: str | None = None,
-        error: str | None = None,
-        info: Info | None = None,
-        attempt: int | None = None,
+        self, session_id: str, status: str, **outcome: Unpack[SessionOutcome]
     ) -> FinalizedSession:
         """Finalize (idempotently); the session's token is refused from now on.
 
@@ -194,17 +188,13 @@ class ProxyService:
         """
         state = self.registry.cached(session_id)
         if state is not None and state.replay is not None:
-            info = {**(info or {}), "replay": state.replay.summary()}
+            outcome["info"] = {**(outcome.get("info") or {}), "replay": state.replay.summary()}
         self.registry.finish(session_id)
         session = await asyncio.to_thread(
             self.store.sessions.finalize,
             session_id,
             status,
-            reward=reward,
-            finish_reason=finish_reason,
-            error=error,
-            info=info,
-            attempt=attempt,
+            **outcome,
         )
         self.pool.release(session_id)
         return FinalizedSession(session.id, session.status, session.reward)

@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlsplit
 
 import httpx
@@ -33,6 +33,7 @@ from dressage.errors import ConfigError, DressageError, LeaseError
 from dressage.paddock import serve_unix_socket_router
 from dressage.proxy.contract import FinalizedSession, Info, Proxy, SessionHandle
 from dressage.store import EventStore, Run
+from dressage.store.records import SessionOutcome
 
 log = logging.getLogger(__name__)
 
@@ -230,19 +231,10 @@ class ProxyRing:
         return _handle(await self._post(session_id, path, {"attempt": attempt}))
 
     async def finalize_session(
-        self,
-        session_id: str,
-        status: str,
-        *,
-        reward: float | None = None,
-        finish_reason: str | None = None,
-        error: str | None = None,
-        info: Info | None = None,
-        attempt: int | None = None,
+        self, session_id: str, status: str, **outcome: Unpack[SessionOutcome]
     ) -> FinalizedSession:
         """Finalize through the session's proxy (idempotent; every proxy then refuses its token)."""
-        fields = {"reward": reward, "finish_reason": finish_reason, "error": error, "info": info}
-        body = {"status": status, "attempt": attempt, **fields}
+        body = {"status": status, **outcome}
         out = await self._post(session_id, f"/admin/sessions/{session_id}/finalize", body)
         reward_out = out.get("reward")
         return FinalizedSession(

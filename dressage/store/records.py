@@ -15,7 +15,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import lz4.frame
 import numpy as np
@@ -603,6 +603,18 @@ class Session:
     info: dict[str, Any]
     created_at: float
     finished_at: float | None
+
+
+class SessionOutcome(TypedDict, total=False):
+    """How a session ended beyond its status: the keyword fields of finalizing it, shared by the
+    store, the proxy contract and its implementations (``info`` replaces the session's info;
+    ``attempt`` refuses the finalize when another attempt took the session over)."""
+
+    reward: float | None
+    finish_reason: str | None
+    error: str | None
+    info: Mapping[str, object] | None
+    attempt: int | None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import math
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import Connection, Row, func, insert, select, update
 
@@ -42,6 +42,7 @@ from dressage.store.records import (
     Run,
     Session,
     SessionHead,
+    SessionOutcome,
     canonical_json,
     check_text,
     deterministic_key,
@@ -118,17 +119,7 @@ class SessionRepository:
         self.db.retrying(tx)
         return self.get(sid)
 
-    def finalize(
-        self,
-        session_id: str,
-        status: str,
-        *,
-        reward: float | None = None,
-        finish_reason: str | None = None,
-        error: str | None = None,
-        info: Mapping[str, Any] | None = None,
-        attempt: int | None = None,
-    ) -> Session:
+    def finalize(self, session_id: str, status: str, **outcome: Unpack[SessionOutcome]) -> Session:
         """Move a running session to a terminal status with its reward, atomically and idempotently.
 
         Finalizing again with the same status and reward returns the session unchanged; a different
@@ -137,15 +128,20 @@ class SessionRepository:
         :meth:`take_over`) is not finalized: :class:`LeaseError`. ``info`` replaces the session's
         info but keeps its ``resume`` record.
         """
+        reward, finish_reason, attempt = (
+            outcome.get("reward"),
+            outcome.get("finish_reason"),
+            outcome.get("attempt"),
+        )
         if status not in TERMINAL_STATUSES:
             raise InvalidRecordError(f"status must be one of {TERMINAL_STATUSES}, got {status!r}")
         if reward is not None and (not isinstance(reward, int | float) or not math.isfinite(reward)):
             raise InvalidRecordError(f"reward must be a finite number, got {reward!r}")
         check_text(finish_reason, what="finish_reason", max_chars=64)
-        error = redact(error, self.db.secrets)
+        error = redact(outcome.get("error"), self.db.secrets)
         if error is not None:
             error = error.replace("\x00", "")[:8192]
-        info = dict(info or {})
+        info = dict(outcome.get("info") or {})
         r = self.runs.by_id(self.get(session_id).run_id)
         payload = {
             "status": status,
