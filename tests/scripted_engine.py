@@ -25,6 +25,17 @@ Script = Callable[[str, int], str]
 """(prompt text, number of earlier requests) -> the assistant text to generate."""
 
 
+COUNT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "count",
+        "description": "Count one further.",
+        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    },
+}
+"""The tool the scripted multi-turn agents call (``qwen_tool_call("count", n=...)`` answers it)."""
+
+
 def qwen_tool_call(name: str, **params: Any) -> str:
     """A Qwen3.5 XML tool call as the model writes it."""
     body = "".join(

@@ -35,20 +35,10 @@ from dressage.store import EventStore, Turn
 from dressage.store.db import upgrade
 from dressage.tito import get_profile
 from tests.proxy.conftest import ADMIN
-from tests.scripted_engine import ScriptedEngine, logprob_of, qwen_tool_call
+from tests.scripted_engine import COUNT_TOOL, ScriptedEngine, logprob_of, qwen_tool_call
 
 REPO = Path(__file__).resolve().parents[2]
 NOTHINK = {"chat_template_kwargs": {"enable_thinking": False}}
-
-
-COUNT_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "count",
-        "description": "Count one further.",
-        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
-    },
-}
 
 
 def _reply(prompt: str, n: int) -> str:

@@ -6,6 +6,7 @@ import asyncio
 import os
 
 from dressage.agents import Agent, AgentContext, AgentResult
+from tests.scripted_engine import COUNT_TOOL
 
 
 class EchoAgent(Agent):
@@ -43,16 +44,6 @@ async def slow_answer(ctx: AgentContext) -> str:
     )
     await asyncio.sleep(float(os.environ.get("DRESSAGE_TEST_AGENT_SLEEP", "0.5")))
     return resp.choices[0].message.content or ""
-
-
-COUNT_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "count",
-        "description": "Count one further.",
-        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
-    },
-}
 
 
 async def multi_turn(ctx: AgentContext) -> str:
