@@ -24,9 +24,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dressage.config import Settings
 from dressage.store import EventStore
 from dressage.store.db import upgrade
+from tests.stores import open_store
 
 PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PG_TEST_DB = os.environ.get("DRESSAGE_TEST_PG_DB", f"dressage_test_{os.getpid()}")
@@ -197,10 +197,8 @@ def db_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store(db_url: str, tmp_path: Path) -> Iterator[EventStore]:
     """An :class:`EventStore` on each backend, with a local artifact directory."""
-    settings = Settings(database_url=db_url, home=tmp_path / "home")
-    s = EventStore.open(settings=settings, auto_upgrade=False)
-    yield s
-    s.close()
+    with open_store(db_url, tmp_path / "home") as s:
+        yield s
 
 
 @pytest.fixture

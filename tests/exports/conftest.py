@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dressage.config import Settings
 from dressage.store import EventStore, NewTurn, TaskSpec
 from dressage.store.db import upgrade
 from tests.conftest import create_pg_database
+from tests.stores import open_store
 from tests.training.builders import SegmentSpec, TrajSpec, TurnSpec, turn_records
 
 TOOLS = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]
@@ -119,8 +119,5 @@ def other_url(db_url: str, tmp_path: Path) -> str:
 
 @pytest.fixture
 def other(other_url: str, tmp_path: Path) -> Iterator[EventStore]:
-    s = EventStore.open(
-        settings=Settings(database_url=other_url, home=tmp_path / "home2"), auto_upgrade=False
-    )
-    yield s
-    s.close()
+    with open_store(other_url, tmp_path / "home2") as s:
+        yield s

@@ -20,6 +20,7 @@ from dressage.config import Settings
 from dressage.proxy import ProxyServer
 from dressage.store import EventStore
 from tests.engines.conftest import RunningEngine, _serve
+from tests.stores import open_store
 
 T = TypeVar("T")
 ADMIN = "admin-secret-token-123"
@@ -91,11 +92,8 @@ def loop_thread() -> Iterator[LoopThread]:
 
 @pytest.fixture
 def sqlite_store(sqlite_url: str, tmp_path: Path) -> Iterator[EventStore]:
-    s = EventStore.open(
-        settings=Settings(database_url=sqlite_url, home=tmp_path / "home"), auto_upgrade=False
-    )
-    yield s
-    s.close()
+    with open_store(sqlite_url, tmp_path / "home") as s:
+        yield s
 
 
 def _harness(
