@@ -19,7 +19,7 @@ from typing import Protocol, Unpack
 
 from dressage.config import Settings
 from dressage.store import EventStore, Run
-from dressage.store.records import SessionOutcome
+from dressage.store.records import SessionOpening, SessionOutcome
 
 Info = Mapping[str, object]
 """A session's free-form facts (JSON values), kept in the log as its ``info``."""
@@ -69,16 +69,7 @@ class Proxy(Protocol):
         """Create run ``name`` (or get it when it exists with the same config)."""
         ...
 
-    async def open_session(
-        self,
-        run: str,
-        *,
-        task_id: int | None = None,
-        attempt: int = 1,
-        agent: str | None = None,
-        sandbox: str | None = None,
-        info: Info | None = None,
-    ) -> SessionHandle:
+    async def open_session(self, run: str, **opening: Unpack[SessionOpening]) -> SessionHandle:
         """Open a session of run ``run`` with a fresh bearer token."""
         ...
 

@@ -17,12 +17,12 @@ from dressage.config import Settings
 from dressage.engines import EnginePool
 from dressage.errors import ConflictError, EngineError, UnknownSessionError
 from dressage.proxy.admission import AdmissionGate
-from dressage.proxy.contract import FinalizedSession, Info, Proxy, SessionHandle
+from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle
 from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
 from dressage.store import EventStore, Run
-from dressage.store.records import SessionOutcome
+from dressage.store.records import SessionOpening, SessionOutcome
 from dressage.tito import get_profile
 from dressage.tito.profiles import RUN_RECORD_KEY, ModelProfile, check_run_profile, profile_record
 
@@ -120,15 +120,7 @@ class ProxyService:
         return self.store.runs.create(name, {**config, RUN_RECORD_KEY: profile_record(self.profile)})
 
     async def open_session(
-        self,
-        run: str,
-        *,
-        task_id: int | None = None,
-        attempt: int = 1,
-        agent: str | None = None,
-        sandbox: str | None = None,
-        info: Info | None = None,
-        session_id: str | None = None,
+        self, run: str, *, session_id: str | None = None, **opening: Unpack[SessionOpening]
     ) -> SessionHandle:
         """Open a session with a fresh bearer token (only its sha256 is stored).
 
@@ -148,12 +140,8 @@ class ProxyService:
             self.store.sessions.open,
             run,
             session_id=session_id,
-            task_id=task_id,
-            attempt=attempt,
-            agent=agent,
-            sandbox=sandbox,
             token=token,
-            info=info,
+            **opening,
         )
         return SessionHandle(session.id, token, self.session_url(token))
 

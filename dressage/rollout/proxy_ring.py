@@ -31,9 +31,9 @@ import httpx
 
 from dressage.errors import ConfigError, DressageError, LeaseError
 from dressage.paddock import serve_unix_socket_router
-from dressage.proxy.contract import FinalizedSession, Info, Proxy, SessionHandle
+from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle
 from dressage.store import EventStore, Run
-from dressage.store.records import SessionOutcome
+from dressage.store.records import SessionOpening, SessionOutcome
 
 log = logging.getLogger(__name__)
 
@@ -207,20 +207,10 @@ class ProxyRing:
         await self._post(name, "/admin/runs", {"name": name, "config": dict(config or {})})
         return await asyncio.to_thread(self.store.runs.get, name)
 
-    async def open_session(
-        self,
-        run: str,
-        *,
-        task_id: int | None = None,
-        attempt: int = 1,
-        agent: str | None = None,
-        sandbox: str | None = None,
-        info: Info | None = None,
-    ) -> SessionHandle:
+    async def open_session(self, run: str, **opening: Unpack[SessionOpening]) -> SessionHandle:
         """Open a session on the proxy its (fresh) id hashes to; any proxy serves it afterwards."""
         sid = uuid.uuid4().hex
-        fields = {"task_id": task_id, "attempt": attempt, "agent": agent, "sandbox": sandbox, "info": info}
-        body = {"run": run, "session_id": sid, **{k: v for k, v in fields.items() if v is not None}}
+        body = {"run": run, "session_id": sid, **{k: v for k, v in opening.items() if v is not None}}
         # Only a refused connection moves an open: a proxy that died after opening it holds its token.
         return _handle(await self._post(sid, "/admin/sessions", body, CONNECT_ERRORS))
 

@@ -605,6 +605,17 @@ class Session:
     finished_at: float | None
 
 
+class SessionOpening(TypedDict, total=False):
+    """What a session is when it opens: the keyword fields of opening one, shared by the store, the
+    proxy contract and its implementations (``attempt`` 1 when not given)."""
+
+    task_id: int | None
+    attempt: int
+    agent: str | None
+    sandbox: str | None
+    info: Mapping[str, object] | None
+
+
 class SessionOutcome(TypedDict, total=False):
     """How a session ended beyond its status: the keyword fields of finalizing it, shared by the
     store, the proxy contract and its implementations (``info`` replaces the session's info;

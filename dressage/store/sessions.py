@@ -22,7 +22,6 @@ import hashlib
 import math
 import time
 import uuid
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import Connection, Row, func, insert, select, update
@@ -42,6 +41,7 @@ from dressage.store.records import (
     Run,
     Session,
     SessionHead,
+    SessionOpening,
     SessionOutcome,
     canonical_json,
     check_text,
@@ -78,14 +78,12 @@ class SessionRepository:
         run: str | Run,
         *,
         session_id: str | None = None,
-        task_id: int | None = None,
-        attempt: int = 1,
-        agent: str | None = None,
-        sandbox: str | None = None,
         token: str | None = None,
-        info: Mapping[str, Any] | None = None,
+        **opening: Unpack[SessionOpening],
     ) -> Session:
         """Start a session (trajectory); idempotent for an explicit ``session_id``."""
+        task_id, attempt, info = opening.get("task_id"), opening.get("attempt", 1), opening.get("info")
+        agent, sandbox = opening.get("agent"), opening.get("sandbox")
         r = self.runs.get(run)
         sid = session_id or uuid.uuid4().hex
         check_text(sid, what="session_id", max_chars=64)
