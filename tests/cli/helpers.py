@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner, Result
 
 from dressage.cli import app
+from dressage.commandline import EXIT_MISMATCH
+from dressage.exports.verify import ExportVerificationError, verify_export
 from dressage.store import EventStore, TaskSpec
 from tests.log_builders import record_one_turn_session
 
@@ -37,3 +42,26 @@ def add_eval_session(store: EventStore, run: str, *, version: int, reward: float
         store, run, sid, task_id=task_id, agent="whitebox", ids=ids, version=version, reward=reward
     )
     return sid
+
+
+def assert_tampering_caught(
+    cli: CliRunner,
+    db_url: str,
+    run: str,
+    out: Path,
+    tamper: Callable[[Path], None],
+    *,
+    match: str,
+    message: str,
+) -> None:
+    """The export of ``run`` in ``out`` verifies; after ``tamper(out)`` both :func:`verify_export`
+    (raising, ``match``) and ``verify-export`` (exit code, ``message`` on stderr) refuse it, and
+    exporting into the non-empty ``out`` again is refused."""
+    assert cli.invoke(app, ["verify-export", str(out)]).exit_code == 0
+    tamper(out)
+    with pytest.raises(ExportVerificationError, match=match):
+        verify_export(out)
+    bad = cli.invoke(app, ["verify-export", str(out)])
+    assert bad.exit_code == EXIT_MISMATCH and message in bad.stderr
+    again = invoke(cli, db_url, "export", run, "--to", str(out))
+    assert again.exit_code == 1 and "not empty" in again.stderr

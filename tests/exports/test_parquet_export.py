@@ -16,15 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from dressage.cli import app
-from dressage.commandline import EXIT_MISMATCH
 from dressage.exports.arrow import cube_from_column
 from dressage.exports.export import export_run
-from dressage.exports.verify import ExportVerificationError, verify_export
+from dressage.exports.verify import verify_export
 from dressage.store import EventStore
 from dressage.store.db import head_revision
 from dressage.training.materialize import Trajectory, materialize_trajectory
-from tests.cli.helpers import invoke
+from tests.cli.helpers import assert_tampering_caught, invoke
 from tests.exports.conftest import RichRun
 
 
@@ -179,16 +177,16 @@ def test_verify_export_finds_altered_and_missing_files(
     manifest = export_run(store, rich_run.run, out)
     blobs = [name for name in manifest["files"] if name.startswith("artifacts/")]
     assert [(out / name).read_bytes() for name in blobs] == [rich_run.artifact]
-    assert cli.invoke(app, ["verify-export", str(out)]).exit_code == 0
-    with (out / "sessions.parquet").open("ab") as f:
-        f.write(b"\0")
-    (out / "tasks.parquet").unlink()
-    with pytest.raises(ExportVerificationError, match=r"missing tasks\.parquet, altered sessions\.parquet"):
-        verify_export(out)
-    bad = cli.invoke(app, ["verify-export", str(out)])
-    assert bad.exit_code == EXIT_MISMATCH and "altered sessions.parquet" in bad.stderr
-    again = invoke(cli, db_url, "export", rich_run.run, "--to", str(out))
-    assert again.exit_code == 1 and "not empty" in again.stderr
+
+    def tamper(out: Path) -> None:
+        with (out / "sessions.parquet").open("ab") as f:
+            f.write(b"\0")
+        (out / "tasks.parquet").unlink()
+
+    match = r"missing tasks\.parquet, altered sessions\.parquet"
+    assert_tampering_caught(
+        cli, db_url, rich_run.run, out, tamper, match=match, message="altered sessions.parquet"
+    )
 
 
 def test_export_streams_in_row_groups(store: EventStore, rich_run: RichRun, tmp_path: Path) -> None:
