@@ -5,8 +5,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Self
 
 import uvicorn
 
@@ -45,3 +46,18 @@ class ThreadedServer:
         self._server.should_exit = True
         self._thread.join(timeout=5)
         return not self._thread.is_alive()
+
+
+class ServedInThread:
+    """A test harness server on a :class:`ThreadedServer` (``self._http``), served by ``running()``."""
+
+    _http: ThreadedServer
+
+    @contextmanager
+    def running(self) -> Iterator[Self]:
+        """Serve in a thread for the duration of the block."""
+        self._http.start()
+        try:
+            yield self
+        finally:
+            self._http.stop()

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from dressage.tito import get_profile
-from tests.loopback import ThreadedServer
+from tests.loopback import ServedInThread, ThreadedServer
 
 Script = Callable[[str, int], str]
 """(prompt text, number of earlier requests) -> the assistant text to generate."""
@@ -50,7 +49,7 @@ def logprob_of(token_id: int) -> float:
     return -((token_id % 97) + 1) / 100.0
 
 
-class ScriptedEngine:
+class ScriptedEngine(ServedInThread):
     """The server; ``url`` is its base URL; ``prompts`` keeps each request's prompt text."""
 
     def __init__(
@@ -137,12 +136,3 @@ class ScriptedEngine:
 
     async def _health(self) -> Response:
         return Response(status_code=200)
-
-    @contextmanager
-    def running(self) -> Iterator[ScriptedEngine]:
-        """Serve in a thread for the duration of the block."""
-        self._http.start()
-        try:
-            yield self
-        finally:
-            self._http.stop()

@@ -14,15 +14,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from tests.loopback import ThreadedServer
+from tests.loopback import ServedInThread, ThreadedServer
 
 
 @dataclass(frozen=True)
@@ -220,7 +219,7 @@ def chat_events(model: str, reply: Reply) -> list[tuple[str | None, dict[str, An
     ]
 
 
-class ScriptedDialects:
+class ScriptedDialects(ServedInThread):
     """The server; ``port`` for the Unix-socket forwarder, ``requests`` what it received."""
 
     def __init__(self, script: Script) -> None:
@@ -251,12 +250,3 @@ class ScriptedDialects:
             app.add_api_route(f"{prefix}/chat/completions", route("chat", chat_events), methods=["POST"])
         self._http = ThreadedServer(app)
         self.port = self._http.port
-
-    @contextmanager
-    def running(self) -> Iterator[ScriptedDialects]:
-        """Serve in a thread for the duration of the block."""
-        self._http.start()
-        try:
-            yield self
-        finally:
-            self._http.stop()

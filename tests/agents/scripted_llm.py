@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from tests.loopback import ThreadedServer
+from tests.loopback import ServedInThread, ThreadedServer
 
 Script = Callable[[dict[str, Any]], dict[str, Any]]
 """Request body -> assistant message ``{"content": ..., "tool_calls": [...]}``."""
@@ -32,7 +31,7 @@ def tool_call(name: str, arguments: str) -> dict[str, Any]:
     }
 
 
-class ScriptedLLM:
+class ScriptedLLM(ServedInThread):
     """The server; ``url`` is its OpenAI base URL (``.../v1``)."""
 
     def __init__(self, script: Script) -> None:
@@ -64,12 +63,3 @@ class ScriptedLLM:
         self.port = self._http.port
         self.base = self._http.base
         self.url = f"{self.base}/v1"
-
-    @contextmanager
-    def running(self) -> Iterator[ScriptedLLM]:
-        """Serve in a thread for the duration of the block."""
-        self._http.start()
-        try:
-            yield self
-        finally:
-            self._http.stop()

@@ -11,8 +11,6 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwar
 from dressage.rollout.config import load_config
 from tests.agents.conftest import make_context, play, requires_bwrap
 from tests.agents.scripted_llm import ScriptedLLM
-from tests.loopback import ThreadedServer
+from tests.loopback import ServedInThread, ThreadedServer
 
 pytestmark = pytest.mark.anyio
 
@@ -124,7 +122,7 @@ def _opencode_in_usr() -> str | None:
 OPENCODE_MEMORY_MB = 2048  # the SandboxSpec default; opencode is OOM-killed (exit 137) at 512
 
 
-class StreamingLLM:
+class StreamingLLM(ServedInThread):
     """A scripted model that, unlike ScriptedLLM, streams (SSE) when asked: opencode always sends
     ``"stream": true`` and retries forever on a plain JSON reply. Records each request's body, the
     session token from its ``/s/<token>/v1`` path and its Authorization header."""
@@ -162,15 +160,6 @@ class StreamingLLM:
         self._http = ThreadedServer(app)
         self.port = self._http.port
         self.url = f"{self._http.base}/v1"
-
-    @contextmanager
-    def running(self) -> Iterator[StreamingLLM]:
-        """Serve in a thread for the duration of the block."""
-        self._http.start()
-        try:
-            yield self
-        finally:
-            self._http.stop()
 
 
 @pytest.mark.skipif(
