@@ -14,15 +14,13 @@ them, and ``turns.parquet`` alone). Machines are shared and noisy: compare withi
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shutil
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from bench_db import fresh_database
+from bench_db import add_database_options, bench_store
 from materialize import build
 from rich.console import Console
 from rich.table import Table
@@ -30,12 +28,11 @@ from sqlalchemy import text
 
 from dressage.exports.export import export_run
 from dressage.store import EventStore
-from dressage.store.db import upgrade
 
 console = Console()
 
 
-def database_bytes(store: EventStore, url: str) -> int:
+def database_bytes(store: EventStore) -> int:
     """Bytes the run takes in the database (tables with their indexes and TOAST)."""
     if store.db.dialect == "postgresql":
         with store.db.engine.connect() as conn:
@@ -44,7 +41,7 @@ def database_bytes(store: EventStore, url: str) -> int:
                     text("SELECT pg_total_relation_size('turns') + pg_total_relation_size('events')")
                 ).scalar_one()
             )
-    return Path(url.removeprefix("sqlite:///")).stat().st_size
+    return Path(str(store.db.engine.url.database)).stat().st_size
 
 
 def measure(store: EventStore, run: str, out: Path, repeat: int) -> dict[str, float]:
@@ -66,11 +63,7 @@ def measure(store: EventStore, run: str, out: Path, repeat: int) -> dict[str, fl
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--pg-url",
-        default=os.environ.get("DRESSAGE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
-    )
-    ap.add_argument("--backends", default="postgresql,sqlite")
+    add_database_options(ap)
     ap.add_argument("--groups", type=int, default=64)
     ap.add_argument("--n", type=int, default=8, help="samples per group")
     ap.add_argument("--turns", type=int, default=3)
@@ -94,17 +87,10 @@ def main() -> None:
         table.add_column(col, justify="right")
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
-            with contextlib.ExitStack() as stack:
-                if backend == "postgresql":
-                    url = stack.enter_context(fresh_database(args.pg_url)).url
-                else:
-                    url = f"sqlite:///{tmp}/bench.db"
-                    upgrade(url)
-                store = EventStore.open(url, auto_upgrade=False)
-                stack.callback(store.close)
+            with bench_store(backend, args.pg_url) as store:
                 run = f"bench-{uuid.uuid4().hex[:8]}"
                 build(store, run, args)
-                db_bytes = database_bytes(store, url)
+                db_bytes = database_bytes(store)
                 m = measure(store, run, Path(tmp) / f"export-{backend}", args.repeat)
             tok = m["tokens"]
             table.add_row(

@@ -23,20 +23,17 @@ torch.load. Target: >= 5M tokens/s and no slower than
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import numpy as np
-from bench_db import fresh_database
+from bench_db import add_database_options, bench_store
 from rich.console import Console
 from rich.table import Table
 
 from dressage.store import EventStore, NewTurn, TaskSpec
-from dressage.store.db import upgrade
 from dressage.training.groups import START_CURSOR, GroupTracker
 from dressage.training.steps import StepBuilder, StepOptions
 
@@ -142,11 +139,7 @@ def measure(store: EventStore, run: str, args: argparse.Namespace, out: Path) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--pg-url",
-        default=os.environ.get("DRESSAGE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
-    )
-    ap.add_argument("--backends", default="postgresql,sqlite")
+    add_database_options(ap)
     ap.add_argument("--groups", type=int, default=64)
     ap.add_argument("--n", type=int, default=8, help="samples per group")
     ap.add_argument("--turns", type=int, default=3)
@@ -171,14 +164,7 @@ def main() -> None:
         table.add_column(col, justify="right")
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends.split(","):
-            with contextlib.ExitStack() as stack:
-                if backend == "postgresql":
-                    url = stack.enter_context(fresh_database(args.pg_url)).url
-                else:
-                    url = f"sqlite:///{tmp}/bench.db"
-                    upgrade(url)
-                store = EventStore.open(url, auto_upgrade=False)
-                stack.callback(store.close)
+            with bench_store(backend, args.pg_url) as store:
                 run = f"bench-{uuid.uuid4().hex[:8]}"
                 t0 = time.perf_counter()
                 build(store, run, args)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from bench_db import fresh_database
+from bench_db import add_database_options, fresh_database
 from rich.console import Console
 from rich.table import Table
 
@@ -210,11 +210,7 @@ def readback(url: str, run: str, rounds: int = 3) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--pg-url",
-        default=os.environ.get("DRESSAGE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
-    )
-    ap.add_argument("--backends", default="postgresql,sqlite")
+    add_database_options(ap)
     ap.add_argument("--turns", type=int, default=250, help="turns per writer without experts")
     ap.add_argument("--expert-turns", type=int, default=60, help="turns per writer with experts")
     ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds per case (best round counts)")

@@ -17,25 +17,23 @@ against it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.loopback
 
 import httpx
 import numpy as np
-from bench_db import fresh_database
+from bench_db import migrated_database
 from rich.console import Console
 from rich.table import Table
 
 from dressage.config import Settings
 from dressage.store import EventStore, NewTurn
-from dressage.store.db import upgrade
 from dressage.store.records import TaskSpec
 from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store
@@ -86,18 +84,6 @@ def timed(fn: Callable[[], object], repeat: int) -> list[float]:
     return out
 
 
-@contextlib.contextmanager
-def database(backend: str, pg_url: str) -> Iterator[str]:
-    if backend == "postgresql":
-        with fresh_database(pg_url) as db:
-            yield db.url
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            url = f"sqlite:///{tmp}/bench.db"
-            upgrade(url)
-            yield url
-
-
 PAGES = {
     "default": {},
     "sort reward desc": {"sort": "reward", "order": "desc"},
@@ -110,7 +96,7 @@ PAGES = {
 
 def measure(backend: str, a: argparse.Namespace) -> list[list[str]]:
     """One backend's rows: the baseline, then one per page."""
-    with database(backend, a.pg_url) as url, tempfile.TemporaryDirectory() as home:
+    with migrated_database(backend, a.pg_url) as url, tempfile.TemporaryDirectory() as home:
         settings = Settings(database_url=url, home=Path(home))
         writer = EventStore.open(settings=settings)
         t0 = time.perf_counter()

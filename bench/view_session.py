@@ -29,13 +29,11 @@ and measures, best and median:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,13 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 
 import httpx
 import numpy as np
-from bench_db import fresh_database
+from bench_db import migrated_database
 from rich.console import Console
 from rich.table import Table
 
 from dressage.config import Settings
 from dressage.store import EventStore, NewTurn
-from dressage.store.db import upgrade
 from dressage.tito.tokenizer import load_qwen35_tokenizer
 from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store
@@ -196,18 +193,6 @@ def browser_times(base: str, big: list[str], small: str, repeat: int) -> Browser
         driver.quit()
 
 
-@contextlib.contextmanager
-def database(backend: str, pg_url: str) -> Iterator[str]:
-    if backend == "postgresql":
-        with fresh_database(pg_url) as db:
-            yield db.url
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            url = f"sqlite:///{tmp}/bench.db"
-            upgrade(url)
-            yield url
-
-
 def ms(values: list[float]) -> str:
     """best / median in milliseconds."""
     return f"{min(values) * 1000:,.0f} / {statistics.median(values) * 1000:,.0f}"
@@ -215,7 +200,7 @@ def ms(values: list[float]) -> str:
 
 def measure(backend: str, a: argparse.Namespace) -> tuple[list[str], list[str] | None]:
     """One backend's rows of the two tables (server, browser)."""
-    with database(backend, a.pg_url) as url, tempfile.TemporaryDirectory() as home:
+    with migrated_database(backend, a.pg_url) as url, tempfile.TemporaryDirectory() as home:
         settings = Settings(database_url=url, home=Path(home))
         writer = EventStore.open(settings=settings)
         big = [build_session(writer, "bench", a.turns, a.tokens) for _ in range(a.cold + 1)]
