@@ -242,11 +242,7 @@ class DeepSeekV3Profile(ModelProfile):
 
     def reasoning_dropped(self, old: str, new: str, at: int) -> bool:
         """The assistant turn around ``at`` began with ``<think>`` in ``old``, not in ``new``."""
-        start = old.rfind(ASSISTANT, 0, at + 1)
-        if start < 0:
-            return False
-        body = start + len(ASSISTANT)
-        return old.startswith("<think>", body) and not new.startswith("<think>", body)
+        return self.think_block_dropped(old, new, at, ASSISTANT)
 
     def _check_thinking(self, enable_thinking: bool | None) -> None:
         if enable_thinking is False:

@@ -152,6 +152,16 @@ class ModelProfile(ABC):
         dropped an earlier turn's reasoning (boundary reason ``think_stripped``)."""
         return False
 
+    @staticmethod
+    def think_block_dropped(old: str, new: str, at: int, assistant_opener: str) -> bool:
+        """For templates that open an assistant turn with ``assistant_opener``: the assistant turn
+        around ``at`` began with ``<think>`` in ``old`` but not in ``new``."""
+        start = old.rfind(assistant_opener, 0, at + 1)
+        if start < 0:
+            return False
+        body = start + len(assistant_opener)
+        return old.startswith("<think>", body) and not new.startswith("<think>", body)
+
     def render(
         self,
         messages: Sequence[Any],

@@ -80,11 +80,7 @@ class _QwenProfile(ModelProfile):
 
     def reasoning_dropped(self, old: str, new: str, at: int) -> bool:
         """The assistant turn around ``at`` had a ``<think>`` block in ``old`` but not in ``new``."""
-        start = old.rfind(_ASSISTANT_OPENER, 0, at + 1)
-        if start < 0:
-            return False
-        body = start + len(_ASSISTANT_OPENER)
-        return old.startswith("<think>", body) and not new.startswith("<think>", body)
+        return self.think_block_dropped(old, new, at, _ASSISTANT_OPENER)
 
     def render_parts(
         self,
