@@ -17,10 +17,21 @@ find_python() {
   return 1
 }
 
+# A registry download cut short (IncompleteRead, a reset connection) fails one pip run; try again.
+retry() {
+  local attempt
+  for attempt in 1 2 3; do
+    "$@" && return 0
+    echo "warning: attempt $attempt of 3 failed: $*" >&2
+    sleep 5
+  done
+  return 1
+}
+
 if [ ! -x .venv/bin/python ]; then
   "$(find_python)" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
+retry .venv/bin/python -m pip install -q --upgrade pip
 TORCH_VERSION=2.13.0
 CPU_INDEX=${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 
@@ -28,7 +39,7 @@ CPU_INDEX=${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 # (pip's find-links; works offline), the CUDA build from PyPI when nvidia-smi sees a GPU, else the
 # CPU build from PyTorch's CPU index.
 install_torch() {
-  local pip=(.venv/bin/python -m pip install -q) local_wheels
+  local pip=(retry .venv/bin/python -m pip install -q) local_wheels
   local_wheels=$(mktemp -d)
   if .venv/bin/python -m pip download -q --no-index --no-deps "torch==$TORCH_VERSION" -d "$local_wheels" 2>/dev/null; then
     echo "torch $TORCH_VERSION: from the local wheel folder ($(basename "$local_wheels"/torch-*.whl))"
@@ -46,5 +57,5 @@ install_torch() {
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   install_torch
 fi
-.venv/bin/python -m pip install -q -e '.[all]'
+retry .venv/bin/python -m pip install -q -e '.[all]'
 echo "Dressage is installed in .venv (dressage-worker: .venv/bin/dressage-worker)"
