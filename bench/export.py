@@ -20,8 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
-from bench_db import add_database_options, bench_store
-from materialize import build
+from bench_db import bench_store
+from materialize import add_run_options, build, run_args
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
@@ -63,15 +63,9 @@ def measure(store: EventStore, run: str, out: Path, repeat: int) -> dict[str, fl
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_database_options(ap)
-    ap.add_argument("--groups", type=int, default=64)
-    ap.add_argument("--n", type=int, default=8, help="samples per group")
-    ap.add_argument("--turns", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=2000, help="tokens per session")
+    add_run_options(ap, tokens=2000)
     ap.add_argument("--repeat", type=int, default=2, help="export rounds (the best counts)")
-    ap.add_argument("--experts", default=None, help="LAYERSxTOP_K routed experts per token, e.g. 8x2")
-    args = ap.parse_args()
-    args.experts = tuple(int(x) for x in args.experts.split("x")) if args.experts else None
+    args = run_args(ap)
 
     table = Table(
         title=f"export {args.groups}x{args.n} sessions, ~{args.tokens} tokens, experts {args.experts}"

@@ -137,18 +137,29 @@ def measure(store: EventStore, run: str, args: argparse.Namespace, out: Path) ->
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_run_options(ap: argparse.ArgumentParser, tokens: int) -> None:
+    """The synthetic run's shape, as :func:`build` reads it (``--experts`` parsed by :func:`run_args`)."""
     add_database_options(ap)
     ap.add_argument("--groups", type=int, default=64)
     ap.add_argument("--n", type=int, default=8, help="samples per group")
     ap.add_argument("--turns", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=3000, help="tokens per session")
-    ap.add_argument("--steps-groups", type=int, default=8, help="groups per optimizer step")
-    ap.add_argument("--repeat", type=int, default=3, help="rounds per measurement (the best round counts)")
+    ap.add_argument("--tokens", type=int, default=tokens, help="tokens per session")
     ap.add_argument("--experts", default=None, help="LAYERSxTOP_K routed experts per token, e.g. 8x2")
+
+
+def run_args(ap: argparse.ArgumentParser) -> argparse.Namespace:
+    """Parse the command line; ``--experts 8x2`` becomes ``(8, 2)``."""
     args = ap.parse_args()
     args.experts = tuple(int(x) for x in args.experts.split("x")) if args.experts else None
+    return args
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_options(ap, tokens=3000)
+    ap.add_argument("--steps-groups", type=int, default=8, help="groups per optimizer step")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds per measurement (the best round counts)")
+    args = run_args(ap)
 
     table = Table(
         title=f"materialize {args.groups}x{args.n} sessions, {args.turns} turns, ~{args.tokens} tokens"
