@@ -603,6 +603,10 @@ class Session:
     info: dict[str, Any]
     created_at: float
     finished_at: float | None
+    parent_session_id: str | None = None
+    """The session this one was forked from (``dressage-worker fork``); None for a root."""
+    fork_turn: int | None = None
+    """How many of the parent's turns this session starts with (replayed from the log)."""
 
 
 class SessionOpening(TypedDict, total=False):
@@ -614,6 +618,8 @@ class SessionOpening(TypedDict, total=False):
     agent: str | None
     sandbox: str | None
     info: Mapping[str, object] | None
+    parent_session_id: str | None
+    fork_turn: int | None
 
 
 class SessionOutcome(TypedDict, total=False):

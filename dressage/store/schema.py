@@ -115,8 +115,15 @@ sessions = Table(
     Column("info", JsonDoc, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("finished_at", Float, nullable=True),
+    # A forked session (``dressage-worker fork``): the session it was forked from and how many of
+    # that session's turns it starts with (its turns ``0 .. fork_turn - 1`` are the parent's, replayed
+    # from the log). Both NULL for a session that is no fork (a root). No foreign key (migration
+    # 0007): the store checks the parent when a fork opens, and one whose parent was dropped is a root.
+    Column("parent_session_id", String(64), nullable=True),
+    Column("fork_turn", Integer, nullable=True),
     Index(None, "run_id", "status"),
     Index(None, "task_id"),
+    Index(None, "parent_session_id"),
 )
 
 turns = Table(

@@ -92,7 +92,10 @@ class SessionRepository:
         info = dict(info or {})
         canonical_json(info, what="session info", max_bytes=self.db.max_payload_bytes)
         token_sha = hashlib.sha256(token.encode()).hexdigest() if token else None
+        parent, fork_turn = self._fork_point(opening.get("parent_session_id"), opening.get("fork_turn"))
         payload = {"task_id": task_id, "attempt": attempt, "agent": agent, "sandbox": sandbox, "info": info}
+        if parent is not None:
+            payload |= {"parent_session_id": parent, "fork_turn": fork_turn}
 
         def tx(conn: Connection) -> None:
             key = deterministic_key(r.name, sid, "start")
@@ -111,11 +114,26 @@ class SessionRepository:
                     token_sha256=token_sha,
                     info=info,
                     created_at=time.time(),
+                    parent_session_id=parent,
+                    fork_turn=fork_turn,
                 )
             )
 
         self.db.retrying(tx)
         return self.get(sid)
+
+    def _fork_point(self, parent: str | None, fork_turn: int | None) -> tuple[str | None, int | None]:
+        """Check a fork's parent and turn: both or neither, the parent recorded, the turn within it."""
+        if parent is None and fork_turn is None:
+            return None, None
+        if parent is None or fork_turn is None:
+            raise ValueError("a fork names both parent_session_id and fork_turn (or neither)")
+        if isinstance(fork_turn, bool) or not isinstance(fork_turn, int) or fork_turn < 0:
+            raise ValueError(f"fork_turn must be an integer >= 0, got {fork_turn!r}")
+        recorded = self.head(parent).turns
+        if fork_turn > recorded:
+            raise ValueError(f"fork_turn {fork_turn} is past session {parent!r}'s {recorded} recorded turns")
+        return parent, fork_turn
 
     def finalize(self, session_id: str, status: str, **outcome: Unpack[SessionOutcome]) -> Session:
         """Move a running session to a terminal status with its reward, atomically and idempotently.
@@ -358,4 +376,6 @@ def _session(row: Row[Any]) -> Session:
         info=row.info or {},
         created_at=row.created_at,
         finished_at=row.finished_at,
+        parent_session_id=row.parent_session_id,
+        fork_turn=row.fork_turn,
     )

@@ -125,6 +125,26 @@ GROUP BY r.name, s.consumer, s.step, s.position, s.created_at
 """
 
 
+SESSION_TREE = """
+CREATE VIEW session_tree AS
+WITH RECURSIVE tree(session_id, root_session_id, depth) AS (
+    SELECT s.id, s.id, 0 FROM sessions s
+    WHERE s.parent_session_id IS NULL
+       OR NOT EXISTS (SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id)
+    UNION ALL
+    SELECT c.id, tree.root_session_id, tree.depth + 1
+    FROM sessions c JOIN tree ON c.parent_session_id = tree.session_id
+)
+SELECT r.name AS run_name, s.id AS session_id, s.parent_session_id, s.fork_turn, tree.depth,
+       tree.root_session_id, s.status, s.reward
+FROM tree
+JOIN sessions s ON s.id = tree.session_id
+JOIN runs r ON r.id = s.run_id
+"""
+"""``session_tree`` (revision 0007): each session's place in its fork tree: its parent and fork
+turn (NULL for a root), its depth (0 for a root) and its root. A session whose parent is no longer
+in the log (a fork into another run outlives its parent's dropped run) is shown as a root."""
+
 VIEW_NAMES = ("token_events", "trajectories")
 
 _TRAJECTORIES_BY_REVISION = {"0001": TRAJECTORIES_0001, "0004": TRAJECTORIES}
