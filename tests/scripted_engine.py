@@ -64,6 +64,8 @@ class ScriptedEngine(ServedInThread):
         """Streamed replies end abruptly (no finish reason) after this many tokens: a failing engine."""
         self.profile = get_profile(profile)
         self.prompts: list[str] = []
+        self.sampling: list[dict[str, Any]] = []
+        """Each request's sampling params as the proxy sent them (e.g. ``sampling_seed``), in order."""
         self.max_context = max_context
         app = FastAPI()
         app.add_api_route("/generate", self._generate, methods=["POST"])
@@ -106,6 +108,7 @@ class ScriptedEngine(ServedInThread):
         body = await request.json()
         input_ids = body["input_ids"]
         sampling = body.get("sampling_params") or {}
+        self.sampling.append(dict(sampling))  # before the script runs: it may read the request's seed
         prompt = self.profile.tokenizer.decode(input_ids)
         ids, finish = self._reply_ids(prompt, int(sampling.get("max_new_tokens") or 1 << 20))
         rid = body.get("rid") or "scripted"

@@ -11,6 +11,7 @@ import typer
 from dressage import __version__
 from dressage.cli import store_commands, view_command
 from workers import engine as engine_worker
+from workers import fork as fork_worker
 from workers import loop as loop_worker
 from workers import proxy as proxy_worker
 from workers import rollout as rollout_worker
@@ -44,6 +45,7 @@ view_command.register(app)
 app.command("engine")(engine_worker.engine_command)
 app.command("proxy")(proxy_worker.proxy_command)
 app.command("rollout")(rollout_worker.rollout_command)
+app.command("fork")(fork_worker.fork_command)
 app.command("train")(train_worker.train_command)
 app.command("loop")(loop_worker.loop_command)
 

@@ -2,9 +2,10 @@
 
 =========================================  ===============================================================
 ``POST /admin/runs``                       ``{name, config}`` -> the run (created, or got when it exists)
-``POST /admin/sessions``                   ``{run, task_id, attempt, agent, sandbox, info, session_id}``
-                                           -> ``{session_id, token, base_url}`` (``session_id``:
-                                           optional, chosen by a caller that hashes it to a proxy)
+``POST /admin/sessions``                   ``{run, task_id, attempt, agent, sandbox, info, session_id,
+                                           parent_session_id, fork_turn}`` -> ``{session_id, token,
+                                           base_url}`` (``session_id``: optional, chosen by a caller
+                                           that hashes it to a proxy; the last two: a fork)
 ``POST /admin/sessions/{id}/take_over``    ``{attempt}``: a new attempt takes the running session over
                                            -> ``{session_id, token, base_url}`` (``.../resume``: the
                                            same, its former name)
@@ -143,6 +144,8 @@ async def _open_session(svc: ProxyService, body: JsonObject, request: Request) -
         sandbox=_str(body, "sandbox"),
         info=_object(body, "info"),
         session_id=_str(body, "session_id"),
+        parent_session_id=_str(body, "parent_session_id"),
+        fork_turn=_int(body, "fork_turn"),
     )
     return asdict(handle)
 

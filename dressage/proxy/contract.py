@@ -69,8 +69,11 @@ class Proxy(Protocol):
         """Create run ``name`` (or get it when it exists with the same config)."""
         ...
 
-    async def open_session(self, run: str, **opening: Unpack[SessionOpening]) -> SessionHandle:
-        """Open a session of run ``run`` with a fresh bearer token."""
+    async def open_session(
+        self, run: str, *, session_id: str | None = None, **opening: Unpack[SessionOpening]
+    ) -> SessionHandle:
+        """Open a session of run ``run`` with a fresh bearer token (``session_id``: the caller's
+        choice, refused when it exists; ``parent_session_id`` + ``fork_turn``: a fork)."""
         ...
 
     async def take_over_session(self, session_id: str, *, attempt: int) -> SessionHandle:

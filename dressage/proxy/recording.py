@@ -71,6 +71,7 @@ from dressage.errors import (
     TurnIndexTakenError,
 )
 from dressage.proxy.conversation import Conversation
+from dressage.proxy.fork_replay import as_recorded
 from dressage.proxy.generation import Coordinator, Generation
 from dressage.proxy.replay import REASON_REPLAY_DIVERGED
 from dressage.proxy.replies import think_open
@@ -83,7 +84,7 @@ from dressage.proxy.sessions import (
     context_key,
 )
 from dressage.redact import redact
-from dressage.store import EventStore, NewTurn, turn_key
+from dressage.store import EventStore, NewTurn, Turn, deterministic_key, turn_key
 from dressage.tito import IndexedTurn, TitoPlan
 from dressage.tito.incremental import PromptIds
 from dressage.tito.tool_calls import ParsedAssistant
@@ -162,6 +163,8 @@ def prepare_turn(
         max_new_tokens=max_new,
         **conv.sampling,
     )
+    if sampling.sampling_seed is None and state.sampling_seed is not None:
+        sampling = sampling.model_copy(update={"sampling_seed": state.sampling_seed})
     gen = Generation(
         coordinator=coordinator,
         client=client,
@@ -604,3 +607,46 @@ async def record_turn(
             {"turn_id": turn_id, "prompt_tokens": len(job.prompt_ids), "context_window": job.context_window},
         )
     return reply
+
+
+async def copy_from_parent(
+    store: EventStore, registry: SessionRegistry, state: SessionState, conv: Conversation
+) -> ReplyData | None:
+    """A fork's request before its fork turn: copy the parent's matching turns into the fork.
+
+    Returns the parent's recorded reply (now the fork's own turn) for ``conv``; None when only
+    dead-end turns remained to copy (the request is the first live one). A request that matches
+    no recorded turn records a ``fork_diverged`` event and raises :class:`ConflictError` (409):
+    see :mod:`dressage.proxy.fork_replay`.
+    """
+    fork = state.fork
+    async with state.lock:
+        if fork is None or not fork.pending(state.next_turn):
+            return None
+        try:
+            parent_turns = fork.match(state.index, conv, state.next_turn)
+        except ConflictError as e:
+            payload = {"turn_index": state.next_turn, "fork_turn": fork.fork_turn, "error": str(e)}
+            key = deterministic_key(state.run_name, state.session_id, "fork_diverged", state.next_turn)
+            await asyncio.to_thread(
+                store.events.append,
+                state.run_name,
+                "fork_diverged",
+                payload,
+                key=key,
+                session_id=state.session_id,
+            )
+            raise
+        for parent_turn in parent_turns:
+            record = fork.copy(parent_turn, state.run_name, state.session_id, conv.fingerprint)
+            await _append(store, registry, state, record)
+            state.apply_turn(as_recorded(record, parent_turn))
+        answered = next((t for t in reversed(parent_turns) if _is_target(t)), None)
+    return state.replies.get(answered.turn_index) if answered is not None else None
+
+
+def _is_target(turn: Turn) -> bool:
+    """Whether a recorded turn answers a request (choice 0, not a dead end)."""
+    tito = turn.info.get("tito") or {}
+    choice = turn.info.get("choice") or {}
+    return not tito.get("aborted") and not int(choice.get("index", 0))

@@ -94,7 +94,7 @@ class Replay:
         open_targets = [x for x in self.targets if not x.consumed]
         hit = next((x for x in open_targets if x.fingerprint == conv.fingerprint), None)
         if hit is None and open_targets:
-            digest = ids_digest(_request_prompt(index, conv))
+            digest = ids_digest(request_prompt(index, conv))
             hit = next((x for x in open_targets if x.prompt_digest == digest), None)
         reply = replies.get(hit.turn_index) if hit is not None else None
         if hit is None or reply is None or len(reply.choices) != conv.n:
@@ -125,7 +125,7 @@ class Replay:
         }
 
 
-def _request_prompt(index: SegmentIndex, conv: Conversation) -> list[int]:
+def request_prompt(index: SegmentIndex, conv: Conversation) -> list[int]:
     """The prompt ids ``conv`` renders to in this session, forced tool-call ids included."""
     plan = index.plan(conv.messages, conv.tools, conv.enable_thinking)
     ids = plan.prompt.tolist()
@@ -149,6 +149,13 @@ def build_replay(session: Session, turns: Sequence[Turn]) -> Replay | None:
     next_turn = int(resume.get("next_turn", 0))
     if next_turn <= 0 or any(x.turn_index >= next_turn for x in turns):
         return None
+    targets = replay_targets(turns)
+    return Replay(targets=targets, next_turn=next_turn) if targets else None
+
+
+def replay_targets(turns: Sequence[Turn]) -> list[ReplayTarget]:
+    """The turns a replaying agent's requests may match (choice 0, not abandoned), in turn order,
+    each with its body fingerprint and the digest of its whole prompt (its segment's tokens so far)."""
     hashes: dict[int, hashlib._Hash] = {}  # segment -> running sha256 of its tokens
     targets: list[ReplayTarget] = []
     for turn in sorted(turns, key=lambda x: x.turn_index):
@@ -159,4 +166,4 @@ def build_replay(session: Session, turns: Sequence[Turn]) -> Replay | None:
         if not tito.get("aborted") and not int(choice.get("index", 0)):
             targets.append(ReplayTarget(turn.turn_index, turn.request_fingerprint, seg.hexdigest()))
         seg.update(np.asarray(turn.generated_ids, dtype="<i8").tobytes())
-    return Replay(targets=targets, next_turn=next_turn) if targets else None
+    return targets

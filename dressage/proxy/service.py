@@ -15,7 +15,7 @@ from typing import Unpack
 
 from dressage.config import Settings
 from dressage.engines import EnginePool
-from dressage.errors import ConflictError, EngineError, UnknownSessionError
+from dressage.errors import ConflictError, EngineError, RequestError, UnknownSessionError
 from dressage.proxy.admission import AdmissionGate
 from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle
 from dressage.proxy.generation import Coordinator
@@ -125,7 +125,9 @@ class ProxyService:
         """Open a session with a fresh bearer token (only its sha256 is stored).
 
         ``session_id`` may be chosen by the caller (a worker hashing sessions onto several proxies);
-        an id that already exists is refused (409): its token was handed out once.
+        an id that already exists is refused (409): its token was handed out once. A fork names
+        ``parent_session_id`` and ``fork_turn``: its first ``fork_turn`` turns are copied from the
+        parent as its agent asks for them (:mod:`dressage.proxy.fork_replay`).
         """
         token = TOKEN_PREFIX + pysecrets.token_urlsafe(24)
         if session_id is not None and await asyncio.to_thread(self._session_exists, session_id):
@@ -136,13 +138,17 @@ class ProxyService:
             )
         found = await asyncio.to_thread(self.store.runs.get, run)
         check_run_profile(found.name, found.config, self.profile)
-        session = await asyncio.to_thread(
-            self.store.sessions.open,
-            run,
-            session_id=session_id,
-            token=token,
-            **opening,
-        )
+        try:
+            session = await asyncio.to_thread(
+                self.store.sessions.open,
+                run,
+                session_id=session_id,
+                token=token,
+                **opening,
+            )
+        except ValueError as e:  # a fork's parent or fork turn that the log refuses
+            param = "fork_turn" if "fork_turn" in str(e) else "parent_session_id"
+            raise RequestError(str(e), param=param, code="invalid_fork") from e
         return SessionHandle(session.id, token, self.session_url(token))
 
     def _session_exists(self, session_id: str) -> bool:

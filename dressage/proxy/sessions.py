@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dressage.errors import AuthError, ConflictError
+from dressage.proxy.fork_replay import ForkReplay, build_fork_replay
 from dressage.proxy.replay import Replay, build_replay
 from dressage.proxy.reply_data import ReplyData
 from dressage.store import EventStore, Session, Turn
@@ -115,6 +116,15 @@ class SessionState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     replay: Replay | None = None
     """A resumed session's replay of its recorded turns (see :mod:`dressage.proxy.replay`)."""
+    fork: ForkReplay | None = None
+    """A fork's copy of its parent's first turns, while some remain (see :mod:`dressage.proxy.fork_replay`)."""
+
+    @property
+    def sampling_seed(self) -> int | None:
+        """The seed of requests that name none: the session's ``info["sampling_seed"]`` (a fork's
+        branch seed, so a CLI agent, which sends no seed, samples each branch differently)."""
+        seed = self.session.info.get("sampling_seed") if isinstance(self.session.info, dict) else None
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
     @property
     def session_id(self) -> str:
@@ -266,6 +276,9 @@ class SessionRegistry:
         for turn in turns:
             state.apply_turn(turn)
         state.replay = build_replay(session, turns)
+        if session.parent_session_id is not None and len(turns) < (session.fork_turn or 0):
+            parent = self.store.turns.read(session_id=session.parent_session_id, with_experts=True)
+            state.fork = build_fork_replay(session, turns, parent)
         if turns:
             log.info("rebuilt session %s from %d recorded turns", session.id, len(turns))
         return state

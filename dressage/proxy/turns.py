@@ -35,7 +35,14 @@ from dressage.errors import ContextLengthExceededError, DressageError
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
 from dressage.proxy.errors import OverloadedError, PayloadTooLargeError, classify, error_message
-from dressage.proxy.recording import TurnJob, prepare_turn, record_overflow, record_turn, sibling_job
+from dressage.proxy.recording import (
+    TurnJob,
+    copy_from_parent,
+    prepare_turn,
+    record_overflow,
+    record_turn,
+    sibling_job,
+)
 from dressage.proxy.replies import parse_reply, reply_parse, reply_text, think_open
 from dressage.proxy.reply_data import ReplyData
 from dressage.proxy.service import ProxyService
@@ -117,23 +124,9 @@ class TurnHandler:
             conv = dialect.parse(raw, state, svc.default_sampling)
             stream = conv.stream
             idem = request.headers.get("idempotency-key") or None
-            if (
-                state.replay is not None
-                and (replayed := state.replay.match(state.index, state.replies, conv)) is not None
-            ):
-                svc.metrics.replayed.inc()
-                svc.metrics.replayed_tokens.inc(sum(len(c.generated_ids) for c in replayed.choices))
-                svc.metrics.requests.labels(str(stream).lower(), "replayed").inc()
-                return self._replay(dialect, conv, replayed, header="resume")
-            prior = state.lookup(conv.fingerprint, idem)
-            if isinstance(prior, asyncio.Future):
-                await asyncio.wait([prior])  # the original's outcome; its own cancellation is not ours
-                # An original whose client went away is no reply: this retry generates anew.
-                prior = None if prior.cancelled() else prior.result()
-            if prior is not None:
-                svc.metrics.dedupe.inc()
-                svc.metrics.requests.labels(str(stream).lower(), "deduplicated").inc()
-                return self._replay(dialect, conv, prior)
+            recorded = await self._from_log(dialect, state, conv, idem)
+            if recorded is not None:
+                return recorded
             job = await self._prepare(state, conv, idem, started)
             jobs = [job, *(sibling_job(job, i) for i in range(1, conv.n))]
             future = self._register(state, job)
@@ -173,6 +166,38 @@ class TurnHandler:
         finally:
             if active:
                 svc.admission.leave()
+
+    async def _from_log(
+        self, dialect: Dialect, state: SessionState, conv: Conversation, idem: str | None
+    ) -> Response | None:
+        """The answer from the log, when there is one: a resumed session's replayed turn, a retried
+        request's recorded reply, or a fork's copy of its parent's turn; None: generate."""
+        svc, stream = self.svc, str(conv.stream).lower()
+        if (
+            state.replay is not None
+            and (replayed := state.replay.match(state.index, state.replies, conv)) is not None
+        ):
+            svc.metrics.replayed.inc()
+            svc.metrics.replayed_tokens.inc(sum(len(c.generated_ids) for c in replayed.choices))
+            svc.metrics.requests.labels(stream, "replayed").inc()
+            return self._replay(dialect, conv, replayed, header="resume")
+        prior = state.lookup(conv.fingerprint, idem)
+        if isinstance(prior, asyncio.Future):
+            await asyncio.wait([prior])  # the original's outcome; its own cancellation is not ours
+            # An original whose client went away is no reply: this retry generates anew.
+            prior = None if prior.cancelled() else prior.result()
+        if prior is not None:
+            svc.metrics.dedupe.inc()
+            svc.metrics.requests.labels(stream, "deduplicated").inc()
+            return self._replay(dialect, conv, prior)
+        if state.fork is not None and state.fork.pending(state.next_turn):
+            copied = await copy_from_parent(svc.store, svc.registry, state, conv)
+            if copied is not None:
+                svc.metrics.replayed.inc()
+                svc.metrics.replayed_tokens.inc(sum(len(c.generated_ids) for c in copied.choices))
+                svc.metrics.requests.labels(stream, "replayed").inc()
+                return self._replay(dialect, conv, copied, header="fork")
+        return None
 
     async def _prepare(
         self, state: SessionState, conv: Conversation, idem: str | None, started: float
@@ -320,7 +345,8 @@ class TurnHandler:
     def _replay(self, dialect: Dialect, conv: Conversation, reply: ReplyData, header: str = "1") -> Response:
         """The recorded reply of a retried request (or of a resumed session's replay), as it asks for.
 
-        ``x-dressage-replayed`` says which: ``1`` for a retry, ``resume`` for a replayed turn.
+        ``x-dressage-replayed`` says which: ``1`` for a retry, ``resume`` for a replayed turn,
+        ``fork`` for a fork's copy of its parent's turn.
         """
         parsed = reply_parse(self.svc.profile, conv, reply)
         headers = {

@@ -89,7 +89,7 @@ class Outcome:
 
 
 @dataclass
-class _Held:
+class Held:
     """Resources an episode must release however it ends."""
 
     sandbox: Sandbox | None = None
@@ -97,8 +97,19 @@ class _Held:
     forwarder: asyncio.Server | None = None
     spec: SandboxSpec | None = None
 
+    async def release(self, sid: str) -> None:
+        """Close the agent's client, terminate the sandbox, stop the session's socket (failures logged)."""
+        if self.client is not None:
+            with logged_failures(log, f"closing the OpenAI client of session {sid}"):
+                await self.client.close()
+        if self.sandbox is not None:
+            with logged_failures(log, f"terminating the sandbox of session {sid}"):
+                await self.sandbox.terminate()
+        if self.forwarder is not None:
+            self.forwarder.close()
 
-class _Failed(Exception):
+
+class EpisodeFailed(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
@@ -146,18 +157,18 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
     lost = [False]
     renewer = asyncio.create_task(_renew(env, lease, current, lost))
     agent_log = AgentLog()
-    held = _Held()
+    held = Held()
     sampling = cfg.sampling.request_kwargs(
         task_index=lease.task_index, sample_index=lease.sample_index, attempt=seed_from
     )
     try:
         try:
-            result = await _play(env, task, handle, agent_log, held, sampling)
-            reward, details = await _score(env, task, result, held)
-        except _Failed as f:
+            result = await play_agent(env, task, handle, agent_log, held, sampling)
+            reward, details = await score_result(env, task, result, held)
+        except EpisodeFailed as f:
             error = redact(str(f), store.db.secrets) or ""
             agent_log.write(f"FAILED ({f.reason}): {error}")
-            await _archive(env, sid, held.sandbox, agent_log)
+            await archive_session(env, sid, held.sandbox, agent_log)
             renewer.cancel()
             await env.proxy.finalize_session(
                 sid,
@@ -177,7 +188,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             key=deterministic_key(run.name, sid, "reward"),
             session_id=sid,
         )
-        await _archive(env, sid, held.sandbox, agent_log)
+        await archive_session(env, sid, held.sandbox, agent_log)
         renewer.cancel()
         await env.proxy.finalize_session(
             sid,
@@ -198,14 +209,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
         return Outcome("lease_lost", error=str(e))
     finally:
         renewer.cancel()
-        if held.client is not None:
-            with logged_failures(log, f"closing the OpenAI client of session {sid}"):
-                await held.client.close()
-        if held.sandbox is not None:
-            with logged_failures(log, f"terminating the sandbox of session {sid}"):
-                await held.sandbox.terminate()
-        if held.forwarder is not None:
-            held.forwarder.close()
+        await held.release(sid)
 
 
 async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHandle, int]:
@@ -234,15 +238,15 @@ async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHan
     return handle, lease.attempt
 
 
-async def _play(
+async def play_agent(
     env: EpisodeEnv,
     task: Task,
     handle: SessionHandle,
     agent_log: AgentLog,
-    held: _Held,
+    held: Held,
     sampling: dict[str, object],
 ) -> AgentResult:
-    """Create the sandbox and run the agent; failures raise :class:`_Failed`."""
+    """Create the sandbox and run the agent; failures raise :class:`EpisodeFailed`."""
     from openai import AsyncOpenAI
 
     cfg = env.cfg
@@ -254,7 +258,7 @@ async def _play(
         spec = held.spec = task_kinds.sandbox_spec(spec, task, cfg.sandbox.e2b.templates)
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, ConfigError, OSError) as e:
-        raise _Failed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
+        raise EpisodeFailed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
     agent_timeout = task_kinds.agent_timeout_s(task, cfg.worker.session_timeout_s)
     client = held.client = AsyncOpenAI(
         base_url=handle.base_url,
@@ -286,16 +290,18 @@ async def _play(
     try:
         result = await asyncio.wait_for(env.agent.run(ctx), timeout=agent_timeout + 5)
     except TimeoutError:
-        raise _Failed("agent_timeout", f"agent {env.agent.name} ran past {agent_timeout:g}s") from None
+        raise EpisodeFailed("agent_timeout", f"agent {env.agent.name} ran past {agent_timeout:g}s") from None
     except (AgentError, SandboxError) as e:
-        raise _Failed("agent_error", f"agent {env.agent.name}: {e}") from e
+        raise EpisodeFailed("agent_error", f"agent {env.agent.name}: {e}") from e
     except Exception as e:  # an agent is user code: any crash is a failed attempt, with its traceback logged
         agent_log.write(traceback.format_exc())
-        raise _Failed("agent_crashed", f"agent {env.agent.name} crashed: {type(e).__name__}: {e}") from e
+        raise EpisodeFailed(
+            "agent_crashed", f"agent {env.agent.name} crashed: {type(e).__name__}: {e}"
+        ) from e
     return result
 
 
-async def _proxy_socket(env: EpisodeEnv, session_id: str, held: _Held) -> str | None:
+async def _proxy_socket(env: EpisodeEnv, session_id: str, held: Held) -> str | None:
     """The host socket a blackbox agent's sandbox reaches the proxy through (None: over the network)."""
     if env.session_socket_dir is None or not isinstance(env.proxy, ProxyRing):
         return env.proxy_socket
@@ -304,8 +310,8 @@ async def _proxy_socket(env: EpisodeEnv, session_id: str, held: _Held) -> str | 
     return path
 
 
-async def _score(
-    env: EpisodeEnv, task: Task, result: AgentResult, held: _Held
+async def score_result(
+    env: EpisodeEnv, task: Task, result: AgentResult, held: Held
 ) -> tuple[float, dict[str, Any]]:
     sandbox, spec = held.sandbox, held.spec
     assert sandbox is not None and spec is not None
@@ -320,11 +326,11 @@ async def _score(
             )
         )
     except (RewardError, SandboxError) as e:
-        raise _Failed("reward_error", f"reward {env.scorer.kind}: {e}") from e
+        raise EpisodeFailed("reward_error", f"reward {env.scorer.kind}: {e}") from e
     return out.reward, out.details
 
 
-async def _archive(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log: AgentLog) -> None:
+async def archive_session(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log: AgentLog) -> None:
     """Store the agent log and (if configured) the workspace tarball as the session's artifacts."""
     store, run = env.store, env.run
     try:

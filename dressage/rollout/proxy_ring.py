@@ -207,9 +207,11 @@ class ProxyRing:
         await self._post(name, "/admin/runs", {"name": name, "config": dict(config or {})})
         return await asyncio.to_thread(self.store.runs.get, name)
 
-    async def open_session(self, run: str, **opening: Unpack[SessionOpening]) -> SessionHandle:
-        """Open a session on the proxy its (fresh) id hashes to; any proxy serves it afterwards."""
-        sid = uuid.uuid4().hex
+    async def open_session(
+        self, run: str, *, session_id: str | None = None, **opening: Unpack[SessionOpening]
+    ) -> SessionHandle:
+        """Open a session on the proxy its id (fresh unless given) hashes to; any proxy serves it afterwards."""
+        sid = session_id or uuid.uuid4().hex
         body = {"run": run, "session_id": sid, **{k: v for k, v in opening.items() if v is not None}}
         # Only a refused connection moves an open: a proxy that died after opening it holds its token.
         return _handle(await self._post(sid, "/admin/sessions", body, CONNECT_ERRORS))

@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import tempfile
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,10 +216,6 @@ async def run_rollout(
     # A new run's config and dataset are checked whole before the log is opened: a mistake creates nothing.
     fresh = load_new_run(opts.config_path) if opts.resume is None and opts.config_path else None
     store = EventStore.open(settings=settings)
-    engine: DevEngineProcess | None = None
-    proxy: Proxy | None = None
-    forwarder: asyncio.Server | None = None
-    socket_dir: str | None = None
     try:
         cfg, stored = (fresh.cfg, None) if fresh is not None else resolve_config(store, opts)
         if opts.concurrency is not None:
@@ -227,6 +224,49 @@ async def run_rollout(
             )
         if opts.proxy_urls:
             cfg = cfg.model_copy(update={"proxy": cfg.proxy.model_copy(update={"urls": opts.proxy_urls})})
+        tasks = fresh.tasks if fresh is not None else None
+
+        def snapshot_of(secrets: RunSecrets) -> dict[str, object] | None:
+            return stored if tasks is None else run_snapshot(cfg, tasks, secrets)
+
+        async with serve_episodes(store, cfg, settings, console, snapshot_of) as env:
+            if tasks is not None and sum(store.tasks.counts(env.run).values()) == 0:
+                store.tasks.enqueue(env.run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
+            env.session_info = dict(opts.session_info or {})
+            owner = opts.worker_id or default_worker_id()
+            report = RolloutReport(run=env.run.name)
+            progress = RolloutProgress(store, env.run, console=console, enabled=opts.show_progress)
+            evals = (
+                EvalScheduler(store, env.run, cfg.eval, provider=cfg.sandbox.provider)
+                if cfg.eval is not None
+                else None
+            )
+            async with progress:
+                await _lease_loop(env, owner, report, console, evals)
+            await _finish_report(report, progress, env, console if opts.show_progress else None)
+            return report
+    finally:
+        store.close()
+
+
+@contextlib.asynccontextmanager
+async def serve_episodes(
+    store: EventStore,
+    cfg: RolloutConfig,
+    settings: Settings,
+    console: Console,
+    snapshot_of: Callable[[RunSecrets], Mapping[str, object] | None],
+    run_name: str | None = None,
+) -> AsyncIterator[EpisodeEnv]:
+    """What episodes of ``cfg`` run with: its secrets, agent, reward, sandboxes, the engine and the
+    proxy (started here, or the standalone proxies of ``proxy.urls``), the run (``run_name``, by
+    default ``cfg.run``, created with ``snapshot_of(secrets)``) and the socket a blackbox agent's
+    sandbox reaches the proxy through; all of it stopped on exit. Used by ``rollout`` and ``fork``."""
+    engine: DevEngineProcess | None = None
+    proxy: Proxy | None = None
+    forwarder: asyncio.Server | None = None
+    socket_dir: str | None = None
+    try:
         secrets = resolve_secrets(cfg.secrets)
         store.db.secrets = (*store.db.secrets, *secrets.values())
         settings = with_secrets(settings, secrets)
@@ -235,15 +275,14 @@ async def run_rollout(
         provider = get_provider(
             cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
         )
-        tasks = fresh.tasks if fresh is not None else None
-        snapshot = stored if tasks is None else run_snapshot(cfg, tasks, secrets)
         if cfg.proxy.urls:
             proxy = remote_proxies(store, cfg, settings)
         else:
             engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
-        run: Run = await proxy.create_run(cfg.run, snapshot)
-        if tasks is not None and sum(store.tasks.counts(run).values()) == 0:
-            store.tasks.enqueue(run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
+        snapshot = snapshot_of(secrets)
+        run: Run = await proxy.create_run(
+            run_name or cfg.run, dict(snapshot) if snapshot is not None else None
+        )
         proxy_socket = None
         sandbox_url = cfg.proxy.public_url or proxy.base_url
         if isinstance(agent, BlackboxAgent) and cfg.sandbox.provider == "bwrap" and not cfg.sandbox.network:
@@ -258,19 +297,7 @@ async def run_rollout(
         env = EpisodeEnv(store, proxy, run, cfg, agent, scorer, provider, proxy_socket, sandbox_url, secrets)
         if cfg.proxy.urls and socket_dir is not None:
             env.session_socket_dir = socket_dir
-        env.session_info = dict(opts.session_info or {})
-        owner = opts.worker_id or default_worker_id()
-        report = RolloutReport(run=run.name)
-        progress = RolloutProgress(store, run, console=console, enabled=opts.show_progress)
-        evals = (
-            EvalScheduler(store, run, cfg.eval, provider=cfg.sandbox.provider)
-            if cfg.eval is not None
-            else None
-        )
-        async with progress:
-            await _lease_loop(env, owner, report, console, evals)
-        await _finish_report(report, progress, env, console if opts.show_progress else None)
-        return report
+        yield env
     finally:
         if forwarder is not None:
             forwarder.close()
@@ -281,7 +308,6 @@ async def run_rollout(
                 await proxy.stop()
         if engine is not None:
             engine.stop()
-        store.close()
 
 
 def run_snapshot(cfg: RolloutConfig, tasks: list[Task], secrets: RunSecrets) -> dict[str, object]:

@@ -309,6 +309,15 @@ class TaskRepository:
             raise InvalidRecordError(f"no task with id {task_id}")
         return str(row.kind), row.eval_version
 
+    def payload_of(self, task_id: int) -> dict[str, Any]:
+        """The payload (the dataset row as queued) of task ``task_id``."""
+        c = t.tasks.c
+        with self.db.read() as conn:
+            row = conn.execute(select(c.payload).where(c.id == task_id)).first()
+        if row is None:
+            raise InvalidRecordError(f"no task with id {task_id}")
+        return dict(row.payload or {})
+
     def leases_of_others(self, run: str | Run, owner: str) -> list[tuple[str, int, float]]:
         """``(owner, leased pairs, latest lease expiry)`` for every owner but ``owner`` holding leases
         in the run, by owner name: what a worker with nothing left to claim waits for."""

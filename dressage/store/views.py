@@ -136,14 +136,21 @@ WITH RECURSIVE tree(session_id, root_session_id, depth) AS (
     FROM sessions c JOIN tree ON c.parent_session_id = tree.session_id
 )
 SELECT r.name AS run_name, s.id AS session_id, s.parent_session_id, s.fork_turn, tree.depth,
-       tree.root_session_id, s.status, s.reward
+       tree.root_session_id,
+       CASE WHEN s.fork_turn IS NULL THEN NULL ELSE (
+           SELECT COALESCE(SUM(u.n_context + u.n_generated), 0) FROM turns u
+           WHERE u.session_id = s.id AND u.turn_index < s.fork_turn
+       ) END AS shared_tokens,
+       s.status, s.reward
 FROM tree
 JOIN sessions s ON s.id = tree.session_id
 JOIN runs r ON r.id = s.run_id
 """
 """``session_tree`` (revision 0007): each session's place in its fork tree: its parent and fork
-turn (NULL for a root), its depth (0 for a root) and its root. A session whose parent is no longer
-in the log (a fork into another run outlives its parent's dropped run) is shown as a root."""
+turn (NULL for a root), its depth (0 for a root), its root, and the shared-prefix length in tokens
+(``shared_tokens``: context + generated tokens of its turns before the fork turn, which are copies
+of the parent's; NULL for a root). A session whose parent is no longer in the log (a fork into
+another run outlives its parent's dropped run) is shown as a root (its columns keep the fork)."""
 
 VIEW_NAMES = ("token_events", "trajectories")
 
