@@ -1,0 +1,145 @@
+"""``dressage-worker fork`` of a real agent CLI's session, through the CLI's own dialect.
+
+Codex (OpenAI Responses, a real CLI in a bwrap sandbox without network, as in
+``test_native_clis_rollout.py``) calls the shell once, then answers from its output. Its session is
+forked at turn 1 into two branches: each branch's Codex starts in a fresh sandbox, its first
+request is answered with the parent's recorded tool call (copied into the branch id for id, no
+engine request), it runs the command again (the output it sends back, so its workspace, is the
+parent's), and the answer is generated live with the branch's seed, which Codex never sends: the
+proxy takes it from the branch session's ``info["sampling_seed"]``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dressage.tito import get_profile
+from tests.agents.test_native_clis import cli_in_usr
+from tests.agents.test_native_clis_rollout import CASES, PROMPT
+from tests.rollout.conftest import (
+    open_store,
+    requires_bwrap,
+    start_worker,
+    worker_env,
+    write_config,
+    write_tasks,
+)
+from tests.scripted_engine import ScriptedEngine, qwen_tool_call
+
+pytestmark = [requires_bwrap, pytest.mark.slow]
+SEED = 50
+TOK = get_profile("qwen3.5").tokenizer
+
+
+class _Policy:
+    """Call the tool, then answer from its output and the request's seed; counts requests by phase."""
+
+    def __init__(self, tool: str, arguments: dict[str, str]) -> None:
+        self.tool, self.arguments = tool, arguments
+        self.engine: ScriptedEngine | None = None
+        self.phase = "parent"
+        self.calls: list[tuple[str, str, Any]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, prompt: str, _n: int) -> str:
+        assert self.engine is not None
+        seed = self.engine.sampling[-1].get("sampling_seed")
+        responses = re.findall(r"<tool_response>\n?(.*?)\n?</tool_response>", prompt, re.DOTALL)
+        if responses:
+            last = (responses[-1].strip().splitlines() or [""])[-1].strip()
+            step, body = "answer", f"seed {seed}, final answer: {last}"
+        elif f'"name": "{self.tool}"' in prompt:
+            step, body = "call", qwen_tool_call(self.tool, **self.arguments)
+        else:
+            step, body = "side", "side request"
+        with self.lock:
+            self.calls.append((self.phase, step, seed))
+        return ("The task needs one command.\n</think>\n\n" if prompt.endswith("<think>\n") else "") + body
+
+
+def _stable(ids: Any) -> str:
+    """Decoded ids without the lines Codex makes up per run (its chunk id and wall time)."""
+    text = TOK.decode([int(x) for x in ids])
+    return re.sub(r"(Chunk ID|Wall time): [^\n]*\n", "", text)
+
+
+def _fork(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from dressage.cli import main; main()", "fork", *args],
+        cwd=home.parent,
+        env=worker_env(home),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+@pytest.mark.timeout(1200)
+def test_codex_session_forked_at_its_answer(tmp_path: Path) -> None:
+    binary, tool, arguments, _ = CASES["codex"]
+    if cli_in_usr(binary):
+        pytest.skip(str(cli_in_usr(binary)))
+    policy = _Policy(tool, arguments)
+    with ScriptedEngine(policy).running() as eng:
+        policy.engine = eng
+        write_tasks(tmp_path / "tasks.jsonl", [{"prompt": PROMPT, "label": "tool-ran-ok"}])
+        box = {
+            "network": False,
+            "memory_mb": 2048,
+            "max_processes": 256,
+            "timeout_s": 240,
+            "max_timeout_s": 240,
+        }
+        cfg = write_config(
+            tmp_path, eng.url, n_samples_per_prompt=1, agent={"kind": "codex"}, sandbox=box,
+            sampling={"max_tokens": 1024, "enable_thinking": None},
+            worker={"session_timeout_s": 240, "max_attempts": 1, "concurrency": 2},
+        )  # fmt: skip
+        db, home = f"sqlite:///{tmp_path / 'log.db'}", tmp_path / "home"
+        name = yaml.safe_load(cfg.read_text())["run"]
+        first = start_worker(["--config", str(cfg), "--database-url", db], home)
+        out = first.communicate(timeout=600)[0].decode(errors="replace")
+        assert first.returncode == 0, out[-3000:]
+        store = open_store(db, home)
+        (parent,) = store.sessions.list(name)
+        parent_turns = store.turns.read(session_id=parent.id, with_experts=False)
+        assert [t.route for t in parent_turns] == ["create", "append"]
+
+        policy.phase = "fork"
+        forked = _fork(
+            [parent.id, "--at-turn", "1", "--branches", "2", "--seed", str(SEED), "--database-url", db], home
+        )
+        assert forked.returncode == 0, forked.stdout[-3000:] + forked.stderr[-3000:]
+    try:
+        assert sorted(c[2] for c in policy.calls if c[:2] == ("fork", "answer")) == [SEED, SEED + 1]
+        assert not [c for c in policy.calls if c[:2] == ("fork", "call")]  # the tool call was copied
+        children = [s for s in store.sessions.list(name) if s.parent_session_id == parent.id]
+        assert len(children) == 2
+        answers = set()
+        for child in children:
+            assert (child.status, child.reward, child.fork_turn) == ("finished", 1.0, 1)
+            turns = store.turns.read(session_id=child.id, with_experts=False)
+            assert len(turns) == 2 and turns[0].info["replayed_from"] == parent_turns[0].id
+            for a, b in (
+                (turns[0].context_ids, parent_turns[0].context_ids),
+                (turns[0].generated_ids, parent_turns[0].generated_ids),
+            ):
+                assert a.tolist() == b.tolist()
+            assert turns[0].logprobs.tolist() == parent_turns[0].logprobs.tolist()
+            # The command's output Codex sent back (turn 1's new context) is the parent's.
+            # (but for the chunk id and wall time Codex writes into it).
+            assert _stable(turns[1].context_ids) == _stable(parent_turns[1].context_ids)
+            assert "Output:\ntool-ran-ok" in _stable(turns[1].context_ids)
+            assert turns[1].info["dialect"] == "responses" and "replayed_from" not in turns[1].info
+            answers.add(tuple(turns[1].generated_ids.tolist()))
+        assert len(answers) == 2  # each branch's own seed
+    finally:
+        store.close()
