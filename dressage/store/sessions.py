@@ -286,6 +286,34 @@ class SessionRepository:
         with self.db.read() as conn:
             return [(int(x), float(m), int(n)) for x, m, n in conn.execute(stmt).all()]
 
+    def children(self, session_id: str) -> builtins.list[Session]:
+        """The forks of session ``session_id`` (sessions whose parent it is), oldest first."""
+        c = t.sessions.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(t.sessions).where(c.parent_session_id == session_id).order_by(c.created_at, c.id)
+            ).all()
+        return [_session(x) for x in rows]
+
+    def tree(self, session_id: str) -> builtins.list[Session]:
+        """Every session of ``session_id``'s fork tree, its root first, each parent before its
+        children (depth first). A session whose parent is no longer in the log is a root."""
+        root = self.get(session_id)
+        seen = {root.id}
+        while root.parent_session_id is not None and root.parent_session_id not in seen:
+            try:
+                root = self.get(root.parent_session_id)
+            except UnknownSessionError:
+                break
+            seen.add(root.id)
+        out: builtins.list[Session] = []
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            stack.extend(reversed(self.children(node.id)))
+        return out
+
     def has_finished(self, task_id: int) -> bool:
         """True when the (task, sample) queue entry ``task_id`` already has a finished session."""
         c = t.sessions.c

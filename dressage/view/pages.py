@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from dressage.errors import RequestError, UnknownRunError
+from dressage.errors import RequestError, UnknownRunError, UnknownSessionError
 from dressage.redact import redact
 from dressage.store import EventStore
 from dressage.store.records import Run, Session
@@ -22,6 +22,7 @@ from dressage.view.decode import TokenDecoder, profile_decoder
 from dressage.view.diagram import session_diagram
 from dressage.view.listing import SessionQuery, list_sessions
 from dressage.view.tokens import segment_summaries, token_payload
+from dressage.view.tree import tree_diagram
 
 
 @dataclass
@@ -126,6 +127,7 @@ def session_page(v: Viewer, session_id: str) -> dict[str, object]:
     reward_events = [e for e in events if e["kind"] == "reward"]
     return {
         "session": session,
+        "forks": fork_links(v, session),
         "error": v.redact(session.error),
         "run": run,
         "task": queries.task_of(v.store, session),
@@ -150,6 +152,25 @@ def session_page(v: Viewer, session_id: str) -> dict[str, object]:
             "trained": sum(int(t.loss_mask.sum()) for t in turns),
         },
     }
+
+
+def tree_page(v: Viewer, session_id: str) -> dict[str, object]:
+    """The fork tree ``session_id`` belongs to (``dressage-worker fork``), drawn from its root."""
+    sessions = v.store.sessions.tree(session_id)
+    root = sessions[0]
+    turns = {s.id: v.store.sessions.head(s.id).turns for s in sessions}
+    return {"root": root, "run": v.store.runs.by_id(root.run_id), "diagram": tree_diagram(sessions, turns)}
+
+
+def fork_links(v: Viewer, session: Session) -> dict[str, object]:
+    """A session's place among forks: its parent (if in the log) and fork turn, its children."""
+    parent: Session | None = None
+    if session.parent_session_id is not None:
+        try:
+            parent = v.store.sessions.get(session.parent_session_id)
+        except UnknownSessionError:
+            parent = None
+    return {"parent": parent, "children": v.store.sessions.children(session.id)}
 
 
 def sql_page(v: Viewer, session_id: str) -> dict[str, object]:

@@ -87,6 +87,9 @@ class _Pages:
             return self.html("_session_body.html", ctx)
         return self.html("session.html", ctx)
 
+    def tree(self, request: Request) -> Response:
+        return self.html("tree.html", pages.tree_page(self.viewer, _param(request, "session")))
+
     def sql(self, request: Request) -> Response:
         return self.html("sql.html", pages.sql_page(self.viewer, _param(request, "session")))
 
@@ -168,6 +171,7 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
         Route("/", h.guarded(h.runs)),
         Route("/run", h.guarded(h.run)),
         Route("/session", h.guarded(h.session)),
+        Route("/tree", h.guarded(h.tree)),
         Route("/sql", h.guarded(h.sql)),
         Route("/group", h.guarded(h.group)),
         Route("/training", h.guarded(h.training)),

@@ -42,6 +42,10 @@ class ServerUrls:
         """A session's page."""
         return "/session?" + urlencode({"id": session_id})
 
+    def tree(self, session_id: str) -> str:
+        """The fork tree a session belongs to."""
+        return "/tree?" + urlencode({"session": session_id})
+
     def sql(self, session_id: str) -> str:
         """The SQL behind a session's page."""
         return "/sql?" + urlencode({"session": session_id})
@@ -81,7 +85,7 @@ class BundleUrls(ServerUrls):
 
     Layout: ``index.html`` (the run), ``sessions/*.html``, ``groups/*.html``, ``training.html``,
     ``steps/*.html``, ``sql/*.html``, ``artifacts/*``, ``static/``. Pages outside the bundle (other
-    runs, filtered tables) link to nothing.
+    runs, filtered tables, fork trees) link to nothing.
     """
 
     live = False
@@ -103,6 +107,9 @@ class BundleUrls(ServerUrls):
 
     def session(self, session_id: str) -> str:
         return f"{self._up}sessions/{file_name(session_id)}.html"
+
+    def tree(self, session_id: str) -> str:
+        return "#not-in-bundle"
 
     def sql(self, session_id: str) -> str:
         return f"{self._up}sql/{file_name(session_id)}.html"

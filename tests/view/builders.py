@@ -211,3 +211,62 @@ def build_eval_run(store: EventStore, run: str) -> EvalRun:
         else:
             out.train[sid] = reward
     return out
+
+
+@dataclass
+class ForkTree:
+    """A fork tree written through the store: ``root`` (4 turns), its forks ``a`` and ``b`` at turn 2,
+    and ``a``'s fork ``aa`` at turn 3; each fork's shared turns copied id for id."""
+
+    run: str
+    root: str
+    a: str
+    b: str
+    aa: str
+    rewards: dict[str, float]
+
+
+def _copy_turns(store: EventStore, run: str, parent: str, child: str, k: int) -> None:
+    """Append the parent's turns ``0..k-1`` to ``child``, as the proxy copies them for a fork."""
+    for t in store.turns.read(session_id=parent)[:k]:
+        store.turns.append(
+            run,
+            NewTurn(
+                child, t.turn_index, t.context_ids, t.generated_ids, t.logprobs, t.policy_versions,
+                loss_mask=t.loss_mask, segment_index=t.segment_index, segment_offset=t.segment_offset,
+                route=t.route, finish_reason=t.finish_reason, info={**t.info, "replayed_from": t.id},
+            ),
+        )  # fmt: skip
+
+
+def _live_turns(store: EventStore, run: str, session: str, start: int, end: int) -> None:
+    enc = load_qwen35_tokenizer().encode
+    offset = sum(len(t.context_ids) + len(t.generated_ids) for t in store.turns.read(session_id=session))
+    for i in range(start, end):
+        context = enc(f"\n<|im_start|>user\nstep {i} of {session}<|im_end|>\n<|im_start|>assistant\n")
+        generated = enc(f"done {i}<|im_end|>")
+        route = "create" if i == 0 else "append"
+        store.turns.append(
+            run,
+            NewTurn(
+                session, i, context, generated, [-0.5] * len(generated), [0] * len(generated),
+                route=route, segment_offset=offset, finish_reason="stop",
+            ),
+        )  # fmt: skip
+        offset += len(context) + len(generated)
+
+
+def build_fork_tree(store: EventStore, run: str) -> ForkTree:
+    """Write the tree described in :class:`ForkTree` (every session finished with a reward)."""
+    store.runs.create(run, {"model": "qwen3.5"})
+    tree = ForkTree(run, f"{run}-root", f"{run}-a", f"{run}-b", f"{run}-aa", {})
+    tree.rewards = {tree.root: 0.25, tree.a: 0.5, tree.b: 1.0, tree.aa: 0.0}
+    store.sessions.open(run, session_id=tree.root, agent="coder")
+    _live_turns(store, run, tree.root, 0, 4)
+    for child, parent, k in ((tree.a, tree.root, 2), (tree.b, tree.root, 2), (tree.aa, tree.a, 3)):
+        store.sessions.open(run, session_id=child, agent="coder", parent_session_id=parent, fork_turn=k)
+        _copy_turns(store, run, parent, child, k)
+        _live_turns(store, run, child, k, 4 if child != tree.a else 3)
+    for sid, reward in tree.rewards.items():
+        store.sessions.finalize(sid, "finished", reward=reward)
+    return tree
