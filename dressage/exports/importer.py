@@ -149,7 +149,7 @@ def _insert_sessions(
 ) -> None:
     columns = set(t.sessions.c.keys()) - {"id", "run_id", "task_id", "token_sha256", "info"}
     values = [
-        {c: s[c] for c in columns}
+        {c: s.get(c) for c in columns}  # an export from before a column existed: NULL
         | {
             "id": s["session_id"],
             "run_id": run_id,

@@ -38,6 +38,8 @@ def session_rows(store: EventStore, run: Run) -> list[dict[str, Any]]:
             s.c.info,
             s.c.created_at,
             s.c.finished_at,
+            s.c.parent_session_id,
+            s.c.fork_turn,
         )
         .select_from(s.outerjoin(k, k.c.id == s.c.task_id))
         .where(s.c.run_id == run.id)

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 FORMAT = "dressage-run-export"
 FORMAT_VERSION = 2
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 """Bumped when a column changes; stored in each file's schema metadata as ``dressage.schema``."""
 
 _i32, _i64, _f32, _f64, _str, _bool = (
@@ -98,6 +98,8 @@ SESSIONS = _schema(
     ("n_trained_tokens", _i64),
     ("created_at", _f64),
     ("finished_at", _f64),
+    ("parent_session_id", _str),
+    ("fork_turn", _i32),
 )
 
 SAMPLES = _schema(

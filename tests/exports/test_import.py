@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -16,6 +17,7 @@ from dressage.training import StepOptions, Trainer
 from dressage.training.consumer import NullBackend
 from tests.cli.helpers import invoke
 from tests.exports.conftest import RichRun
+from tests.view.builders import build_fork_tree
 
 
 @pytest.fixture
@@ -81,3 +83,21 @@ def test_import_api_keeps_the_name(
     run = import_run(other, tmp_path / "a")
     assert run.name == rich_run.run and run.config == {"model": "tiny", "seed": 3}
     assert other.runs.summary(run).turns == sum(len(v) for v in rich_run.turns.values())
+
+
+def test_forks_survive_export_and_import(
+    store: EventStore, run_name: str, other_url: str, other: EventStore, tmp_path: Path
+) -> None:
+    tree = build_fork_tree(store, run_name)
+    first = export_run(store, run_name, tmp_path / "a")
+    sessions = pq.read_table(tmp_path / "a" / "sessions.parquet").to_pylist()
+    forks = {s["session_id"]: (s["parent_session_id"], s["fork_turn"]) for s in sessions}
+    assert forks == {
+        tree.root: (None, None), tree.a: (tree.root, 2), tree.b: (tree.root, 2), tree.aa: (tree.a, 3),
+    }  # fmt: skip
+    import_run(other, tmp_path / "a", as_run=run_name + "-imported")
+    assert [(s.id, s.parent_session_id, s.fork_turn) for s in other.sessions.tree(tree.b)] == [
+        (tree.root, None, None), (tree.a, tree.root, 2), (tree.aa, tree.a, 3), (tree.b, tree.root, 2),
+    ]  # fmt: skip
+    second = export_run(other, run_name + "-imported", tmp_path / "b")
+    assert _hashes(second) == _hashes(first)
