@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from dressage.store import EventStore
 from tests.cli.conftest import Populated
 from tests.cli.helpers import add_eval_session, sql_json
+from tests.view.builders import build_fork_tree
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
 
@@ -96,6 +97,10 @@ def test_every_documented_query_runs(
         manifest={},
         metrics={"loss": -0.5, "grad_norm": 2.0, "staleness_tokens_0": 5},
     )
+    fork = f"{populated.run}-fork"  # for the fork-tree queries
+    store.sessions.open(
+        populated.run, session_id=fork, parent_session_id=populated.sessions["s1"], fork_turn=1
+    )
     for title, query in doc_queries().items():
         rows = sql_json(cli, db_url, query.replace("'my-run'", f"'{populated.run}'"))
         assert rows, title
@@ -138,3 +143,30 @@ def test_eval_sessions_stay_out_of_the_training_curve(
     }
     assert kinds[f"{populated.run}-eval-1-0"] == "eval"
     assert {k for s, k in kinds.items() if not s.endswith("-eval-1-0")} == {None}  # no task: not eval
+
+
+def test_fork_tree_queries(cli: CliRunner, db_url: str, store: EventStore, run_name: str) -> None:
+    tree = build_fork_tree(store, run_name)
+    queries = doc_queries()
+    walk = next(q for q in queries.values() if "WITH RECURSIVE up" in q)
+    rows = sql_json(cli, db_url, queries["Fork trees"].replace("'my-run'", f"'{run_name}'"))
+    assert rows == [{"root_session_id": tree.root, "sessions": 4, "depth": 2, "best_reward": 1.0}]
+    rows = sql_json(cli, db_url, walk.replace("'my-run'", f"'{run_name}'"))
+    assert [(r["session_id"], r["ancestor_id"], r["shared_turns"], r["hops"]) for r in rows] == sorted(
+        [
+            (tree.a, tree.root, 2, 1),
+            (tree.aa, tree.a, 3, 1),
+            (tree.aa, tree.root, 2, 2),
+            (tree.b, tree.root, 2, 1),
+        ]
+    )
+    shared = sql_json(
+        cli, db_url, f"SELECT session_id, shared_tokens FROM session_tree WHERE session_id = '{tree.aa}'"
+    )
+    copies = store.turns.read(session_id=tree.aa)[:3]
+    assert shared == [
+        {
+            "session_id": tree.aa,
+            "shared_tokens": sum(t.context_ids.size + t.generated_ids.size for t in copies),
+        }
+    ]
