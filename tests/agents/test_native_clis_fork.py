@@ -1,11 +1,11 @@
 """``dressage-worker fork`` of a real agent CLI's session, through the CLI's own dialect.
 
-Codex (OpenAI Responses, a real CLI in a bwrap sandbox without network, as in
-``test_native_clis_rollout.py``) calls the shell once, then answers from its output. Its session is
-forked at turn 1 into two branches: each branch's Codex starts in a fresh sandbox, its first
-request is answered with the parent's recorded tool call (copied into the branch id for id, no
-engine request), it runs the command again (the output it sends back, so its workspace, is the
-parent's), and the answer is generated live with the branch's seed, which Codex never sends: the
+Codex (OpenAI Responses) and Claude Code (Anthropic Messages), real CLIs in a bwrap sandbox without
+network as in ``test_native_clis_rollout.py``, call the shell once, then answer from its output.
+The session is forked at turn 1 into two branches: each branch's CLI starts in a fresh sandbox, its
+first request is answered with the parent's recorded tool call (copied into the branch id for id,
+no engine request), it runs the command again (the output it sends back, so its workspace, is the
+parent's), and the answer is generated live with the branch's seed, which the CLI never sends: the
 proxy takes it from the branch session's ``info["sampling_seed"]``.
 """
 
@@ -83,8 +83,9 @@ def _fork(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(1200)
-def test_codex_session_forked_at_its_answer(tmp_path: Path) -> None:
-    binary, tool, arguments, _ = CASES["codex"]
+@pytest.mark.parametrize("kind", ["codex", "claude_code"])
+def test_cli_session_forked_at_its_answer(tmp_path: Path, kind: str) -> None:
+    binary, tool, arguments, dialect = CASES[kind]
     if cli_in_usr(binary):
         pytest.skip(str(cli_in_usr(binary)))
     policy = _Policy(tool, arguments)
@@ -99,7 +100,7 @@ def test_codex_session_forked_at_its_answer(tmp_path: Path) -> None:
             "max_timeout_s": 240,
         }
         cfg = write_config(
-            tmp_path, eng.url, n_samples_per_prompt=1, agent={"kind": "codex"}, sandbox=box,
+            tmp_path, eng.url, n_samples_per_prompt=1, agent={"kind": kind}, sandbox=box,
             sampling={"max_tokens": 1024, "enable_thinking": None},
             worker={"session_timeout_s": 240, "max_attempts": 1, "concurrency": 2},
         )  # fmt: skip
@@ -134,11 +135,11 @@ def test_codex_session_forked_at_its_answer(tmp_path: Path) -> None:
             ):
                 assert a.tolist() == b.tolist()
             assert turns[0].logprobs.tolist() == parent_turns[0].logprobs.tolist()
-            # The command's output Codex sent back (turn 1's new context) is the parent's.
+            # The command's output the CLI sent back (turn 1's new context) is the parent's
             # (but for the chunk id and wall time Codex writes into it).
             assert _stable(turns[1].context_ids) == _stable(parent_turns[1].context_ids)
-            assert "Output:\ntool-ran-ok" in _stable(turns[1].context_ids)
-            assert turns[1].info["dialect"] == "responses" and "replayed_from" not in turns[1].info
+            assert "tool-ran-ok\n</tool_response>" in _stable(turns[1].context_ids)
+            assert turns[1].info["dialect"] == dialect and "replayed_from" not in turns[1].info
             answers.add(tuple(turns[1].generated_ids.tolist()))
         assert len(answers) == 2  # each branch's own seed
     finally:
