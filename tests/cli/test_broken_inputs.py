@@ -230,3 +230,31 @@ def test_replay_prints_the_consumer_name_as_written(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output + result.stderr
     assert "replayed 1 steps of train:loop: every batch hash matches" in result.stderr
     assert "\u27bf" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["no-such-session", "--at-turn", "1"], "SESSION: no session 'no-such-session'"),
+        (["{root}", "--at-turn", "5"], "--at-turn 5 is past session {root}'s 4 recorded turns"),
+        (["{root}", "--at-turn", "1", "--branches", "0"], "--branches must be >= 1, got 0"),
+        (["{root}", "--at-turn", "-1"], "--at-turn must be >= 0, got -1"),
+        (["{root}", "--at-turn", "2"], "has no rollout config to fork with"),
+    ],
+)
+def test_broken_fork_inputs_fail_in_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    from tests.view.builders import build_fork_tree
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    store = EventStore.open(settings=Settings(database_url=url, home=tmp_path / "home"))
+    try:
+        tree = build_fork_tree(store, "forks")
+    finally:
+        store.close()
+    args = [a.format(root=tree.root) for a in args]
+    result = CliRunner().invoke(app, ["fork", *args, "--database-url", url])
+    assert result.exit_code == EXIT_ERROR, result.output
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert (
+        len(lines) == 1 and lines[0].startswith("error: ") and expected.format(root=tree.root) in lines[0]
+    ), lines
