@@ -112,3 +112,22 @@ def test_fork_at_turn_3_into_4_branches(
     assert sorted(r[:6] for r in tree[1:]) == sorted(
         (c.id, parent_id, SEED_STEP, 1, parent_id, shared) for c in children
     )
+
+    # A fork of a fork: the grandchild shares the child's first 5 turns (3 of them the root's).
+    script.phase, child = "grandchild", children[0]
+    finish(
+        start_fork(
+            [child.id, "--at-turn", "5", "--seed", "7", "--database-url", any_db_url], tmp_path / "home"
+        )
+    )
+    assert script.requests("grandchild") == [(5, 7)]
+    store = open_store(any_db_url, tmp_path / "home")
+    try:
+        (grandchild,) = store.sessions.children(child.id)
+        assert (grandchild.status, grandchild.fork_turn, grandchild.info["fork"]["task_id"]) == (
+            "finished", 5, child.info["fork"]["task_id"],
+        )  # fmt: skip
+        assert turn_rows(store, grandchild.id)[:5] == turn_rows(store, child.id)[:5]
+    finally:
+        store.close()
+    assert _tree(any_db_url, parent_id)[-1][:5] == (grandchild.id, child.id, 5, 2, parent_id)
