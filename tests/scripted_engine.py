@@ -67,6 +67,8 @@ class ScriptedEngine(ServedInThread):
         self.sampling: list[dict[str, Any]] = []
         """Each request's sampling params as the proxy sent them (e.g. ``sampling_seed``), in order."""
         self.max_context = max_context
+        self.weight_version = "0"
+        """The policy version the engine reports for what it generates (a test may move it on)."""
         app = FastAPI()
         app.add_api_route("/generate", self._generate, methods=["POST"])
         app.add_api_route("/model_info", self._model_info, methods=["GET"])
@@ -90,7 +92,7 @@ class ScriptedEngine(ServedInThread):
             "prompt_tokens": prompt_len,
             "completion_tokens": len(ids),
             "cached_tokens": 0,
-            "weight_version": "0",
+            "weight_version": self.weight_version,
             "output_token_logprobs": [[logprob_of(t), t, None] for t in ids],
             "finish_reason": None,
         }
@@ -101,7 +103,7 @@ class ScriptedEngine(ServedInThread):
             }
             if finish == "length":
                 meta["finish_reason"]["length"] = len(ids)
-            meta["weight_versions"] = [{"version": "0", "start": 0, "end": len(ids)}]
+            meta["weight_versions"] = [{"version": self.weight_version, "start": 0, "end": len(ids)}]
         return {"text": self.profile.tokenizer.decode(ids), "output_ids": ids, "meta_info": meta}
 
     async def _generate(self, request: Request) -> Response:
@@ -130,7 +132,7 @@ class ScriptedEngine(ServedInThread):
         return {
             "model_path": "scripted",
             "is_generation": True,
-            "weight_version": "0",
+            "weight_version": self.weight_version,
             "max_context": self.max_context,
         }
 

@@ -133,3 +133,15 @@ def test_a_fork_past_the_parents_turns_is_refused(proxy_f: Harness) -> None:
     assert r.status_code == 400 and "both parent_session_id and fork_turn" in r.text
     r = _open(h, run, parent_session_id="nope", fork_turn=0)
     assert r.status_code in (400, 404) and "nope" in r.text
+
+
+def test_a_fork_under_a_newer_policy_keeps_both_versions(proxy_f: Harness, scripted: ScriptedEngine) -> None:
+    h, store = proxy_f, proxy_f.store
+    run = h.run()
+    parent = h.session(run)
+    agent(h, parent.token)
+    scripted.weight_version = "1"  # the weights moved on after the parent was recorded
+    child = _fork(h, run, parent.session_id, 2)
+    agent(h, child["token"])
+    turns = store.turns.read(session_id=child["session_id"])
+    assert [sorted(set(t.policy_versions.tolist())) for t in turns] == [[0], [0], [1], [1]]
