@@ -30,6 +30,8 @@ _ELEMENTS: dict[int, tuple[int, np.dtype[Any], int]] = {
     BOOL_ARRAY_OID: (BOOL_OID, np.dtype("u1"), 1),
 }
 _BE_INT4 = np.dtype(">i4")
+_ARRAY_HEADER_BYTES = 20  # ndim, has_null, elem_oid, length, lower_bound
+_EMPTY_ARRAY_BYTES = 12  # ndim = 0: no dimension words
 
 
 class PgArray:
@@ -116,6 +118,32 @@ def decode_array(data: Buffer, array_oid: int) -> np.ndarray:
     if array_oid == BOOL_ARRAY_OID:
         return body["val"].astype(np.bool_)
     return body["val"].astype(dtype.newbyteorder("="))
+
+
+def decode_array_column(values: Sequence[Buffer | None], array_oid: int) -> list[np.ndarray | None]:
+    """Parse many binary 1-D, NULL-free arrays of one type at once (None stays None).
+
+    ``int4[]`` and ``float4[]`` values are joined into one buffer without their headers and read
+    as (length, value) pairs in one numpy pass, so a read of a thousand turns costs a few numpy
+    calls instead of a thousand parses; each returned array is a view into one native-order array.
+    Other types are parsed one by one (:func:`decode_array`).
+    """
+    elem_dtype, size = _ELEMENTS[array_oid][1:]
+    present = [v for v in values if v is not None]
+    if size != 4 or not present:
+        return [None if v is None else decode_array(v, array_oid) for v in values]
+    lengths = np.fromiter((len(v) for v in present), dtype=np.int64, count=len(present))
+    counts = np.where(lengths > _EMPTY_ARRAY_BYTES, (lengths - _ARRAY_HEADER_BYTES) // 8, 0)
+    if np.any((counts > 0) & (lengths != _ARRAY_HEADER_BYTES + 8 * counts)):
+        raise ValueError("not a one-dimensional NULL-free array of 4-byte elements")
+    body = b"".join([memoryview(v)[_ARRAY_HEADER_BYTES:] for v in present])
+    pairs = np.frombuffer(body, dtype=[("len", ">i4"), ("val", elem_dtype)])
+    flat = pairs["val"].astype(elem_dtype.newbyteorder("="))
+    bounds = np.zeros(len(present) + 1, dtype=np.int64)
+    np.cumsum(counts, out=bounds[1:])
+    ends = bounds.tolist()
+    arrays = iter([flat[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)])
+    return [None if v is None else next(arrays) for v in values]
 
 
 def _dumper(array_oid: int) -> type[Dumper]:

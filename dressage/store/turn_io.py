@@ -29,8 +29,8 @@ from dressage.store.pg_arrays import (
     FLOAT4_ARRAY_OID,
     INT4_ARRAY_OID,
     encode_array,
-    register_numpy_loaders,
 )
+from dressage.store.pg_results import result_columns
 from dressage.store.records import PreparedTurn, Turn
 
 TURN_COLUMNS = (
@@ -411,6 +411,28 @@ def _restore_elided(
     return mask, versions
 
 
+def _filled(values: list[Any], counts: list[int], fill: list[Any], dtype: type) -> list[Any]:
+    """``values`` with each None replaced by ``counts[i]`` copies of ``fill[i]`` (one numpy pass)."""
+    missing = [i for i, v in enumerate(values) if v is None]
+    if not missing:
+        return values
+    sizes = np.array([counts[i] for i in missing], dtype=np.int64)
+    flat = np.repeat(np.array([fill[i] for i in missing], dtype=dtype), sizes)
+    ends = np.cumsum(sizes).tolist()
+    out = list(values)
+    for i, start, end in zip(missing, [0, *ends[:-1]], ends, strict=True):
+        out[i] = flat[start:end]
+    return out
+
+
+def _restore_elided_columns(cols: dict[str, list[Any]]) -> None:
+    """:func:`_restore_elided` for whole PostgreSQL result columns, in place."""
+    n_gen, low = cols.pop("n_generated_"), cols.pop("min_policy_version_")
+    cols["loss_mask"] = _filled(cols["loss_mask"], n_gen, [True] * len(n_gen), np.bool_)
+    versions = [0 if v is None else v for v in low]
+    cols["policy_versions"] = _filled(cols["policy_versions"], n_gen, versions, np.int32)
+
+
 def _sqlite_mask_and_versions(
     mask: str | None, versions: str | None, n_generated: int, min_version: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -423,28 +445,34 @@ def _sqlite_mask_and_versions(
     )
 
 
+_ELISION_COUNTS = ("n_generated AS n_generated_", "min_policy_version AS min_policy_version_")
+"""Selected after the row's columns on PostgreSQL: what rebuilds the elided arrays (then dropped)."""
+
+
+def _pg_columns(conn: Connection, sql: str, params: dict[str, object]) -> dict[str, list[Any]]:
+    """The columns of ``sql``'s binary result, decoded column by column (no per-value loader calls)."""
+    raw = conn.connection.driver_connection
+    with raw.cursor(binary=True) as cur:  # type: ignore[union-attr]
+        cur.execute(sql, params)
+        res = cur.pgresult
+        if res is None or res.status != pq.ExecStatus.TUPLES_OK:
+            raise psycopg.ProgrammingError("the statement returned no rows to read")
+        return result_columns(res)
+
+
 def fetch_turn_rows(
     conn: Connection, where: str, params: dict[str, object], *, with_experts: bool
 ) -> list[dict[str, Any]]:
     """Turn rows matching ``where`` (SQL over table ``turns``), per-token arrays as numpy."""
     cols = [_ELIDED.get(c, c) for c in TURN_COLUMNS if with_experts or c not in ("experts",)]
-    sql = f"SELECT {', '.join(cols)} FROM turns WHERE {where} ORDER BY session_id, turn_index"
     if conn.dialect.name == "postgresql":
-        raw = conn.connection.driver_connection
-        with raw.cursor(binary=True) as cur:  # type: ignore[union-attr]
-            register_numpy_loaders(cur)
-            cur.execute(sql, params)
-            names = [d.name for d in cur.description or []]
-            rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-        for r in rows:
-            if r.get("experts") is not None:
-                r["experts"] = bytes(r["experts"])
-            if r.get("experts_shape") is not None:
-                r["experts_shape"] = r["experts_shape"].tolist()
-            r["loss_mask"], r["policy_versions"] = _restore_elided(
-                r["loss_mask"], r["policy_versions"], r["n_generated"], r["min_policy_version"]
-            )
-        return rows
+        sql = f"SELECT {', '.join([*cols, *_ELISION_COUNTS])} FROM turns WHERE {where} ORDER BY session_id, turn_index"
+        columns = _pg_columns(conn, sql, params)
+        _restore_elided_columns(columns)
+        columns["experts_shape"] = [None if v is None else v.tolist() for v in columns["experts_shape"]]
+        names = list(columns)
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    sql = f"SELECT {', '.join(cols)} FROM turns WHERE {where} ORDER BY session_id, turn_index"
     result = conn.exec_driver_sql(sql.replace("%(", ":").replace(")s", ""), params)
     out = []
     for m in result.mappings():
@@ -475,11 +503,10 @@ def fetch_token_columns(conn: Connection, run_id: int, after: int, upto: int) ->
     )
     params = {"run_id": run_id, "after": after, "upto": upto}
     if conn.dialect.name == "postgresql":
-        raw = conn.connection.driver_connection
-        with raw.cursor(binary=True) as cur:  # type: ignore[union-attr]
-            register_numpy_loaders(cur)
-            cur.execute(sql, params)
-            return [(c, g, lp, *_restore_elided(m, v, n, low)) for c, g, lp, m, v, n, low in cur.fetchall()]
+        pg_sql = sql.replace("n_generated, min_policy_version FROM", f"{', '.join(_ELISION_COUNTS)} FROM")
+        columns = _pg_columns(conn, pg_sql, params)
+        _restore_elided_columns(columns)
+        return list(zip(*columns.values(), strict=True))
     rows = conn.exec_driver_sql(sql.replace("%(", ":").replace(")s", ""), params).all()
     return [
         (

@@ -81,6 +81,7 @@ class GroupTracker:
         self.n_samples_per_prompt = n_samples_per_prompt
         self.position = 0
         self._pairs: dict[int, _Pair] = {}  # by task row id
+        self._by_task: dict[int, list[_Pair]] = {}  # task_index -> its pairs
         self._task_size: dict[int, int] = {}  # task_index -> number of samples
         self._session_task: dict[str, int] = {}
         self._status: dict[str, tuple[str, float | None]] = {}
@@ -93,7 +94,8 @@ class GroupTracker:
             if row.kind != "train":
                 self._not_trained.add(row.id)  # eval tasks: never part of a group to train
             elif row.id not in self._pairs:
-                self._pairs[row.id] = _Pair(row.task_index, row.group_index, row.sample_index)
+                pair = self._pairs[row.id] = _Pair(row.task_index, row.group_index, row.sample_index)
+                self._by_task.setdefault(row.task_index, []).append(pair)
         sizes: dict[int, int] = {}
         for pair in self._pairs.values():
             sizes[pair.task_index] = sizes.get(pair.task_index, 0) + 1
@@ -164,9 +166,7 @@ class GroupTracker:
     def _ready_group(self, task_index: int, position: int) -> ReadyGroup | None:
         if task_index in self._emitted:
             return None
-        pairs = sorted(
-            (x for x in self._pairs.values() if x.task_index == task_index), key=lambda x: x.sample_index
-        )
+        pairs = sorted(self._by_task.get(task_index, []), key=lambda x: x.sample_index)
         if any(x.terminal_at is None for x in pairs):
             return None
         members = []

@@ -24,11 +24,11 @@ def tensor_digest(name: str, arr: np.ndarray) -> bytes:
     arr = np.ascontiguousarray(arr)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    h = hashlib.sha256()
-    for part in (name.encode(), arr.dtype.str.encode(), repr(tuple(arr.shape)).encode()):
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    h.update(arr.nbytes.to_bytes(8, "little"))
+    header = b"".join(
+        len(part).to_bytes(8, "little") + part
+        for part in (name.encode(), arr.dtype.str.encode(), repr(tuple(arr.shape)).encode())
+    )
+    h = hashlib.sha256(header + arr.nbytes.to_bytes(8, "little"))  # one update: the same digest
     h.update(memoryview(arr.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]  # the buffer, no copy
     return h.digest()
 

@@ -86,13 +86,45 @@ def build_segments(turns: Sequence[Turn]) -> list[Segment]:
 def _concat(turns: list[Turn]) -> Segment:
     first = turns[0]
     where = f"session {first.session_id} segment {first.segment_index}"
-    tokens: list[np.ndarray] = []
-    generated: list[np.ndarray] = []
-    logprobs: list[np.ndarray] = []
-    mask: list[np.ndarray] = []
-    versions: list[np.ndarray] = []
-    experts: list[np.ndarray] | None = []
+    _check_chain(turns, where)
+    sizes = [(t.context_ids.size, t.generated_ids.size) for t in turns]
+    length = sum(c + g for c, g in sizes)
+    tokens = np.empty(length, np.int32)
+    generated = np.zeros(length, np.bool_)
+    logprobs = np.zeros(length, np.float32)
+    mask = np.zeros(length, np.bool_)
+    versions = np.full(length, -1, np.int32)
     n = 0
+    for turn, (n_ctx, n_gen) in zip(turns, sizes, strict=True):
+        gen = slice(n + n_ctx, n + n_ctx + n_gen)
+        tokens[n : gen.start] = turn.context_ids
+        tokens[gen] = turn.generated_ids
+        generated[gen] = True
+        logprobs[gen] = turn.logprobs
+        mask[gen] = turn.loss_mask
+        versions[gen] = turn.policy_versions
+        n = gen.stop
+    return Segment(
+        session_id=first.session_id,
+        segment_index=first.segment_index,
+        thread_index=first.thread_index,
+        turn_ids=[x.id for x in turns],
+        tokens_L=tokens,
+        generated_L=generated,
+        logprobs_L=logprobs,
+        mask_L=mask,
+        versions_L=versions,
+        experts=_segment_experts(turns, sizes, where),
+        last_finish_reason=turns[-1].finish_reason,
+        first_turn_index=first.turn_index,
+        last_turn_index=turns[-1].turn_index,
+        boundary_reason=first.boundary_reason,
+    )
+
+
+def _check_chain(turns: list[Turn], where: str) -> None:
+    """Raise unless the turns are one lineage and each starts where the previous ones end."""
+    first, n = turns[0], 0
     for turn in turns:
         if turn.thread_index != first.thread_index:
             raise TrainingError(
@@ -104,45 +136,28 @@ def _concat(turns: list[Turn]) -> Segment:
                 f"{where}: turn {turn.turn_index} has segment_offset {turn.segment_offset} but {n} tokens "
                 "precede it; the segment is not a linear chain"
             )
-        n_ctx, n_gen = turn.context_ids.size, turn.generated_ids.size
-        tokens += [turn.context_ids, turn.generated_ids]
-        generated += [np.zeros(n_ctx, np.bool_), np.ones(n_gen, np.bool_)]
-        logprobs += [np.zeros(n_ctx, np.float32), turn.logprobs.astype(np.float32)]
-        mask += [np.zeros(n_ctx, np.bool_), turn.loss_mask.astype(np.bool_)]
-        versions += [np.full(n_ctx, -1, np.int32), turn.policy_versions.astype(np.int32)]
-        if experts is not None and turn.routed_experts is not None:
-            expected = n_ctx + n_gen - (1 if n == 0 else 0)
-            if turn.routed_experts.shape[0] != expected:
-                raise TrainingError(
-                    f"{where}: turn {turn.turn_index} has {turn.routed_experts.shape[0]} rows of routed "
-                    f"experts, expected {expected} (positions {max(n - 1, 0)}..{n + n_ctx + n_gen - 2})"
-                )
-            experts.append(turn.routed_experts)
-        else:
-            experts = None
+        n += turn.context_ids.size + turn.generated_ids.size
+
+
+def _segment_experts(turns: list[Turn], sizes: list[tuple[int, int]], where: str) -> np.ndarray | None:
+    """The segment's ``[L - 1, layers, top_k]`` routed experts; None when a turn has none."""
+    experts: list[np.ndarray] = []
+    n = 0
+    for turn, (n_ctx, n_gen) in zip(turns, sizes, strict=True):
+        if turn.routed_experts is None:
+            return None
+        expected = n_ctx + n_gen - (1 if n == 0 else 0)
+        if turn.routed_experts.shape[0] != expected:
+            raise TrainingError(
+                f"{where}: turn {turn.turn_index} has {turn.routed_experts.shape[0]} rows of routed "
+                f"experts, expected {expected} (positions {max(n - 1, 0)}..{n + n_ctx + n_gen - 2})"
+            )
+        experts.append(turn.routed_experts)
         n += n_ctx + n_gen
-    experts_arr = None
-    if experts:
-        shapes = {e.shape[1:] for e in experts}
-        if len(shapes) != 1:
-            raise TrainingError(f"{where}: routed experts change shape between turns: {sorted(shapes)}")
-        experts_arr = np.concatenate(experts).astype(np.int32)
-    return Segment(
-        session_id=first.session_id,
-        segment_index=first.segment_index,
-        thread_index=first.thread_index,
-        turn_ids=[x.id for x in turns],
-        tokens_L=np.concatenate(tokens).astype(np.int32),
-        generated_L=np.concatenate(generated),
-        logprobs_L=np.concatenate(logprobs),
-        mask_L=np.concatenate(mask),
-        versions_L=np.concatenate(versions),
-        experts=experts_arr,
-        last_finish_reason=turns[-1].finish_reason,
-        first_turn_index=first.turn_index,
-        last_turn_index=turns[-1].turn_index,
-        boundary_reason=first.boundary_reason,
-    )
+    shapes = {e.shape[1:] for e in experts}
+    if len(shapes) != 1:
+        raise TrainingError(f"{where}: routed experts change shape between turns: {sorted(shapes)}")
+    return np.concatenate(experts).astype(np.int32)
 
 
 def anchor_position(segments: Sequence[Segment]) -> int | None:

@@ -109,5 +109,7 @@ class TrainSample:
     def version_counts(self) -> dict[str, int]:
         """How many generated response tokens each policy version produced (``{"3": 40, "4": 12}``)."""
         generated_R = self.policy_versions[self.policy_versions >= 0]
+        if generated_R.size and generated_R.min() == generated_R.max():  # the usual case: one version
+            return {str(int(generated_R[0])): int(generated_R.size)}
         values, counts = np.unique(generated_R, return_counts=True)
         return {str(int(v)): int(n) for v, n in zip(values, counts, strict=True)}

@@ -23,6 +23,7 @@ from dressage.training.manifest import batch_hash, field_digests, sample_entries
 from dressage.training.masking import MaskingPolicy, apply_version_mask, group_outside_window
 from dressage.training.materialize import Trajectory, materialize_trajectory
 from dressage.training.samples import TrainSample
+from dressage.training.turn_prefetch import TurnPrefetcher, finished_sessions
 from dressage.training.weights import assign_loss_weights
 
 
@@ -98,6 +99,7 @@ class StepBuilder:
         self.store = store
         self.run = run
         self.options = options
+        self.prefetch = TurnPrefetcher(store)
 
     def trainer_version(self, step: int) -> int:
         """Version of the weights step ``step`` updates: ``initial_version + step - 1``."""
@@ -157,26 +159,20 @@ class StepBuilder:
         return samples, {**decision, "kept": True}
 
     def _read(self, session_ids: list[str]) -> dict[str, list[Any]]:
-        by_session: dict[str, list[Any]] = {sid: [] for sid in session_ids}
-        for turn in self.store.turns.read(session_ids=session_ids) if session_ids else []:
-            by_session[turn.session_id].append(turn)
-        return by_session
+        return dict(self.prefetch.turns(session_ids)) if session_ids else {}
 
     def form(self, step: int, pending: Sequence[ReadyGroup], cursor: Cursor) -> StepBatch | None:
         """Step ``step`` from the front of ``pending``; None until enough groups are ready.
 
-        The turns of the first ``groups_per_step`` pending groups are read in one query (the
-        common case: every group kept); groups needed beyond them are read one by one.
+        The turns of the first ``groups_per_step`` pending groups are read ahead a few groups per
+        query (:class:`TurnPrefetcher`) while earlier groups are materialized; groups needed beyond
+        them are read one by one. Before hashing, the next step's groups are asked for.
         """
         version = self.trainer_version(step)
         ahead = pending[: self.options.groups_per_step]
-        prefetched = (
-            self._read(
-                [m.session_id for g in ahead for m in g.members if m.session_id and m.status == "finished"]
-            )
-            if len(ahead) == self.options.groups_per_step
-            else None
-        )
+        if len(ahead) < self.options.groups_per_step:
+            ahead = []  # not enough groups yet: nothing worth reading ahead
+        self.prefetch.want(ahead)
         samples: list[TrainSample] = []
         decisions: list[dict[str, Any]] = []
         n_kept = 0
@@ -184,7 +180,9 @@ class StepBuilder:
         for group in pending:
             if n_kept == self.options.groups_per_step:
                 break
-            group_samples, decision = self.materialize_group(group, version, prefetched)
+            group_samples, decision = self.materialize_group(
+                group, version, self._read(finished_sessions([group])) if ahead else None
+            )
             consumed += 1
             decisions.append(decision)
             if decision["kept"]:
@@ -192,6 +190,7 @@ class StepBuilder:
                 samples += group_samples
         if n_kept < self.options.groups_per_step:
             return None
+        self.prefetch.want(pending[consumed : consumed + self.options.groups_per_step])
         assign_loss_weights(samples)
         last = pending[consumed - 1]
         digests = [field_digests(s) for s in samples]
