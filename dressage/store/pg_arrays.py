@@ -12,6 +12,7 @@ lower_bound``, then per element a 4-byte length followed by the value, all big-e
 from __future__ import annotations
 
 import functools
+import itertools
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -142,7 +143,7 @@ def decode_array_column(values: Sequence[Buffer | None], array_oid: int) -> list
     bounds = np.zeros(len(present) + 1, dtype=np.int64)
     np.cumsum(counts, out=bounds[1:])
     ends = bounds.tolist()
-    arrays = iter([flat[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)])
+    arrays = iter([flat[a:b] for a, b in itertools.pairwise(ends)])
     return [None if v is None else next(arrays) for v in values]
 
 

@@ -29,19 +29,24 @@ from dressage.store.pg_arrays import (
 )
 
 INT8_OID, TEXT_OID, VARCHAR_OID, FLOAT8_OID, JSONB_OID = 20, 25, 1043, 701, 3802
-_INT_DTYPES = {INT4_OID: np.dtype(">i4"), INT8_OID: np.dtype(">i8")}
+_INT_DTYPES = {INT4_OID: ">i4", INT8_OID: ">i8"}
 _FLOAT8 = struct.Struct(">d")
 
+Column = list[Any]
+"""One decoded result column, a value per row: int, str, float, JSON value, bytes or numpy array
+by the column's type, None for NULL."""
 
-def _scalars(values: Sequence[bytes | None], decode: Callable[[bytes], object]) -> list[Any]:
+
+def _scalars(values: Sequence[bytes | None], decode: Callable[[bytes], object]) -> Column:
     return [None if v is None else decode(v) for v in values]
 
 
-def _ints(values: Sequence[bytes | None], oid: int) -> list[Any]:
+def _ints(values: Sequence[bytes | None], oid: int) -> Column:
     """A whole integer column in one numpy call when it holds no NULL."""
     if None in values:
         return _scalars(values, lambda v: int.from_bytes(v, "big", signed=True))
-    return np.frombuffer(b"".join(values), dtype=_INT_DTYPES[oid]).tolist()  # type: ignore[arg-type]
+    ints: Column = np.frombuffer(b"".join(values), dtype=_INT_DTYPES[oid]).tolist()  # type: ignore[arg-type]
+    return ints
 
 
 def _jsonb(value: bytes) -> object:
@@ -61,7 +66,7 @@ _DECODERS: dict[int, Callable[[bytes], object]] = {
 }
 
 
-def decode_column(values: Sequence[bytes | None], oid: int) -> list[Any]:
+def decode_column(values: Sequence[bytes | None], oid: int) -> Column:
     """The Python (or numpy, for arrays) values of one binary result column of type ``oid``."""
     if oid in _INT_DTYPES:
         return _ints(values, oid)
@@ -73,17 +78,17 @@ def decode_column(values: Sequence[bytes | None], oid: int) -> list[Any]:
     return _scalars(values, decoder)
 
 
-def result_columns(res: pq.abc.PGresult) -> dict[str, list[Any]]:
+def result_columns(res: pq.abc.PGresult) -> dict[str, Column]:
     """Every column of a binary ``res`` by name, decoded (see :func:`decode_column`)."""
     n = res.ntuples
-    columns: dict[str, list[Any]] = {}
+    columns: dict[str, Column] = {}
     for c in range(res.nfields):
         name = (res.fname(c) or b"").decode()
         columns[name] = decode_column([res.get_value(i, c) for i in range(n)], res.ftype(c))
     return columns
 
 
-def result_rows(res: pq.abc.PGresult) -> list[dict[str, Any]]:
+def result_rows(res: pq.abc.PGresult) -> list[dict[str, object]]:
     """The rows of a binary ``res`` as dicts (decoded column by column, see :func:`result_columns`)."""
     columns = result_columns(res)
     names = list(columns)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -30,7 +30,7 @@ from dressage.store.pg_arrays import (
     INT4_ARRAY_OID,
     encode_array,
 )
-from dressage.store.pg_results import result_columns
+from dressage.store.pg_results import Column, result_columns
 from dressage.store.records import PreparedTurn, Turn
 
 TURN_COLUMNS = (
@@ -411,13 +411,13 @@ def _restore_elided(
     return mask, versions
 
 
-def _filled(values: list[Any], counts: list[int], fill: list[Any], dtype: type) -> list[Any]:
+def _filled(values: Column, counts: list[int], fill: Sequence[object], dtype: type) -> Column:
     """``values`` with each None replaced by ``counts[i]`` copies of ``fill[i]`` (one numpy pass)."""
     missing = [i for i, v in enumerate(values) if v is None]
     if not missing:
         return values
     sizes = np.array([counts[i] for i in missing], dtype=np.int64)
-    flat = np.repeat(np.array([fill[i] for i in missing], dtype=dtype), sizes)
+    flat: np.ndarray = np.repeat(np.array([fill[i] for i in missing], dtype=dtype), sizes)
     ends = np.cumsum(sizes).tolist()
     out = list(values)
     for i, start, end in zip(missing, [0, *ends[:-1]], ends, strict=True):
@@ -425,7 +425,7 @@ def _filled(values: list[Any], counts: list[int], fill: list[Any], dtype: type) 
     return out
 
 
-def _restore_elided_columns(cols: dict[str, list[Any]]) -> None:
+def _restore_elided_columns(cols: dict[str, Column]) -> None:
     """:func:`_restore_elided` for whole PostgreSQL result columns, in place."""
     n_gen, low = cols.pop("n_generated_"), cols.pop("min_policy_version_")
     cols["loss_mask"] = _filled(cols["loss_mask"], n_gen, [True] * len(n_gen), np.bool_)
@@ -449,7 +449,7 @@ _ELISION_COUNTS = ("n_generated AS n_generated_", "min_policy_version AS min_pol
 """Selected after the row's columns on PostgreSQL: what rebuilds the elided arrays (then dropped)."""
 
 
-def _pg_columns(conn: Connection, sql: str, params: dict[str, object]) -> dict[str, list[Any]]:
+def _pg_columns(conn: Connection, sql: str, params: Mapping[str, object]) -> dict[str, Column]:
     """The columns of ``sql``'s binary result, decoded column by column (no per-value loader calls)."""
     raw = conn.connection.driver_connection
     with raw.cursor(binary=True) as cur:  # type: ignore[union-attr]

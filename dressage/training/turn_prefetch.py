@@ -13,8 +13,8 @@ parsing its JSON arrays needs the interpreter anyway).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from dressage.store.event_store import EventStore
@@ -52,12 +52,19 @@ class TurnPrefetcher:
         self.store = store
         self._pending: dict[str, Future[dict[str, list[Turn]]]] = {}
 
+    @property
+    def read_ahead(self) -> set[str]:
+        """Sessions asked for and not yet handed out."""
+        return set(self._pending)
+
     def want(self, groups: Sequence[ReadyGroup]) -> None:
         """Start reading the finished sessions of ``groups`` not already asked for (PostgreSQL only)."""
         if self.store.db.dialect != "postgresql":
             return
         for start in range(0, len(groups), CHUNK_GROUPS):
-            ids = [s for s in finished_sessions(groups[start : start + CHUNK_GROUPS]) if s not in self._pending]
+            ids = [
+                s for s in finished_sessions(groups[start : start + CHUNK_GROUPS]) if s not in self._pending
+            ]
             if ids:
                 future = _readers().submit(self._read, ids)
                 self._pending.update(dict.fromkeys(ids, future))

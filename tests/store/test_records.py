@@ -14,6 +14,7 @@ from dressage.store.pg_arrays import (
     FLOAT4_ARRAY_OID,
     INT4_ARRAY_OID,
     decode_array,
+    decode_array_column,
     encode_array,
 )
 from dressage.store.records import (
@@ -176,3 +177,28 @@ def test_append_values_of_a_turn_without_generated_tokens() -> None:
     ):
         assert decode_array(by_name[name] or b"", oid).size == 0
     assert by_name["n_trained"] == b"0" and by_name["min_policy_version"] is None
+
+
+def test_array_columns_decode_like_one_array_at_a_time() -> None:
+    """A whole column (NULLs, empty arrays, several lengths) decodes to what each value decodes to."""
+    rng = np.random.default_rng(3)
+    for oid, make in (
+        (INT4_ARRAY_OID, lambda n: rng.integers(-(2**31), 2**31 - 1, n, dtype=np.int64).astype(np.int32)),
+        (FLOAT4_ARRAY_OID, lambda n: -rng.random(n, dtype=np.float32)),
+        (BOOL_ARRAY_OID, lambda n: rng.random(n) < 0.5),
+    ):
+        values = [None if n is None else encode_array(make(n), oid) for n in (0, 7, None, 1, 0, 513, None)]
+        decoded = decode_array_column(values, oid)
+        for value, back in zip(values, decoded, strict=True):
+            if value is None:
+                assert back is None
+                continue
+            expected = decode_array(value, oid)
+            assert back is not None and back.dtype == expected.dtype and back.tobytes() == expected.tobytes()
+    assert decode_array_column([None, None], INT4_ARRAY_OID) == [None, None]
+
+
+def test_array_columns_refuse_what_is_not_a_flat_null_free_array() -> None:
+    two_d = encode_array(np.arange(4, dtype=np.int32), INT4_ARRAY_OID)[:-4]  # a truncated element
+    with pytest.raises(ValueError, match="one-dimensional NULL-free"):
+        decode_array_column([two_d], INT4_ARRAY_OID)
