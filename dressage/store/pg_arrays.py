@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from psycopg.adapt import Buffer, Dumper, Loader
+from psycopg.adapt import Buffer, Dumper
 from psycopg.pq import Format
 
 INT4_OID, FLOAT4_OID, BOOL_OID = 23, 700, 16
@@ -156,24 +156,6 @@ def _dumper(array_oid: int) -> type[Dumper]:
             return obj.data
 
     return _PgArrayDumper
-
-
-def numpy_loader(array_oid: int) -> type[Loader]:
-    """A binary Loader class that returns numpy arrays for ``array_oid`` columns."""
-
-    class _NumpyArrayLoader(Loader):
-        format = Format.BINARY
-
-        def load(self, data: Buffer) -> np.ndarray:
-            return decode_array(data, array_oid)
-
-    return _NumpyArrayLoader
-
-
-def register_numpy_loaders(context: Any) -> None:
-    """Make ``context`` (a psycopg cursor or connection) load our array types as numpy."""
-    for oid in _ELEMENTS:
-        context.adapters.register_loader(oid, numpy_loader(oid))
 
 
 def register_dumpers(adapters: Any) -> None:

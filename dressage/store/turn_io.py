@@ -3,7 +3,8 @@
 PostgreSQL: one statement per append (a data-modifying CTE that checks the session, takes the next
 position from the counter row and inserts the event and the turn; the unique index refuses a re-sent
 key), sent in autocommit mode so the whole durable append is one round trip, with per-token arrays in
-binary wire format built by numpy. Reads use a binary cursor that parses arrays straight into numpy.
+binary wire format built by numpy. Reads take the binary result column by column
+(:mod:`dressage.store.pg_results`): arrays straight into numpy, no per-value Python loaders.
 
 SQLite: arrays are JSON text; reads parse integer arrays with numpy's text parser.
 """
@@ -496,17 +497,14 @@ def fetch_token_columns(conn: Connection, run_id: int, after: int, upto: int) ->
 
     Only turns with ``after < position <= upto`` are read.
     """
-    sql = (
-        "SELECT context_ids, generated_ids, logprobs, "
-        f"{_ELIDED['loss_mask']}, {_ELIDED['policy_versions']}, n_generated, min_policy_version FROM turns "
-        "WHERE run_id = %(run_id)s AND position > %(after)s AND position <= %(upto)s ORDER BY position"
-    )
+    arrays = f"context_ids, generated_ids, logprobs, {_ELIDED['loss_mask']}, {_ELIDED['policy_versions']}"
+    rest = "FROM turns WHERE run_id = %(run_id)s AND position > %(after)s AND position <= %(upto)s ORDER BY position"
     params = {"run_id": run_id, "after": after, "upto": upto}
     if conn.dialect.name == "postgresql":
-        pg_sql = sql.replace("n_generated, min_policy_version FROM", f"{', '.join(_ELISION_COUNTS)} FROM")
-        columns = _pg_columns(conn, pg_sql, params)
+        columns = _pg_columns(conn, f"SELECT {arrays}, {', '.join(_ELISION_COUNTS)} {rest}", params)
         _restore_elided_columns(columns)
         return list(zip(*columns.values(), strict=True))
+    sql = f"SELECT {arrays}, n_generated, min_policy_version {rest}"
     rows = conn.exec_driver_sql(sql.replace("%(", ":").replace(")s", ""), params).all()
     return [
         (
