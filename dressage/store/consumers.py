@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from sqlalchemy import Connection, insert, select, update
 from dressage.errors import IdempotencyConflictError, InvalidRecordError
 from dressage.store import schema as t
 from dressage.store.database import Database
+from dressage.store.decisions import SampleDecision, decision_rows, read_decisions
 from dressage.store.records import ConsumerCheckpoint, Run, TrainStep, canonical_json, check_text
 from dressage.store.runs import RunRepository
 
@@ -52,6 +53,7 @@ class ConsumerRepository:
         state: Mapping[str, Any] | None = None,
         start_step: int = 0,
         metrics: Mapping[str, float] | None = None,
+        decisions: Sequence[SampleDecision] = (),
     ) -> TrainStep:
         """Record step ``step``'s manifest and move the checkpoint to ``position`` atomically.
 
@@ -59,7 +61,9 @@ class ConsumerRepository:
         ``start_step`` steps elsewhere starts there; ``start_step`` counts only for its first
         commit). Re-committing a recorded step with the same ``batch_hash`` returns it unchanged
         (a retried commit); a different hash raises. ``metrics`` (name -> number: loss, grad norm...)
-        go to ``train_step_metrics`` in the same transaction, so a committed step always has them.
+        go to ``train_step_metrics`` in the same transaction, so a committed step always has them;
+        so do ``decisions`` (each trained sample's advantage, mask reasons and importance weights:
+        ``train_token_decisions``, :mod:`dressage.store.decisions`).
         """
         check_text(consumer, what="consumer name", max_chars=200)
         if step < 1 or position < 0 or start_step < 0:
@@ -83,6 +87,7 @@ class ConsumerRepository:
             manifest,
             state,
             _metric_rows(metrics or {}),
+            decision_rows(decisions),
         )
 
         def tx(conn: Connection) -> TrainStep:
@@ -118,6 +123,12 @@ class ConsumerRepository:
             out.setdefault(int(step), {})[str(name)] = float("nan") if value is None else float(value)
         return out
 
+    def decisions(self, run: str | Run, consumer: str) -> dict[int, list[SampleDecision]]:
+        """Every recorded step's per-sample decisions (advantage, mask reasons, importance weights)."""
+        r = self.runs.get(run)
+        with self.db.read() as conn:
+            return read_decisions(conn, r.id, consumer)
+
 
 @dataclass(frozen=True)
 class _PendingStep:
@@ -133,6 +144,7 @@ class _PendingStep:
     manifest: dict[str, object]
     state: dict[str, object]
     metric_rows: list[dict[str, object]]
+    decision_rows: list[dict[str, object]]
 
     def recorded(self, conn: Connection) -> TrainStep | None:
         """The step as recorded before (a retried commit), or None; a different batch hash raises."""
@@ -168,7 +180,7 @@ class _PendingStep:
         return current is not None
 
     def write(self, conn: Connection, has_checkpoint: bool) -> TrainStep:
-        """Insert the step and its metrics and move the checkpoint (inserted on the first step)."""
+        """Insert the step, its metrics and decisions; move the checkpoint (inserted on the first step)."""
         now = time.time()
         key = {"run_id": self.run_id, "consumer": self.consumer}
         step = {"step": self.step, "position": self.position}
@@ -177,6 +189,11 @@ class _PendingStep:
         if self.metric_rows:
             conn.execute(
                 insert(t.train_step_metrics), [{**key, "step": self.step, **m} for m in self.metric_rows]
+            )
+        if self.decision_rows:
+            conn.execute(
+                insert(t.train_token_decisions),
+                [{**key, "step": self.step, **d} for d in self.decision_rows],
             )
         values = {**step, "state": self.state, "updated_at": now}
         if not has_checkpoint:

@@ -114,6 +114,7 @@ class RunRepository:
                 t.policy_versions,
                 t.consumer_checkpoints,
                 t.train_step_metrics,
+                t.train_token_decisions,
                 t.train_steps,
                 t.run_counters,
             ):

@@ -28,7 +28,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from dressage.store.types import BoolArray, FloatArray, IntArray, JsonDoc
+from dressage.store.types import BoolArray, FloatArray, IntArray, JsonDoc, SmallIntArray
 
 metadata = MetaData(
     naming_convention={
@@ -226,6 +226,30 @@ train_step_metrics = Table(
     Column("value", Float(precision=53), nullable=True),
 )
 
+train_token_decisions = Table(
+    "train_token_decisions",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("consumer", String(200), primary_key=True),
+    Column("step", Integer, primary_key=True, autoincrement=False),
+    Column("sample", Integer, primary_key=True, autoincrement=False),  # its index in the step
+    Column("session_id", String(64), nullable=False),
+    Column("segment_index", Integer, nullable=False),
+    Column("response_start", Integer, nullable=False),  # segment position of response token 0
+    Column("advantage", Float(precision=53), nullable=False),
+    Column("mask_reasons", SmallIntArray, nullable=False),  # [R] codes of mask_reasons
+    Column("importance_weights", FloatArray, nullable=True),  # [R] float32; NULL: not computed here
+    Index(None, "session_id", "segment_index"),
+)
+
+mask_reasons = Table(
+    "mask_reasons",
+    metadata,
+    Column("code", Integer, primary_key=True, autoincrement=False),
+    Column("reason", String(32), nullable=False, unique=True),
+    Column("meaning", Text, nullable=False),
+)
+
 ALL_TABLES = (
     runs,
     run_counters,
@@ -238,4 +262,6 @@ ALL_TABLES = (
     consumer_checkpoints,
     train_steps,
     train_step_metrics,
+    train_token_decisions,
+    mask_reasons,
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import JSON, Boolean, Integer, Text
+from sqlalchemy import JSON, Boolean, Integer, SmallInteger, Text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -51,6 +51,13 @@ class IntArray(_JsonListOnSqlite):
 
     cache_ok = True
     element = Integer
+
+
+class SmallIntArray(_JsonListOnSqlite):
+    """``int2[]`` on PostgreSQL (2 bytes a value); ``[0,2,2]`` JSON text on SQLite."""
+
+    cache_ok = True
+    element = SmallInteger
 
 
 class FloatArray(_JsonListOnSqlite):

@@ -168,3 +168,55 @@ def create_view_statements(dialect: str, revision: str = HEAD_REVISION) -> list[
 def drop_view_statements() -> list[str]:
     """DROP VIEW statements for every view, in a safe order."""
     return [f"DROP VIEW IF EXISTS {name}" for name in VIEW_NAMES]
+
+
+_DECISION_COLUMNS = """r.name AS run_name, d.consumer, d.step, d.sample, e.session_id, e.segment_index,
+       e.turn_index, e.position, e.token_id, e.logprob, e.policy_version, d.advantage"""
+
+POSTGRES_TOKEN_DECISIONS = f"""
+CREATE VIEW token_decisions AS
+SELECT {_DECISION_COLUMNS}, u.weight AS importance_weight, c.code AS mask_code, c.reason AS mask_reason
+FROM train_token_decisions d
+JOIN runs r ON r.id = d.run_id
+CROSS JOIN LATERAL unnest(d.mask_reasons, d.importance_weights) WITH ORDINALITY AS u(code, weight, ord)
+JOIN token_events e ON e.session_id = d.session_id AND e.segment_index = d.segment_index
+                   AND e.position = d.response_start + u.ord - 1
+JOIN mask_reasons c ON c.code = u.code
+WHERE u.code IS NOT NULL
+UNION ALL
+SELECT {_DECISION_COLUMNS}, CAST(NULL AS real), c.code, c.reason
+FROM train_token_decisions d
+JOIN runs r ON r.id = d.run_id
+JOIN token_events e ON e.session_id = d.session_id AND e.segment_index = d.segment_index
+                   AND e.position < d.response_start
+JOIN mask_reasons c ON c.code = 1
+"""
+
+SQLITE_TOKEN_DECISIONS = f"""
+CREATE VIEW token_decisions AS
+SELECT {_DECISION_COLUMNS},
+       json_extract(d.importance_weights, '$[' || u.key || ']') AS importance_weight,
+       c.code AS mask_code, c.reason AS mask_reason
+FROM train_token_decisions d
+JOIN runs r ON r.id = d.run_id
+JOIN json_each(d.mask_reasons) u
+JOIN token_events e ON e.session_id = d.session_id AND e.segment_index = d.segment_index
+                   AND e.position = d.response_start + u.key
+JOIN mask_reasons c ON c.code = u.value
+UNION ALL
+SELECT {_DECISION_COLUMNS}, NULL, c.code, c.reason
+FROM train_token_decisions d
+JOIN runs r ON r.id = d.run_id
+JOIN token_events e ON e.session_id = d.session_id AND e.segment_index = d.segment_index
+                   AND e.position < d.response_start
+JOIN mask_reasons c ON c.code = 1
+"""
+
+
+def token_decisions_view(dialect: str) -> str:
+    """``token_decisions``: one row per token of every trained sample's segment, for each step that
+    trained it: the token (``token_events``' columns), the sample's advantage, the token's importance
+    weight (NULL before the response or when the backend computed none) and its mask reason
+    (``mask_code``, ``mask_reason``: ``trained`` when it was trained; ``prompt`` before the response).
+    It reads ``token_events``: a migration that recreates that view drops this one first."""
+    return POSTGRES_TOKEN_DECISIONS if dialect == "postgresql" else SQLITE_TOKEN_DECISIONS

@@ -24,6 +24,7 @@ from dressage.errors import ReplayDriftError
 from dressage.store.event_store import EventStore
 from dressage.store.records import ConsumerCheckpoint, Run, TrainStep
 from dressage.store.replica import REPLAY_TIMEOUT_S, wait_for_replay
+from dressage.training.decisions import decision_drift, step_decisions
 from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
 from dressage.training.manifest import first_drift
 from dressage.training.metrics import batch_metrics, checked, same
@@ -164,6 +165,7 @@ class Trainer:
                 },
                 start_step=start_step,
                 metrics=metrics,
+                decisions=step_decisions(batch),
             )
             self._pending = self._pending[batch.consumed :]
             cursor, step = batch.cursor, batch.step
@@ -182,10 +184,13 @@ class Trainer:
 
         Raises :class:`ReplayDriftError` naming the step, and the first differing sample and field.
         The step's recorded batch metrics (:func:`~dressage.training.metrics.batch_metrics`: tokens,
-        lengths, rewards, staleness) are recomputed and must be bitwise equal too.
+        lengths, rewards, staleness) are recomputed and must be bitwise equal too, and so must its
+        per-token decisions that the log decides (advantages, mask reasons:
+        :func:`~dressage.training.decisions.decision_drift`).
         """
         recorded = self.store.consumers.steps(self.run, self.consumer)
         stored_metrics = self.store.consumers.metrics(self.run, self.consumer)
+        stored_decisions = self.store.consumers.decisions(self.run, self.consumer)
         if upto is not None:
             recorded = [rec for rec in recorded if rec.step <= upto]
         cursor: Cursor = START_CURSOR
@@ -205,6 +210,9 @@ class Trainer:
                     f"(batch hash {rec.batch_hash[:12]} recorded, {batch.batch_hash[:12]} now)"
                 )
             self._check_metrics(batch, stored_metrics.get(rec.step, {}))
+            drift = decision_drift(stored_decisions.get(rec.step, []), batch)
+            if drift is not None:
+                raise ReplayDriftError(f"{self.consumer} step {rec.step} of run {self.run.name!r}: {drift}")
             self._pending = self._pending[batch.consumed :]
             cursor = batch.cursor
             checked.append(batch)

@@ -8,7 +8,9 @@ step - 1``), a generated token stamped with version ``v``:
   (a turn that spanned a weight update keeps only the part generated after it).
 
 A whole group is dropped when any of its tokens has ``v < v_train - group_version_window``.
-Every decision is counted per sample (``TrainSample.masking``) and lands in the step manifest.
+Every decision is counted per sample (``TrainSample.masking``) and lands in the step manifest, and
+each response token's reason (:data:`MASK_REASONS`, ``TrainSample.mask_reasons``) is stored with the
+step (``train_token_decisions``, the ``token_decisions`` view; docs/training.md).
 """
 
 from __future__ import annotations
@@ -22,6 +24,22 @@ from dressage.errors import ConfigError
 from dressage.training.samples import TrainSample
 
 FAILURE_POLICIES = ("drop_group", "keep_finished")
+
+MASK_REASONS: tuple[tuple[str, str], ...] = (
+    ("trained", "not masked: the token is trained"),
+    ("prompt", "before the sample's response (its first trained token): the prompt"),
+    ("not_generated", "a context token inside the response (tool result, user message): not sampled"),
+    ("recorded_untrained", "sampled by the policy but recorded with loss mask 0 (e.g. an abandoned turn)"),
+    ("stale", "sampled by a policy more than max_staleness versions behind the trained weights"),
+    ("not_last_version", "last_version_only: sampled before the newest policy version of its segment"),
+    ("tree_shared", "reserved: a prefix a trajectory tree trains once, in another sample"),
+)
+"""Why a token of a trained sample has loss mask 0 (``trained``: it has not): the code of a reason is
+its index. The one vocabulary: the ``mask_reasons`` table holds it (append only; a new reason gets
+the next code and a migration inserting it; tests/training/test_token_decisions.py compares them)."""
+
+MASK_CODES: dict[str, int] = {name: code for code, (name, _) in enumerate(MASK_REASONS)}
+"""Reason name -> code."""
 
 
 @dataclass(frozen=True)
@@ -49,22 +67,29 @@ class MaskingPolicy:
 
 
 def apply_version_mask(sample: TrainSample, policy: MaskingPolicy, trainer_version: int) -> None:
-    """Zero ``sample.loss_mask`` where the policy version is too old; count the decisions in place."""
+    """Zero ``sample.loss_mask`` where the policy version is too old; count the decisions and set
+    each response token's reason code (``sample.mask_reasons``, :data:`MASK_REASONS`) in place."""
     versions_R = sample.policy_versions
     generated_R = versions_R >= 0
     keep_R = sample.stored_loss_mask.astype(np.bool_).copy()
+    reasons_R = np.full(keep_R.shape, MASK_CODES["trained"], dtype=np.uint8)
+    reasons_R[~keep_R] = MASK_CODES["recorded_untrained"]
+    reasons_R[~generated_R] = MASK_CODES["not_generated"]
     counts = {"recorded_trainable": int(keep_R.sum())}
     if policy.max_staleness is not None:
         stale_R = generated_R & (versions_R < trainer_version - policy.max_staleness)
         counts["masked_stale"] = int((keep_R & stale_R).sum())
+        reasons_R[keep_R & stale_R] = MASK_CODES["stale"]
         keep_R &= ~stale_R
     if policy.last_version_only and generated_R.any():
         newest = int(versions_R[generated_R].max())
         older_R = generated_R & (versions_R != newest)
         counts["masked_not_last_version"] = int((keep_R & older_R).sum())
+        reasons_R[keep_R & older_R] = MASK_CODES["not_last_version"]
         keep_R &= ~older_R
     counts["trainable"] = int(keep_R.sum())
     sample.loss_mask = keep_R.astype(np.int32)
+    sample.mask_reasons = reasons_R
     sample.masking = counts
 
 

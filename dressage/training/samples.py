@@ -61,6 +61,8 @@ class TrainSample:
     advantage: float = 0.0
     loss_weights: np.ndarray | None = None  # [R] float32, prompt-equal weights of its step
     masking: dict[str, int] = field(default_factory=dict)
+    mask_reasons: np.ndarray | None = None  # [R] uint8, why each token is masked (masking.MASK_REASONS)
+    importance_weights: np.ndarray | None = None  # [R] float32, set by a backend that computes them
 
     @property
     def response_start(self) -> int:

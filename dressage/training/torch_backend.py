@@ -70,6 +70,16 @@ def ppo_clip_tis_loss(
     return loss, stats
 
 
+def importance_weights(logprobs_R: Any, rollout_R: Any, weights_R: Any, tis_cap: float) -> Any:
+    """The truncated importance weight ``tis_t`` the loss multiplied each trained token by (float32
+    numpy, 0 on tokens with loss weight 0): what the step records per token (docs/training.md)."""
+    import torch
+
+    with torch.no_grad():
+        tis_R = torch.exp(logprobs_R.detach() - rollout_R).clamp(max=tis_cap)
+        return torch.where(weights_R > 0, tis_R, torch.zeros_like(tis_R)).cpu().numpy().astype("float32")
+
+
 class TokenStats:
     """Token-level statistics of a step, over its trained tokens (loss weight > 0), all samples pooled.
 
@@ -403,6 +413,7 @@ class TorchBackend:
                 tis_cap=self.tis_cap,
             )
             tokens.add(logp_all_TV[-s.response_length :], logprobs_R, rollout_R, weights_R)
+            s.importance_weights = importance_weights(logprobs_R, rollout_R, weights_R, self.tis_cap)
             loss.backward()
             total += float(loss.detach())
             for k in stats_sum:
