@@ -55,10 +55,16 @@ def decision_drift(recorded: Sequence[SampleDecision], batch: StepBatch) -> str 
         return f"{len(recorded)} samples have decisions recorded, the replayed step has {len(current)}"
     for a, b in zip(recorded, current, strict=True):
         where = f"sample {a.sample} (session {a.session_id} segment {a.segment_index})"
-        if (a.session_id, a.segment_index, a.response_start) != (b.session_id, b.segment_index, b.response_start):
+        if (a.session_id, a.segment_index, a.response_start) != (
+            b.session_id,
+            b.segment_index,
+            b.response_start,
+        ):
             return f"{where}: now session {b.session_id} segment {b.segment_index} from {b.response_start}"
         if a.advantage != b.advantage:
-            return f"{where}: advantage was recorded as {a.advantage!r}, the replayed step gives {b.advantage!r}"
+            return (
+                f"{where}: advantage was recorded as {a.advantage!r}, the replayed step gives {b.advantage!r}"
+            )
         ra, rb = np.asarray(a.mask_reasons), np.asarray(b.mask_reasons)
         if ra.shape != rb.shape:
             return f"{where}: {ra.size} mask reasons recorded, the replayed step has {rb.size}"

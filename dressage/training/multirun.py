@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from dressage.errors import ConfigError, ReplayDriftError
 from dressage.store.event_store import EventStore
 from dressage.store.records import Run
-from dressage.training.decisions import step_decisions
 from dressage.training.consumer import Backend, NullBackend, consumer_name, step_metrics
+from dressage.training.decisions import step_decisions
 from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
 from dressage.training.manifest import batch_hash, field_digests, first_drift, sample_entries
 from dressage.training.samples import TrainSample

@@ -30,7 +30,10 @@ def _group() -> list[TrajSpec]:
         [
             SegmentSpec(
                 0,
-                [TurnSpec(4, 3, versions=[3, 3, 3], mask=[True, False, True]), TurnSpec(2, 3, versions=[1, 2, 3])],
+                [
+                    TurnSpec(4, 3, versions=[3, 3, 3], mask=[True, False, True]),
+                    TurnSpec(2, 3, versions=[1, 2, 3]),
+                ],
             )
         ],
     )
@@ -72,7 +75,9 @@ def test_the_view_agrees_with_a_hand_computed_advantage_and_mask(
     rows = _rows(db_url, run_name)
     by_session: dict[str, list[dict]] = {}
     for row in rows:
-        by_session.setdefault(row["session_id"].removeprefix(f"{run_name}-").removesuffix("-a1"), []).append(row)
+        by_session.setdefault(row["session_id"].removeprefix(f"{run_name}-").removesuffix("-a1"), []).append(
+            row
+        )
     assert sorted(by_session) == sorted(EXPECTED)
     for key, (advantage, reasons) in EXPECTED.items():
         got = by_session[key]
@@ -95,7 +100,9 @@ def test_the_view_agrees_with_a_hand_computed_advantage_and_mask(
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_importance_weights_are_the_ones_the_loss_used(store: EventStore, run_name: str, tmp_path: Path) -> None:
+def test_importance_weights_are_the_ones_the_loss_used(
+    store: EventStore, run_name: str, tmp_path: Path
+) -> None:
     """Recomputed from the initial model (same seed) on the batch replay gives back."""
     build_run(store, run_name, [_group()])
     backend = TorchBackend(tmp_path / "ckpt", model="tiny-qwen3", lr=0.5, seed=3, tis_cap=TIS_CAP)
@@ -130,7 +137,9 @@ def test_replay_compares_advantages_and_mask_reasons(store: EventStore, run_name
     with store.db.write() as conn:
         reasons = conn.execute(select(d.mask_reasons).where(mine, d.sample == 0)).scalar_one()
         reasons[1] = 0
-        conn.execute(update(schema.train_token_decisions).where(mine, d.sample == 0).values(mask_reasons=reasons))
+        conn.execute(
+            update(schema.train_token_decisions).where(mine, d.sample == 0).values(mask_reasons=reasons)
+        )
         conn.execute(update(schema.train_token_decisions).where(mine, d.sample == 1).values(advantage=-0.5))
     with pytest.raises(ReplayDriftError, match=r"mask reason of response token 1 was recorded as 0"):
         Trainer(store, run_name, OPTIONS).replay()
