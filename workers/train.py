@@ -113,6 +113,13 @@ _Seed = Annotated[int, typer.Option(help="torch: seed of a tiny random model.")]
 _Lr = Annotated[float, typer.Option(help="torch: learning rate.")]
 _Optimizer = Annotated[str, typer.Option(help="torch: sgd | adam (its state is checkpointed each step).")]
 _Trainable = Annotated[str, typer.Option(help="torch: all | lm_head (train only the output projection).")]
+_Reference = Annotated[
+    str | None,
+    typer.Option(
+        help="torch: 'initial' keeps a frozen copy of the starting weights; kl_reference is logged."
+    ),
+]
+_KlCoef = Annotated[float, typer.Option(help="torch: add kl_coef * KL(trainer || reference) to the loss.")]
 _PushEvery = Annotated[int, typer.Option(help="Push after every N-th step.")]
 _PushKeep = Annotated[int | None, typer.Option(help="Keep only the newest N pushed weight directories.")]
 _ThrottleS = Annotated[float, typer.Option(help="Pause between steps (demos, crash tests).")]
@@ -190,6 +197,8 @@ def train_command(
     lr: _Lr = _DEFAULTS.lr,
     optimizer: _Optimizer = _DEFAULTS.optimizer,
     trainable: _Trainable = _DEFAULTS.trainable,
+    reference: _Reference = None,
+    kl_coef: _KlCoef = _DEFAULTS.kl_coef,
     push_to: _PushTo = None,
     proxy_admin_url: _ProxyAdminUrl = None,
     push_every: _PushEvery = 1,
@@ -218,6 +227,8 @@ def train_command(
         last_version_only=last_version_only,
         group_version_window=group_version_window,
         failure_policy=failure_policy,
+        reference=reference,
+        kl_coef=kl_coef,
     )
     push = PushOptions(push_to, proxy_admin_url, push_every, push_keep)
     request = TrainRequest(

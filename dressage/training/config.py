@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dressage.errors import ConfigError
 from dressage.training.consumer import Backend, NullBackend, Trainer
@@ -64,11 +64,26 @@ class TrainConfig(BaseModel):
         default="drop_group",
         description="A group with a failed member: dropped whole, or trained on its finished members.",
     )
+    reference: Literal["initial"] | None = Field(
+        default=None,
+        description="torch: keep a frozen copy of the initial weights and record kl_reference each step.",
+    )
+    kl_coef: float = Field(
+        default=0.0,
+        ge=0,
+        description="torch: add kl_coef * KL(trainer || reference) to the loss (needs reference).",
+    )
     keep_checkpoints: int = Field(default=2, ge=1, description="Newest step checkpoints kept on disk.")
     log_to: list[Literal["wandb", "tensorboard"]] = Field(
         default_factory=list,
         description="Also log step metrics and rewards to these (docs/training.md); --log-to overrides.",
     )
+
+    @model_validator(mode="after")
+    def _kl_needs_a_reference(self) -> TrainConfig:
+        if self.kl_coef > 0 and self.reference is None:
+            raise ValueError("kl_coef > 0 needs a reference model: set reference: initial")
+        return self
 
     def masking(self) -> MaskingPolicy:
         """The version-aware masking and failure policy of the steps."""
@@ -113,7 +128,9 @@ def build_backend(cfg: TrainConfig, setup: TrainerSetup, push: WeightPusher | No
     if setup.backend == "torch":
         from dressage.training.torch_backend import TorchBackend
 
-        optimization = cfg.model_dump(include={"lr", "optimizer", "trainable", "eps_clip", "tis_cap"})
+        optimization = cfg.model_dump(
+            include={"lr", "optimizer", "trainable", "eps_clip", "tis_cap", "reference", "kl_coef"}
+        )
         return TorchBackend(setup.out, model=setup.model, seed=setup.seed, push=push, **optimization)
     raise ConfigError(f"unknown backend {setup.backend!r}; use {', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}")
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from dressage.errors import ConfigError, NotSupportedError, TrainingError
 from dressage.store.records import ConsumerCheckpoint, Run
+from dressage.training.samples import TrainSample
 from dressage.training.steps import StepBatch
 
 if TYPE_CHECKING:
@@ -78,6 +79,65 @@ def importance_weights(logprobs_R: Any, rollout_R: Any, weights_R: Any, tis_cap:
     with torch.no_grad():
         tis_R = torch.exp(logprobs_R.detach() - rollout_R).clamp(max=tis_cap)
         return torch.where(weights_R > 0, tis_R, torch.zeros_like(tis_R)).cpu().numpy().astype("float32")
+
+
+def check_reference(reference: str | None, kl_coef: float) -> None:
+    """Refuse a reference other than ``initial`` and a KL coefficient without one (or negative)."""
+    if reference not in (None, "initial"):
+        raise ConfigError(
+            f"reference must be 'initial' (a frozen copy of the starting weights) or unset, got {reference!r}"
+        )
+    if not math.isfinite(kl_coef) or kl_coef < 0:
+        raise ConfigError(f"kl_coef must be a number >= 0, got {kl_coef}")
+    if kl_coef > 0 and reference is None:
+        raise ConfigError(
+            "kl_coef > 0 needs a reference model: set train.reference: initial (--reference initial)"
+        )
+
+
+def response_logprobs(model: Any, tokens_L: Any, response_length: int) -> tuple[Any, Any]:
+    """``model``'s next-token log-distribution at every predicting position ``[L-1, V]`` and the
+    logprobs of the response's tokens ``[R]``."""
+    import torch
+
+    logits_LV = model(input_ids=tokens_L[None]).logits[0].float()
+    logp_all_TV = torch.log_softmax(logits_LV[:-1], dim=-1)
+    logp_T = logp_all_TV.gather(-1, tokens_L[1:, None])[:, 0]
+    return logp_all_TV, logp_T[-response_length:]
+
+
+class ReferenceKL:
+    """KL(trainer || reference) over a step's trained tokens, by the k3 estimate
+    ``k3_t = exp(ref_t - logp_t) - 1 - (ref_t - logp_t)`` (tokens were sampled near the trainer).
+
+    ``kl_reference``: the mean k3 over trained tokens (loss weight > 0); with ``kl_coef`` > 0 the loss
+    gains ``kl_coef * sum_t w_t * k3_t`` (same prompt-equal weights as the policy-gradient term), and
+    ``kl_loss`` records that term.
+    """
+
+    def __init__(self, kl_coef: float) -> None:
+        self.kl_coef = kl_coef
+        self.n, self.k3_sum, self.loss_sum = 0, 0.0, 0.0
+
+    def add(self, logp_R: Any, reference_R: Any, weights_R: Any) -> Any:
+        """Add one sample; return its loss term (0 without ``kl_coef``)."""
+        import torch
+
+        log_r = reference_R.double() - logp_R.double()  # float64 + expm1: k3 ~ log_r**2 / 2 is tiny
+        k3_R = torch.expm1(log_r) - log_r
+        mask_R = weights_R > 0
+        self.n += int(mask_R.sum())
+        self.k3_sum += float(k3_R.detach()[mask_R].sum())
+        term = (self.kl_coef * (weights_R.double() * k3_R).sum()).float()
+        self.loss_sum += float(term.detach())
+        return term if self.kl_coef > 0 else 0.0
+
+    def means(self) -> dict[str, float]:
+        """``kl_reference`` (and ``kl_loss`` when the term is in the loss)."""
+        out = {"kl_reference": self.k3_sum / max(self.n, 1)}
+        if self.kl_coef > 0:
+            out["kl_loss"] = self.loss_sum
+        return out
 
 
 class TokenStats:
@@ -237,7 +297,10 @@ class TorchBackend:
         trainable: str = "all",
         push_to: str | None = None,
         push: WeightPusher | None = None,
+        reference: str | None = None,
+        kl_coef: float = 0.0,
     ) -> None:
+        check_reference(reference, kl_coef)
         if push_to is not None:
             raise NotSupportedError(
                 "TorchBackend(push_to=...) cannot record policy versions (the backend has no event log); "
@@ -254,7 +317,10 @@ class TorchBackend:
         self.out_dir = Path(out_dir)
         self.model_name, self.seed, self.lr = model, seed, lr
         self.eps_clip, self.tis_cap, self.device = eps_clip, tis_cap, device
+        self.reference, self.kl_coef = reference, kl_coef
         self.model: Any = None
+        self.reference_model: Any = None
+        """A frozen copy of the initial weights (``reference="initial"``), else None."""
         self.optimizer: Any = None
         self.param_names: list[str] = []
         self.run: Run | None = None
@@ -293,6 +359,9 @@ class TorchBackend:
         self.run = run
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.model = build_model(self.model_name, self.seed).to(self.device)
+        if self.reference == "initial":  # the weights before step 1, however far training has gone
+            self.reference_model = build_model(self.model_name, self.seed).to(self.device).eval()
+            self.reference_model.requires_grad_(False)
         committed = checkpoint.step if checkpoint is not None else 0
         if committed > 0:
             assert checkpoint is not None
@@ -383,42 +452,54 @@ class TorchBackend:
 
     def _backward(self, batch: StepBatch) -> tuple[float, dict[str, float]]:
         """Per-sample forward and backward passes; gradients accumulate over the batch."""
-        import torch
-
         vocab = int(self.model.get_input_embeddings().num_embeddings)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total, stats_sum = 0.0, {"tis_mean": 0.0, "logprob_diff": 0.0}
+        total, stats_sum = 0.0, {"tis_mean": 0.0, "logprob_diff": 0.0, "pg_loss": 0.0}
         tokens = TokenStats(self.eps_clip, self.tis_cap)
+        kl = ReferenceKL(self.kl_coef) if self.reference_model is not None else None
         for s in batch.samples:
             if int(s.tokens.max()) >= vocab:
                 raise TrainingError(
                     f"session {s.session_id} segment {s.segment_index} has token id {int(s.tokens.max())}, "
                     f"outside the model's vocabulary of {vocab}; train the model the run was sampled from"
                 )
-            tokens_L = torch.as_tensor(s.tokens, dtype=torch.long, device=self.device)
-            logits_LV = self.model(input_ids=tokens_L[None]).logits[0].float()
-            logp_all_TV = torch.log_softmax(logits_LV[:-1], dim=-1)
-            logp_T = logp_all_TV.gather(-1, tokens_L[1:, None])[:, 0]
-            logprobs_R = logp_T[-s.response_length :]
-            f32, dev = torch.float32, self.device
-            rollout_R = torch.as_tensor(s.rollout_log_probs, dtype=f32, device=dev)
-            weights_R = torch.as_tensor(s.loss_weights, dtype=f32, device=dev)
-            loss, stats = ppo_clip_tis_loss(
-                logprobs_R,
-                rollout_R,
-                torch.full((s.response_length,), s.advantage, dtype=f32, device=dev),
-                weights_R,
-                eps_clip=self.eps_clip,
-                tis_cap=self.tis_cap,
-            )
-            tokens.add(logp_all_TV[-s.response_length :], logprobs_R, rollout_R, weights_R)
-            s.importance_weights = importance_weights(logprobs_R, rollout_R, weights_R, self.tis_cap)
+            loss, stats = self._sample_loss(s, tokens, kl)
             loss.backward()
             total += float(loss.detach())
-            for k in stats_sum:
+            for k in ("tis_mean", "logprob_diff"):
                 stats_sum[k] += stats[k] / len(batch.samples)
-        return total, {**stats_sum, "pg_loss": total, **tokens.means()}
+            stats_sum["pg_loss"] += stats["pg_loss"]
+        return total, {**stats_sum, **tokens.means(), **(kl.means() if kl is not None else {})}
+
+    def _sample_loss(
+        self, s: TrainSample, tokens: TokenStats, kl: ReferenceKL | None
+    ) -> tuple[Any, dict[str, float]]:
+        """One sample's loss (PPO-clip with TIS, plus the KL term with ``kl_coef``) and statistics;
+        sets the sample's importance weights."""
+        import torch
+
+        tokens_L = torch.as_tensor(s.tokens, dtype=torch.long, device=self.device)
+        logp_all_TV, logprobs_R = response_logprobs(self.model, tokens_L, s.response_length)
+        f32, dev = torch.float32, self.device
+        rollout_R = torch.as_tensor(s.rollout_log_probs, dtype=f32, device=dev)
+        weights_R = torch.as_tensor(s.loss_weights, dtype=f32, device=dev)
+        loss, stats = ppo_clip_tis_loss(
+            logprobs_R,
+            rollout_R,
+            torch.full((s.response_length,), s.advantage, dtype=f32, device=dev),
+            weights_R,
+            eps_clip=self.eps_clip,
+            tis_cap=self.tis_cap,
+        )
+        stats["pg_loss"] = float(loss.detach())
+        tokens.add(logp_all_TV[-s.response_length :], logprobs_R, rollout_R, weights_R)
+        s.importance_weights = importance_weights(logprobs_R, rollout_R, weights_R, self.tis_cap)
+        if kl is not None:
+            with torch.no_grad():
+                _, reference_R = response_logprobs(self.reference_model, tokens_L, s.response_length)
+            loss = loss + kl.add(logprobs_R, reference_R, weights_R)
+        return loss, stats
 
     def _save(self, batch: StepBatch) -> None:
         """Write the optimizer state, then the weights, each atomically (temp file + rename)."""

@@ -99,3 +99,61 @@ def test_replay_compares_the_batch_metrics_bitwise(store: EventStore, run_name: 
         ReplayDriftError, match=r"step 2 .* metric reward_mean was recorded as 0\.5000000000000001"
     ):
         Trainer(store, run_name, StepOptions(2, 2)).replay()
+
+
+def _k3_mean(model: torch.nn.Module, reference: torch.nn.Module, samples: list) -> float:
+    """Mean k3 estimate of KL(model || reference) over the trained tokens of ``samples``."""
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for s in samples:
+            tokens = torch.as_tensor(s.tokens, dtype=torch.long)
+            logps = []
+            for m in (model, reference):
+                logp = torch.log_softmax(m(input_ids=tokens[None]).logits[0].float()[:-1], dim=-1)
+                logps.append(logp.gather(-1, tokens[1:, None])[:, 0][-s.response_length :])
+            log_r = logps[1].double() - logps[0].double()
+            k3 = (torch.expm1(log_r) - log_r)[torch.as_tensor(s.loss_weights) > 0]
+            total += float(k3.double().sum())
+            n += k3.numel()
+    return total / n
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("kl_coef", [0.0, 0.5])
+def test_kl_to_the_initial_weights_is_recorded_and_recomputable(
+    store: EventStore, run_name: str, tmp_path: Path, kl_coef: float
+) -> None:
+    """Step 1 trains the initial weights: KL 0. Step 2's KL, recomputed from the samples the log
+    gives back with step 1's saved weights against a fresh initial model, is the recorded one."""
+    from safetensors.torch import load_model
+
+    build_run(store, run_name, [[simple(1.0), simple(0.0)], [simple(0.25, n_turns=1), simple(0.75)]])
+    ckpt = tmp_path / "ckpt"
+    backend = TorchBackend(ckpt, model="tiny-qwen3", lr=0.5, seed=3, reference="initial", kl_coef=kl_coef)
+    Trainer(store, run_name, StepOptions(2, 2), backend).run_steps()
+    recorded = store.consumers.metrics(run_name, "train:main")
+    assert recorded[1]["kl_reference"] == 0.0
+    assert recorded[2]["kl_reference"] > 0
+    batches = Trainer(store, run_name, StepOptions(2, 2)).replay()
+    after_step_1 = build_model("tiny-qwen3", seed=3)
+    load_model(after_step_1, str(ckpt / "step-000001.safetensors"))
+    expected = _k3_mean(after_step_1, build_model("tiny-qwen3", seed=3), batches[1].samples)
+    assert expected == pytest.approx(recorded[2]["kl_reference"], rel=1e-4)
+    if kl_coef:  # the term is in the loss: 0 at step 1, and the loss is its sum with the PG part
+        assert recorded[1]["kl_loss"] == 0.0 and recorded[1]["loss"] == recorded[1]["pg_loss"]
+        assert recorded[2]["kl_loss"] > 0
+        assert recorded[2]["loss"] == pytest.approx(recorded[2]["pg_loss"] + recorded[2]["kl_loss"], rel=1e-6)
+    else:
+        assert "kl_loss" not in recorded[2] and recorded[2]["loss"] == recorded[2]["pg_loss"]
+
+
+def test_a_kl_coefficient_needs_a_reference(tmp_path: Path) -> None:
+    from dressage.errors import ConfigError
+    from dressage.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match="kl_coef > 0 needs a reference model"):
+        TrainConfig(kl_coef=0.1)
+    with pytest.raises(ConfigError, match="kl_coef > 0 needs a reference model"):
+        TorchBackend(tmp_path, kl_coef=0.1)
+    with pytest.raises(ConfigError, match="reference must be 'initial'"):
+        TorchBackend(tmp_path, reference="sft")
