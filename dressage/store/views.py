@@ -104,9 +104,18 @@ BATCH_STEP_METRICS = (
 TIMING_STEP_METRICS = ("step_time_s", "tokens_per_s")
 """How long a step took and its throughput."""
 
-STEP_METRIC_COLUMNS = (*TORCH_STEP_METRICS, *BATCH_STEP_METRICS, *TIMING_STEP_METRICS)
-"""The metrics the ``step_metrics`` view (revision 0006) shows as columns; any other name (the
-staleness distribution ``staleness_tokens_<k>``, a backend's extras) is in ``train_step_metrics``."""
+REFERENCE_STEP_METRICS = ("kl_reference", "kl_loss")
+"""What the torch backend measures with a reference model (``train.reference``; columns since 0008)."""
+
+STEP_METRIC_COLUMNS = (
+    *TORCH_STEP_METRICS,
+    *BATCH_STEP_METRICS,
+    *TIMING_STEP_METRICS,
+    *REFERENCE_STEP_METRICS,
+)
+"""The metrics the ``step_metrics`` view shows as columns (revision 0006; the reference's since 0008);
+any other name (the staleness distribution ``staleness_tokens_<k>``, a backend's extras) is in
+``train_step_metrics``."""
 
 
 def step_metrics_view() -> str:

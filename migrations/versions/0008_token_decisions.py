@@ -1,5 +1,5 @@
 """Per-token training decisions: ``train_token_decisions``, ``mask_reasons`` and the
-``token_decisions`` view.
+``token_decisions`` view; the ``step_metrics`` view gains ``kl_reference`` and ``kl_loss``.
 
 Each trained sample of a step records its advantage, each response token's mask reason code and
 (when the backend computed them) its importance weights, in the step's transaction; the view joins
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from dressage.store.types import FloatArray, SmallIntArray
-from dressage.store.views import token_decisions_view
+from dressage.store.views import step_metrics_view, token_decisions_view
 
 revision: str = "0008"
 down_revision: str | None = "0006"
@@ -71,6 +71,8 @@ def upgrade() -> None:
         reasons, [{"code": i, "reason": name, "meaning": text} for i, (name, text) in enumerate(REASONS_0008)]
     )
     op.execute(token_decisions_view(op.get_bind().dialect.name))
+    op.execute("DROP VIEW IF EXISTS step_metrics")  # again, with the reference model's columns
+    op.execute(step_metrics_view())
 
 
 def downgrade() -> None:

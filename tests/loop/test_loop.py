@@ -27,7 +27,7 @@ from dressage.loop.progress import LoopProgress
 from dressage.loop.runner import Loop, LoopOptions
 from dressage.rollout.evaluation import read_eval_rounds
 from dressage.store import EventStore
-from dressage.store.views import STEP_METRIC_COLUMNS
+from dressage.store.views import REFERENCE_STEP_METRICS, STEP_METRIC_COLUMNS
 
 
 def write_config(tmp: Path, mode: str, train: dict[str, Any] | None = None) -> Path:
@@ -248,7 +248,9 @@ def test_the_loop_evaluates_each_policy_version(tmp_path: Path) -> None:
                 )
             ]
         assert [r["step"] for r in rows] == [1]
-        assert all(rows[0][c] is not None for c in STEP_METRIC_COLUMNS), rows[0]
+        measured = [c for c in STEP_METRIC_COLUMNS if c not in REFERENCE_STEP_METRICS]
+        assert all(rows[0][c] is not None for c in measured), rows[0]
+        assert all(rows[0][c] is None for c in REFERENCE_STEP_METRICS)  # no train.reference here
         # eval apart: the run's training mean leaves the eval sessions out
         summary = store.runs.summary(run)
         assert sum(summary.eval_sessions.values()) == 4

@@ -133,6 +133,13 @@ def test_kl_to_the_initial_weights_is_recorded_and_recomputable(
     Trainer(store, run_name, StepOptions(2, 2), backend).run_steps()
     recorded = store.consumers.metrics(run_name, "train:main")
     assert recorded[1]["kl_reference"] == 0.0
+    [view] = sql_json(
+        CliRunner(env={"COLUMNS": "200"}),
+        str(store.db.engine.url),
+        f"SELECT kl_reference, kl_loss FROM step_metrics WHERE run_name = '{run_name}' AND step = 2",
+    )
+    assert view["kl_reference"] == recorded[2]["kl_reference"] > 0
+    assert view["kl_loss"] == recorded[2].get("kl_loss")
     assert recorded[2]["kl_reference"] > 0
     batches = Trainer(store, run_name, StepOptions(2, 2)).replay()
     after_step_1 = build_model("tiny-qwen3", seed=3)
