@@ -314,6 +314,8 @@ def _write_archive(store: EventStore, run: Run, out: Path) -> dict[str, int]:
         "tasks": (t.tasks, ["id"], {"payload"}),
         "policy_versions": (t.policy_versions, ["version"], set()),
         "train_steps": (t.train_steps, ["consumer", "step"], {"manifest"}),
+        "step_metrics": (t.train_step_metrics, ["consumer", "step", "name"], set()),
+        "token_decisions": (t.train_token_decisions, ["consumer", "step", "sample"], set()),
         "consumer_checkpoints": (t.consumer_checkpoints, ["consumer"], {"state"}),
         "artifacts": (t.artifacts, ["position"], set()),
     }

@@ -20,14 +20,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, insert, select
 
 from dressage.errors import InvalidRecordError, StoreError
 from dressage.exports.arrow import cube_from_column
 from dressage.exports.export import portable_task_refs
+from dressage.exports.tables import OPTIONAL_ARCHIVE_FILES
 from dressage.exports.verify import ExportVerificationError, verify_export
 from dressage.store import schema as t
+from dressage.store.decisions import short_floats
 from dressage.store.event_store import EventStore
 from dressage.store.records import NewTurn, Run, check_text, prepare_turn
 from dressage.store.turn_io import token_fields
@@ -192,18 +195,30 @@ def _turn(run_name: str, run_id: int, row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _short(weights: list[float] | None) -> list[float] | None:
+    """Importance weights as written live (shortest float32 decimals), so a re-export is identical."""
+    return None if weights is None else short_floats(np.asarray(weights, dtype=np.float32))
+
+
 def _insert_small_tables(conn: Connection, run_id: int, root: Path, blobs: dict[str, str]) -> None:
-    """Policy versions, train steps, consumer checkpoints and artifact records."""
+    """Policy versions, train steps (their metrics and token decisions), consumer checkpoints and
+    artifact records."""
     json_columns = {"manifest", "state"}
     for name, table in (
         ("policy_versions", t.policy_versions),
         ("train_steps", t.train_steps),
+        ("step_metrics", t.train_step_metrics),
+        ("token_decisions", t.train_token_decisions),
         ("consumer_checkpoints", t.consumer_checkpoints),
     ):
+        if name in OPTIONAL_ARCHIVE_FILES and not (root / f"{name}.parquet").exists():
+            continue  # an export written before the file existed
         rows = [
             {c: json.loads(v) if c in json_columns else v for c, v in row.items()} | {"run_id": run_id}
             for row in _all_rows(root / f"{name}.parquet")
         ]
+        if name == "token_decisions":
+            rows = [r | {"importance_weights": _short(r["importance_weights"])} for r in rows]
         if rows:
             conn.execute(insert(table), rows)
     artifacts = [

@@ -8,8 +8,10 @@ Dataset files, written for every export (a ``--where`` export too):
   the trainer materializes it, before the step-dependent version mask and advantages.
 
 Archive files, written only for a whole run (what ``import`` needs to rebuild it): ``events``,
-``tasks``, ``policy_versions``, ``train_steps``, ``consumer_checkpoints`` and ``artifacts`` (the
-blobs under ``artifacts/<sha256>``).
+``tasks``, ``policy_versions``, ``train_steps``, ``step_metrics`` (``train_step_metrics``),
+``token_decisions`` (``train_token_decisions``), ``consumer_checkpoints`` and ``artifacts`` (the
+blobs under ``artifacts/<sha256>``). An export written before ``step_metrics`` and
+``token_decisions`` existed imports without them (its steps carry none).
 
 Nothing database-local is exported (run, task and artifact ids, artifact URIs, session token
 hashes; a ``task_id`` in an event payload becomes the task's ``task_number``, 1..N in the
@@ -158,6 +160,20 @@ TRAIN_STEPS = _schema(
     ("created_at", _f64),
 )
 
+STEP_METRICS = _schema(("consumer", _str), ("step", _i32), ("name", _str), ("value", _f64))
+
+TOKEN_DECISIONS = _schema(
+    ("consumer", _str),
+    ("step", _i32),
+    ("sample", _i32),
+    ("session_id", _str),
+    ("segment_index", _i32),
+    ("response_start", _i32),
+    ("advantage", _f64),
+    ("mask_reasons", pa.list_(pa.int16())),
+    ("importance_weights", pa.list_(_f32)),
+)
+
 CONSUMER_CHECKPOINTS = _schema(
     ("consumer", _str), ("position", _i64), ("step", _i32), ("state", _str), ("updated_at", _f64)
 )
@@ -173,11 +189,16 @@ ARTIFACTS = _schema(
 )
 
 DATASET_FILES = {"turns": TURNS, "sessions": SESSIONS, "samples": SAMPLES}
+OPTIONAL_ARCHIVE_FILES = ("step_metrics", "token_decisions")
+"""Archive files an older export may lack (import then leaves their tables empty for the run)."""
+
 ARCHIVE_FILES = {
     "events": EVENTS,
     "tasks": TASKS,
     "policy_versions": POLICY_VERSIONS,
     "train_steps": TRAIN_STEPS,
+    "step_metrics": STEP_METRICS,
+    "token_decisions": TOKEN_DECISIONS,
     "consumer_checkpoints": CONSUMER_CHECKPOINTS,
     "artifacts": ARTIFACTS,
 }

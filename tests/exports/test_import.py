@@ -7,14 +7,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from sqlalchemy import update
 from typer.testing import CliRunner
 
+from dressage.errors import ReplayDriftError
 from dressage.exports.export import export_run
 from dressage.exports.importer import import_run
-from dressage.store import EventStore
+from dressage.store import EventStore, schema
 from dressage.store.read_only_sql import run_read_only
 from dressage.training import StepOptions, Trainer
 from dressage.training.consumer import NullBackend
+from dressage.training.torch_backend import TorchBackend
 from tests.cli.helpers import invoke
 from tests.exports.conftest import RichRun
 from tests.view.builders import build_fork_tree
@@ -29,13 +32,45 @@ def _hashes(manifest: dict) -> dict[str, str]:
     return {name: f["sha256"] for name, f in manifest["files"].items()}
 
 
+def _decisions(by_step: dict) -> list[tuple]:
+    return [
+        (
+            step,
+            d.sample,
+            d.session_id,
+            d.segment_index,
+            d.response_start,
+            d.advantage,
+            d.mask_reasons.tolist(),
+            None if d.importance_weights is None else d.importance_weights.tolist(),
+        )
+        for step, ds in sorted(by_step.items())
+        for d in ds
+    ]
+
+
+def _tamper_advantage(store: EventStore, run: str) -> None:
+    d = schema.train_token_decisions.c
+    with store.db.write() as conn:
+        conn.execute(
+            update(schema.train_token_decisions)
+            .where(d.run_id == store.runs.get(run).id, d.consumer == "train:main", d.sample == 0)
+            .values(advantage=7.0)
+        )
+
+
 def test_round_trip_has_identical_hashes_and_replays(
     cli: CliRunner, store: EventStore, rich_run: RichRun, other_url: str, other: EventStore, tmp_path: Path
 ) -> None:
     options = StepOptions(2, 2)
     steps = Trainer(store, rich_run.run, options, NullBackend()).run_steps()
     assert len(steps) == 1  # task 1 has a failed member: its group is dropped
+    torch_backend = TorchBackend(tmp_path / "ckpt", model="tiny-qwen3", seed=1)
+    assert len(Trainer(store, rich_run.run, options, torch_backend, consumer="torch").run_steps()) == 1
     first = export_run(store, rich_run.run, tmp_path / "a")
+    assert first["counts"]["step_metrics"] > 0 and first["counts"]["token_decisions"] == 2 * len(
+        steps[0].batch.samples
+    )
 
     new_name = rich_run.run + "-imported"
     result = invoke(cli, other_url, "import", str(tmp_path / "a"), "--as", new_name)
@@ -45,8 +80,20 @@ def test_round_trip_has_identical_hashes_and_replays(
     assert _hashes(second) == _hashes(first)
     assert second["counts"] == first["counts"] and second["last_position"] == first["last_position"]
 
-    replayed = Trainer(other, new_name, options, NullBackend()).replay()
+    for consumer in ("train:main", "train:torch"):  # the step metrics and decisions came along
+        assert other.consumers.metrics(new_name, consumer) == store.consumers.metrics(rich_run.run, consumer)
+        mine, theirs = (
+            s.consumers.decisions(r, consumer) for s, r in ((store, rich_run.run), (other, new_name))
+        )
+        assert _decisions(theirs) == _decisions(mine)
+    assert all(
+        d.importance_weights is not None for d in other.consumers.decisions(new_name, "train:torch")[1]
+    )
+    replayed = Trainer(other, new_name, options, NullBackend()).replay()  # compares them too
     assert [b.batch_hash for b in replayed] == [s.batch.batch_hash for s in steps]
+    _tamper_advantage(other, new_name)
+    with pytest.raises(ReplayDriftError, match=r"advantage was recorded as 7\.0"):
+        Trainer(other, new_name, options, NullBackend()).replay()
     again = Trainer(other, new_name, options, NullBackend(), consumer="again").run_steps()
     assert [s.batch.batch_hash for s in again] == [s.batch.batch_hash for s in steps]
     query = (
