@@ -19,7 +19,13 @@ from sqlalchemy import Connection, insert, select, update
 from dressage.errors import IdempotencyConflictError, InvalidRecordError
 from dressage.store import schema as t
 from dressage.store.database import Database
-from dressage.store.decisions import SampleDecision, decision_rows, read_decisions
+from dressage.store.decisions import (
+    SampleDecision,
+    SegmentDecision,
+    decision_rows,
+    read_decisions,
+    read_session_decisions,
+)
 from dressage.store.records import ConsumerCheckpoint, Run, TrainStep, canonical_json, check_text
 from dressage.store.runs import RunRepository
 
@@ -128,6 +134,11 @@ class ConsumerRepository:
         r = self.runs.get(run)
         with self.db.read() as conn:
             return read_decisions(conn, r.id, consumer)
+
+    def session_decisions(self, session_id: str) -> dict[int, SegmentDecision]:
+        """Per segment of a session, the first step's decision about it (none: never trained)."""
+        with self.db.read() as conn:
+            return read_session_decisions(conn, session_id)
 
 
 @dataclass(frozen=True)

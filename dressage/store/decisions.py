@@ -79,16 +79,41 @@ def read_decisions(conn: Connection, run_id: int, consumer: str) -> dict[int, li
     ).all()
     out: dict[int, list[SampleDecision]] = {}
     for row in rows:
-        weights = row.importance_weights
-        out.setdefault(int(row.step), []).append(
-            SampleDecision(
-                sample=int(row.sample),
-                session_id=str(row.session_id),
-                segment_index=int(row.segment_index),
-                response_start=int(row.response_start),
-                advantage=float(row.advantage),
-                mask_reasons=np.asarray(row.mask_reasons, dtype=np.uint8),
-                importance_weights=None if weights is None else np.asarray(weights, dtype=np.float32),
-            )
-        )
+        out.setdefault(int(row.step), []).append(_decision(row))
+    return out
+
+
+def _decision(row: Any) -> SampleDecision:
+    weights = row.importance_weights
+    return SampleDecision(
+        sample=int(row.sample),
+        session_id=str(row.session_id),
+        segment_index=int(row.segment_index),
+        response_start=int(row.response_start),
+        advantage=float(row.advantage),
+        mask_reasons=np.asarray(row.mask_reasons, dtype=np.uint8),
+        importance_weights=None if weights is None else np.asarray(weights, dtype=np.float32),
+    )
+
+
+@dataclass(frozen=True)
+class SegmentDecision:
+    """The decision of one step about one segment of a session (what the viewer colours by)."""
+
+    consumer: str
+    step: int
+    decision: SampleDecision
+
+
+def read_session_decisions(conn: Connection, session_id: str) -> dict[int, SegmentDecision]:
+    """Per segment of ``session_id``, the first recorded decision about it (by consumer, then step):
+    a segment trained by several consumers shows the first one's."""
+    d = t.train_token_decisions.c
+    rows = conn.execute(
+        select(t.train_token_decisions).where(d.session_id == session_id).order_by(d.consumer, d.step)
+    ).all()
+    out: dict[int, SegmentDecision] = {}
+    for row in rows:
+        if int(row.segment_index) not in out:
+            out[int(row.segment_index)] = SegmentDecision(str(row.consumer), int(row.step), _decision(row))
     return out

@@ -139,6 +139,7 @@ def session_page(v: Viewer, session_id: str) -> dict[str, object]:
             v.decoder_for(run),
             v.store.db.secrets,
             with_experts=queries.turns_with_experts(v.store, session_id),
+            decisions=v.store.consumers.session_decisions(session_id),
         ),
         "events": [{**e, "payload": v.redact(_pretty(e["payload"]))} for e in events],
         "reward_details": v.redact(_pretty(reward_events[-1]["payload"].get("details")))

@@ -10,6 +10,12 @@ each turn into spans coloured by logprob (or by policy version) when the turn is
 (a 30k-token session is 30k spans: drawn all at load they cost most of a second), and shows details
 on hover; routed experts are fetched per position on demand (``/api/experts``), so a 30k-token page
 does not carry a ``[tokens, layers, top_k]`` array.
+
+A segment that a step trained also carries that step's decisions (``train_token_decisions``): per
+piece ``m``, the mask reason code of its first id (:data:`~dressage.training.masking.MASK_REASONS`)
+and ``w``, its importance weight (None when not recorded); per segment its advantage. The page can
+then colour by advantage (trained tokens, by the sign and size of their sample's advantage) or by
+mask reason.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from typing import Any
 import numpy as np
 
 from dressage.redact import REDACTED, secret_spans
+from dressage.store.decisions import PROMPT_CODE, SampleDecision, SegmentDecision
 from dressage.store.records import Turn
+from dressage.training.masking import MASK_REASONS
 from dressage.view.decode import TokenDecoder
 
 
@@ -93,8 +101,31 @@ def _range(values: np.ndarray) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
+def piece_decisions(
+    decision: SampleDecision, positions: np.ndarray
+) -> tuple[list[int | None], list[float | None]]:
+    """The mask reason code and importance weight at each segment position of ``positions``."""
+    rel = positions - decision.response_start
+    codes = np.asarray(decision.mask_reasons)
+    inside = (rel >= 0) & (rel < codes.size)
+    m: list[int | None] = [
+        int(codes[r]) if ok else (PROMPT_CODE if r < 0 else None) for r, ok in zip(rel, inside, strict=True)
+    ]
+    weights = decision.importance_weights
+    w: list[float | None] = [
+        round(float(weights[r]), 4) if ok and weights is not None else None
+        for r, ok in zip(rel, inside, strict=True)
+    ]
+    return m, w
+
+
 def turn_tokens(
-    turn: Turn, decoder: TokenDecoder, secrets: tuple[str, ...] = (), *, has_experts: bool = False
+    turn: Turn,
+    decoder: TokenDecoder,
+    secrets: tuple[str, ...] = (),
+    *,
+    has_experts: bool = False,
+    decision: SampleDecision | None = None,
 ) -> dict[str, Any]:
     """The piece arrays of one turn (see the module docstring); secrets in its text are redacted."""
     ctx_texts, ctx_starts = decoder.pieces(turn.context_ids)
@@ -113,7 +144,12 @@ def turn_tokens(
     sizes = np.diff(np.append(ctx_starts, n_ctx)).tolist() + np.diff(np.append(gen_starts, n_gen)).tolist()
     texts = ctx_texts + gen_texts
     _redact_pieces(texts, ids, secrets)
+    extra: dict[str, Any] = {}
+    if decision is not None:
+        starts = np.concatenate([np.asarray(ctx_starts), n_ctx + np.asarray(gen_starts)]).astype(np.int64)
+        extra["m"], extra["w"] = piece_decisions(decision, turn.segment_offset + starts)
     return {
+        **extra,
         "turn": turn.turn_index,
         "segment": turn.segment_index,
         "t": texts,
@@ -153,23 +189,48 @@ def token_payload(
     secrets: tuple[str, ...] = (),
     *,
     with_experts: frozenset[int] | set[int] = frozenset(),
+    decisions: dict[int, SegmentDecision] | None = None,
 ) -> dict[str, Any]:
     """The token view of a session: every turn's pieces, grouped by segment in segment order.
 
     ``with_experts``: turn indexes whose routed experts the log holds (read without the blobs).
+    ``decisions``: per trained segment, a step's decisions about it (the page's colour by advantage
+    and by mask reason; ``trained`` is true when there is any).
     """
+    decisions = decisions or {}
     by_segment: dict[int, list[dict[str, Any]]] = {}
     for turn in sorted(turns, key=lambda x: (x.segment_index, x.turn_index)):
+        chosen = decisions.get(turn.segment_index)
         by_segment.setdefault(turn.segment_index, []).append(
-            turn_tokens(turn, decoder, secrets, has_experts=turn.turn_index in with_experts)
+            turn_tokens(
+                turn,
+                decoder,
+                secrets,
+                has_experts=turn.turn_index in with_experts,
+                decision=chosen.decision if chosen else None,
+            )
         )
     versions = {int(v) for t in turns for v in np.unique(t.policy_versions)}
+    advantages = [abs(d.decision.advantage) for d in decisions.values()]
     return {
-        "segments": [{"index": i, "turns": ts} for i, ts in sorted(by_segment.items())],
+        "segments": [
+            {"index": i, "turns": ts, "trained": _trained_by(decisions.get(i))}
+            for i, ts in sorted(by_segment.items())
+        ],
+        "trained": bool(decisions),
+        "reasons": [name for name, _ in MASK_REASONS],
+        "max_advantage": max(advantages, default=0.0),
         "pieces": sum(len(t["t"]) for ts in by_segment.values() for t in ts),
         "versions": sorted(versions),
         "decoded": decoder.available,
     }
+
+
+def _trained_by(chosen: SegmentDecision | None) -> dict[str, Any] | None:
+    """What the segment head says about the step that trained the segment (None: not trained)."""
+    if chosen is None:
+        return None
+    return {"consumer": chosen.consumer, "step": chosen.step, "advantage": chosen.decision.advantage}
 
 
 def experts_at(turns: list[Turn], segment: int, position: int) -> list[list[int]] | None:

@@ -308,3 +308,71 @@ def test_compare_page_overlays_runs_reward_and_eval_curves(viewed: ViewedLog, br
     step_legend = [text(x).strip() for x in css(browser, "#chart-step .u-legend .u-label")]
     assert f"{viewed.quick} train:main" in step_legend
     assert not severe_console_errors(browser)
+
+
+def _expected_reasons(turns: list, decoder: TokenDecoder) -> list[str]:
+    """Per piece of a one-segment session, worked out by hand: context before the first generated
+    token is the prompt, context after it was not generated, and generated tokens (all sampled by
+    the policy the first step trains, recorded trainable) are trained."""
+    out: list[str] = []
+    seen_generated = False
+    for t in sorted(turns, key=lambda x: x.turn_index):
+        out += ["not_generated" if seen_generated else "prompt"] * len(decoder.pieces(t.context_ids)[0])
+        out += ["trained"] * len(decoder.pieces(t.generated_ids)[0])
+        seen_generated = seen_generated or t.generated_ids.size > 0
+    return out
+
+
+def test_token_view_colours_by_advantage_and_mask_reason(viewed: ViewedLog, browser) -> None:
+    steps = viewed.store.consumers.steps(viewed.quick, "train:main")
+    step, group = next((s, g) for s in steps for g in s.manifest["groups"] if g.get("kept"))
+    member = group["members"][0]
+    rewards = [viewed.store.sessions.get(m["session"]).reward for m in group["members"]]
+    advantage = rewards[0] - sum(rewards) / len(rewards)  # GRPO, by hand from the log's rewards
+    turns = viewed.store.turns.read(session_id=member["session"], with_experts=False)
+    assert {t.segment_index for t in turns} == {0}
+    decoder = TokenDecoder(load_qwen35_tokenizer().decode)
+    browser.get(url(viewed.base, "/session", id=member["session"]))
+    spans = draw_tokens(browser)
+    assert f"trained at step {step.step} by train:main" in text(one(browser, ".seg-head"))
+    reasons = browser.execute_script("return JSON.parse(document.getElementById('tokens').dataset.reasons)")
+    codes = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#tokens .tok'))"
+        ".map(s => (s.className.match(/\\bmr(\\d+)/) || [null, null])[1])"
+    )
+    assert len(codes) == len(spans)
+    assert [reasons[int(c)] for c in codes] == _expected_reasons(turns, decoder)
+
+    def backgrounds(selector: str) -> set[str]:
+        return set(
+            browser.execute_script(
+                f"return Array.from(document.querySelectorAll('{selector}'))"
+                ".map(s => getComputedStyle(s).backgroundColor)"
+            )
+        )
+
+    one(browser, "input[name=colour][value=mask]").click()
+    assert backgrounds("#tokens .tok.mr0") == {"rgb(187, 247, 208)"}  # trained
+    assert backgrounds("#tokens .tok.mr1") == {"rgb(226, 232, 240)"}  # prompt
+    assert one(browser, ".legend-mask").is_displayed()
+    one(browser, "input[name=colour][value=advantage]").click()
+    bucket, colour = (
+        (4, "rgb(74, 222, 128)")
+        if advantage > 0
+        else (0, "rgb(248, 113, 113)")
+        if advantage < 0
+        else (2, "rgb(226, 232, 240)")
+    )
+    assert len(css(browser, f"#tokens .tok.av{bucket}")) == len(css(browser, "#tokens .tok.mr0")) > 0
+    assert backgrounds("#tokens .tok.mr0") == {colour}
+    assert backgrounds("#tokens .tok.mr1") == {"rgba(0, 0, 0, 0)"}  # only trained tokens carry A
+    ActionChains(browser).move_to_element(css(browser, "#tokens .tok.mr0")[0]).perform()
+    tip = wait(browser, lambda d: one(d, "#tok-tip").is_displayed() and one(d, "#tok-tip"))
+    assert text(one(tip, ".tip-mask")) == "trained"
+    assert float(text(one(tip, ".tip-advantage"))) == pytest.approx(advantage)
+    # a session no step trained offers no such colouring
+    failed = next(s for s in viewed.store.sessions.list(viewed.quick) if s.status != "finished")
+    browser.get(url(viewed.base, "/session", id=failed.id))
+    wait(browser, lambda d: css(d, "#tokens"))
+    assert not css(browser, "input[name=colour][value=advantage]")
+    assert not severe_console_errors(browser)

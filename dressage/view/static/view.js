@@ -72,9 +72,26 @@
   // Each turn's pieces travel in its own block's data-json; a block is drawn (one span per piece)
   // when it comes within a screen of the viewport, or all at once with the "draw all" button. A
   // 30k-token session is 30k spans: drawn at load they would cost most of a second.
+  // A trained segment's pieces carry their mask reason (m) and importance weight (w): by mask
+  // reason a piece gets class mr<code>; by advantage a trained piece gets av0..av4 (strongly
+  // negative .. strongly positive, relative to the session's largest |advantage|).
+  function advantageBucket(a, max) {
+    if (a === 0 || !max) return 2;
+    return a < 0 ? (a <= -max / 2 ? 0 : 1) : (a >= max / 2 ? 4 : 3);
+  }
+  function decisionClasses(turn, i, advantage) {
+    if (!turn.m || turn.m[i] === null || turn.m[i] === undefined) return "";
+    var out = " mr" + turn.m[i];
+    if (turn.m[i] === 0 && advantage !== null) out += " av" + advantage;
+    return out;
+  }
+
   function drawBlock(block, versionIndex) {
     if (!block.classList.contains("pending")) return;
     var turn = JSON.parse(block.dataset.json);
+    var seg = block.parentNode, box = document.getElementById("tokens");
+    var advantage = seg && seg.dataset.advantage !== undefined
+      ? advantageBucket(parseFloat(seg.dataset.advantage), parseFloat(box.dataset.maxAdvantage)) : null;
     var pos = new Array(turn.t.length);
     var frag = document.createDocumentFragment();
     var mark = document.createElement("span");
@@ -84,8 +101,9 @@
     for (var i = 0, p = turn.p0; i < turn.t.length; i++) {
       var s = document.createElement("span");
       var kind = turn.k[i];
-      s.className = kind === 0 ? "tok ctx"
-        : "tok " + (kind === 2 ? "untrained" : "gen") + " lp" + lpBucket(turn.lp[i]) + " pv" + (versionIndex[turn.v[i]] % 8);
+      s.className = (kind === 0 ? "tok ctx"
+        : "tok " + (kind === 2 ? "untrained" : "gen") + " lp" + lpBucket(turn.lp[i]) + " pv" + (versionIndex[turn.v[i]] % 8))
+        + decisionClasses(turn, i, advantage);
       s.textContent = turn.t[i];
       s._i = i;
       pos[i] = p;
@@ -145,7 +163,10 @@
   function colourMode() {
     var box = document.getElementById("tokens");
     var mode = (document.querySelector("input[name=colour]:checked") || {}).value || "logprob";
-    if (box) box.classList.toggle("by-version", mode === "version");
+    if (!box) return;
+    box.classList.toggle("by-version", mode === "version");
+    box.classList.toggle("by-advantage", mode === "advantage");
+    box.classList.toggle("by-mask", mode === "mask");
   }
 
   function tipLines(turn, i) {
@@ -159,6 +180,14 @@
     if (turn.k[i] !== 0) {
       lines.push(["logprob", String(turn.lp[i]) + " (p=" + Math.exp(turn.lp[i]).toFixed(3) + ")"]);
       lines.push(["version", String(turn.v[i])]);
+    }
+    if (turn.m && turn.m[i] !== null && turn.m[i] !== undefined) {
+      var box = document.getElementById("tokens");
+      var reasons = JSON.parse(box.dataset.reasons || "[]");
+      lines.push(["mask", reasons[turn.m[i]] || String(turn.m[i])]);
+      var seg = document.querySelector('.seg-tokens[data-segment="' + turn.segment + '"]');
+      if (seg && seg.dataset.advantage !== undefined) lines.push(["advantage", seg.dataset.advantage]);
+      if (turn.w[i] !== null) lines.push(["weight", String(turn.w[i])]);
     }
     return lines;
   }
