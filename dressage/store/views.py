@@ -179,47 +179,47 @@ def drop_view_statements() -> list[str]:
     return [f"DROP VIEW IF EXISTS {name}" for name in VIEW_NAMES]
 
 
-_DECISION_COLUMNS = """r.name AS run_name, d.consumer, d.step, d.sample, e.session_id, e.segment_index,
-       e.turn_index, e.position, e.token_id, e.logprob, e.policy_version, d.advantage"""
-
-POSTGRES_TOKEN_DECISIONS = f"""
+POSTGRES_TOKEN_DECISIONS = """
 CREATE VIEW token_decisions AS
-SELECT {_DECISION_COLUMNS}, u.weight AS importance_weight, c.code AS mask_code, c.reason AS mask_reason
+SELECT r.name AS run_name, d.consumer, d.step, d.sample, t.session_id, t.segment_index, t.turn_index,
+       t.segment_offset + u.ord - 1 AS position, u.token_id, u.logprob, u.policy_version, d.advantage,
+       u.weight AS importance_weight, c.code AS mask_code, c.reason AS mask_reason
 FROM train_token_decisions d
 JOIN runs r ON r.id = d.run_id
-CROSS JOIN LATERAL unnest(d.mask_reasons, d.importance_weights) WITH ORDINALITY AS u(code, weight, ord)
-JOIN token_events e ON e.session_id = d.session_id AND e.segment_index = d.segment_index
-                   AND e.position = d.response_start + u.ord - 1
+JOIN turns t ON t.session_id = d.session_id AND t.segment_index = d.segment_index
+CROSS JOIN LATERAL (
+    SELECT LEAST(GREATEST(d.response_start - t.segment_offset, 0), t.n_context + t.n_generated) AS pre,
+           t.segment_offset - d.response_start AS shift, t.n_context + t.n_generated AS n
+) k
+CROSS JOIN LATERAL unnest(
+    t.context_ids || t.generated_ids,
+    array_fill(CAST(NULL AS real), ARRAY[t.n_context]) || t.logprobs,
+    array_fill(CAST(NULL AS integer), ARRAY[t.n_context]) || t.policy_versions,
+    array_fill(CAST(1 AS smallint), ARRAY[k.pre]) || d.mask_reasons[k.shift + k.pre + 1 : k.shift + k.n],
+    array_fill(CAST(NULL AS real), ARRAY[k.pre]) || d.importance_weights[k.shift + k.pre + 1 : k.shift + k.n]
+) WITH ORDINALITY AS u(token_id, logprob, policy_version, code, weight, ord)
 JOIN mask_reasons c ON c.code = u.code
-WHERE u.code IS NOT NULL
-UNION ALL
-SELECT {_DECISION_COLUMNS}, CAST(NULL AS real), c.code, c.reason
-FROM train_token_decisions d
-JOIN runs r ON r.id = d.run_id
-JOIN token_events e ON e.session_id = d.session_id AND e.segment_index = d.segment_index
-                   AND e.position < d.response_start
-JOIN mask_reasons c ON c.code = 1
 """
+"""On PostgreSQL the view walks each turn of a trained segment once, its token arrays and the slice
+of the decision arrays that covers it side by side (``token_events``' columns, computed the way
+``token_events`` computes them), so reading a session costs what reading its tokens costs."""
 
-SQLITE_TOKEN_DECISIONS = f"""
+SQLITE_TOKEN_DECISIONS = """
 CREATE VIEW token_decisions AS
-SELECT {_DECISION_COLUMNS},
-       json_extract(d.importance_weights, '$[' || u.key || ']') AS importance_weight,
+SELECT r.name AS run_name, d.consumer, d.step, d.sample, e.session_id, e.segment_index, e.turn_index,
+       e.position, e.token_id, e.logprob, e.policy_version, d.advantage,
+       CASE WHEN e.position >= d.response_start
+            THEN json_extract(d.importance_weights, '$[' || (e.position - d.response_start) || ']') END
+           AS importance_weight,
        c.code AS mask_code, c.reason AS mask_reason
-FROM train_token_decisions d
+FROM token_events e
+JOIN train_token_decisions d ON d.session_id = e.session_id AND d.segment_index = e.segment_index
 JOIN runs r ON r.id = d.run_id
-JOIN json_each(d.mask_reasons) u
-JOIN token_events e ON e.session_id = d.session_id AND e.segment_index = d.segment_index
-                   AND e.position = d.response_start + u.key
-JOIN mask_reasons c ON c.code = u.value
-UNION ALL
-SELECT {_DECISION_COLUMNS}, NULL, c.code, c.reason
-FROM train_token_decisions d
-JOIN runs r ON r.id = d.run_id
-JOIN token_events e ON e.session_id = d.session_id AND e.segment_index = d.segment_index
-                   AND e.position < d.response_start
-JOIN mask_reasons c ON c.code = 1
+JOIN mask_reasons c ON c.code = CASE WHEN e.position < d.response_start THEN 1
+    ELSE json_extract(d.mask_reasons, '$[' || (e.position - d.response_start) || ']') END
 """
+"""On SQLite each token of ``token_events`` picks its entries out of the decision arrays by index
+(``json_extract``; SQLite keeps the parsed array between calls of one statement)."""
 
 
 def token_decisions_view(dialect: str) -> str:
