@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Row, select
 
 from dressage.errors import InvalidRecordError
 from dressage.store import schema as t
@@ -38,7 +37,7 @@ class SampleDecision:
     mask_reasons: np.ndarray  # [R] codes (uint8)
     importance_weights: np.ndarray | None  # [R] float32, or None when the backend computed none
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> dict[str, object]:
         """The table row (without the step's keys); arrays of different lengths raise."""
         codes = np.asarray(self.mask_reasons)
         weights = self.importance_weights
@@ -64,7 +63,7 @@ def short_floats(values_R: np.ndarray) -> list[float]:
     return [float(str(v)) for v in values_R.astype(np.float32)]
 
 
-def decision_rows(decisions: Sequence[SampleDecision]) -> list[dict[str, Any]]:
+def decision_rows(decisions: Sequence[SampleDecision]) -> list[dict[str, object]]:
     """Rows of ``train_token_decisions`` (without the step's keys), checked."""
     return [d.row() for d in decisions]
 
@@ -83,7 +82,7 @@ def read_decisions(conn: Connection, run_id: int, consumer: str) -> dict[int, li
     return out
 
 
-def _decision(row: Any) -> SampleDecision:
+def _decision(row: Row[tuple[object, ...]]) -> SampleDecision:
     weights = row.importance_weights
     return SampleDecision(
         sample=int(row.sample),

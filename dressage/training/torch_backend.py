@@ -33,6 +33,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from dressage.errors import ConfigError, NotSupportedError, TrainingError
 from dressage.store.records import ConsumerCheckpoint, Run
 from dressage.training.samples import TrainSample
@@ -71,14 +73,17 @@ def ppo_clip_tis_loss(
     return loss, stats
 
 
-def importance_weights(logprobs_R: Any, rollout_R: Any, weights_R: Any, tis_cap: float) -> Any:
+def importance_weights(
+    logprobs_R: torch.Tensor, rollout_R: torch.Tensor, weights_R: torch.Tensor, tis_cap: float
+) -> np.ndarray:
     """The truncated importance weight ``tis_t`` the loss multiplied each trained token by (float32
     numpy, 0 on tokens with loss weight 0): what the step records per token (docs/training.md)."""
     import torch
 
     with torch.no_grad():
         tis_R = torch.exp(logprobs_R.detach() - rollout_R).clamp(max=tis_cap)
-        return torch.where(weights_R > 0, tis_R, torch.zeros_like(tis_R)).cpu().numpy().astype("float32")
+        weights = torch.where(weights_R > 0, tis_R, torch.zeros_like(tis_R))
+        return np.asarray(weights.cpu().numpy(), dtype=np.float32)
 
 
 def check_reference(reference: str | None, kl_coef: float) -> None:
@@ -95,7 +100,9 @@ def check_reference(reference: str | None, kl_coef: float) -> None:
         )
 
 
-def response_logprobs(model: Any, tokens_L: Any, response_length: int) -> tuple[Any, Any]:
+def response_logprobs(
+    model: torch.nn.Module, tokens_L: torch.Tensor, response_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``model``'s next-token log-distribution at every predicting position ``[L-1, V]`` and the
     logprobs of the response's tokens ``[R]``."""
     import torch
@@ -119,7 +126,9 @@ class ReferenceKL:
         self.kl_coef = kl_coef
         self.n, self.k3_sum, self.loss_sum = 0, 0.0, 0.0
 
-    def add(self, logp_R: Any, reference_R: Any, weights_R: Any) -> Any:
+    def add(
+        self, logp_R: torch.Tensor, reference_R: torch.Tensor, weights_R: torch.Tensor
+    ) -> torch.Tensor | float:
         """Add one sample; return its loss term (0 without ``kl_coef``)."""
         import torch
 
@@ -319,7 +328,7 @@ class TorchBackend:
         self.eps_clip, self.tis_cap, self.device = eps_clip, tis_cap, device
         self.reference, self.kl_coef = reference, kl_coef
         self.model: Any = None
-        self.reference_model: Any = None
+        self.reference_model: torch.nn.Module | None = None
         """A frozen copy of the initial weights (``reference="initial"``), else None."""
         self.optimizer: Any = None
         self.param_names: list[str] = []
@@ -474,7 +483,7 @@ class TorchBackend:
 
     def _sample_loss(
         self, s: TrainSample, tokens: TokenStats, kl: ReferenceKL | None
-    ) -> tuple[Any, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """One sample's loss (PPO-clip with TIS, plus the KL term with ``kl_coef``) and statistics;
         sets the sample's importance weights."""
         import torch
@@ -495,7 +504,7 @@ class TorchBackend:
         stats["pg_loss"] = float(loss.detach())
         tokens.add(logp_all_TV[-s.response_length :], logprobs_R, rollout_R, weights_R)
         s.importance_weights = importance_weights(logprobs_R, rollout_R, weights_R, self.tis_cap)
-        if kl is not None:
+        if kl is not None and self.reference_model is not None:
             with torch.no_grad():
                 _, reference_R = response_logprobs(self.reference_model, tokens_L, s.response_length)
             loss = loss + kl.add(logprobs_R, reference_R, weights_R)

@@ -144,7 +144,7 @@ def turn_tokens(
     sizes = np.diff(np.append(ctx_starts, n_ctx)).tolist() + np.diff(np.append(gen_starts, n_gen)).tolist()
     texts = ctx_texts + gen_texts
     _redact_pieces(texts, ids, secrets)
-    extra: dict[str, Any] = {}
+    extra: dict[str, list[int | None] | list[float | None]] = {}
     if decision is not None:
         starts = np.concatenate([np.asarray(ctx_starts), n_ctx + np.asarray(gen_starts)]).astype(np.int64)
         extra["m"], extra["w"] = piece_decisions(decision, turn.segment_offset + starts)
@@ -226,7 +226,7 @@ def token_payload(
     }
 
 
-def _trained_by(chosen: SegmentDecision | None) -> dict[str, Any] | None:
+def _trained_by(chosen: SegmentDecision | None) -> dict[str, object] | None:
     """What the segment head says about the step that trained the segment (None: not trained)."""
     if chosen is None:
         return None
