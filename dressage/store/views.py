@@ -227,5 +227,6 @@ def token_decisions_view(dialect: str) -> str:
     trained it: the token (``token_events``' columns), the sample's advantage, the token's importance
     weight (NULL before the response or when the backend computed none) and its mask reason
     (``mask_code``, ``mask_reason``: ``trained`` when it was trained; ``prompt`` before the response).
-    It reads ``token_events``: a migration that recreates that view drops this one first."""
+    It reads ``turns`` (PostgreSQL) or ``token_events`` (SQLite): a migration that changes those
+    drops this view first and recreates it after."""
     return POSTGRES_TOKEN_DECISIONS if dialect == "postgresql" else SQLITE_TOKEN_DECISIONS
