@@ -236,6 +236,20 @@ def test_generate_rollout_serves_each_step_once_and_resumes(
     assert [sorted(g["task_index"] for g in s.manifest["groups"]) for s in steps] == [[0, 1], [2, 3]]
     assert steps[0].manifest["options"]["global_batch_size"] == 4  # rollout_batch_size x n
     assert len(flat) == 5  # rollout 1: TWO_ROOT has two segments
+    # what slime's rollout side knows is recorded with each step: advantages, mask reasons; no weights
+    decisions = store.consumers.decisions(run_name, "train:slime")
+    assert sorted(decisions) == [1, 2]
+    for s in steps:
+        advantages = {int(k): v for g in s.manifest["groups"] for k, v in (g.get("advantages") or {}).items()}
+        samples, recorded = s.manifest["samples"], decisions[s.step]
+        assert [(d.session_id, d.segment_index) for d in recorded] == [
+            (x["session"], x["segment"]) for x in samples
+        ]
+        assert [d.advantage for d in recorded] == [advantages[x["rollout_id"]] for x in samples]
+        assert [d.mask_reasons.size for d in recorded] == [
+            x["response"][1] - x["response"][0] for x in samples
+        ]
+        assert all(d.importance_weights is None for d in recorded)
     # asked again (slime restarted from its checkpoint before rollout 0): the same samples, re-formed
     check_rollout(store, run_name, 1, call_like_slime(args, 0)[0])
     assert store.consumers.checkpoint(run_name, "train:slime").step == 2
