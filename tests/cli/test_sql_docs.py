@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from dressage.store import EventStore
+from dressage.store.decisions import SampleDecision
 from tests.cli.conftest import Populated
 from tests.cli.helpers import add_eval_session, sql_json
 from tests.view.builders import build_fork_tree
@@ -96,6 +98,7 @@ def test_every_documented_query_runs(
         batch_hash="0" * 64,
         manifest={},
         metrics={"loss": -0.5, "grad_norm": 2.0, "staleness_tokens_0": 5},
+        decisions=[_s1_decision(populated)],
     )
     fork = f"{populated.run}-fork"  # for the fork-tree queries
     store.sessions.open(
@@ -104,6 +107,49 @@ def test_every_documented_query_runs(
     for title, query in doc_queries().items():
         rows = sql_json(cli, db_url, query.replace("'my-run'", f"'{populated.run}'"))
         assert rows, title
+
+
+def _s1_decision(populated: Populated) -> SampleDecision:
+    """A step's decision about s1's segment 0 (positions 0-3 prompt, 4-6 sampled, 7-8 context, 9
+    sampled and 10 sampled but recorded untrained): its response starts at 4."""
+    return SampleDecision(
+        sample=0,
+        session_id=populated.sessions["s1"],
+        segment_index=0,
+        response_start=4,
+        advantage=0.5,
+        mask_reasons=np.asarray([0, 0, 0, 2, 2, 0, 3], np.uint8),
+        importance_weights=np.asarray([1.0, 0.5, 2.0, 0, 0, 1.25, 0], np.float32),
+    )
+
+
+def test_why_a_token_was_not_trained(
+    cli: CliRunner, db_url: str, populated: Populated, store: EventStore
+) -> None:
+    store.consumers.commit_step(
+        populated.run, "train:main", step=1, position=1, batch_hash="0" * 64, manifest={},
+        decisions=[_s1_decision(populated)],
+    )  # fmt: skip
+    rows = run_doc(cli, db_url, populated, "Why a token was (not) trained")
+    assert [r["position"] for r in rows] == list(range(11))  # every token of the segment, once
+    assert [r["token_id"] for r in rows] == [248045, 872, 198, 9707, 100, 101, 102, 198, 200, 103, 104]
+    assert [r["mask_reason"] for r in rows] == ["prompt"] * 4 + [
+        "trained", "trained", "trained", "not_generated", "not_generated", "trained", "recorded_untrained",
+    ]  # fmt: skip
+    assert [r["importance_weight"] for r in rows] == [None] * 4 + [1.0, 0.5, 2.0, 0, 0, 1.25, 0]
+    assert {r["advantage"] for r in rows} == {0.5}
+    counts = sql_json(
+        cli, db_url, _next_query("Why a token was (not) trained").replace("'my-run'", f"'{populated.run}'")
+    )
+    assert [(r["mask_reason"], r["tokens"]) for r in counts] == [
+        ("not_generated", 2), ("recorded_untrained", 1), ("trained", 4),
+    ]  # fmt: skip
+
+
+def _next_query(title: str) -> str:
+    """The query block of docs/sql.md that follows ``title``'s first one."""
+    queries = doc_queries()
+    return list(queries.values())[list(queries).index(title) + 1]
 
 
 def test_training_curves(cli: CliRunner, db_url: str, populated: Populated, store: EventStore) -> None:
