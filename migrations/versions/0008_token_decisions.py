@@ -7,7 +7,7 @@ them to ``token_events`` (:mod:`dressage.store.decisions`). ``mask_reasons`` hol
 vocabulary as of this revision (``dressage.training.masking.MASK_REASONS``; append only).
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-03 17:00:00
 """
 
@@ -22,7 +22,7 @@ from dressage.store.types import FloatArray, SmallIntArray
 from dressage.store.views import step_metrics_view, token_decisions_view
 
 revision: str = "0008"
-down_revision: str | None = "0006"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
