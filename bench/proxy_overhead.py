@@ -1,23 +1,27 @@
-"""Latency the TITO proxy adds per turn, as a client sees it, for every dialect, on SQLite and PostgreSQL.
+"""Latency and CPU the TITO proxy adds per turn, as a client sees it, for every dialect, on SQLite and PostgreSQL.
 
 A 100-turn tool loop (one tool call per turn, ~300-token tool results) grows the conversation
 to about 30k tokens, against an engine that answers instantly: a minimal SGLang-protocol server
 written here (a benchmark harness, not a test double) that returns a fixed tool call with
 logprobs. Each dialect (chat completions, Anthropic Messages, OpenAI Responses) runs the loop in
-its own wire format, streaming and not. Per turn the client measures send-to-last-byte through
-the proxy, then a direct engine call with a prompt of the same length (the baseline measured in
-the same run); the difference is what the proxy adds: parse, auth, render + incremental
-tokenization, the durable append, the reply. Printed per (backend, dialect, stream):
+its own wire format, streaming and not. Three processes, as deployed: the engine, the proxy
+(``dressage-worker proxy``, its own event loop) and this client. Per turn the client measures
+send-to-last-byte through the proxy, then a direct engine call with a prompt of the same length
+(the baseline, measured in the same run by the same client); the difference is what the proxy
+adds: parse, auth, render + incremental tokenization, the durable append, the reply. The proxy's
+CPU per turn is read from ``/proc/<pid>/task/*/schedstat`` (ns) around each proxied call.
 
-* added latency p50/p99 over warm turns (after 5 warm-up turns), and the cold first turn;
-* the ratio of turn-100 to turn-1 cost (mean added latency of the last 5 over turns 6-10;
-  target <= 1.5);
-* the server-side overhead (``x-dressage-overhead-ms``) p50 for reference.
+Printed per (backend, dialect, stream), at turns 1, 10, 50 and 100 (samples: that turn +-2 turns
+of ``--reps`` loops; turn 1 adds ``--first-turns`` one-turn sessions): added latency p50/p99,
+proxy CPU ms/turn, and met/NOT met against the targets (PostgreSQL p50 <= 2 ms and p99 <= 6 ms,
+SQLite p50 <= 3 ms, CPU <= 2.5 ms/turn at turn 100); the cold first turn of a fresh proxy. Then
+N sessions (``--sessions``, 64) x ``--concurrent-turns`` (20) at once through one proxy against
+the same client calling the engine directly: turns/s ratio (target >= 0.5), errors, p99. And the
+load average (the machine is shared: noisy numbers).
 
-Target: p50 added <= 3 ms with PostgreSQL, for every dialect. Run:
-``python bench/proxy_overhead.py [--turns 100] [--dialects chat,messages,responses]``.
-PostgreSQL comes from ``DRESSAGE_TEST_PG_ADMIN_URL`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``);
-the backend is skipped when unreachable.
+Run: ``python bench/proxy_overhead.py [--turns 100] [--reps 3] [--dialects chat,messages,responses]
+[--backends postgresql,sqlite]``. PostgreSQL: ``--pg-url`` (default ``DRESSAGE_BENCH_PG_URL`` or
+``postgresql://postgres@127.0.0.1:5432/postgres``); the backend is skipped when unreachable.
 """
 
 from __future__ import annotations
@@ -25,25 +29,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import glob
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
-from bench_db import fresh_database
+from bench_db import add_database_options, migrated_database
 
 from dressage.config import Settings
-from dressage.proxy import ProxyServer
+from dressage.proxy.eventloop import run as run_fast
 from dressage.store import EventStore
-from dressage.store.db import upgrade
 from dressage.tito import get_profile
+
+REPO = Path(__file__).resolve().parents[1]
 
 TOOLS = [
     {
@@ -274,12 +284,20 @@ LOOPS = {"chat": ChatLoop, "messages": MessagesLoop, "responses": ResponsesLoop}
 WARMUP = 5
 
 
+ADMIN = "bench-admin-token"
+POINTS = (1, 10, 50, 100)
+TARGETS = {"postgresql": (2.0, 6.0), "sqlite": (3.0, None)}
+"""Per backend: p50 and p99 (None: no target) added ms at each turn point."""
+CPU_TARGET = 2.5
+THROUGHPUT_TARGET = 0.5
+
+
 async def timed(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any]
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> tuple[float, str, httpx.Headers]:
     """Milliseconds from send to the last byte, the body, the headers."""
     t0 = time.perf_counter()
-    async with client.stream("POST", url, json=body) as r:
+    async with client.stream("POST", url, json=body, headers=headers) as r:
         raw = (await r.aread()).decode()
     elapsed = (time.perf_counter() - t0) * 1000
     if r.status_code != 200:
@@ -287,113 +305,304 @@ async def timed(
     return elapsed, raw, r.headers
 
 
-async def run_loop(
-    server: ProxyServer, engine_url: str, run: str, dialect: str, stream: bool, turns: int
-) -> dict[str, Any]:
-    handle = await server.open_session(run)
-    loop = LOOPS[dialect]()
-    added: list[float] = []
-    overhead: list[float] = []
-    async with httpx.AsyncClient(timeout=30) as client:
-        for turn in range(turns):
-            proxied, raw, headers = await timed(client, handle.base_url + loop.path, loop.body(stream))
-            prompt_len = int(headers.get("x-dressage-prompt-tokens", "0"))
-            direct_body = {
-                "input_ids": [0] * prompt_len,
-                "sampling_params": {"max_new_tokens": 64},
-                "return_logprob": True,
-            }
-            direct, _, _ = await timed(client, engine_url + "/generate", direct_body)
-            added.append(proxied - direct)
-            if "x-dressage-overhead-ms" in headers:
-                overhead.append(float(headers["x-dressage-overhead-ms"]))
-            loop.extend(raw, stream, turn)
-    recorded = await asyncio.to_thread(
-        server.service.store.turns.read, run, session_id=handle.session_id, with_experts=False
-    )
-    last = recorded[-1]
-    warm = added[WARMUP:] or added
-    k = min(5, len(warm))
-    return {
-        "dialect": dialect,
-        "stream": stream,
-        "turns": len(recorded),
-        "segments": len({t.segment_index for t in recorded}),
-        "tokens": int(last.segment_offset + last.context_ids.size + last.generated_ids.size),
-        "cold": added[0],
-        "p50": statistics.median(warm),
-        "p99": pct(warm, 99),
-        "growth": statistics.mean(warm[-k:]) / statistics.mean(warm[:k]),
-        "server_p50": statistics.median(overhead) if overhead else float("nan"),
-    }
+def cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` so far (ns, from schedstat)."""
+    total = 0
+    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        with contextlib.suppress(OSError):
+            with open(path) as f:
+                total += int(f.read().split()[0])
+    return total
 
 
-async def run_backend(url: str, turns: int, dialects: list[str]) -> list[dict[str, Any]]:
+class Child:
+    """A child process that prints ``<tag>: <url> ...`` on stderr when it listens."""
+
+    def __init__(self, args: list[str], tag: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            args, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        assert self.proc.stderr is not None
+        seen = []
+        while True:
+            line = self.proc.stderr.readline().decode(errors="replace")
+            seen.append(line)
+            if not line:
+                raise RuntimeError(f"{tag} exited before listening:\n{''.join(seen)[-3000:]}")
+            if line.startswith(f"{tag}: "):
+                self.url = line.split()[1]
+                break
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def serve_engine() -> None:
+    """``--serve-engine``: the instant engine as its own process (prints ``engine: URL``)."""
     profile = get_profile(PROFILE["name"])
-    call_text = CALL_TEXTS[PROFILE["family"]]
-    engine = InstantEngine([*profile.tokenizer.encode(call_text), profile.stop_token_ids[0]])
-    engine_url = await engine.start()
-    store = EventStore.open(
-        settings=Settings(database_url=url, home=Path(tempfile.mkdtemp())), auto_upgrade=False
+    engine = InstantEngine(
+        [*profile.tokenizer.encode(CALL_TEXTS[PROFILE["family"]]), profile.stop_token_ids[0]]
     )
-    server = ProxyServer(store, [engine_url], settings=Settings(), profile=PROFILE["name"])
-    await server.start()
-    run = f"bench-{int(time.time() * 1000)}"
-    await server.create_run(run, {})
-    results = []
+
+    async def main() -> None:
+        url = await engine.start()
+        print(f"engine: {url}", file=sys.stderr, flush=True)
+        await asyncio.Event().wait()
+
+    run_fast(main())
+
+
+@dataclass
+class Samples:
+    """Added ms and proxy CPU ms by turn number (1-based), and the prompt lengths seen."""
+
+    added: dict[int, list[float]] = field(default_factory=dict)
+    cpu: dict[int, list[float]] = field(default_factory=dict)
+    segments: list[int] = field(default_factory=list)
+    tokens: int = 0
+
+    def add(self, turn: int, added: float, cpu: float) -> None:
+        self.added.setdefault(turn, []).append(added)
+        self.cpu.setdefault(turn, []).append(cpu)
+
+    def around(self, what: str, turn: int, last: int) -> list[float]:
+        """The samples of ``turn`` +-2 (turn 1: itself only, the cold-session turn)."""
+        table = self.added if what == "added" else self.cpu
+        lo, hi = (1, 1) if turn == 1 else (max(2, turn - 2), min(last, turn + 2))
+        return [v for t in range(lo, hi + 1) for v in table.get(t, [])]
+
+
+class Bench:
+    """One backend: an engine process, a proxy process on a fresh database, this client."""
+
+    def __init__(self, engine_url: str, proxy: Child, store: EventStore) -> None:
+        self.engine_url, self.proxy, self.store = engine_url, proxy, store
+        self.run = f"bench-{int(time.time() * 1000)}"
+        self.auth = {"authorization": f"Bearer {ADMIN}"}
+
+    async def open_session(self, client: httpx.AsyncClient) -> tuple[str, str]:
+        """(session id, base URL with its token) of a new session."""
+        r = await client.post(self.proxy.url + "/admin/sessions", json={"run": self.run}, headers=self.auth)
+        r.raise_for_status()
+        s = r.json()
+        return s["session_id"], f"{self.proxy.url}/s/{s['token']}/v1"
+
+    async def turn(
+        self, client: httpx.AsyncClient, base: str, loop: Any, stream: bool, turn: int
+    ) -> tuple[float, float, int, float, float]:
+        """One proxied turn, then the direct call: (added ms, proxy CPU ms, prompt length, proxied ms, direct ms)."""
+        before = cpu_ns(self.proxy.proc.pid)
+        proxied, raw, headers = await timed(client, base + loop.path, loop.body(stream))
+        cpu = (cpu_ns(self.proxy.proc.pid) - before) / 1e6
+        prompt_len = int(headers.get("x-dressage-prompt-tokens", "0"))
+        direct_body = {
+            "input_ids": [0] * prompt_len,
+            "sampling_params": {"max_new_tokens": 64},
+            "return_logprob": True,
+        }
+        direct, _, _ = await timed(client, self.engine_url + "/generate", direct_body)
+        loop.extend(raw, stream, turn)
+        return proxied - direct, cpu, prompt_len, proxied, direct
+
+    async def loop(
+        self, client: httpx.AsyncClient, dialect: str, stream: bool, turns: int, into: Samples
+    ) -> None:
+        sid, base = await self.open_session(client)
+        loop = LOOPS[dialect]()
+        for turn in range(turns):
+            added, cpu, _, _, _ = await self.turn(client, base, loop, stream, turn)
+            into.add(turn + 1, added, cpu)
+        recorded = await asyncio.to_thread(
+            self.store.turns.read, self.run, session_id=sid, with_experts=False
+        )
+        last = recorded[-1]
+        into.segments.append(len({t.segment_index for t in recorded}))
+        into.tokens = int(last.segment_offset + last.context_ids.size + last.generated_ids.size)
+
+    async def measure(
+        self, args: argparse.Namespace, dialects: list[str]
+    ) -> tuple[float, dict[tuple[str, bool], Samples]]:
+        """The cold first turn, a warm-up, then every (dialect, stream) loop ``--reps`` times."""
+        async with httpx.AsyncClient(timeout=60) as client:
+            r = await client.post(
+                self.proxy.url + "/admin/runs", json={"name": self.run, "config": {}}, headers=self.auth
+            )
+            r.raise_for_status()
+            _, base = await self.open_session(client)
+            cold, _, _, _, _ = await self.turn(client, base, LOOPS[dialects[0]](), False, 0)
+            for dialect in dialects:  # warm-up: each dialect's code paths, both ways
+                for stream in (False, True):
+                    await self.loop(client, dialect, stream, 10, Samples())
+            results = {(d, s): Samples() for d in dialects for s in (False, True)}
+            for _ in range(args.reps):
+                for (dialect, stream), samples in results.items():
+                    await self.loop(client, dialect, stream, args.turns, samples)
+            for (dialect, stream), samples in results.items():
+                for _ in range(args.first_turns):
+                    first = Samples()
+                    await self.loop(client, dialect, stream, 1, first)
+                    samples.add(1, first.added[1][0], first.cpu[1][0])
+        return cold, results
+
+    async def concurrent(self, sessions: int, turns: int) -> dict[str, Any]:
+        """``sessions`` chat loops at once through the proxy, then the same calls direct to the engine."""
+        limits = httpx.Limits(max_connections=sessions * 2, max_keepalive_connections=sessions * 2)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+            bases = [(await self.open_session(client))[1] for _ in range(sessions)]
+            lengths: list[list[int]] = [[] for _ in range(sessions)]
+            errors = 0
+            latency: list[float] = []
+
+            async def agent(i: int) -> None:
+                nonlocal errors
+                loop = ChatLoop()
+                for turn in range(turns):
+                    try:
+                        ms, raw, headers = await timed(client, bases[i] + loop.path, loop.body(False))
+                    except (RuntimeError, httpx.HTTPError):
+                        errors += 1
+                        return
+                    latency.append(ms)
+                    lengths[i].append(int(headers.get("x-dressage-prompt-tokens", "0")))
+                    loop.extend(raw, False, turn)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(agent(i) for i in range(sessions)))
+            proxied_s = time.perf_counter() - t0
+            direct: list[float] = []
+
+            async def direct_agent(i: int) -> None:
+                for n in lengths[i]:
+                    body = {
+                        "input_ids": [0] * n,
+                        "sampling_params": {"max_new_tokens": 64},
+                        "return_logprob": True,
+                    }
+                    direct.append((await timed(client, self.engine_url + "/generate", body))[0])
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(direct_agent(i) for i in range(sessions)))
+            direct_s = time.perf_counter() - t0
+        done = sum(len(x) for x in lengths)
+        return {
+            "turns": done, "errors": errors, "proxied_tps": done / proxied_s, "direct_tps": done / direct_s,
+            "p50": statistics.median(latency), "p99": pct(latency, 99),
+            "direct_p50": statistics.median(direct), "direct_p99": pct(direct, 99),
+        }  # fmt: skip
+
+
+@contextlib.contextmanager
+def bench_processes(url: str, engine_url: str) -> Iterator[Bench]:
+    """A proxy process on database ``url`` (fresh, migrated) and a store for the checks."""
+    home = Path(tempfile.mkdtemp())
+    proxy = Child(
+        [sys.executable, "-c", "from dressage.cli import main; main()", "proxy", "--engine-url", engine_url,
+         "--port", "0", "--database-url", url, "--profile", PROFILE["name"], "--context-window", "262144",
+         "--log-level", "warning"],
+        "proxy", env={"DRESSAGE_HOME": str(home), "DRESSAGE_ADMIN_TOKEN": ADMIN},
+    )  # fmt: skip
+    print(f"proxy pid {proxy.proc.pid}", file=sys.stderr, flush=True)  # for py-spy --pid
+    store = EventStore.open(settings=Settings(database_url=url, home=home), auto_upgrade=False)
     try:
-        for dialect in dialects:
-            for stream in (False, True):
-                results.append(await run_loop(server, engine_url, run, dialect, stream, turns))
+        yield Bench(engine_url, proxy, store)
     finally:
-        await server.stop()
-        await engine.stop()
+        proxy.stop()
         store.close()
-    return results
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def report(name: str, cold: float, results: dict[tuple[str, bool], Samples], turns: int) -> list[bool]:
+    """Print one backend's rows; the verdicts."""
+    p50_target, p99_target = TARGETS[name]
+    verdicts = []
+    print(f"{name}: cold first turn of a fresh proxy {cold:.2f} ms added")
+    for (dialect, stream), s in results.items():
+        for point in [p for p in POINTS if p <= turns]:
+            added, cpu = s.around("added", point, turns), s.around("cpu", point, turns)
+            p50, p99, cpu50 = statistics.median(added), pct(added, 99), statistics.median(cpu)
+            ok = p50 <= p50_target and (p99_target is None or p99 <= p99_target) and set(s.segments) == {1}
+            if point == turns or point == 100:
+                ok = ok and cpu50 <= CPU_TARGET
+            verdicts.append(ok)
+            print(f"{name:<11} {dialect:<9} {str(stream).lower():<6} {point:>4} {len(added):>4} {p50:>7.2f} {p99:>7.2f} "
+                  f"{cpu50:>7.2f} {max(s.segments):>4} {s.tokens:>6}  {verdict(ok)}")  # fmt: skip
+    return verdicts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--reps", type=int, default=3, help="Loops per (dialect, stream).")
+    parser.add_argument(
+        "--first-turns", type=int, default=10, help="Extra one-turn sessions per (dialect, stream)."
+    )
+    parser.add_argument("--sessions", type=int, default=64, help="Concurrent sessions (0: skip).")
+    parser.add_argument("--concurrent-turns", type=int, default=20)
     parser.add_argument(
         "--dialects", default=None, help="Default: chat,messages,responses (Qwen), chat (others)."
     )
     parser.add_argument(
         "--profile", default="qwen3.5", help="Model profile (qwen3.5, qwen3.6, deepseek-v3, ...)."
     )
+    parser.add_argument("--serve-engine", action="store_true", help=argparse.SUPPRESS)
+    add_database_options(parser)
     args = parser.parse_args()
     family = next((f for f in CALL_TEXTS if args.profile.startswith(f)), None)
     if family is None:
         parser.error(f"no fixed reply for profile {args.profile!r}; add one to CALL_TEXTS")
     PROFILE.update(name=args.profile, family=family)
+    if args.serve_engine:
+        return serve_engine()
     default = "chat,messages,responses" if family == "qwen" else "chat"  # the others turn thinking off
     dialects = [d for d in (args.dialects or default).split(",") if d]
-    print(f"profile {args.profile}")
     unknown = set(dialects) - set(LOOPS)
     if unknown:
         parser.error(f"unknown dialect(s) {', '.join(sorted(unknown))}; choose from {', '.join(LOOPS)}")
-    sqlite = f"sqlite:///{tempfile.mkdtemp()}/bench.db"
-    upgrade(sqlite)
-    backends = [("sqlite", sqlite)]
-    admin = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    with contextlib.ExitStack() as stack:  # drops the PostgreSQL bench database at the end
-        try:
-            backends.append(("postgresql", stack.enter_context(fresh_database(admin, connect_timeout=3)).url))
-        except Exception as e:  # top level of a benchmark: report and skip the backend
-            print(f"PostgreSQL skipped: {e}", file=sys.stderr)
-        print(f"{'backend':<11} {'dialect':<9} {'stream':<6} {'turns':>5} {'segs':>4} {'tokens':>6} {'cold ms':>7} "
-              f"{'p50 ms':>7} {'p99 ms':>7} {'t100/t1':>7} {'server p50':>10}  target")  # fmt: skip
-        for name, url in backends:
-            for r in asyncio.run(run_backend(url, args.turns, dialects)):
-                met = r["growth"] <= 1.5 and (name != "postgresql" or r["p50"] <= 3.0) and r["segments"] == 1
-                print(
-                    f"{name:<11} {r['dialect']:<9} {str(r['stream']).lower():<6} {r['turns']:>5} {r['segments']:>4} "
-                    f"{r['tokens']:>6} {r['cold']:>7.2f} {r['p50']:>7.2f} {r['p99']:>7.2f} {r['growth']:>7.2f} "
-                    f"{r['server_p50']:>10.2f}  {'met' if met else 'NOT met'}"
-                )
     print(
-        "targets: p50 added <= 3 ms (PostgreSQL), t100/t1 <= 1.5, one segment per loop (token-exact appends)"
+        f"profile {args.profile}; {os.cpu_count()} CPUs; load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
+    engine = Child([sys.executable, __file__, "--serve-engine", "--profile", args.profile], "engine")
+    verdicts: list[bool] = []
+    try:
+        for name in [b for b in args.backends.split(",") if b]:
+            try:
+                database = migrated_database(name, args.pg_url)
+                url = database.__enter__()
+            except Exception as e:  # top level of a benchmark: report and skip the backend
+                print(f"{name} skipped: {e}", file=sys.stderr)
+                continue
+            try:
+                with bench_processes(url, engine.url) as bench:
+                    cold, results = asyncio.run(bench.measure(args, dialects))
+                    print(f"{'backend':<11} {'dialect':<9} {'stream':<6} {'turn':>4} {'n':>4} {'p50 ms':>7} {'p99 ms':>7} "
+                          f"{'cpu ms':>7} {'segs':>4} {'tokens':>6}  target")  # fmt: skip
+                    verdicts += report(name, cold, results, args.turns)
+                    if args.sessions:
+                        c = asyncio.run(bench.concurrent(args.sessions, args.concurrent_turns))
+                        ratio = c["proxied_tps"] / c["direct_tps"]
+                        ok = ratio >= THROUGHPUT_TARGET and c["errors"] == 0
+                        verdicts.append(ok)
+                        print(f"{name}: {args.sessions} sessions x {args.concurrent_turns} turns: {c['turns']} turns, "
+                              f"{c['proxied_tps']:.0f} turns/s proxied vs {c['direct_tps']:.0f} direct = {ratio:.2f}x, "
+                              f"{c['errors']} errors, p50/p99 {c['p50']:.1f}/{c['p99']:.1f} ms proxied, "
+                              f"{c['direct_p50']:.1f}/{c['direct_p99']:.1f} ms direct  {verdict(ok)}")  # fmt: skip
+            finally:
+                database.__exit__(None, None, None)
+    finally:
+        engine.stop()
+    print(f"load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"targets: added p50/p99 <= 2/6 ms (PostgreSQL), p50 <= 3 ms (SQLite) at turns {', '.join(map(str, POINTS))}; "
+          f"proxy CPU <= {CPU_TARGET} ms/turn at turn 100; {args.sessions} sessions >= {THROUGHPUT_TARGET}x direct "
+          f"turns/s, 0 errors; one segment per loop (token-exact). {sum(verdicts)} of {len(verdicts)} rows met")  # fmt: skip
 
 
 if __name__ == "__main__":

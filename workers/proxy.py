@@ -41,6 +41,7 @@ def proxy_command(
 
     from dressage.config import load_settings
     from dressage.proxy import ProxyServer
+    from dressage.proxy.eventloop import run
     from dressage.redact import install_log_redaction
     from dressage.store import EventStore
     from dressage.tito.profiles import profile_names
@@ -81,7 +82,7 @@ def proxy_command(
             await server.stop()
 
     try:
-        asyncio.run(main())
+        run(main())
     except KeyboardInterrupt:
         pass
     finally:

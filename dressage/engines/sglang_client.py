@@ -2,22 +2,27 @@
 
 :class:`EngineClient` talks to one engine; :class:`EnginePool` spreads sessions over several,
 keeping each session on one engine (so its prefix cache stays warm) and broadcasting the control
-operations a weight update needs (pause, update, continue). httpx errors are translated here, at
-one seam, into :class:`~dressage.errors.EngineError` naming the URL.
+operations a weight update needs (pause, update, continue). ``/generate`` (every turn) goes
+through the lean HTTP/1.1 client of :mod:`dressage.engines.http1` with its ids encoded once
+(:mod:`dressage.engines.ids_json`); the control operations, rare, through httpx (and ``https``
+engines wholly). Transport errors of both are translated here, at one seam, into
+:class:`~dressage.errors.EngineError` naming the URL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import httpx
 import numpy as np
 import orjson
 
+from dressage.engines.http1 import ConnectionPool, Exchange, TransportError
+from dressage.engines.ids_json import IdsJson
 from dressage.engines.protocol import (
     SSE_DONE,
     FinishReason,
@@ -115,11 +120,28 @@ class EngineClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url, timeout=httpx.Timeout(timeout, connect=10.0), limits=ENGINE_POOL
         )
+        url = httpx.URL(self.base_url)
+        self._lean = (
+            ConnectionPool(
+                url.host,
+                url.port or 80,
+                connect_timeout=10.0,
+                read_timeout=timeout,
+                keepalive_expiry=ENGINE_POOL.keepalive_expiry or 4.0,
+                max_connections=ENGINE_POOL.max_connections or 4096,
+            )
+            if url.scheme == "http"
+            else None
+        )
+        self._generate_path = url.path.rstrip("/") + "/generate"
+        self._ids_json = IdsJson()
         self._experts_shape = routed_experts_shape
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pools."""
         await self._http.aclose()
+        if self._lean is not None:
+            await self._lean.aclose()
 
     async def __aenter__(self) -> EngineClient:
         return self
@@ -140,7 +162,8 @@ class EngineClient:
         routed_experts_start_len: int = 0,
         top_logprobs_num: int = 0,
         require_reasoning: bool = False,
-    ) -> dict[str, Any]:
+    ) -> bytes:
+        """The ``/generate`` body: the ids' JSON (encoded once per id, see ids_json) and the rest."""
         if routed_experts_start_len < 0 or routed_experts_start_len > len(input_ids):
             raise ValueError(
                 f"routed_experts_start_len must be in [0, len(input_ids)={len(input_ids)}], "
@@ -156,9 +179,11 @@ class EngineClient:
             require_reasoning=require_reasoning or None,
             stream=stream,
         ).to_body()
-        # The ids (tens of thousands) skip pydantic: one list copy, serialised by orjson.
-        body["input_ids"] = input_ids if type(input_ids) is list else list(input_ids)
-        return body
+        # The ids (tens of thousands) skip pydantic and are spliced in as JSON text.
+        rest = orjson.dumps(body)
+        return (
+            b'{"input_ids":' + self._ids_json.array(input_ids) + (b"," + rest[1:] if len(rest) > 2 else b"}")
+        )
 
     async def generate(
         self,
@@ -191,7 +216,7 @@ class EngineClient:
             top_logprobs_num,
             require_reasoning,
         )
-        data = await self._post_json("/generate", body)
+        data = await self._generate_json(body)
         response = self._parse(GenerateResponse, data, "/generate")
         meta = response.meta_info
         if meta.finish_reason is None:
@@ -248,24 +273,56 @@ class EngineClient:
             require_reasoning,
         )
         seen = 0
+        done = False
+        # Read to the body's end (past [DONE]) so the connection goes back to the pool.
+        async with contextlib.aclosing(self._generate_events(body)) as events:
+            async for payload in events:
+                done = done or payload == SSE_DONE
+                if done:
+                    continue
+                delta = await self._delta(orjson.loads(payload), seen)
+                seen = delta.completion_tokens
+                yield delta
+
+    async def _generate_json(self, body: bytes) -> Any:
+        """``POST /generate`` without streaming: the answer's JSON."""
+        if self._lean is None:
+            return await self._post_json("/generate", body)
         try:
-            async with self._http.stream(
-                "POST", "/generate", content=orjson.dumps(body), headers=_JSON
-            ) as resp:
-                if resp.status_code >= 400:
-                    await resp.aread()
-                    self._raise_status(resp, "/generate")
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[len("data:") :].strip()
-                    if payload == SSE_DONE:
-                        return
-                    delta = await self._delta(json.loads(payload), seen)
-                    seen = delta.completion_tokens
-                    yield delta
-        except httpx.HTTPError as e:
+            async with self._lean.exchange("POST", self._generate_path, body) as ex:
+                data = await ex.read()
+                self._raise_lean_status(ex, data)
+        except TransportError as e:
             raise self._unreachable("/generate", e) from e
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise EngineError(f"engine at {self.base_url}/generate answered non-JSON: {data[:200]!r}") from e
+
+    async def _generate_events(self, body: bytes) -> AsyncGenerator[str, None]:
+        """``POST /generate`` streaming: the data of each server-sent event as it arrives."""
+        try:
+            if self._lean is None:
+                async with self._http.stream("POST", "/generate", content=body, headers=_JSON) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        self._raise_status(resp, "/generate")
+                    async for line in resp.aiter_lines():
+                        if line.startswith("data:"):
+                            yield line[len("data:") :].strip()
+                return
+            async with self._lean.exchange("POST", self._generate_path, body) as ex:
+                if ex.status >= 400:
+                    self._raise_lean_status(ex, await ex.read())
+                async for raw in ex.lines():
+                    if raw.startswith(b"data:"):
+                        yield raw[len(b"data:") :].strip().decode()
+        except (httpx.HTTPError, TransportError) as e:
+            raise self._unreachable("/generate", e) from e
+
+    def _raise_lean_status(self, ex: Exchange, data: bytes) -> None:
+        if ex.status >= 400:
+            self._raise_status(httpx.Response(ex.status, content=data), "/generate")
 
     async def _delta(self, data: dict[str, Any], seen: int) -> GenerateDelta:
         if "error" in data:
@@ -355,9 +412,10 @@ class EngineClient:
 
     # --- plumbing -----------------------------------------------------------------------------
 
-    async def _post_json(self, path: str, body: dict[str, Any], *, expect_json: bool = True) -> Any:
+    async def _post_json(self, path: str, body: dict[str, Any] | bytes, *, expect_json: bool = True) -> Any:
+        content = body if isinstance(body, bytes) else orjson.dumps(body)
         try:
-            resp = await self._http.post(path, content=orjson.dumps(body), headers=_JSON)
+            resp = await self._http.post(path, content=content, headers=_JSON)
         except httpx.HTTPError as e:
             raise self._unreachable(path, e) from e
         self._raise_status(resp, path)
@@ -387,9 +445,10 @@ class EngineClient:
             status_code=resp.status_code,
         )
 
-    def _unreachable(self, path: str, e: httpx.HTTPError) -> EngineError:
+    def _unreachable(self, path: str, e: httpx.HTTPError | TransportError) -> EngineError:
         return EngineError(
-            f"engine at {self.base_url}{path} is unreachable ({type(e).__name__}: {e}); "
+            f"engine at {self.base_url}{path} is unreachable "
+            f"({e if isinstance(e, TransportError) else f'{type(e).__name__}: {e}'}); "
             "check that the engine is running and the URL is right"
         )
 

@@ -12,7 +12,8 @@ Two things make it rare in the proxy:
   expiry of the clients' connection pools (httpx and the openai SDK 5 s, Node's undici 4 s, Go and
   reqwest 90 s), so a client drops an idle connection before the server does; uvicorn's own default
   (5 s) equals httpx's, which is how the race was met under load;
-* the timeout handler here (:class:`KeepAliveProtocol`) first checks whether the socket has bytes
+* the timeout handler here (:class:`HttpToolsKeepAliveProtocol`, what the proxy serves with, and
+  :class:`KeepAliveProtocol` on uvicorn's h11 parser) first checks whether the socket has bytes
   waiting. On a starved event loop the timer and the arrival of a request can fall in the same loop
   iteration, after the poll that would have delivered the request; uvicorn's handler then closes a
   connection that carries a request. This one leaves it open and the request is served on the next
@@ -26,27 +27,25 @@ body from the log rather than generating twice).
 from __future__ import annotations
 
 import asyncio
-import select
-import socket
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from dressage.engines.http1 import has_pending_bytes
+from dressage.proxy.write_coalescing import CoalescingTransport
+
+__all__ = ["HttpToolsKeepAliveProtocol", "KeepAliveProtocol", "has_pending_bytes"]
 
 
-def has_pending_bytes(sock: socket.socket | None) -> bool:
-    """Whether ``sock`` has something to read right now (request bytes, or the peer's close).
+def spare_if_pending(transport: asyncio.Transport) -> bool:
+    """Whether an idle connection's timeout must spare it: bytes (a request) are waiting on it.
 
-    ``poll``, not ``select``: a proxy with thousands of connections has descriptors past select's
-    limit of 1024.
+    Works on both event loops: asyncio's transports give the socket, uvloop's a socket-like
+    object with ``fileno()`` (what ``poll`` needs).
     """
-    if sock is None:
-        return False
-    poller = select.poll()
-    try:
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0))
-    except (OSError, ValueError):  # closed or invalid descriptor: nothing to keep open for
-        return False
+    sock: Any = transport.get_extra_info("socket") if not transport.is_closing() else None
+    return has_pending_bytes(sock)
 
 
 class KeepAliveProtocol(H11Protocol):
@@ -56,8 +55,29 @@ class KeepAliveProtocol(H11Protocol):
 
     def timeout_keep_alive_handler(self) -> None:
         """Close the idle connection, unless bytes are waiting (they are read on the next iteration)."""
-        sock: Any = self.transport.get_extra_info("socket") if not self.transport.is_closing() else None
-        if has_pending_bytes(sock):
+        if spare_if_pending(self.transport):
+            self.timeout_keep_alive_task = None
+            return
+        super().timeout_keep_alive_handler()
+
+
+class HttpToolsKeepAliveProtocol(HttpToolsProtocol):
+    """The same timeout rule on uvicorn's httptools protocol (the C parser the proxy serves with),
+    and the writes of one loop step sent together (:mod:`dressage.proxy.write_coalescing`).
+
+    The spared connection gets no new timer here; the request waiting on it is read on the next
+    loop iteration, and its response re-arms the timer as on any keep-alive connection.
+    """
+
+    transport: asyncio.Transport
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Serve the connection through a :class:`CoalescingTransport`."""
+        super().connection_made(CoalescingTransport(transport, self.loop))
+
+    def timeout_keep_alive_handler(self) -> None:
+        """Close the idle connection, unless bytes are waiting (they are read on the next iteration)."""
+        if spare_if_pending(self.transport):
             self.timeout_keep_alive_task = None
             return
         super().timeout_keep_alive_handler()

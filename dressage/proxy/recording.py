@@ -135,13 +135,16 @@ def prepare_turn(
     idem_key: str | None,
     started: float,
     default_max_tokens: int,
+    plan: TitoPlan | None = None,
 ) -> TurnJob:
     """Plan the prompt ids and size the generation; raises ContextLengthExceededError when it cannot fit.
 
     A request that names no cap (and whose run sets none) generates at most ``default_max_tokens``.
+    ``plan``: the request's plan when already made (while the session's fence was checked).
     """
     t0 = time.perf_counter()
-    plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
+    if plan is None:
+        plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
     forced_text = ""
     forced_ids: tuple[int, ...] = ()
     prompt_ids: Sequence[int] = plan.prompt  # a view: the id list is built only for the engine request

@@ -21,7 +21,7 @@ from dressage.config import Settings, load_settings
 from dressage.errors import ConfigError
 from dressage.proxy.app import create_app
 from dressage.proxy.contract import ServedProxy
-from dressage.proxy.keepalive import KeepAliveProtocol
+from dressage.proxy.keepalive import HttpToolsKeepAliveProtocol
 from dressage.proxy.service import ProxyService
 from dressage.store import EventStore
 
@@ -121,7 +121,8 @@ class ProxyServer(ProxyService):
         return sock
 
     def _uvicorn_config(self, uds: str | None = None) -> uvicorn.Config:
-        """uvicorn's config: quiet, and idle connections closed only when no request is arriving."""
+        """uvicorn's config: quiet, httptools' C parser, and idle connections closed only when no
+        request is arriving (:mod:`dressage.proxy.keepalive`)."""
         settings = self.settings
         return uvicorn.Config(
             self.app,
@@ -129,7 +130,7 @@ class ProxyServer(ProxyService):
             log_level="warning",
             access_log=False,
             lifespan="off",
-            http=KeepAliveProtocol,
+            http=HttpToolsKeepAliveProtocol,
             timeout_keep_alive=settings.proxy_keep_alive_s,  # type: ignore[arg-type]  # seconds; uvicorn takes a float too
             backlog=settings.proxy_backlog,
         )

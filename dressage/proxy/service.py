@@ -149,6 +149,8 @@ class ProxyService:
         except ValueError as e:  # a fork's parent or fork turn that the log refuses
             param = "fork_turn" if "fork_turn" in str(e) else "parent_session_id"
             raise RequestError(str(e), param=param, code="invalid_fork") from e
+        if session.parent_session_id is None:  # a fork is built from the log (its parent's turns)
+            self.registry.adopt(token, session, found.name)
         return SessionHandle(session.id, token, self.session_url(token))
 
     def _session_exists(self, session_id: str) -> bool:

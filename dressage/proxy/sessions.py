@@ -8,7 +8,11 @@ needs), so :class:`SessionRegistry` rebuilds a state from the log whenever a tok
 after a proxy restart the agent's retried request continues the same session. Several proxies can
 serve one session from one log: each request first checks the session's status and recorded turn
 count (:meth:`~dressage.store.EventStore.sessions.head`), and a cache that is behind the log (another
-proxy recorded a turn) is rebuilt before the request is planned.
+proxy recorded a turn) is rebuilt before the request is generated. That check (the session's
+fence) is started as the request arrives and runs while its body is read, parsed and planned
+(:meth:`SessionRegistry.begin`, :meth:`SessionRegistry.confirm`): its database round trip is off the
+turn's path, and a stale cache is still caught before any engine call. A session this proxy opened
+itself starts cached (:meth:`SessionRegistry.adopt`): its first turn skips the rebuild.
 
 Segments and threads: a segment is one token-contiguous chain (the TITO index's unit, keyed by
 its segment id; the log's ``segment_index``). The log's ``thread_index`` names an agent context:
@@ -249,6 +253,12 @@ class SessionState:
         self.link_response(turn.turn_index, turn.info)
 
 
+def _retrieve(fence: asyncio.Future[bool]) -> None:
+    """Mark a fence's error retrieved (a request that failed first never awaits its fence)."""
+    if not fence.cancelled():
+        fence.exception()
+
+
 def token_digest(token: str) -> str:
     """sha256 of a bearer token (the cache key; tokens themselves are never kept)."""
     return hashlib.sha256(token.encode()).hexdigest()
@@ -282,6 +292,39 @@ class SessionRegistry:
         if turns:
             log.info("rebuilt session %s from %d recorded turns", session.id, len(turns))
         return state
+
+    def adopt(self, token: str, session: Session, run_name: str) -> SessionState:
+        """Cache the state of a session just opened here (no turns yet, not a fork: a fork's state
+        holds its parent's turns and is built from the log): its first request does not rebuild it
+        (the fence still checks it, as every request's)."""
+        state = SessionState(session=session, run_name=run_name, index=SegmentIndex(self.profile))
+        digest = token_digest(token)
+        state = self._by_digest.setdefault(digest, state)
+        self._by_id[state.session_id] = digest
+        return state
+
+    async def begin(self, token: str | None) -> tuple[SessionState, asyncio.Future[bool] | None]:
+        """The cached state of ``token`` and its fence, started (awaited by :meth:`confirm`); an
+        uncached token is authenticated (rebuilt) at once and has no fence."""
+        if token:
+            digest = token_digest(token)
+            state = self._by_digest.get(digest)
+            if state is not None and not state.finished:
+                fence = asyncio.ensure_future(self._current(digest, state))
+                fence.add_done_callback(_retrieve)
+                return state, fence
+        return await self.authenticate(token), None
+
+    async def confirm(
+        self, token: str | None, state: SessionState, fence: asyncio.Future[bool] | None
+    ) -> SessionState:
+        """``state`` when its fence passed, else the state rebuilt from the log (401 as
+        :meth:`authenticate`: a finished session, a token of an earlier attempt)."""
+        if fence is None or await fence:
+            if state.finished:
+                raise AuthError("unknown or finished session token; open a session with the admin API")
+            return state
+        return await self.authenticate(token)
 
     async def authenticate(self, token: str | None) -> SessionState:
         """The live session bound to ``token``; raises :class:`AuthError` (401) otherwise."""

@@ -48,9 +48,13 @@ from dressage.proxy.reply_data import ReplyData
 from dressage.proxy.service import ProxyService
 from dressage.proxy.sessions import SessionState
 from dressage.proxy.streaming import IncrementalDecoder, StreamSplitter
+from dressage.tito import TitoPlan
 from dressage.tito.tool_calls import ParsedAssistant
 
 log = logging.getLogger("dressage.proxy")
+
+EarlyPlan = tuple[TitoPlan | None, float]
+"""A request's plan made while its session's fence was checked (None: redo it), and its seconds."""
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -119,15 +123,13 @@ class TurnHandler:
             return self._error(dialect, e, stream)
         active = True  # counted by admission control (not while the engine generates)
         try:
-            state = await self.authenticate(request, dialect)
-            raw = await read_body(request, svc.settings.max_request_bytes)
-            conv = dialect.parse(raw, state, svc.default_sampling)
+            state, conv, plan = await self._admit(request, dialect)
             stream = conv.stream
             idem = request.headers.get("idempotency-key") or None
             recorded = await self._from_log(dialect, state, conv, idem)
             if recorded is not None:
                 return recorded
-            job = await self._prepare(state, conv, idem, started)
+            job = await self._prepare(state, conv, idem, started, plan)
             jobs = [job, *(sibling_job(job, i) for i in range(1, conv.n))]
             future = self._register(state, job)
             sized = {"x-dressage-prompt-tokens": str(len(job.prompt_ids))}
@@ -199,15 +201,53 @@ class TurnHandler:
                 return self._replay(dialect, conv, copied, header="fork")
         return None
 
+    async def _admit(
+        self, request: Request, dialect: Dialect
+    ) -> tuple[SessionState, Conversation, EarlyPlan]:
+        """The request's session, conversation and (usually) its plan, with the session's fence
+        checked while the body is read, parsed and planned (see :mod:`dressage.proxy.sessions`).
+
+        A 401 wins over a bad body, as when the fence was checked first. The plan is None when
+        planning failed (it is redone, and its error raised, in :meth:`_prepare`) or waits for a
+        resumed session's replay or a fork's copy.
+        """
+        svc = self.svc
+        token = dialect.token(request)
+        state, fence = await svc.registry.begin(token)
+        try:
+            raw = await read_body(request, svc.settings.max_request_bytes)
+            conv = dialect.parse(raw, state, svc.default_sampling)
+        except DressageError:
+            await svc.registry.confirm(token, state, fence)
+            raise
+        plan = self._plan_early(state, conv)
+        fresh = await svc.registry.confirm(token, state, fence)
+        if fresh is not state:  # another proxy moved the session on: start again on the log's state
+            conv = dialect.parse(raw, fresh, svc.default_sampling)
+            plan = self._plan_early(fresh, conv)
+        return fresh, conv, plan
+
+    @staticmethod
+    def _plan_early(state: SessionState, conv: Conversation) -> EarlyPlan:
+        if state.replay is not None or state.fork is not None:  # answered from the log first
+            return None, 0.0
+        t0 = time.perf_counter()
+        try:
+            return state.index.plan(conv.messages, conv.tools, conv.enable_thinking), time.perf_counter() - t0
+        except DressageError:
+            return None, 0.0
+
     async def _prepare(
-        self, state: SessionState, conv: Conversation, idem: str | None, started: float
+        self, state: SessionState, conv: Conversation, idem: str | None, started: float, early: EarlyPlan
     ) -> TurnJob:
         svc = self.svc
+        plan, plan_seconds = early
         window = await svc.context_window()
         try:
             job = prepare_turn(
                 state,
                 conv,
+                plan=plan,
                 coordinator=svc.coordinator,
                 client=svc.pool.client_for(state.session_id),
                 context_window=window,
@@ -220,6 +260,7 @@ class TurnHandler:
             n = state.index.plan(conv.messages, conv.tools, conv.enable_thinking).prompt_len
             await record_overflow(svc.store, state, "prompt", {"prompt_tokens": n, "context_window": window})
             raise
+        job.plan_seconds += plan_seconds  # planned while the session's fence was checked
         svc.metrics.plan.observe(job.plan_seconds)
         return job
 
@@ -389,7 +430,9 @@ class TurnHandler:
     ) -> AsyncIterator[bytes]:
         """SSE body: text as the engine produces it, each turn recorded before its last events.
 
-        Every generation runs in its own task, so a client that goes away (this generator is
+        Events leave in as few writes as keep them prompt: a choice's opening events go with its
+        first text, and the text of a generation that has already ended goes with the finish events
+        (right after the durable append). Every generation runs in its own task, so a client that goes away (this generator is
         cancelled or closed) does not lose tokens: :meth:`_record_abandoned` aborts the engine
         requests not yet recorded and records their partial turns.
         """
@@ -407,13 +450,16 @@ class TurnHandler:
         recorded = claimed = 0  # turns recorded / whose recording has started
         first: ReplyData | None = None
         renderer = renderers[0]
+        held = b""  # events that leave with the next ones (fewer writes; see below)
         try:
             for i, (job, renderer) in enumerate(zip(jobs, renderers, strict=True)):
-                for event in renderer.start():
-                    yield event
+                held += b"".join(renderer.start())  # leaves with the first text
                 splitter, text_events = self._choice_text(job, renderer, producers[i], progress[i])
                 async for event in text_events:
-                    yield event
+                    held += event
+                    if not producers[i].done():  # once generation ended, the rest waits for the finish
+                        yield held
+                        held = b""
                 if first is not None:
                     job.first_turn_index = first.turn_index
                 record = asyncio.ensure_future(self._record(job))
@@ -433,15 +479,15 @@ class TurnHandler:
                 events = renderer.finish(reply, parsed, reasoning, content)
                 if recorded == len(jobs):
                     self._observe(jobs[0], first, stream=True)
-                for event in events:
-                    yield event
+                if held := held + b"".join(events):
+                    yield held
+                    held = b""
         except Exception as e:  # ours or the engine's: the stream still ends with an error event
             self._fail(jobs[0], future, e)
             self._abandon(jobs[claimed:], producers[claimed:])  # generated tokens are recorded
             status, _, _, code = classify(e)
             svc.metrics.errors.labels(str(status), str(code)).inc()
-            for event in renderer.error(e, error_message(e, svc.secrets)):
-                yield event
+            yield held + b"".join(renderer.error(e, error_message(e, svc.secrets)))
         except BaseException as e:  # the client went away (cancellation) or a bug
             self._fail(jobs[0], future, e)
             self._abandon(jobs[claimed:], producers[claimed:])
@@ -483,8 +529,8 @@ class TurnHandler:
                 reasoning, content = splitter.push(text) if text else ("", "")
                 if conv.top_logprobs and new:
                     renderer.alternatives(gen.top[seen - len(new) : seen])
-                for event in renderer.delta(reasoning, content, list(new), list(new_lp)):
-                    yield event
+                if events := b"".join(renderer.delta(reasoning, content, list(new), list(new_lp))):
+                    yield events
                 if producer.done() and seen >= len(gen.ids):
                     break
             producer.result()  # the engine's errors

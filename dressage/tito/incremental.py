@@ -118,6 +118,21 @@ class PromptIds(Sequence[int]):
         """View ``prefix[:prefix_len] + delta``."""
         self._prefix, self._n, self._delta = prefix, prefix_len, delta
 
+    @property
+    def prefix(self) -> Sequence[int]:
+        """The (growing) list the view's first ids come from."""
+        return self._prefix
+
+    @property
+    def prefix_len(self) -> int:
+        """How many of :attr:`prefix`'s ids the view starts with."""
+        return self._n
+
+    @property
+    def delta(self) -> Sequence[int]:
+        """The ids after the prefix."""
+        return self._delta
+
     def __len__(self) -> int:
         return self._n + len(self._delta)
 

@@ -12,7 +12,9 @@ pieces (already NFC-normalised). A request whose messages share a prefix with a 
   ``<think>`` block only after the last query: a new user turn changes them);
 * shared messages whose rendering ``==`` cannot vouch for: tool-call arguments given as objects
   (key order and ``1``/``1.0``/``True`` are equal for ``==`` but render differently) and content
-  parts whose text is not a string.
+  parts whose text is not a string, unless their ``repr`` (which tells key order, ``1`` from
+  ``1.0`` from ``True``) is the one cached: Anthropic Messages sends every tool call's input as
+  an object, and re-rendering all of them made each turn's cost grow with the history.
 
 The header (tools, system prompt) and the generation prompt are always rendered afresh (they do
 not grow with the history). NFC is applied per piece: every piece starts with ``<`` or ``\\n``,
@@ -111,6 +113,7 @@ class _Entry:
     pieces: list[str]
     queries: list[int]  # indices of real user queries, ascending
     untrusted: list[int]  # indices whose equality does not imply an equal rendering
+    strict: dict[int, str]  # their repr when rendered: the same repr renders the same
     separable: bool  # every piece starts with "<" or "\n": per-piece NFC equals whole-text NFC
 
 
@@ -160,13 +163,17 @@ class IncrementalRenderer:
             raise TemplateError("No user query found in messages.")
         last = queries[-1]
         redo = set(range(max(k - 1, 0), len(norm)))
+        strict: dict[int, str] = {}  # repr of the shared untrusted messages
         if entry is not None:
             old_last = entry.queries[-1]
             if old_last != last:
                 lo, hi = sorted((old_last, last))
                 redo.update(range(lo + 1, min(hi + 1, k)))
             for i in entry.untrusted:
-                if i < k:
+                if i >= k:
+                    continue
+                strict[i] = repr(msgs[i])
+                if strict[i] != entry.strict.get(i):
                     norm[i] = normalize_messages([msgs[i]])[0]
                     redo.add(i)
         pieces = entry.pieces[:k] if entry is not None else []
@@ -180,7 +187,7 @@ class IncrementalRenderer:
         # Cached pieces were checked when rendered: check only the new ones.
         separable = all(not pieces[i] or pieces[i][0] in "<\n" for i in redo)
         separable &= entry is None or entry.separable
-        self._store(entry, k, msgs, norm, pieces, queries, separable)
+        self._store(entry, k, msgs, norm, pieces, queries, separable, strict)
         head = nfc(header)
         if separable:
             return PromptText(head + "".join(pieces) + suffix, len(head))
@@ -196,13 +203,15 @@ class IncrementalRenderer:
         pieces: list[str],
         queries: list[int],
         separable: bool,
+        strict: dict[int, str],
     ) -> None:
         """Cache this rendering (own copies of the new raw messages: callers may mutate theirs)."""
         new_raw = [_plain(m) for m in msgs[k:]]
         raw = [*entry.raw[:k], *new_raw] if entry is not None else new_raw
         untrusted = [i for i in entry.untrusted if i < k] if entry is not None else []
         untrusted += [k + j for j, m in enumerate(msgs[k:]) if not _trusted(m)]
+        strict.update((i, repr(msgs[i])) for i in untrusted if i >= k)  # what each was rendered from
         if entry is not None and k == len(entry.raw):
             self._entries.remove(entry)  # a prefix of the new entry: dominated
-        self._entries.insert(0, _Entry(raw, norm, pieces, queries, untrusted, separable))
+        self._entries.insert(0, _Entry(raw, norm, pieces, queries, untrusted, strict, separable))
         del self._entries[self.max_entries :]

@@ -94,7 +94,7 @@ def _read_reply(sock: socket.socket) -> bytes:
         return b""
 
 
-def _request_at_keep_alive_expiry(tmp_path: Path) -> bytes:
+def _request_at_keep_alive_expiry(tmp_path: Path, *, uvloop: bool = False) -> bytes:
     """A keep-alive request that reaches the proxy in the loop iteration its idle timeout fires.
 
     The schedule a starved event loop produces by chance, made deterministic: the loop is blocked
@@ -123,6 +123,10 @@ def _request_at_keep_alive_expiry(tmp_path: Path) -> bytes:
             await server.stop()
             store.close()
 
+    if uvloop:
+        from dressage.proxy.eventloop import run
+
+        return run(probe())
     return asyncio.run(probe())
 
 
@@ -132,11 +136,31 @@ def test_request_arriving_as_keep_alive_expires_is_served(tmp_path: Path) -> Non
     assert reply.startswith(b"HTTP/1.1 200 "), f"request at keep-alive expiry got no reply: {reply!r}"
 
 
-def test_stock_uvicorn_protocol_drops_that_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same schedule against uvicorn's own h11 protocol loses the request (the bug reproduced)."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+def test_h11_keep_alive_protocol_serves_that_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same rule on the h11 variant (uvicorn's pure-Python parser)."""
+    from dressage.proxy.keepalive import KeepAliveProtocol
 
-    monkeypatch.setattr("dressage.proxy.server.KeepAliveProtocol", H11Protocol)
+    monkeypatch.setattr("dressage.proxy.server.HttpToolsKeepAliveProtocol", KeepAliveProtocol)
+    reply = _request_at_keep_alive_expiry(tmp_path)
+    assert reply.startswith(b"HTTP/1.1 200 "), f"request at keep-alive expiry got no reply: {reply!r}"
+
+
+def test_request_arriving_as_keep_alive_expires_is_served_on_uvloop(tmp_path: Path) -> None:
+    """The proxy's processes run uvloop (:mod:`dressage.proxy.eventloop`): the rule holds there too."""
+    reply = _request_at_keep_alive_expiry(tmp_path, uvloop=True)
+    assert reply.startswith(b"HTTP/1.1 200 "), f"request at keep-alive expiry got no reply: {reply!r}"
+
+
+@pytest.mark.parametrize("stock", ["h11", "httptools"])
+def test_stock_uvicorn_protocol_drops_that_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stock: str
+) -> None:
+    """The same schedule against uvicorn's own protocols loses the request (the bug reproduced)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    protocol = H11Protocol if stock == "h11" else HttpToolsProtocol
+    monkeypatch.setattr("dressage.proxy.server.HttpToolsKeepAliveProtocol", protocol)
     assert _request_at_keep_alive_expiry(tmp_path) == b""
 
 
@@ -169,3 +193,40 @@ def test_pending_bytes_seen_on_descriptors_past_select_limit() -> None:
     finally:
         for s in high:
             s.close()
+
+
+def test_writes_of_one_loop_step_leave_as_one_socket_write() -> None:
+    """A reply's head and body (or a stream's events made together) are one ``send``, flushed
+    right after the step that wrote them; close() flushes first."""
+    from dressage.proxy.write_coalescing import CoalescingTransport
+
+    async def probe() -> tuple[list[bytes], bytes]:
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        sent: list[bytes] = []
+        real_write = transport.write
+
+        def write(data: bytes) -> None:  # observe the real transport's writes
+            sent.append(bytes(data))
+            real_write(data)
+
+        transport.write = write  # type: ignore[method-assign]
+        assert isinstance(transport, asyncio.Transport)
+        coalescing = CoalescingTransport(transport, loop)
+        coalescing.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
+        coalescing.writelines([b"o", b"k"])
+        assert sent == [] and coalescing.get_write_buffer_size() == 40
+        await asyncio.sleep(0)  # the step ends: one write
+        coalescing.write(b"bye")
+        coalescing.close()
+        b.setblocking(True)
+        received = b""
+        while chunk := await asyncio.to_thread(b.recv, 65536):
+            received += chunk
+        b.close()
+        return sent, received
+
+    sent, received = asyncio.run(probe())
+    assert sent == [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"bye"]
+    assert received == b"".join(sent)

@@ -101,6 +101,23 @@ def test_equal_but_differently_rendered_messages_are_re_rendered() -> None:
         assert r.render(msgs, None, None).text == full(msgs, None, None)
 
 
+def test_object_arguments_seen_before_are_not_re_rendered() -> None:
+    """Anthropic Messages sends every tool call's input as an object: the same ``repr`` reuses its
+    piece (the cost of a turn stays flat), a changed one (1 -> 1.0, key order) is re-rendered."""
+    r = IncrementalRenderer()
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for turn in range(12):
+        msgs.append({"role": "assistant", "content": "", "tool_calls": [call("get_weather", {"days": turn})]})
+        msgs.append({"role": "tool", "content": f"sunny {turn}"})
+        fresh = copy.deepcopy(msgs)  # a new request: new objects, equal values
+        assert r.render(fresh, TOOLS, None).text == full(fresh, TOOLS, None)
+        if turn > 1:
+            assert r.reused == len(msgs) - 3  # only the last shared message and the new two
+    msgs[3]["tool_calls"][0]["function"]["arguments"] = {"days": 1.0}
+    assert r.render(msgs, TOOLS, None).text == full(msgs, TOOLS, None)
+    assert r.reused == len(msgs) - 2  # that message (and the last) again
+
+
 def test_callers_may_mutate_their_messages() -> None:
     r = IncrementalRenderer()
     msgs = _loop(3)
