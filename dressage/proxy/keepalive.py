@@ -30,7 +30,11 @@ import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools (a pinned dependency) missing from an older environment: serve on h11
+    HttpToolsProtocol = H11Protocol  # type: ignore[misc,assignment]
 
 from dressage.engines.http1 import has_pending_bytes
 from dressage.proxy.write_coalescing import CoalescingTransport
