@@ -55,6 +55,7 @@ from dressage.store.records import ConsumerCheckpoint, Run
 from dressage.training.masking import MaskingPolicy
 from dressage.training.samples import SLIME_COMMIT, TrainSample
 from dressage.training.steps import StepBatch, StepOptions
+from dressage.training.trees import node_samples
 
 __all__ = [
     "PG_LOSS_REDUCER_PATH",
@@ -151,8 +152,11 @@ def slime_dicts(
     """The step's samples as slime dicts, experts kept only when every sample has them.
 
     With ``prompt_equal_scale`` (slime's ``G``), ``reward`` is :func:`prompt_equal_rewards`' value
-    and ``metadata["dressage_advantage"]`` the plain advantage.
+    and ``metadata["dressage_advantage"]`` the plain advantage. A tree sample (per-token advantages)
+    becomes one sample per node it trains (:func:`~dressage.training.trees.node_samples`), siblings
+    sharing its ``rollout_id``.
     """
+    samples = [part for s in samples for part in node_samples(s)]  # a tree's nodes: one advantage each
     with_experts = all(s.rollout_routed_experts is not None for s in samples)
     dicts = [sample_to_slime_dict(s, with_experts=with_experts) for s in samples]
     if prompt_equal_scale is not None:

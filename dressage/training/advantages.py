@@ -10,6 +10,8 @@ Built-in:
 * ``grpo``: ``A_i = R_i - mean(R)``; with ``std_normalize``: ``A_i = (R_i - mean(R)) / (std(R) + eps)``
   (population std, ``ddof=0``).
 * ``reinforce``: ``A_i = R_i`` (no baseline).
+* ``tree``: for a group with forked sessions, per-node advantages ``V(node) - V(parent)``
+  (:mod:`dressage.training.trees`, docs/trees.md); on a group without forks it is ``grpo``.
 """
 
 from __future__ import annotations
@@ -68,6 +70,14 @@ def grpo(rewards_G: np.ndarray, *, std_normalize: bool = False, eps: float = 1e-
     if std_normalize:
         adv_G = adv_G / (rewards_G.std() + eps)
     return adv_G
+
+
+@register_estimator("tree")
+def tree(rewards_G: np.ndarray, *, std_normalize: bool = False, eps: float = 1e-6) -> np.ndarray:
+    """The tree estimator on a group without forks: every session is a root node under the group's
+    virtual root, so ``A = V(node) - V(root) = R - mean(R)`` (GRPO). Groups with forks take the
+    per-node path of :mod:`dressage.training.trees`."""
+    return grpo(rewards_G, std_normalize=std_normalize, eps=eps)
 
 
 @register_estimator("reinforce")

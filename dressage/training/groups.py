@@ -11,7 +11,12 @@ of each task row). A (task, sample) pair is **terminal** at the position of
   status (``failed``/``abandoned``) stands, or ``failed`` when it never had one.
 
 A group (all ``n_samples_per_prompt`` pairs of one task) is **ready** at the position where its
-last pair became terminal. Ready groups are ordered by ``(ready_position, task_index)``: events
+last pair became terminal.
+
+**Trees.** A session started with ``parent_session_id`` (a fork, docs/trees.md) is no attempt of a
+pair: it joins its root's group as a :class:`Fork`, with the status it had when the group became
+ready. In a tree run (the rollout config has a ``branching`` section) a pair is terminal when its
+task is released ``done`` (the whole tree played), not at its root's finish. Ready groups are ordered by ``(ready_position, task_index)``: events
 only ever add groups at the end of that order, so a consumer's cursor into it is stable and a
 restarted trainer forms exactly the steps an uninterrupted one would.
 """
@@ -44,6 +49,17 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Fork:
+    """A session forked from a member's session (or from another fork), as of the group's readiness."""
+
+    session_id: str
+    parent_session_id: str
+    fork_turn: int
+    status: str  # running | finished | failed | abandoned
+    reward: float | None
+
+
+@dataclass(frozen=True)
 class ReadyGroup:
     """A group whose members are all terminal."""
 
@@ -51,6 +67,7 @@ class ReadyGroup:
     group_index: int
     ready_position: int
     members: tuple[Member, ...]
+    forks: tuple[Fork, ...] = ()
 
     @property
     def cursor(self) -> Cursor:
@@ -79,6 +96,10 @@ class GroupTracker:
         self.store = store
         self.run = store.runs.get(run)
         self.n_samples_per_prompt = n_samples_per_prompt
+        rollout = self.run.config.get("rollout")
+        self.tree_run = isinstance(rollout, dict) and bool(rollout.get("branching"))
+        self._forks: dict[str, tuple[str, int]] = {}  # fork session -> (parent, fork turn)
+        self._children: dict[str, list[str]] = {}
         self.position = 0
         self._pairs: dict[int, _Pair] = {}  # by task row id
         self._by_task: dict[int, list[_Pair]] = {}  # task_index -> its pairs
@@ -140,17 +161,30 @@ class GroupTracker:
         pair: _Pair | None = None
         if ev.kind == "tasks_enqueued":
             self._load_tasks()
+        elif ev.kind == "session_started" and ev.session_id and p.get("parent_session_id") is not None:
+            parent = str(p["parent_session_id"])
+            self._forks[ev.session_id] = (parent, int(p["fork_turn"]))
+            self._children.setdefault(parent, []).append(ev.session_id)
+            return None
         elif ev.kind == "session_started" and ev.session_id and p.get("task_id") is not None:
             pair = self._pair_of(int(p["task_id"]))
             if pair is not None:
                 self._session_task[ev.session_id] = int(p["task_id"])
                 pair.sessions.append(ev.session_id)
             return None
+        elif ev.kind == "session_finalized" and ev.session_id in self._forks:
+            self._status[ev.session_id] = (str(p["status"]), p.get("reward"))
+            return None
         elif ev.kind == "session_finalized" and ev.session_id in self._session_task:
             self._status[ev.session_id] = (str(p["status"]), p.get("reward"))
             pair = self._pairs[self._session_task[ev.session_id]]
             if p["status"] == "finished" and pair.finished is None and pair.terminal_at is None:
                 pair.finished = ev.session_id
+                if not self.tree_run:
+                    pair.terminal_at = ev.position
+        elif self.tree_run and ev.kind == "task_released" and p.get("state") == "done":
+            pair = self._pair_of(int(p["task_id"]))
+            if pair is not None and pair.terminal_at is None and pair.finished is not None:
                 pair.terminal_at = ev.position
         elif (ev.kind == "task_failed" or (ev.kind == "task_released" and p.get("state") == "failed")) and (
             p.get("task_id") is not None
@@ -183,4 +217,17 @@ class GroupTracker:
             else:
                 members.append(Member(x.sample_index, None, "failed", None))
         self._emitted.add(task_index)
-        return ReadyGroup(task_index, pairs[0].group_index, position, tuple(members))
+        forks = self._forks_under([m.session_id for m in members if m.session_id is not None])
+        return ReadyGroup(task_index, pairs[0].group_index, position, tuple(members), forks)
+
+    def _forks_under(self, roots: list[str]) -> tuple[Fork, ...]:
+        """Every session forked (directly or not) from ``roots``, in start order per parent."""
+        out: list[Fork] = []
+        todo = list(roots)
+        while todo:
+            for child in self._children.get(todo.pop(0), []):
+                parent, fork_turn = self._forks[child]
+                status, reward = self._status.get(child, ("running", None))
+                out.append(Fork(child, parent, fork_turn, status, reward))
+                todo.append(child)
+        return tuple(out)

@@ -59,6 +59,7 @@ class TrainSample:
     policy_versions: np.ndarray  # [R] int32, -1 where the policy did not generate
     stored_loss_mask: np.ndarray  # [R] bool, the mask as the proxy recorded it
     advantage: float = 0.0
+    advantages: np.ndarray | None = None  # [R] float32, per-token advantages (a tree's nodes), else None
     loss_weights: np.ndarray | None = None  # [R] float32, prompt-equal weights of its step
     masking: dict[str, int] = field(default_factory=dict)
     mask_reasons: np.ndarray | None = None  # [R] uint8, why each token is masked (masking.MASK_REASONS)
@@ -86,6 +87,8 @@ class TrainSample:
                 [self.response_length, self.index, self.group_index, self.rollout_id], dtype=np.int64
             ),
         }
+        if self.advantages is not None:
+            out["advantages"] = np.ascontiguousarray(self.advantages, dtype=np.float32)
         if self.loss_weights is not None:
             out["loss_weights"] = np.ascontiguousarray(self.loss_weights, dtype=np.float32)
         if self.rollout_routed_experts is not None:

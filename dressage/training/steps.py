@@ -11,7 +11,7 @@ which is what makes resume and replay byte-identical.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dressage.errors import ConfigError, TrainingError
@@ -24,6 +24,7 @@ from dressage.training.masking import MaskingPolicy, apply_version_mask, group_o
 from dressage.training.materialize import Trajectory, materialize_trajectory
 from dressage.training.samples import TrainSample
 from dressage.training.turn_prefetch import TurnPrefetcher, finished_sessions
+from dressage.training.trees import apply_tree, build_tree, tree_rollout_ids, tree_sessions
 from dressage.training.weights import assign_loss_weights
 
 
@@ -126,6 +127,8 @@ class StepBuilder:
         kept = [m for m in group.members if m.status == "finished"]
         if not kept:
             return [], {**decision, "kept": False, "reason": "no_finished_member"}
+        if group.forks:
+            return self._materialize_tree(group, trainer_version, turns_by_session, decision)
         by_session = turns_by_session
         if by_session is None or any(m.session_id not in by_session for m in kept if m.session_id):
             by_session = self._read([m.session_id for m in kept if m.session_id])
@@ -156,6 +159,60 @@ class StepBuilder:
         decision["advantages"] = {str(k): v for k, v in adv.items()}
         if unfinished:
             decision["dropped_members"] = [m.sample_index for m in unfinished]
+        return samples, {**decision, "kept": True}
+
+    def _materialize_tree(
+        self,
+        group: ReadyGroup,
+        trainer_version: int,
+        turns_by_session: dict[str, list[Any]] | None,
+        decision: dict[str, Any],
+    ) -> tuple[list[TrainSample], dict[str, Any]]:
+        """A group with forks: every finished session of its trees, tree advantages, shared tokens once."""
+        opts, policy = self.options, self.options.masking
+        if opts.advantage_estimator != "tree":
+            raise ConfigError(
+                f"run {self.run.name!r}: group {group.group_index} holds forked sessions (a tree); train it "
+                f"with advantage estimator 'tree', not {opts.advantage_estimator!r} (docs/trees.md)"
+            )
+        decision["forks"] = [
+            {"session": f.session_id, "parent": f.parent_session_id, "fork_turn": f.fork_turn,
+             "status": f.status, "reward": f.reward}
+            for f in group.forks
+        ]  # fmt: skip
+        if policy.failure_policy == "drop_group" and any(f.status != "finished" for f in group.forks):
+            return [], {**decision, "kept": False, "reason": "branch_not_finished"}
+        rids = tree_rollout_ids(group, opts.n_samples_per_prompt)
+        sessions = tree_sessions(group)
+        finished = [x for x in sessions if x.finished]
+        by_session = turns_by_session
+        if by_session is None or any(x.session_id not in by_session for x in finished):
+            by_session = self._read([x.session_id for x in finished])
+        samples: list[TrainSample] = []
+        try:
+            for x in finished:
+                rid = rids[x.session_id]
+                traj = Trajectory(
+                    x.session_id, float(x.reward or 0.0), "completed", rid, group.group_index, rid
+                )
+                samples += materialize_trajectory(by_session.get(x.session_id, []), traj)
+            sized = [replace(x, n_turns=len(by_session.get(x.session_id, []))) for x in sessions]
+            tree = build_tree(sized, std_normalize=opts.std_normalize, eps=opts.eps)
+        except TrainingError as e:
+            return [], {**decision, "kept": False, "reason": "invalid", "error": str(e)}
+        oldest = group_outside_window(samples, policy, trainer_version)
+        if oldest is not None:
+            return [], {
+                **decision,
+                "kept": False,
+                "reason": "outside_version_window",
+                "oldest_version": oldest,
+            }
+        for s in samples:
+            apply_version_mask(s, policy, trainer_version)
+        apply_tree(tree, samples, by_session)
+        decision["advantages"] = {str(s.rollout_id): s.advantage for s in samples if s.is_anchor}
+        decision["tree"] = tree.describe()
         return samples, {**decision, "kept": True}
 
     def _read(self, session_ids: list[str]) -> dict[str, list[Any]]:

@@ -1,6 +1,7 @@
 """The ``torch`` backend: PPO-clip / GRPO with truncated importance sampling on an HF causal LM.
 
-For response token ``t`` of a sample with advantage ``A`` (broadcast from the anchor), prompt-equal
+For response token ``t`` of a sample with advantage ``A`` (broadcast from the anchor, or per token:
+the node's advantage of a tree, :mod:`dressage.training.trees`), prompt-equal
 weight ``w_t``, trainer logprob ``logp_t``, its detached copy ``old_t`` and the engine's
 ``rollout_t``:
 
@@ -496,7 +497,9 @@ class TorchBackend:
         loss, stats = ppo_clip_tis_loss(
             logprobs_R,
             rollout_R,
-            torch.full((s.response_length,), s.advantage, dtype=f32, device=dev),
+            torch.as_tensor(s.advantages, dtype=f32, device=dev)  # a tree sample: per token
+            if s.advantages is not None
+            else torch.full((s.response_length,), s.advantage, dtype=f32, device=dev),
             weights_R,
             eps_clip=self.eps_clip,
             tis_cap=self.tis_cap,

@@ -41,8 +41,10 @@ def _readers() -> ThreadPoolExecutor:
 
 
 def finished_sessions(groups: Sequence[ReadyGroup]) -> list[str]:
-    """The finished members' session ids of ``groups``, in group then sample order."""
-    return [m.session_id for g in groups for m in g.members if m.session_id and m.status == "finished"]
+    """The finished members' session ids of ``groups``, in group then sample order, then their
+    finished forks (a tree's sessions, docs/trees.md)."""
+    members = [m.session_id for g in groups for m in g.members if m.session_id and m.status == "finished"]
+    return members + [f.session_id for g in groups for f in g.forks if f.status == "finished"]
 
 
 class TurnPrefetcher:
