@@ -112,7 +112,8 @@ def resolve(cfg: RolloutConfig, opts: LoopOptions) -> tuple[RolloutConfig, LoopC
             raise ConfigError(f"--mode must be sync or async, got {opts.mode!r}")
         updates["mode"] = opts.mode
     loop_cfg = LoopConfig.model_validate({**loop_cfg.model_dump(), **updates})
-    train_cfg = cfg.train or TrainConfig()
+    # a tree run (branching) trains with the tree estimator unless its train section says (and it must)
+    train_cfg = cfg.train or TrainConfig(advantage_estimator="tree" if cfg.branching is not None else "grpo")
     if opts.log_to is not None:
         train_cfg = train_cfg.model_copy(update={"log_to": list(parse_log_to(opts.log_to))})
     if opts.concurrency is not None:

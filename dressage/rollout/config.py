@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import yaml
 from pydantic import (
     BaseModel,
@@ -245,6 +246,66 @@ class EvalConfig(_Strict):
     n_samples_per_prompt: int = Field(default=1, ge=1, le=1024, description="Attempts per eval task.")
 
 
+MAX_TREE_SESSIONS = 1024
+"""Sessions one tree may hold at most (the trainer numbers a tree's trajectories within it)."""
+
+
+class BranchingConfig(_Strict):
+    """The ``branching:`` section: each training sample grows a tree of forks (docs/trees.md).
+
+    The sample's root session plays to its end; then each session of level ``< depth`` (the root is
+    level 0) forks at its fork points into ``width`` branches, whose first ``K`` turns are replayed
+    from it and whose turn ``K`` onward is sampled anew. Fork points: ``at: turns`` forks at each
+    of the fixed ``turns`` past the session's own fork turn and before its last turn;
+    ``at: lowest_logprob`` forks at the ``points`` turns (of the session's own) whose generated tokens
+    have the lowest mean logprob (ties: the earlier turn). With ``token_budget``, no further fork
+    point is opened once the tree's sessions generated that many tokens. The group the trainer
+    forms holds every session of the task's trees (advantage estimator ``tree``).
+    """
+
+    width: int = Field(default=2, ge=1, le=64, description="Branches per fork point.")
+    depth: int = Field(default=1, ge=1, le=8, description="Levels of forks below the root.")
+    at: Literal["turns", "lowest_logprob"] = Field(
+        default="turns", description="turns: the fixed `turns`; lowest_logprob: the least likely turns."
+    )
+    turns: list[int] | None = Field(
+        default=None, description="at: turns: the fork turns K (>= 1: a branch shares turns 0..K-1)."
+    )
+    points: int = Field(default=1, ge=1, le=16, description="at: lowest_logprob: fork points per session.")
+    token_budget: int | None = Field(
+        default=None, ge=1, description="Generated tokens per tree after which no fork point opens."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BranchingConfig:
+        if self.at == "turns":
+            if not self.turns:
+                raise ValueError("at: turns needs turns: [K, ...] (the turns to fork at, each >= 1)")
+            if any(k < 1 for k in self.turns) or len(set(self.turns)) != len(self.turns):
+                raise ValueError(f"turns must be distinct integers >= 1, got {self.turns}")
+            if "points" in self.model_fields_set:
+                raise ValueError("points applies to at: lowest_logprob; at: turns forks at each of turns")
+        elif self.turns is not None:
+            raise ValueError("turns applies to at: turns; at: lowest_logprob picks its own fork turns")
+        fan = self.width * (len(self.turns or ()) if self.at == "turns" else self.points)
+        size = sum(fan**level for level in range(self.depth + 1))
+        if size > MAX_TREE_SESSIONS:
+            raise ValueError(
+                f"a tree of width {self.width}, depth {self.depth} and {fan // self.width} fork point(s) per "
+                f"session may hold {size} sessions; at most {MAX_TREE_SESSIONS}"
+            )
+        return self
+
+    def fork_turns(self, logprobs: list[np.ndarray], own_from: int) -> list[int]:
+        """The turns a session forks at: ``logprobs[i]`` are its turn ``i``'s generated logprobs,
+        ``own_from`` its fork turn (0 for a root). Candidates: ``max(own_from + 1, 1) .. n - 1``."""
+        candidates = range(max(own_from + 1, 1), len(logprobs))
+        if self.at == "turns":
+            return sorted(k for k in self.turns or () if k in candidates)
+        scored = sorted((float(logprobs[k].mean()), k) for k in candidates if logprobs[k].size)
+        return sorted(k for _, k in scored[: self.points])
+
+
 class LoopConfig(_Strict):
     """The ``loop:`` section: defaults of ``dressage-worker loop`` (its options override them)."""
 
@@ -275,6 +336,9 @@ class RolloutConfig(_Strict):
         default_factory=SecretsConfig, description="Names of secrets valued from the worker's environment."
     )
     eval: EvalConfig | None = Field(default=None, description="Evaluation of each new policy version.")
+    branching: BranchingConfig | None = Field(
+        default=None, description="Tree rollouts: fork each sample's session into branches (docs/trees.md)."
+    )
     train: TrainConfig | None = Field(default=None, description="Training of `dressage-worker loop`.")
     loop: LoopConfig | None = Field(default=None, description="Defaults of `dressage-worker loop`.")
     ray: RayConfig | None = Field(
@@ -289,6 +353,15 @@ class RolloutConfig(_Strict):
         if v not in profile_names():
             raise ValueError(f"unknown model profile {v!r}; known: {', '.join(profile_names())}")
         return v
+
+    @model_validator(mode="after")
+    def _tree_trains_with_tree(self) -> RolloutConfig:
+        if self.branching is not None and self.train is not None and self.train.advantage_estimator != "tree":
+            raise ValueError(
+                f"train.advantage_estimator is {self.train.advantage_estimator!r}, but a tree run "
+                "(branching) trains with 'tree' (docs/trees.md)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tiny_model_family(self) -> RolloutConfig:
@@ -327,6 +400,8 @@ class RolloutConfig(_Strict):
             exclude["secrets"] = True  # snapshots of runs from before the section compare equal
         if self.eval is None:
             exclude["eval"] = True
+        if self.branching is None:
+            exclude["branching"] = True  # snapshots of runs from before trees compare equal
         if self.sandbox.e2b == E2BSandboxConfig():
             exclude["sandbox"] = {"e2b"}  # likewise for runs from before E2B templates
         return self.model_dump(mode="json", exclude=exclude)
