@@ -33,7 +33,7 @@ BASE = {"run": "r", "dataset": {"path": "t.jsonl"}}
     ],
 )
 def test_branching_mistakes_name_the_field(branching: dict[str, object], message: str) -> None:
-    with pytest.raises(ConfigError, match="^config: ") as e:
+    with pytest.raises(ConfigError, match=r"^config: ") as e:
         parse_config({**BASE, "branching": branching})
     assert message in str(e.value)
 
