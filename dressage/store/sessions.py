@@ -321,6 +321,14 @@ class SessionRepository:
             q = select(c.id).where(c.task_id == task_id, c.status == "finished").limit(1)
             return conn.execute(q).first() is not None
 
+    def finished_session(self, task_id: int) -> Session | None:
+        """The finished session of the (task, sample) queue entry ``task_id`` (a tree's root), or None."""
+        c = t.sessions.c
+        with self.db.read() as conn:
+            q = select(c.id).where(c.task_id == task_id, c.status == "finished").order_by(c.created_at)
+            sid = conn.execute(q.limit(1)).scalar_one_or_none()
+        return self.get(str(sid)) if sid is not None else None
+
     def interrupted(self, task_id: int, attempt: int) -> Session | None:
         """The still-running session of an earlier attempt of task ``task_id``, or None.
 
