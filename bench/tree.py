@@ -80,12 +80,14 @@ class Measured:
     prefill: int
 
 
-def run_once(tmp: Path, engine: CountingEngine, tasks: int, n: int, branching: dict[str, Any] | None) -> Measured:
+def run_once(
+    tmp: Path, engine: CountingEngine, tasks: int, n: int, branching: dict[str, Any] | None
+) -> Measured:
     """One ``dressage-worker rollout`` of ``tasks`` coding tasks x ``n`` samples, counted at the engine."""
     tmp.mkdir(parents=True, exist_ok=True)
     home = tmp / "home"
-    rows = [{"prompt": f"Task {i}: write fib.py with a recursive fib(n) and a test for it.", "label": "ok"}]
-    write_tasks(tmp / "tasks.jsonl", [dict(rows[0], prompt=rows[0]["prompt"].replace("0", str(i))) for i in range(tasks)])
+    prompt = "Task {}: write fib.py with a recursive fib(n) and a test for it."
+    write_tasks(tmp / "tasks.jsonl", [{"prompt": prompt.format(i), "label": "ok"} for i in range(tasks)])
     sections: dict[str, Any] = {
         "n_samples_per_prompt": n,
         "agent": {"kind": "coding", "max_turns": len(PLAN) + 2},

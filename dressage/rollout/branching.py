@@ -74,7 +74,9 @@ async def grow_tree(env: EpisodeEnv, root: Session, branching: BranchingConfig) 
         sid, level, own_from = frontier.pop(0)
         if level >= branching.depth:
             continue
-        turns = sorted(await asyncio.to_thread(store.turns.read, session_ids=[sid]), key=lambda t: t.turn_index)
+        turns = sorted(
+            await asyncio.to_thread(store.turns.read, session_ids=[sid]), key=lambda t: t.turn_index
+        )
         for fork_turn in branching.fork_turns([t.logprobs for t in turns], own_from):
             budget = branching.token_budget
             if budget is not None and await asyncio.to_thread(generated_tokens, store, tree) >= budget:

@@ -283,7 +283,7 @@ class BranchingConfig(_Strict):
                 raise ValueError("at: turns needs turns: [K, ...] (the turns to fork at, each >= 1)")
             if any(k < 1 for k in self.turns) or len(set(self.turns)) != len(self.turns):
                 raise ValueError(f"turns must be distinct integers >= 1, got {self.turns}")
-            if "points" in self.model_fields_set:
+            if self.points != 1:
                 raise ValueError("points applies to at: lowest_logprob; at: turns forks at each of turns")
         elif self.turns is not None:
             raise ValueError("turns applies to at: turns; at: lowest_logprob picks its own fork turns")

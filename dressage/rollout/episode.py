@@ -115,7 +115,7 @@ class EpisodeFailed(Exception):
         self.reason = reason
 
 
-async def _renew(
+async def renew_lease(
     env: EpisodeEnv, lease: TaskLease, owner_task: asyncio.Task[object], lost: list[bool]
 ) -> None:
     """Renew the lease every third of its length; on loss, cancel the episode."""
@@ -142,10 +142,16 @@ def sandbox_session_url(env: EpisodeEnv, host_session_url: str) -> str:
     return env.sandbox_proxy_url.rstrip("/") + host_session_url[len(base) :]
 
 
-async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
-    """Play one claimed (task, sample); see the module docstring. Never raises for agent failures."""
+async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True) -> Outcome:
+    """Play one claimed (task, sample); see the module docstring. Never raises for agent failures.
+
+    ``release=False`` (a tree's root, :mod:`dressage.rollout.branching`): a finished (or already
+    finished) session keeps the lease, which the tree releases once its branches have ended.
+    """
     store, run, cfg = env.store, env.run, env.cfg
     if await asyncio.to_thread(store.sessions.has_finished, lease.task_id):
+        if not release:
+            return Outcome("skipped")
         with contextlib.suppress(LeaseError):
             await asyncio.to_thread(store.tasks.release, lease, "done")
         return Outcome("skipped")
@@ -155,7 +161,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
     current = asyncio.current_task()
     assert current is not None
     lost = [False]
-    renewer = asyncio.create_task(_renew(env, lease, current, lost))
+    renewer = asyncio.create_task(renew_lease(env, lease, current, lost))
     agent_log = AgentLog()
     held = Held()
     sampling = cfg.sampling.request_kwargs(
@@ -198,7 +204,8 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease) -> Outcome:
             info=redact_json({**env.session_info, **_finish_info(lease, result)}, store.db.secrets),
             attempt=lease.attempt,
         )
-        await asyncio.to_thread(store.tasks.release, lease, "done")
+        if release:
+            await asyncio.to_thread(store.tasks.release, lease, "done")
         return Outcome("finished", reward=reward)
     except asyncio.CancelledError:
         if not lost[0]:

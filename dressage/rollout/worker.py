@@ -42,6 +42,7 @@ from dressage.paddock import get_provider, serve_unix_socket_forwarder
 from dressage.proxy.contract import Proxy, ProxyFactory, ServedProxy
 from dressage.redact import redact
 from dressage.rollout import task_kinds
+from dressage.rollout.branching import run_tree
 from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import (
     check_reward_fits,
@@ -392,7 +393,8 @@ async def _lease_loop(
                     resume=w.resume_in_flight,
                 )
                 for lease in claimed:
-                    active.add(asyncio.create_task(run_episode(env, lease)))
+                    tree = env.cfg.branching is not None and lease.kind == "train"
+                    active.add(asyncio.create_task(run_tree(env, lease) if tree else run_episode(env, lease)))
             if not active:
                 counts = await asyncio.to_thread(store.tasks.counts, run)
                 if counts["pending"] == 0 and counts["leased"] == 0:
