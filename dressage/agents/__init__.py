@@ -41,7 +41,7 @@ def build_agent(cfg: AgentConfig) -> Agent:
     if cfg.kind in _REGISTERED:
         return _REGISTERED[cfg.kind](cfg)
     if isinstance(cfg, AnswerAgentConfig):
-        return AnswerAgent(cfg.system_prompt)
+        return AnswerAgent(cfg.system_prompt, cfg.rounds)
     if isinstance(cfg, CodingAgentConfig):
         return CodingAgent(cfg.system_prompt, cfg.max_turns, cfg.tool_timeout_s)
     if isinstance(cfg, PythonAgentConfig):

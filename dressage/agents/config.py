@@ -36,6 +36,9 @@ class AnswerAgentConfig(_Strict):
 
     kind: Literal["answer"] = "answer"
     system_prompt: str | None = Field(default=None, description="System message put before the task.")
+    rounds: int = Field(
+        default=1, ge=1, le=64, description="Replies per episode: after each, the agent asks again."
+    )
 
 
 class CodingAgentConfig(_Strict):

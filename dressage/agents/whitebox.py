@@ -64,24 +64,30 @@ def _error_text(e: openai.APIStatusError) -> str:
 
 
 class AnswerAgent(Agent):
-    """One completion; the assistant text is the answer."""
+    """One completion; the assistant text is the answer. With ``rounds`` > 1 the agent asks again
+    (:data:`AGAIN`) after each reply, in the same conversation, and the last reply is the answer: a
+    multi-turn episode even a tiny model completes (a tree rollout forks at its turns)."""
 
     name = "answer"
+    AGAIN = "Answer again, in as few words as possible."
 
-    def __init__(self, system_prompt: str | None = None) -> None:
+    def __init__(self, system_prompt: str | None = None, rounds: int = 1) -> None:
         self.system_prompt = system_prompt
+        self.rounds = rounds
 
     async def run(self, ctx: AgentContext) -> AgentResult:
-        """Ask once, answer with the reply's text."""
+        """Ask (``rounds`` times), answer with the last reply's text."""
         messages = ctx.task.chat_messages(self.system_prompt)
-        resp = await _complete(ctx, messages)
-        choice = resp.choices[0]
-        answer = choice.message.content or ""
-        ctx.log.write(f"turn 1 finish_reason={choice.finish_reason} answer={answer!r}")
-        messages.append({"role": "assistant", "content": answer})
-        return AgentResult(
-            answer=answer, finish_reason=str(choice.finish_reason or "stop"), turns=1, messages=messages
-        )
+        answer, finish = "", "stop"
+        for turn in range(1, self.rounds + 1):
+            if turn > 1:
+                messages.append({"role": "user", "content": self.AGAIN})
+            resp = await _complete(ctx, messages)
+            choice = resp.choices[0]
+            answer, finish = choice.message.content or "", str(choice.finish_reason or "stop")
+            ctx.log.write(f"turn {turn} finish_reason={choice.finish_reason} answer={answer!r}")
+            messages.append({"role": "assistant", "content": answer})
+        return AgentResult(answer=answer, finish_reason=finish, turns=self.rounds, messages=messages)
 
 
 class CodingAgent(Agent):

@@ -400,6 +400,8 @@ class RolloutConfig(_Strict):
             exclude["secrets"] = True  # snapshots of runs from before the section compare equal
         if self.eval is None:
             exclude["eval"] = True
+        if getattr(self.agent, "rounds", None) == 1:
+            exclude["agent"] = {"rounds"}  # likewise for runs from before multi-round answers
         if self.branching is None:
             exclude["branching"] = True  # snapshots of runs from before trees compare equal
         if self.sandbox.e2b == E2BSandboxConfig():
