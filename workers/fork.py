@@ -50,7 +50,8 @@ def fork_command(
     from rich.markup import escape
 
     from dressage.config import load_settings
-    from dressage.rollout.fork import ForkSpec, fork_session
+    from dressage.rollout.fork import ForkSpec
+    from dressage.rollout.fork_command import fork_session
 
     settings = load_settings(database_url=database_url)
     spec = ForkSpec(session, at_turn, branches, seed, into, resume)

@@ -31,10 +31,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-
 from dressage.agents import AgentLog, Task
-from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError, LeaseError, UnknownSessionError
 from dressage.proxy.contract import SessionHandle
 from dressage.redact import redact, redact_json
@@ -219,23 +216,6 @@ def _check_existing(store: EventStore, spec: ForkSpec, branches: list[Branch], r
     for s in existing:
         if s.run_id != target:
             raise ConfigError(f"branch session {s.id} is recorded in another run than {run_name!r}")
-
-
-async def fork_session(settings: Settings, spec: ForkSpec, console: Console | None = None) -> ForkReport:
-    """Run a fork's branches to their end (see the module docstring); ``concurrency`` of the parent
-    run's ``worker`` section at once."""
-    from dressage.rollout.worker import serve_episodes
-
-    console = console or Console(stderr=True)
-    store = EventStore.open(settings=settings)
-    try:
-        plan = plan_fork(store, spec)
-        async with serve_episodes(
-            store, plan.cfg, settings, console, lambda _secrets: plan.run_config, run_name=plan.run_name
-        ) as env:
-            return await run_branches(env, plan)
-    finally:
-        store.close()
 
 
 async def run_branches(env: EpisodeEnv, plan: ForkPlan) -> ForkReport:
