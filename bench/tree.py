@@ -8,11 +8,11 @@ the tokens it generated. In the same run, on the same tasks:
 * ``tree``: one root per task, ``branching: {width: W, depth: D, at: turns, turns: [2, 4, ...]}``
   (level ``l`` forks at turn ``2 (l + 1)``): each branch's first ``K`` turns are replayed from the
   log (no engine request), turn ``K`` on is live;
-* ``independent`` (the baseline): as many independent samples per task as the tree has sessions
-  (trajectories), no branching.
+* two baselines without branching: as many independent samples per task as the tree has sessions
+  (trajectories: the same amount of training data), and ``W * D`` independent samples per task.
 
-It prints both runs' sessions, engine requests, generated and prefill tokens, and the ratios
-tree / independent. The counts are exact (the engine's replies are a function of the prompt), so
+It prints each run's sessions, engine requests, generated and prefill tokens, and the ratios
+tree / baseline. The counts are exact (the engine's replies are a function of the prompt), so
 one pass is the measurement; no timing is compared.
 
     python bench/tree.py [--width 2] [--depth 2] [--tasks 2]
@@ -129,23 +129,35 @@ def main() -> None:
         tmp = Path(d)
         tree = run_once(tmp / "tree", engine, args.tasks, 1, branching)
         per_task = tree.sessions // args.tasks
-        flat = run_once(tmp / "independent", engine, args.tasks, per_task, None)
+        same = run_once(tmp / "same", engine, args.tasks, per_task, None)
+        wd = args.width * args.depth
+        flat = run_once(tmp / "wd", engine, args.tasks, wd, None)
     table = Table(
         title=f"{args.tasks} tasks, {len(PLAN) + 1}-call tool loop: a tree (W={args.width}, D={args.depth}, "
-        f"fork turns {turns}) vs {per_task} independent samples per task"
+        f"fork turns {turns}, {per_task} sessions) vs independent samples"
     )
     for col in ("run", "sessions", "engine requests", "generated tokens", "prefill tokens sent"):
         table.add_column(col, justify="right")
-    for name, m in (("tree", tree), ("independent", flat)):
-        table.add_row(name, str(m.sessions), str(m.requests), str(m.generated), str(m.prefill))
-    table.add_row(
-        "tree / independent",
-        "",
-        f"{tree.requests / flat.requests:.3f}",
-        f"{tree.generated / flat.generated:.3f}",
-        f"{tree.prefill / flat.prefill:.3f}",
+    rows = (
+        ("tree", tree),
+        (f"{per_task} independent / task", same),
+        (f"W*D = {wd} independent / task", flat),
     )
+    for name, m in rows:
+        table.add_row(name, str(m.sessions), str(m.requests), str(m.generated), str(m.prefill))
+    for name, base in rows[1:]:
+        table.add_row(
+            f"tree / {name.split(' / ')[0]}",
+            f"{tree.sessions / base.sessions:.3f}",
+            f"{tree.requests / base.requests:.3f}",
+            f"{tree.generated / base.generated:.3f}",
+            f"{tree.prefill / base.prefill:.3f}",
+        )
     console.print(table)
+    console.print(
+        "tree / N independent: the same number of trajectories; tree / W*D independent: the issue's "
+        "baseline (fewer trajectories than the tree)."
+    )
 
 
 if __name__ == "__main__":
