@@ -337,6 +337,7 @@ def rollout_options(
     * ``P``: ``args.rollout_batch_size``; else ``args.global_batch_size / n``; else
       ``DRESSAGE_SLIME_ROLLOUT_BATCH_SIZE``; else the loop's recorded ``global_batch_size / n``;
       else the run's number of tasks ``n_tasks`` (one step per pass over the dataset).
+    * the advantage estimator: ``tree`` for a tree run (its config has ``branching``), else ``grpo``.
     * ``grpo_std_normalization`` becomes the advantage's std normalisation (dressage divides by the
       group's population std, ``ddof=0``; slime's own normalisation uses the sample std).
     * version masking: :func:`masking_options`.
@@ -375,9 +376,11 @@ def rollout_options(
             "generate_rollout needs slime's args.rollout_batch_size (or DRESSAGE_SLIME_ROLLOUT_BATCH_SIZE); "
             "the run has no recorded batch size and no tasks yet"
         )
+    tree = run is not None and bool(_recorded(run, "rollout", "branching"))
     return StepOptions(
         global_batch_size=trajectories,
         n_samples_per_prompt=n,
+        advantage_estimator="tree" if tree else "grpo",  # a tree run's groups need it (docs/trees.md)
         std_normalize=bool(_arg(args, "grpo_std_normalization")),
         masking=masking_options(args),
     )

@@ -40,6 +40,9 @@ from dressage.store.records import Turn
 from dressage.training.groups import GroupTracker
 from dressage.training.steps import StepBuilder, StepOptions
 from dressage.training.trees import TREE_ID_STRIDE, TREE_SHARED, node_samples
+from tests.training.test_slime_rollout import call_like_slime, slime_args, slime_on_path
+
+__all__ = ["slime_on_path"]  # a fixture these tests use
 
 N_CTX, N_GEN = 2, 3
 TREE_CONFIG = {"rollout": {"branching": {"width": 2}}}
@@ -241,3 +244,21 @@ def test_torch_backend_trains_each_node_once_with_its_advantage(
     backend.resume(store.runs.get(run_name), None)
     metrics = backend.train_step(batch)
     assert metrics["loss"] == pytest.approx(expected, rel=1e-5, abs=1e-7)
+
+
+def test_generate_rollout_hands_slime_one_sample_per_node(
+    store: EventStore, run_name: str, db_url: str, slime_on_path: None
+) -> None:
+    """slime's rollout function on a tree run: the tree estimator, one sample per trained node."""
+    build_tree_run(store, run_name)
+    args = slime_args(run_name, db_url, rollout_batch_size=1, global_batch_size=None)
+    nested, flat, metrics = call_like_slime(args, 0)
+    assert metrics["dressage/trainable_tokens"] == 33 == sum(sum(s.loss_mask) for s in flat)
+    got = sorted(
+        (s.metadata["dressage_session"].removeprefix(f"{run_name}-"), s.reward, sum(s.loss_mask))
+        for s in flat
+    )
+    nodes = [("R", 0.125, 6), ("R", 0.375, 6), ("A", -0.125, 3), ("A", -0.5, 3), ("B", -0.125, 6)]
+    assert got == sorted([*nodes, ("C", 0.5, 3), ("S", -0.5, 6)])
+    (group,) = nested
+    assert len(group) == 5  # one trajectory per session, its node samples sharing its rollout_id
