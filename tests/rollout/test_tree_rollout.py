@@ -129,3 +129,23 @@ def test_kill_9_during_a_tree_rollout_then_resume(
         assert len(group.forks) == TREE_SIZE - 1 and all(f.status == "finished" for f in group.forks)
     finally:
         store.close()
+
+
+def test_the_token_budget_stops_forking(tmp_path: Path, engine: tuple[ScriptedEngine, TreeScript]) -> None:
+    """With ``token_budget: 1`` the root alone spends it: no fork point opens, the sample is done."""
+    eng, script = engine
+    script.phase = "budget"  # never holds
+    home, url = tmp_path / "home", f"sqlite:///{tmp_path / 'log.db'}"
+    cfg = _config(tmp_path, eng.url)
+    data = yaml.safe_load(cfg.read_text())
+    data["branching"]["token_budget"] = 1
+    cfg.write_text(yaml.safe_dump(data))
+    finish(start_worker(["--config", str(cfg), "--database-url", url], home))
+    store = open_store(url, home)
+    try:
+        (root,) = store.sessions.list(data["run"])
+        assert root.status == "finished" and root.parent_session_id is None
+        assert store.tasks.counts(data["run"])["done"] == 1
+        assert len(script.requests("budget")) == TURNS
+    finally:
+        store.close()
