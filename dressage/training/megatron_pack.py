@@ -78,7 +78,7 @@ def pack_thd(samples: Sequence[TrainSample], pad_multiple: int = 1, pad_token_id
         r0 = start + length - 1 - s.response_length  # predicting position of the first response token
         weights_T[r0 : r0 + s.response_length] = s.loss_weights
         logp_T[r0 : r0 + s.response_length] = s.rollout_log_probs
-        adv_T[r0 : r0 + s.response_length] = s.advantage
+        adv_T[r0 : r0 + s.response_length] = s.advantages if s.advantages is not None else s.advantage
     return PackedTHD(tokens_T, labels_T, pos_T, weights_T, logp_T, adv_T, cu, lengths.astype(np.int32))
 
 
@@ -261,7 +261,7 @@ def _fill(
         mask_T[r0 : end - 1] = s.loss_mask
         if s.loss_weights is not None:
             weights_T[r0 : end - 1] = s.loss_weights
-        adv_T[r0 : end - 1] = s.advantage
+        adv_T[r0 : end - 1] = s.advantages if s.advantages is not None else s.advantage  # a tree: per token
         logp_T[r0 : end - 1] = s.rollout_log_probs
     used = int(starts[-1])
     pos_T[used:] = np.arange(total - used)

@@ -262,3 +262,17 @@ def test_generate_rollout_hands_slime_one_sample_per_node(
     assert got == sorted([*nodes, ("C", 0.5, 3), ("S", -0.5, 6)])
     (group,) = nested
     assert len(group) == 5  # one trajectory per session, its node samples sharing its rollout_id
+
+
+def test_megatron_packing_carries_each_tokens_node_advantage(store: EventStore, run_name: str) -> None:
+    """The THD pack puts each response token's own (node) advantage on its predicting position."""
+    from dressage.training.megatron_pack import pack_thd
+
+    build_tree_run(store, run_name)
+    batch = _step(store, run_name)
+    assert batch is not None
+    packed = pack_thd(batch.samples)
+    for s, start, length in zip(batch.samples, packed.cu_seqlens[:-1], packed.seqlens, strict=True):
+        r0 = int(start) + int(length) - 1 - s.response_length
+        assert s.advantages is not None
+        np.testing.assert_array_equal(packed.advantages_T[r0 : r0 + s.response_length], s.advantages)
