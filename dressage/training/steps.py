@@ -23,8 +23,8 @@ from dressage.training.manifest import batch_hash, field_digests, sample_entries
 from dressage.training.masking import MaskingPolicy, apply_version_mask, group_outside_window
 from dressage.training.materialize import Trajectory, materialize_trajectory
 from dressage.training.samples import TrainSample
-from dressage.training.turn_prefetch import TurnPrefetcher, finished_sessions
 from dressage.training.trees import apply_tree, build_tree, tree_rollout_ids, tree_sessions
+from dressage.training.turn_prefetch import TurnPrefetcher, finished_sessions
 from dressage.training.weights import assign_loss_weights
 
 
