@@ -13,6 +13,7 @@ import hashlib
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,14 @@ class ForkScript:
             self.reached.set()
             self.release.wait(120)
         return qwen_tool_call("shell_exec", cmd=command(step, seed))
+
+    def settle(self, quiet_s: float = 1.0, limit_s: float = 60.0) -> None:
+        """Wait until no request has arrived for ``quiet_s``: requests a killed worker had already
+        sent (queued behind a held one) are answered in the phase that is current meanwhile."""
+        deadline, seen = time.monotonic() + limit_s, -1
+        while time.monotonic() < deadline and seen != len(self.calls):
+            seen = len(self.calls)
+            time.sleep(quiet_s)
 
     def requests(self, phase: str) -> list[tuple[int, object]]:
         """(step, seed) of each engine request of ``phase``."""
