@@ -143,16 +143,9 @@ class StepBuilder:
                 samples += materialize_trajectory(by_session.get(m.session_id, []), traj)
         except TrainingError as e:
             return [], {**decision, "kept": False, "reason": "invalid", "error": str(e)}
-        oldest = group_outside_window(samples, policy, trainer_version)
-        if oldest is not None:
-            return [], {
-                **decision,
-                "kept": False,
-                "reason": "outside_version_window",
-                "oldest_version": oldest,
-            }
-        for s in samples:
-            apply_version_mask(s, policy, trainer_version)
+        dropped = self._version_window(samples, trainer_version, decision)
+        if dropped is not None:
+            return [], dropped
         adv = assign_advantages(
             samples, opts.advantage_estimator, std_normalize=opts.std_normalize, eps=opts.eps
         )
@@ -200,9 +193,26 @@ class StepBuilder:
             tree = build_tree(sized, std_normalize=opts.std_normalize, eps=opts.eps)
         except TrainingError as e:
             return [], {**decision, "kept": False, "reason": "invalid", "error": str(e)}
+        dropped = self._version_window(samples, trainer_version, decision)
+        if dropped is not None:
+            return [], dropped
+        apply_tree(tree, samples, by_session)
+        decision["advantages"] = {str(s.rollout_id): s.advantage for s in samples if s.is_anchor}
+        decision["tree"] = tree.describe()
+        return samples, {**decision, "kept": True}
+
+    def _version_window(
+        self, samples: list[TrainSample], trainer_version: int, decision: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Drop decision when the group is outside the version window; else mask its samples' versions.
+
+        Returns the manifest decision for a dropped group, or ``None`` after
+        :func:`apply_version_mask` has been applied to every sample (both flat and tree groups).
+        """
+        policy = self.options.masking
         oldest = group_outside_window(samples, policy, trainer_version)
         if oldest is not None:
-            return [], {
+            return {
                 **decision,
                 "kept": False,
                 "reason": "outside_version_window",
@@ -210,10 +220,7 @@ class StepBuilder:
             }
         for s in samples:
             apply_version_mask(s, policy, trainer_version)
-        apply_tree(tree, samples, by_session)
-        decision["advantages"] = {str(s.rollout_id): s.advantage for s in samples if s.is_anchor}
-        decision["tree"] = tree.describe()
-        return samples, {**decision, "kept": True}
+        return None
 
     def _read(self, session_ids: list[str]) -> dict[str, list[Any]]:
         return dict(self.prefetch.turns(session_ids)) if session_ids else {}
