@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from dressage.store import EventStore
 from dressage.store.views import STEP_METRIC_COLUMNS
 from dressage.training import StepOptions, Trainer
-from dressage.training.torch_backend import build_model, ppo_clip_tis_loss
+from dressage.training.torch_backend import build_model
 from tests.test_readme_newcomer import REPO
+from tests.training.builders import recompute_loss_and_grad_norm
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -50,21 +50,7 @@ def _recompute_step_1(store: EventStore) -> tuple[float, float]:
     model.train()
     for name, p in model.named_parameters():
         p.requires_grad_(name.startswith("lm_head."))
-    total = 0.0
-    for s in batch.samples:
-        tokens = torch.as_tensor(s.tokens, dtype=torch.long)
-        logp = torch.log_softmax(model(input_ids=tokens[None]).logits[0].float()[:-1], dim=-1)
-        logp_R = logp.gather(-1, tokens[1:, None])[:, 0][-s.response_length :]
-        loss, _ = ppo_clip_tis_loss(
-            logp_R,
-            torch.as_tensor(s.rollout_log_probs, dtype=torch.float32),
-            torch.full((s.response_length,), s.advantage),
-            torch.as_tensor(s.loss_weights, dtype=torch.float32),
-        )
-        loss.backward()
-        total += float(loss.detach())
-    grads = [p.grad.double().flatten() for n, p in model.named_parameters() if p.grad is not None]
-    return total, float(torch.linalg.vector_norm(torch.cat(grads)))
+    return recompute_loss_and_grad_norm(model, batch.samples)
 
 
 def test_loop_on_the_quickstart_puts_every_metric_in_sql(tmp_path: Path) -> None:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dressage.store import EventStore, NewTurn, TaskSpec
 from dressage.store.records import Turn
+
+if TYPE_CHECKING:
+    import torch
+
+    from dressage.training.samples import TrainSample
 
 VOCAB = 4096
 LAYERS, TOP_K = 2, 2
@@ -172,3 +178,33 @@ def make_turn(
         info={},
         position=turn_index + 1,
     )
+
+
+def recompute_loss_and_grad_norm(
+    model: torch.nn.Module, samples: Sequence[TrainSample]
+) -> tuple[float, float]:
+    """The summed loss and the gradient norm of ``samples`` on ``model``, recomputed by hand.
+
+    Each sample's response log-probs under ``model`` go through the backend's loss function
+    (:func:`~dressage.training.torch_backend.ppo_clip_tis_loss`) and are backpropagated; the norm
+    is over every parameter that got a gradient (the trainable ones).
+    """
+    import torch
+
+    from dressage.training.torch_backend import ppo_clip_tis_loss
+
+    total = 0.0
+    for s in samples:
+        tokens = torch.as_tensor(s.tokens, dtype=torch.long)
+        logp = torch.log_softmax(model(input_ids=tokens[None]).logits[0].float()[:-1], dim=-1)
+        logp_R = logp.gather(-1, tokens[1:, None])[:, 0][-s.response_length :]
+        loss, _ = ppo_clip_tis_loss(
+            logp_R,
+            torch.as_tensor(s.rollout_log_probs, dtype=torch.float32),
+            torch.full((s.response_length,), s.advantage),
+            torch.as_tensor(s.loss_weights, dtype=torch.float32),
+        )
+        loss.backward()
+        total += float(loss.detach())
+    grads = [p.grad.double().flatten() for p in model.parameters() if p.grad is not None]
+    return total, float(torch.linalg.vector_norm(torch.cat(grads)))

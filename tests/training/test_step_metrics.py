@@ -15,9 +15,9 @@ from dressage.store import EventStore, schema
 from dressage.store.views import STEP_METRIC_COLUMNS
 from dressage.training import StepOptions, Trainer
 from dressage.training.metrics import BATCH_METRICS, TORCH_METRICS
-from dressage.training.torch_backend import TorchBackend, build_model, ppo_clip_tis_loss
+from dressage.training.torch_backend import TorchBackend, build_model
 from tests.cli.helpers import sql_json
-from tests.training.builders import build_run, simple
+from tests.training.builders import build_run, recompute_loss_and_grad_norm, simple
 
 
 def _train(store: EventStore, run: str, tmp_path: Path) -> list:
@@ -64,21 +64,7 @@ def test_loss_and_grad_norm_recomputed_from_the_stored_samples(
     recorded = store.consumers.metrics(run_name, "train:main")[1]
     [batch, _] = Trainer(store, run_name, StepOptions(2, 2)).replay()
     model = build_model("tiny-qwen3", seed=3)
-    total = 0.0
-    for s in batch.samples:
-        tokens = torch.as_tensor(s.tokens, dtype=torch.long)
-        logp = torch.log_softmax(model(input_ids=tokens[None]).logits[0].float()[:-1], dim=-1)
-        logp_R = logp.gather(-1, tokens[1:, None])[:, 0][-s.response_length :]
-        loss, _ = ppo_clip_tis_loss(
-            logp_R,
-            torch.as_tensor(s.rollout_log_probs, dtype=torch.float32),
-            torch.full((s.response_length,), s.advantage),
-            torch.as_tensor(s.loss_weights, dtype=torch.float32),
-        )
-        loss.backward()
-        total += float(loss.detach())
-    grads = [p.grad.double().flatten() for p in model.parameters() if p.grad is not None]
-    grad_norm = float(torch.linalg.vector_norm(torch.cat(grads)))
+    total, grad_norm = recompute_loss_and_grad_norm(model, batch.samples)
     assert total == pytest.approx(recorded["loss"], rel=1e-6)
     assert grad_norm == pytest.approx(recorded["grad_norm"], rel=1e-6)
     assert recorded["grad_norm"] > 0
