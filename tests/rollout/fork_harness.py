@@ -76,18 +76,21 @@ class ForkScript:
         return [(step, seed) for p, step, seed in self.calls if p == phase]
 
 
-def parent_config(tmp: Path, engine_url: str) -> Path:
-    """run.yaml: the coding agent for six turns, one task, one sample, a sampling seed."""
+def parent_config(tmp: Path, engine_url: str, **sections: Any) -> Path:
+    """run.yaml: the coding agent for six turns, one task, one sample, a sampling seed.
+
+    ``sections`` (e.g. ``branching=...``, ``worker=...``) replace this function's own sections of
+    the same name and are passed on to :func:`write_config`.
+    """
     write_tasks(tmp / "tasks.jsonl", TASKS)
-    return write_config(
-        tmp,
-        engine_url,
-        n_samples_per_prompt=1,
-        agent={"kind": "coding", "max_turns": TURNS},
-        sampling={"max_tokens": 256, "enable_thinking": False, "seed": 1},
-        reward={"kind": "contains"},
-        worker={"concurrency": 4, "lease_s": 30, "max_attempts": 2, "session_timeout_s": 120},
-    )
+    own: dict[str, Any] = {
+        "n_samples_per_prompt": 1,
+        "agent": {"kind": "coding", "max_turns": TURNS},
+        "sampling": {"max_tokens": 256, "enable_thinking": False, "seed": 1},
+        "reward": {"kind": "contains"},
+        "worker": {"concurrency": 4, "lease_s": 30, "max_attempts": 2, "session_timeout_s": 120},
+    }
+    return write_config(tmp, engine_url, **{**own, **sections})
 
 
 def finish(proc: subprocess.Popen[bytes], timeout: float = 240) -> str:

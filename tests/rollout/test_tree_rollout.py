@@ -22,8 +22,8 @@ import yaml
 
 from dressage.store import EventStore
 from dressage.training.groups import GroupTracker
-from tests.rollout.conftest import open_store, requires_bwrap, start_worker, write_config, write_tasks
-from tests.rollout.fork_harness import TASKS, TURNS, ForkScript, finish
+from tests.rollout.conftest import open_store, requires_bwrap, start_worker
+from tests.rollout.fork_harness import TURNS, ForkScript, finish, parent_config
 from tests.scripted_engine import ScriptedEngine
 
 pytestmark = requires_bwrap
@@ -62,14 +62,9 @@ def engine() -> Iterator[tuple[ScriptedEngine, TreeScript]]:
 
 
 def _config(tmp: Path, engine_url: str) -> Path:
-    write_tasks(tmp / "tasks.jsonl", TASKS)
-    return write_config(
+    return parent_config(
         tmp,
         engine_url,
-        n_samples_per_prompt=1,
-        agent={"kind": "coding", "max_turns": TURNS},
-        sampling={"max_tokens": 256, "enable_thinking": False, "seed": 1},
-        reward={"kind": "contains"},
         branching=BRANCHING,
         worker={"concurrency": 2, "lease_s": 3, "max_attempts": 3, "session_timeout_s": 120},
     )
