@@ -100,26 +100,13 @@ class ForkReplay:
         parent_turn = turn.parent_turn_id
         if parent_turn is not None and parent_turn in parent_ids:
             parent_turn = turn_key(run_name, session_id, parent_ids[parent_turn])
-        return NewTurn(
-            session_id=session_id,
-            turn_index=turn.turn_index,
-            context_ids=turn.context_ids,
-            generated_ids=turn.generated_ids,
-            logprobs=turn.logprobs,
-            policy_versions=turn.policy_versions,
-            loss_mask=turn.loss_mask,
-            thread_index=turn.thread_index,
+        return NewTurn.from_turn(
+            turn,
+            session_id,
+            info={**turn.info, REPLAYED_FROM: turn.id},
             parent_turn_id=parent_turn,
-            route=turn.route,
-            segment_index=turn.segment_index,
-            segment_offset=turn.segment_offset,
-            boundary_reason=turn.boundary_reason,
-            routed_experts=turn.routed_experts,
-            finish_reason=turn.finish_reason,
-            sampling_params=turn.sampling_params,
             request_fingerprint=request_fingerprint,
             latency_ms=0.0,
-            info={**turn.info, REPLAYED_FROM: turn.id},
             key=turn_key(run_name, session_id, turn.turn_index),
         )
 

@@ -234,6 +234,49 @@ class NewTurn:
     info: Mapping[str, object] = field(default_factory=dict)
     key: str | None = None
 
+    @classmethod
+    def from_turn(
+        cls,
+        turn: Turn,
+        session_id: str,
+        *,
+        info: Mapping[str, object] | None = None,
+        parent_turn_id: str | None = None,
+        request_fingerprint: str | None = None,
+        latency_ms: float | None = None,
+        key: str | None = None,
+    ) -> NewTurn:
+        """A copy of the recorded ``turn`` for ``session_id`` (e.g. a fork replaying its parent's turns).
+
+        The copy keeps the turn's tokens, logprobs, versions, loss mask, placement (index, lineage,
+        route, segment, offset, boundary), routed experts, finish reason and sampling parameters.
+        What belongs to the new record alone is the caller's: ``parent_turn_id``,
+        ``request_fingerprint``, ``latency_ms`` and ``key`` (``None`` unless given) and ``info``
+        (the turn's own info unless given).
+        """
+        return cls(
+            session_id=session_id,
+            turn_index=turn.turn_index,
+            context_ids=turn.context_ids,
+            generated_ids=turn.generated_ids,
+            logprobs=turn.logprobs,
+            policy_versions=turn.policy_versions,
+            loss_mask=turn.loss_mask,
+            thread_index=turn.thread_index,
+            parent_turn_id=parent_turn_id,
+            route=turn.route,
+            segment_index=turn.segment_index,
+            segment_offset=turn.segment_offset,
+            boundary_reason=turn.boundary_reason,
+            routed_experts=turn.routed_experts,
+            finish_reason=turn.finish_reason,
+            sampling_params=turn.sampling_params,
+            request_fingerprint=request_fingerprint,
+            latency_ms=latency_ms,
+            info=turn.info if info is None else info,
+            key=key,
+        )
+
 
 @dataclass(slots=True)
 class PreparedTurn:

@@ -82,21 +82,7 @@ def _live_turn(sid: str, index: int, rng: np.random.Generator) -> NewTurn:
 
 def _replayed(sid: str, turn: Turn) -> NewTurn:
     """The parent's turn as the fork records it: the same ids, logprobs, masks and versions."""
-    return NewTurn(
-        session_id=sid,
-        turn_index=turn.turn_index,
-        context_ids=turn.context_ids,
-        generated_ids=turn.generated_ids,
-        logprobs=turn.logprobs,
-        policy_versions=turn.policy_versions,
-        loss_mask=turn.loss_mask,
-        thread_index=turn.thread_index,
-        route=turn.route,
-        segment_index=turn.segment_index,
-        segment_offset=turn.segment_offset,
-        finish_reason=turn.finish_reason,
-        info={"replayed_from": turn.id},
-    )
+    return NewTurn.from_turn(turn, sid, info={"replayed_from": turn.id})
 
 
 def _session(
