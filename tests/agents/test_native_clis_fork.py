@@ -14,55 +14,36 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dressage.tito import get_profile
-from tests.agents.test_native_clis import cli_in_usr
-from tests.agents.test_native_clis_rollout import CASES, PROMPT
-from tests.rollout.conftest import (
-    open_store,
-    requires_bwrap,
-    start_worker,
-    worker_env,
-    write_config,
-    write_tasks,
-)
-from tests.scripted_engine import ScriptedEngine, qwen_tool_call
+from tests.agents.native_cli_harness import ToolThenAnswer, cli_run, require_cli
+from tests.rollout.conftest import open_store, requires_bwrap, start_worker, worker_env
+from tests.scripted_engine import ScriptedEngine
 
 pytestmark = [requires_bwrap, pytest.mark.slow]
 SEED = 50
 TOK = get_profile("qwen3.5").tokenizer
 
 
-class _Policy:
+class _Policy(ToolThenAnswer):
     """Call the tool, then answer from its output and the request's seed; counts requests by phase."""
 
     def __init__(self, tool: str, arguments: dict[str, str]) -> None:
-        self.tool, self.arguments = tool, arguments
+        super().__init__(tool, arguments, "parent")
         self.engine: ScriptedEngine | None = None
-        self.phase = "parent"
         self.calls: list[tuple[str, str, Any]] = []
-        self.lock = threading.Lock()
 
     def __call__(self, prompt: str, _n: int) -> str:
         assert self.engine is not None
         seed = self.engine.sampling[-1].get("sampling_seed")
-        responses = re.findall(r"<tool_response>\n?(.*?)\n?</tool_response>", prompt, re.DOTALL)
-        if responses:
-            last = (responses[-1].strip().splitlines() or [""])[-1].strip()
-            step, body = "answer", f"seed {seed}, final answer: {last}"
-        elif f'"name": "{self.tool}"' in prompt:
-            step, body = "call", qwen_tool_call(self.tool, **self.arguments)
-        else:
-            step, body = "side", "side request"
+        step, body = self.step(prompt, answer_prefix=f"seed {seed}, ")
         with self.lock:
             self.calls.append((self.phase, step, seed))
-        return ("The task needs one command.\n</think>\n\n" if prompt.endswith("<think>\n") else "") + body
+        return self.reply(prompt, body)
 
 
 def _stable(ids: Any) -> str:
@@ -85,27 +66,11 @@ def _fork(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("kind", ["codex", "claude_code"])
 def test_cli_session_forked_at_its_answer(tmp_path: Path, kind: str) -> None:
-    binary, tool, arguments, dialect = CASES[kind]
-    if cli_in_usr(binary):
-        pytest.skip(str(cli_in_usr(binary)))
+    tool, arguments, dialect = require_cli(kind)
     policy = _Policy(tool, arguments)
     with ScriptedEngine(policy).running() as eng:
         policy.engine = eng
-        write_tasks(tmp_path / "tasks.jsonl", [{"prompt": PROMPT, "label": "tool-ran-ok"}])
-        box = {
-            "network": False,
-            "memory_mb": 2048,
-            "max_processes": 256,
-            "timeout_s": 240,
-            "max_timeout_s": 240,
-        }
-        cfg = write_config(
-            tmp_path, eng.url, n_samples_per_prompt=1, agent={"kind": kind}, sandbox=box,
-            sampling={"max_tokens": 1024, "enable_thinking": None},
-            worker={"session_timeout_s": 240, "max_attempts": 1, "concurrency": 2},
-        )  # fmt: skip
-        db, home = f"sqlite:///{tmp_path / 'log.db'}", tmp_path / "home"
-        name = yaml.safe_load(cfg.read_text())["run"]
+        cfg, db, home, name = cli_run(tmp_path, eng.url, kind, max_attempts=1, concurrency=2)
         first = start_worker(["--config", str(cfg), "--database-url", db], home)
         out = first.communicate(timeout=600)[0].decode(errors="replace")
         assert first.returncode == 0, out[-3000:]

@@ -12,68 +12,42 @@ way; checked by hand, left out here to keep the suite short.)
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.agents.test_native_clis import cli_in_usr
-from tests.agents.test_native_clis_rollout import CASES, PROMPT
-from tests.rollout.conftest import open_store, requires_bwrap, start_worker, write_config, write_tasks
-from tests.scripted_engine import ScriptedEngine, qwen_tool_call
+from tests.agents.native_cli_harness import ToolThenAnswer, cli_run, require_cli
+from tests.rollout.conftest import open_store, requires_bwrap, start_worker
+from tests.scripted_engine import ScriptedEngine
 
 pytestmark = [requires_bwrap, pytest.mark.slow]
 
 
-class _Policy:
+class _Policy(ToolThenAnswer):
     """Call the tool, then answer from its output; holds the first attempt's answer until released."""
 
     def __init__(self, tool: str, arguments: dict[str, str]) -> None:
-        self.tool, self.arguments = tool, arguments
-        self.phase = "first"
+        super().__init__(tool, arguments, "first")
         self.calls: list[tuple[str, str]] = []
         self.reached, self.release = threading.Event(), threading.Event()
 
     def __call__(self, prompt: str, _n: int) -> str:
-        responses = re.findall(r"<tool_response>\n?(.*?)\n?</tool_response>", prompt, re.DOTALL)
-        if responses:
-            step, body = "answer", "final answer: " + (responses[-1].strip().splitlines() or [""])[-1].strip()
-        elif f'"name": "{self.tool}"' in prompt:
-            step, body = "call", qwen_tool_call(self.tool, **self.arguments)
-        else:
-            step, body = "side", "side request"
+        step, body = self.step(prompt)
         self.calls.append((self.phase, step))
         if self.phase == "first" and step == "answer":
             self.reached.set()
             self.release.wait(300)
-        return ("The task needs one command.\n</think>\n\n" if prompt.endswith("<think>\n") else "") + body
+        return self.reply(prompt, body)
 
 
 @pytest.mark.timeout(900)
 def test_codex_killed_mid_run_resumes_from_the_log(tmp_path: Path) -> None:
-    binary, tool, arguments, _ = CASES["codex"]
-    if cli_in_usr(binary):
-        pytest.skip(str(cli_in_usr(binary)))
+    tool, arguments, _ = require_cli("codex")
     policy = _Policy(tool, arguments)
     with ScriptedEngine(policy).running() as eng:
-        write_tasks(tmp_path / "tasks.jsonl", [{"prompt": PROMPT, "label": "tool-ran-ok"}])
-        box = {
-            "network": False,
-            "memory_mb": 2048,
-            "max_processes": 256,
-            "timeout_s": 240,
-            "max_timeout_s": 240,
-        }
-        cfg = write_config(
-            tmp_path, eng.url, n_samples_per_prompt=1, agent={"kind": "codex"}, sandbox=box,
-            sampling={"max_tokens": 1024, "enable_thinking": None},
-            worker={"session_timeout_s": 240, "max_attempts": 3, "concurrency": 1, "lease_s": 3},
-        )  # fmt: skip
-        db, home = f"sqlite:///{tmp_path / 'log.db'}", tmp_path / "home"
-        name = yaml.safe_load(cfg.read_text())["run"]
+        cfg, db, home, name = cli_run(tmp_path, eng.url, "codex", max_attempts=3, concurrency=1, lease_s=3)
         proc = start_worker(["--config", str(cfg), "--database-url", db], home)
         try:
             assert policy.reached.wait(300), proc.communicate(timeout=60)[0].decode(errors="replace")[-3000:]
