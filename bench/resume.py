@@ -24,8 +24,9 @@ import argparse
 import contextlib
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.rollout.resume_harness
 
@@ -40,8 +41,8 @@ class _Policy:
     def __init__(self) -> None:
         self.script = CodingScript(phase="reference")
 
-    def __call__(self, prompt: str, n: int) -> str:
-        return self.script(prompt, n)
+    def __call__(self, prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
+        return self.script(prompt, n, sampling)
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ class CountingEngine(ScriptedEngine):
     """The scripted engine, counting each request's prompt tokens and generated tokens."""
 
     def __init__(self) -> None:
-        super().__init__(lambda prompt, n: reply_for(prompt.count("<tool_response>")))
+        super().__init__(lambda prompt, n, sampling: reply_for(prompt.count("<tool_response>")))
         self.lock = threading.Lock()
         self.requests: list[tuple[int, int]] = []  # (prompt tokens, generated tokens)
         self._prompt_len = 0
@@ -57,8 +58,8 @@ class CountingEngine(ScriptedEngine):
             self._prompt_len = len(body["input_ids"])
         return await super()._generate(request)
 
-    def _reply_ids(self, prompt: str, max_new: int) -> tuple[list[int], str]:
-        ids, finish = super()._reply_ids(prompt, max_new)
+    def _reply_ids(self, prompt: str, max_new: int, sampling: Mapping[str, Any]) -> tuple[list[int], str]:
+        ids, finish = super()._reply_ids(prompt, max_new, sampling)
         with self.lock:
             self.requests.append((self._prompt_len, len(ids)))
         return ids, finish

@@ -1,17 +1,18 @@
 """A scripted inference engine on loopback: SGLang's ``/generate`` protocol, replies chosen by a test.
 
 The proxy talks to it exactly as to SGLang or the dev engine (token ids in, token ids out, cumulative
-streaming, ``/model_info``, ``/abort_request``). What it generates is a function of the prompt:
-``script(prompt_text, n_requests_so_far)`` returns the assistant text (e.g. a Qwen3.5 XML tool call),
-which is tokenized with the profile's own vocabulary and ended with ``<|im_end|>``, each token with a
-deterministic logprob. So agent tests (whitebox, or real CLIs speaking any dialect) can run real
+streaming, ``/model_info``, ``/abort_request``). What it generates is a function of the request:
+``script(prompt_text, n_requests_so_far, sampling_params)`` (the request's own sampling params, e.g.
+its ``sampling_seed``) returns the assistant text (e.g. a Qwen3.5 XML tool call), which is tokenized
+with the profile's own vocabulary and ended with ``<|im_end|>``, each token with a deterministic
+logprob. So agent tests (whitebox, or real CLIs speaking any dialect) can run real
 multi-step tool loops through the proxy and check what was recorded token by token.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,8 +21,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from dressage.tito import get_profile
 from tests.loopback import ServedInThread, ThreadedServer
 
-Script = Callable[[str, int], str]
-"""(prompt text, number of earlier requests) -> the assistant text to generate."""
+Script = Callable[[str, int, Mapping[str, Any]], str]
+"""(prompt text, number of earlier requests, the request's own sampling params as the proxy sent them,
+e.g. ``sampling_seed``) -> the assistant text to generate."""
 
 
 COUNT_TOOL = {
@@ -78,8 +80,8 @@ class ScriptedEngine(ServedInThread):
         self._http = ThreadedServer(app)
         self.url = self._http.base
 
-    def _reply_ids(self, prompt: str, max_new: int) -> tuple[list[int], str]:
-        text = self.script(prompt, len(self.prompts))
+    def _reply_ids(self, prompt: str, max_new: int, sampling: Mapping[str, Any]) -> tuple[list[int], str]:
+        text = self.script(prompt, len(self.prompts), sampling)
         self.prompts.append(prompt)
         ids = [*self.profile.tokenizer.encode(text), self.profile.turn_end_id]
         if len(ids) > max_new:
@@ -109,10 +111,10 @@ class ScriptedEngine(ServedInThread):
     async def _generate(self, request: Request) -> Response:
         body = await request.json()
         input_ids = body["input_ids"]
-        sampling = body.get("sampling_params") or {}
-        self.sampling.append(dict(sampling))  # before the script runs: it may read the request's seed
+        sampling = dict(body.get("sampling_params") or {})
+        self.sampling.append(sampling)
         prompt = self.profile.tokenizer.decode(input_ids)
-        ids, finish = self._reply_ids(prompt, int(sampling.get("max_new_tokens") or 1 << 20))
+        ids, finish = self._reply_ids(prompt, int(sampling.get("max_new_tokens") or 1 << 20), sampling)
         rid = body.get("rid") or "scripted"
         if not body.get("stream"):
             return JSONResponse(self._chunk(rid, len(input_ids), ids, finish))

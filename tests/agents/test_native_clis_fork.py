@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,10 @@ class _Policy(ToolThenAnswer):
 
     def __init__(self, tool: str, arguments: dict[str, str]) -> None:
         super().__init__(tool, arguments, "parent")
-        self.engine: ScriptedEngine | None = None
         self.calls: list[tuple[str, str, Any]] = []
 
-    def __call__(self, prompt: str, _n: int) -> str:
-        assert self.engine is not None
-        seed = self.engine.sampling[-1].get("sampling_seed")
+    def __call__(self, prompt: str, _n: int, sampling: Mapping[str, Any]) -> str:
+        seed = sampling.get("sampling_seed")
         step, body = self.step(prompt, answer_prefix=f"seed {seed}, ")
         with self.lock:
             self.calls.append((self.phase, step, seed))
@@ -69,7 +68,6 @@ def test_cli_session_forked_at_its_answer(tmp_path: Path, kind: str) -> None:
     tool, arguments, dialect = require_cli(kind)
     policy = _Policy(tool, arguments)
     with ScriptedEngine(policy).running() as eng:
-        policy.engine = eng
         cfg, db, home, name = cli_run(tmp_path, eng.url, kind, max_attempts=1, concurrency=2)
         first = start_worker(["--config", str(cfg), "--database-url", db], home)
         out = first.communicate(timeout=600)[0].decode(errors="replace")

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +35,7 @@ class _Policy(ToolThenAnswer):
         self.calls: list[tuple[str, str]] = []
         self.reached, self.release = threading.Event(), threading.Event()
 
-    def __call__(self, prompt: str, _n: int) -> str:
+    def __call__(self, prompt: str, _n: int, _sampling: Mapping[str, Any]) -> str:
         step, body = self.step(prompt)
         self.calls.append((self.phase, step))
         if self.phase == "first" and step == "answer":

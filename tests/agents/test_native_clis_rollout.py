@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import pytest
 
 from tests.agents.test_native_clis import COMMAND, cli_in_usr
 from tests.rollout.conftest import open_store, requires_bwrap, worker_env, write_config, write_tasks
-from tests.scripted_engine import ScriptedEngine, logprob_of, qwen_tool_call
+from tests.scripted_engine import Script, ScriptedEngine, logprob_of, qwen_tool_call
 
 pytestmark = [requires_bwrap, pytest.mark.slow]
 
@@ -40,12 +40,12 @@ IGNORED = {
 }
 
 
-def scripted_policy(tool: str, arguments: dict[str, str]) -> Callable[[str, int], str]:
+def scripted_policy(tool: str, arguments: dict[str, str]) -> Script:
     """The model: call ``tool`` while no tool response is in the prompt and the tool is offered,
     then answer with the last line of the last response; ``side request`` otherwise. A prompt that
     ends in an open ``<think>`` gets a short reasoning block first."""
 
-    def script(prompt: str, _n: int) -> str:
+    def script(prompt: str, _n: int, _sampling: Mapping[str, Any]) -> str:
         responses = re.findall(r"<tool_response>\n?(.*?)\n?</tool_response>", prompt, re.DOTALL)
         if responses:
             body = "final answer: " + (responses[-1].strip().splitlines() or [""])[-1].strip()
@@ -140,7 +140,7 @@ def test_agent_cli_rollout_through_the_proxy_is_recorded_token_exact(tmp_path: P
         store.close()
 
 
-def _assert_token_exact(engine: ScriptedEngine, script: Callable[[str, int], str], turns: list[Any]) -> None:
+def _assert_token_exact(engine: ScriptedEngine, script: Script, turns: list[Any]) -> None:
     """Each recorded turn is one engine call: the segment's tokens so far plus the turn's context are
     a prompt the engine got, and its generated ids and logprobs are exactly what the engine returned
     for that prompt (``context_ids`` hold only the tokens added since the segment's previous turn)."""
@@ -152,7 +152,7 @@ def _assert_token_exact(engine: ScriptedEngine, script: Callable[[str, int], str
         prompt_ids = so_far.get(key, []) + [int(i) for i in t.context_ids]
         prompt = profile.tokenizer.decode(prompt_ids)
         assert prompt in engine.prompts
-        expected = [*profile.tokenizer.encode(script(prompt, 0)), profile.turn_end_id]
+        expected = [*profile.tokenizer.encode(script(prompt, 0, {})), profile.turn_end_id]
         assert [int(i) for i in t.generated_ids] == expected
         want = np.asarray([logprob_of(i) for i in expected], dtype=np.float32)
         assert np.array_equal(np.asarray(t.logprobs, dtype=np.float32), want)

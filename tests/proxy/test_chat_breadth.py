@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -228,7 +228,7 @@ def test_an_invalid_grammar_is_the_engines_400(client: OpenAI) -> None:
 # --- shapes, on a scripted engine (a model that closes its thinking and its forced call) --------
 
 
-def _scripted_policy(prompt: str, n: int) -> str:
+def _scripted_policy(prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
     if prompt.endswith("<function=ls>\n"):  # the proxy forced the call's opening: finish it
         return "<parameter=path>\n/tmp\n</parameter>\n</function>\n</tool_call>"
     return "I should look.\n</think>\n\nThere is one file."

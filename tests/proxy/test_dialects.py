@@ -9,7 +9,7 @@ the dialect recorded on each turn.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anthropic
@@ -38,7 +38,7 @@ LS_TOOL_RESPONSES = {
 }
 
 
-def two_step(prompt: str, n: int) -> str:
+def two_step(prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
     """First a reasoned tool call, then (once a tool result is in the prompt) a reasoned answer."""
     if "<tool_response>" not in prompt:
         return "I should look.\n</think>\n\n" + qwen_tool_call("ls", path="/tmp")

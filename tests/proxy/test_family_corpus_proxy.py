@@ -56,7 +56,9 @@ def test_corpus_through_the_proxy_is_token_exact(
     profile = get_profile(profile_name)
     end = profile.turn_end_token
     pending: list[str] = []
-    engine = ScriptedEngine(lambda prompt, n: pending.pop(0), profile=profile_name, max_context=1 << 20)
+    engine = ScriptedEngine(
+        lambda prompt, n, sampling: pending.pop(0), profile=profile_name, max_context=1 << 20
+    )
     with engine.running() as eng:
         proxy = Harness(loop_thread, sqlite_store, eng.url, profile=profile_name, context_window=1 << 20)
         try:
@@ -93,7 +95,7 @@ def test_streaming_follows_the_family_reasoning_rules(
     stream splits reasoning at '</think>' and holds its tool calls back for the final chunk."""
     replies = {"mistral-nemo": "a </think> b", "deepseek-v3": "why</think>so"}
     for name, text in replies.items():
-        with ScriptedEngine(lambda prompt, n, text=text: text, profile=name).running() as eng:
+        with ScriptedEngine(lambda prompt, n, sampling, text=text: text, profile=name).running() as eng:
             proxy = Harness(loop_thread, sqlite_store, eng.url, profile=name)
             try:
                 client = OpenAI(base_url=proxy.session(proxy.run()).base_url, api_key="x", max_retries=0)

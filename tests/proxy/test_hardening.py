@@ -36,7 +36,7 @@ def _wait_turns(store: EventStore, sid: str, n: int) -> list:
 
 @pytest.fixture
 def breaking(loop_thread: LoopThread, sqlite_store: EventStore) -> Iterator[Harness]:
-    with ScriptedEngine(lambda prompt, n: LONG, break_after=9).running() as eng:
+    with ScriptedEngine(lambda prompt, n, sampling: LONG, break_after=9).running() as eng:
         h = Harness(loop_thread, sqlite_store, eng.url)
         yield h
         loop_thread.call(h.server.stop())
@@ -69,7 +69,7 @@ def test_engine_failing_mid_stream_ends_the_stream_and_records_the_tokens(
 def test_default_cap_bounds_a_request_without_max_tokens(
     loop_thread: LoopThread, sqlite_store: EventStore
 ) -> None:
-    with ScriptedEngine(lambda prompt, n: LONG).running() as eng:
+    with ScriptedEngine(lambda prompt, n, sampling: LONG).running() as eng:
         server = ProxyServer(sqlite_store, [eng.url], settings=Settings(default_max_tokens=7))
         loop_thread.call(server.start())
         try:

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 NOTHINK = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
-def _reply(prompt: str, n: int) -> str:
+def _reply(prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
     """The scripted model: a tool call that depends only on the prompt (so sessions compare).
 
     Tool calls keep one user turn going, so the whole conversation is one token-contiguous segment.

@@ -9,7 +9,7 @@ the takeover ends the replay: its turn opens a ``replay_diverged`` segment and g
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -32,7 +32,7 @@ TOOL = {
 }
 
 
-def coder(prompt: str, n: int) -> str:
+def coder(prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
     """A tool call per step (the step is the number of tool results so far), then an answer."""
     step = prompt.count("<tool_response>")
     if step < STEPS:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import yaml
 
 from dressage.store import EventStore
 from tests.rollout.conftest import open_store, start_worker, worker_env, write_config, write_tasks
-from tests.scripted_engine import ScriptedEngine, qwen_tool_call
+from tests.scripted_engine import qwen_tool_call
 
 TURNS = 6
 SEED_STEP = 3
@@ -45,7 +46,6 @@ def log_hash_after(step: int) -> str:
 class ForkScript:
     """The engine's policy (see the module docstring); thread-safe, reads the request's seed."""
 
-    engine: ScriptedEngine | None = None
     phase: str = "parent"
     hold: tuple[int, int] | None = None
     """(step, seed): hold that request until :attr:`release` is set (a worker to kill meanwhile)."""
@@ -53,10 +53,9 @@ class ForkScript:
     reached: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
-    def __call__(self, prompt: str, n: int) -> str:
-        assert self.engine is not None
+    def __call__(self, prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
         step = prompt.count("<tool_response>")
-        seed = self.engine.sampling[-1].get("sampling_seed")
+        seed = sampling.get("sampling_seed")
         self.calls.append((self.phase, step, seed))
         if self.hold == (step, seed) and not self.release.is_set():
             self.reached.set()

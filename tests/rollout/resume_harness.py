@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ class CodingScript:
     reached: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
-    def __call__(self, prompt: str, n: int) -> str:
+    def __call__(self, prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
         step = prompt.count("<tool_response>")
         text = reply_for(step)
         n_tokens = len(get_profile("qwen3.5").tokenizer.encode(text)) + 1  # + the turn's end token

@@ -39,7 +39,6 @@ SEED = 100
 def engine() -> Iterator[tuple[ScriptedEngine, ForkScript]]:
     script = ForkScript()
     with ScriptedEngine(script).running() as eng:
-        script.engine = eng
         yield eng, script
 
 

@@ -38,7 +38,6 @@ HOLD = (4, SEED + 1)
 def engine() -> Iterator[tuple[ScriptedEngine, ForkScript]]:
     script = ForkScript()
     with ScriptedEngine(script).running() as eng:
-        script.engine = eng
         yield eng, script
 
 

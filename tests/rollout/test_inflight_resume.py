@@ -9,7 +9,7 @@ session, and the finished trajectory equals an uninterrupted run's token for tok
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,8 @@ class _Policy:
     def __init__(self) -> None:
         self.script = CodingScript(phase="reference")
 
-    def __call__(self, prompt: str, n: int) -> str:
-        return self.script(prompt, n)
+    def __call__(self, prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
+        return self.script(prompt, n, sampling)
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,10 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -39,9 +40,8 @@ class TreeScript(ForkScript):
     root_seed: object = None
     held: int = 0
 
-    def __call__(self, prompt: str, n: int) -> str:
-        assert self.engine is not None
-        step, seed = prompt.count("<tool_response>"), self.engine.sampling[-1].get("sampling_seed")
+    def __call__(self, prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
+        step, seed = prompt.count("<tool_response>"), sampling.get("sampling_seed")
         if self.root_seed is None:
             self.root_seed = seed
         if self.phase == "first" and step == self.hold_step and seed != self.root_seed and not self.held:
@@ -50,14 +50,13 @@ class TreeScript(ForkScript):
             self.reached.set()
             self.release.wait(120)  # the engine's loop waits here: no other request is answered meanwhile
             return "unused"
-        return super().__call__(prompt, n)
+        return super().__call__(prompt, n, sampling)
 
 
 @pytest.fixture
 def engine() -> Iterator[tuple[ScriptedEngine, TreeScript]]:
     script = TreeScript(phase="first")
     with ScriptedEngine(script).running() as eng:
-        script.engine = eng
         yield eng, script
 
 
