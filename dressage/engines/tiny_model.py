@@ -41,11 +41,13 @@ class LoadedModel:
     top_k: int | None
 
 
-def tiny_qwen3_5_moe_config() -> Any:
-    """The ``Qwen3_5MoeTextConfig`` of the ``tiny`` model (hidden 64, 2 layers, 8 experts, top-2)."""
-    from transformers import Qwen3_5MoeTextConfig
+def _tiny_qwen3_5_layout() -> dict[str, Any]:
+    """The config fields the tiny Qwen3.5 family models share: the real vocabulary and stop ids, and
+    one Gated DeltaNet linear-attention layer then one full-attention layer, all at hidden size 64.
 
-    return Qwen3_5MoeTextConfig(
+    A fresh dict each call, so a caller may add its own fields (the MoE's experts, the dense MLP).
+    """
+    return dict(
         vocab_size=QWEN3_5_VOCAB_SIZE,
         hidden_size=64,
         num_hidden_layers=2,
@@ -57,12 +59,21 @@ def tiny_qwen3_5_moe_config() -> Any:
         linear_num_value_heads=2,
         linear_key_head_dim=16,
         linear_value_head_dim=16,
+        max_position_embeddings=32768,
+        eos_token_id=list(QWEN3_5_EOS_IDS),
+    )
+
+
+def tiny_qwen3_5_moe_config() -> Any:
+    """The ``Qwen3_5MoeTextConfig`` of the ``tiny`` model (hidden 64, 2 layers, 8 experts, top-2)."""
+    from transformers import Qwen3_5MoeTextConfig
+
+    return Qwen3_5MoeTextConfig(
+        **_tiny_qwen3_5_layout(),
         num_experts=8,
         num_experts_per_tok=2,
         moe_intermediate_size=32,
         shared_expert_intermediate_size=32,
-        max_position_embeddings=32768,
-        eos_token_id=list(QWEN3_5_EOS_IDS),
         architectures=["Qwen3_5MoeForCausalLM"],
     )
 
@@ -103,22 +114,7 @@ def _tiny_qwen36_dense() -> Any:
     """Qwen3.6-27B's architecture (dense Qwen3.5: Gated DeltaNet + full attention), shrunk."""
     from transformers.models.qwen3_5 import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-    config = Qwen3_5TextConfig(
-        vocab_size=QWEN3_5_VOCAB_SIZE,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        layer_types=["linear_attention", "full_attention"],
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        linear_num_key_heads=2,
-        linear_num_value_heads=2,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        max_position_embeddings=32768,
-        eos_token_id=list(QWEN3_5_EOS_IDS),
-    )
+    config = Qwen3_5TextConfig(**_tiny_qwen3_5_layout(), intermediate_size=128)
     return Qwen3_5ForCausalLM(config)
 
 
