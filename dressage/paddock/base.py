@@ -90,6 +90,30 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class ExecRequest:
+    """The arguments of one :meth:`Sandbox.exec` call, as a provider's :meth:`Sandbox._exec` gets them.
+
+    ``timeout`` is the caller's (``None``: the spec's default); providers clamp it with
+    :meth:`Sandbox._timeout` where they start the command.
+    """
+
+    cmd: str | list[str]
+    cwd: str | None = None
+    env: Mapping[str, str] | None = None
+    timeout: float | None = None
+    stdin: bytes | str | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        """The command as an argv: a string goes to ``/bin/sh -c``, a list is copied."""
+        return ["/bin/sh", "-c", self.cmd] if isinstance(self.cmd, str) else list(self.cmd)
+
+    def env_over(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` (the sandbox's ``spec.env``) overlaid with this call's ``env``."""
+        return {**base, **(self.env or {})}
+
+
+@dataclass(frozen=True)
 class FileInfo:
     """One entry of a workspace directory listing; ``path`` is relative to the workspace."""
 
@@ -110,7 +134,6 @@ class Sandbox(abc.ABC):
     spec: SandboxSpec
     _terminated: bool = False
 
-    @abc.abstractmethod
     async def exec(
         self,
         cmd: str | list[str],
@@ -124,7 +147,14 @@ class Sandbox(abc.ABC):
         ``cwd`` is relative to the workspace. ``timeout`` defaults to ``spec.timeout_s`` and is
         clamped to ``spec.max_timeout_s``; on expiry the command and all its children are killed
         and ``timed_out`` is set. Never raises for a failing command, only for a broken sandbox.
+        A terminated sandbox is refused here; the provider runs the command in :meth:`_exec`.
         """
+        self._check()
+        return await self._exec(ExecRequest(cmd, cwd, env, timeout, stdin))
+
+    @abc.abstractmethod
+    async def _exec(self, req: ExecRequest) -> ExecResult:
+        """Run one command of a live sandbox with the contract of :meth:`exec`."""
 
     @abc.abstractmethod
     async def read_file(self, path: str) -> bytes:
@@ -289,7 +319,7 @@ class HostWorkspaceSandbox(Sandbox):
     """A sandbox whose workspace is the host directory ``root``: files are handled host side.
 
     The file methods go through the ``host_*`` helpers above, so escapes are refused the same way
-    for every such provider (``bwrap``, ``local``); subclasses implement :meth:`exec` and
+    for every such provider (``bwrap``, ``local``); subclasses implement :meth:`_exec` and
     :meth:`terminate`.
     """
 

@@ -54,6 +54,7 @@ from dressage.errors import SandboxError, SandboxUnavailableError
 from dressage.paddock._proc import run_capped
 from dressage.paddock.base import (
     WORKSPACE_MOUNT,
+    ExecRequest,
     ExecResult,
     HostWorkspaceSandbox,
     SandboxProvider,
@@ -252,25 +253,17 @@ class BwrapSandbox(HostWorkspaceSandbox):
             n = self.spec.max_processes + _BWRAP_OVERHEAD_PROCS
             resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
 
-    async def exec(
-        self,
-        cmd: str | list[str],
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-    ) -> ExecResult:
+    async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command in a fresh bubblewrap over the workspace; see :meth:`Sandbox.exec`."""
-        self._check()
         await asyncio.to_thread(self._check_disk)
         for rel in self.spec.mounts.values():  # bwrap binds only existing sources
             resolve_in_workspace(self.root, rel).mkdir(parents=True, exist_ok=True)
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        rel = relative_workspace_path(cwd or ".")
+        argv = req.argv
+        rel = relative_workspace_path(req.cwd or ".")
         if not resolve_in_workspace(self.root, rel).is_dir():
-            raise SandboxError(f"working directory {cwd!r} does not exist in sandbox {self.session_id}")
+            raise SandboxError(f"working directory {req.cwd!r} does not exist in sandbox {self.session_id}")
         inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
-        full_env = clean_env(WORKSPACE_MOUNT, {**self.spec.env, **(env or {})})
+        full_env = clean_env(WORKSPACE_MOUNT, req.env_over(self.spec.env))
         exec_cg = self._cgroup.child(f"exec-{next(self._counter)}") if self._cgroup else None
 
         def send_signal(proc: asyncio.subprocess.Process, sig: int) -> None:
@@ -297,8 +290,8 @@ class BwrapSandbox(HostWorkspaceSandbox):
                 ["bwrap", "--args", str(args_fd), *full_argv[split:]],
                 env={"PATH": "/usr/bin:/bin"},  # bwrap runs by absolute path and sets the sandbox's own
                 cwd=None,
-                stdin=stdin,
-                timeout=self._timeout(timeout),
+                stdin=req.stdin,
+                timeout=self._timeout(req.timeout),
                 cap=self.spec.output_cap_bytes,
                 grace=self.spec.kill_grace_s,
                 send_signal=send_signal,

@@ -36,6 +36,7 @@ from typing import Any
 from dressage.config import load_settings
 from dressage.errors import NotSupportedError, SandboxError, SandboxUnavailableError
 from dressage.paddock.base import (
+    ExecRequest,
     ExecResult,
     FileInfo,
     Sandbox,
@@ -107,22 +108,15 @@ class E2BSandbox(Sandbox):
         rel = relative_workspace_path(path, self.workdir)
         return self.workdir if rel == "." else posixpath.join(self.workdir, rel)
 
-    async def exec(
-        self,
-        cmd: str | list[str],
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-    ) -> ExecResult:
+    async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command through envd under ``timeout -k``; see :meth:`Sandbox.exec`."""
         from e2b import CommandExitException, SandboxException, TimeoutException
 
-        self._check()
-        limit = self._timeout(timeout)
-        line = cmd if isinstance(cmd, str) else shlex.join(cmd)
+        limit = self._timeout(req.timeout)
+        line = req.cmd if isinstance(req.cmd, str) else shlex.join(req.cmd)
         stdin_file = None
-        workdir = self._abs(cwd or ".")
+        workdir = self._abs(req.cwd or ".")
+        stdin = req.stdin
         if stdin is not None:
             stdin_file = f"{self.workdir}/.dressage-stdin-{uuid.uuid4().hex}"
             await self.sbx.files.write(stdin_file, stdin.encode() if isinstance(stdin, str) else stdin)
@@ -137,7 +131,7 @@ class E2BSandbox(Sandbox):
             res = await self.sbx.commands.run(
                 wrapped,
                 cwd=workdir,
-                envs=dict({**self.spec.env, **(env or {})}),
+                envs=req.env_over(self.spec.env),
                 timeout=limit + grace + 10,
                 on_stdout=out,
                 on_stderr=err,

@@ -23,6 +23,7 @@ from pathlib import Path
 from dressage.errors import NotSupportedError
 from dressage.paddock._proc import run_capped
 from dressage.paddock.base import (
+    ExecRequest,
     ExecResult,
     HostWorkspaceSandbox,
     SandboxProvider,
@@ -58,25 +59,16 @@ class LocalSandbox(HostWorkspaceSandbox):
         self._procs: set[asyncio.subprocess.Process] = set()
         self._terminated = False
 
-    async def exec(
-        self,
-        cmd: str | list[str],
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-    ) -> ExecResult:
+    async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command in the workspace (its own process group); see :meth:`Sandbox.exec`."""
-        self._check()
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        workdir = resolve_in_workspace(self.root, cwd or ".")
-        full_env = clean_env(str(self.root), {**self.spec.env, **(env or {})})
+        workdir = resolve_in_workspace(self.root, req.cwd or ".")
+        full_env = clean_env(str(self.root), req.env_over(self.spec.env))
         return await run_capped(
-            argv,
+            req.argv,
             env=full_env,
             cwd=str(workdir),
-            stdin=stdin,
-            timeout=self._timeout(timeout),
+            stdin=req.stdin,
+            timeout=self._timeout(req.timeout),
             cap=self.spec.output_cap_bytes,
             grace=self.spec.kill_grace_s,
             send_signal=_killpg,
