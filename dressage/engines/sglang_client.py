@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import httpx
 import numpy as np
@@ -42,6 +42,18 @@ _JSON = {"content-type": "application/json"}
 
 TopLogprobs = list[list[tuple[int, float]]]
 """Per output token, the ``(token_id, logprob)`` alternatives the engine reported, best first."""
+
+
+class GenerateOptions(TypedDict, total=False):
+    """The keyword options of one generation, shared by :meth:`EngineClient.generate`,
+    :meth:`EngineClient.generate_stream` and their :class:`EnginePool` forms (see
+    :meth:`EngineClient.generate` for each; unset: ``return_logprob`` on, the others off)."""
+
+    return_logprob: bool
+    return_routed_experts: bool
+    routed_experts_start_len: int
+    top_logprobs_num: int
+    require_reasoning: bool
 
 
 def _top_entries(rows: list[list[tuple[float | None, int, str | None]] | None]) -> TopLogprobs:
@@ -156,14 +168,18 @@ class EngineClient:
         input_ids: Sequence[int],
         sampling: SamplingParams | None,
         rid: str | None,
-        return_logprob: bool,
-        return_routed_experts: bool,
+        *,
         stream: bool,
+        return_logprob: bool = True,
+        return_routed_experts: bool = False,
         routed_experts_start_len: int = 0,
         top_logprobs_num: int = 0,
         require_reasoning: bool = False,
     ) -> bytes:
-        """The ``/generate`` body: the ids' JSON (encoded once per id, see ids_json) and the rest."""
+        """The ``/generate`` body: the ids' JSON (encoded once per id, see ids_json) and the rest.
+
+        The keyword defaults are those of :class:`GenerateOptions` (the one place they are set).
+        """
         if routed_experts_start_len < 0 or routed_experts_start_len > len(input_ids):
             raise ValueError(
                 f"routed_experts_start_len must be in [0, len(input_ids)={len(input_ids)}], "
@@ -190,12 +206,7 @@ class EngineClient:
         input_ids: Sequence[int],
         sampling: SamplingParams | None = None,
         rid: str | None = None,
-        *,
-        return_logprob: bool = True,
-        return_routed_experts: bool = False,
-        routed_experts_start_len: int = 0,
-        top_logprobs_num: int = 0,
-        require_reasoning: bool = False,
+        **options: Unpack[GenerateOptions],
     ) -> GenerateResult:
         """Generate to completion. An abort is a result (``aborted``) carrying the partial output.
 
@@ -204,18 +215,9 @@ class EngineClient:
         holds the routing of a prompt prefix asks only for the new positions.
         ``top_logprobs_num`` > 0 (with ``return_logprob``) fills ``top_logprobs``;
         ``require_reasoning`` defers a grammar until the output closes its thinking block.
+        ``return_logprob`` (default on) fills ``logprobs``.
         """
-        body = self._request(
-            input_ids,
-            sampling,
-            rid,
-            return_logprob,
-            return_routed_experts,
-            False,
-            routed_experts_start_len,
-            top_logprobs_num,
-            require_reasoning,
-        )
+        body = self._request(input_ids, sampling, rid, stream=False, **options)
         data = await self._generate_json(body)
         response = self._parse(GenerateResponse, data, "/generate")
         meta = response.meta_info
@@ -251,27 +253,12 @@ class EngineClient:
         input_ids: Sequence[int],
         sampling: SamplingParams | None = None,
         rid: str | None = None,
-        *,
-        return_logprob: bool = True,
-        return_routed_experts: bool = False,
-        routed_experts_start_len: int = 0,
-        top_logprobs_num: int = 0,
-        require_reasoning: bool = False,
+        **options: Unpack[GenerateOptions],
     ) -> AsyncIterator[GenerateDelta]:
         """Stream a generation as incremental deltas, whether the server streams cumulatively
         (SGLang's default) or incrementally (``--incremental-streaming-output``).
         Other arguments as in :meth:`generate` (routed experts come with the last delta)."""
-        body = self._request(
-            input_ids,
-            sampling,
-            rid,
-            return_logprob,
-            return_routed_experts,
-            True,
-            routed_experts_start_len,
-            top_logprobs_num,
-            require_reasoning,
-        )
+        body = self._request(input_ids, sampling, rid, stream=True, **options)
         seen = 0
         done = False
         # Read to the body's end (past [DONE]) so the connection goes back to the pool.
@@ -516,24 +503,10 @@ class EnginePool:
         input_ids: Sequence[int],
         sampling: SamplingParams | None = None,
         rid: str | None = None,
-        *,
-        return_logprob: bool = True,
-        return_routed_experts: bool = False,
-        routed_experts_start_len: int = 0,
-        top_logprobs_num: int = 0,
-        require_reasoning: bool = False,
+        **options: Unpack[GenerateOptions],
     ) -> GenerateResult:
         """:meth:`EngineClient.generate` on the session's engine."""
-        return await self.client_for(session_key).generate(
-            input_ids,
-            sampling,
-            rid,
-            return_logprob=return_logprob,
-            return_routed_experts=return_routed_experts,
-            routed_experts_start_len=routed_experts_start_len,
-            top_logprobs_num=top_logprobs_num,
-            require_reasoning=require_reasoning,
-        )
+        return await self.client_for(session_key).generate(input_ids, sampling, rid, **options)
 
     def generate_stream(
         self,
@@ -541,24 +514,10 @@ class EnginePool:
         input_ids: Sequence[int],
         sampling: SamplingParams | None = None,
         rid: str | None = None,
-        *,
-        return_logprob: bool = True,
-        return_routed_experts: bool = False,
-        routed_experts_start_len: int = 0,
-        top_logprobs_num: int = 0,
-        require_reasoning: bool = False,
+        **options: Unpack[GenerateOptions],
     ) -> AsyncIterator[GenerateDelta]:
         """:meth:`EngineClient.generate_stream` on the session's engine."""
-        return self.client_for(session_key).generate_stream(
-            input_ids,
-            sampling,
-            rid,
-            return_logprob=return_logprob,
-            return_routed_experts=return_routed_experts,
-            routed_experts_start_len=routed_experts_start_len,
-            top_logprobs_num=top_logprobs_num,
-            require_reasoning=require_reasoning,
-        )
+        return self.client_for(session_key).generate_stream(input_ids, sampling, rid, **options)
 
     async def abort(self, rid: str) -> None:
         """Abort ``rid`` wherever it runs (sent to every engine; unknown rids are ignored)."""
