@@ -34,9 +34,7 @@ from dressage.store.pg_arrays import (
 from dressage.store.pg_results import Column, result_columns
 from dressage.store.records import PreparedTurn, Turn
 
-TURN_COLUMNS = (
-    "id",
-    "run_id",
+_PLACE_AND_TOKEN_COLUMNS: tuple[str, ...] = (
     "session_id",
     "turn_index",
     "thread_index",
@@ -50,6 +48,14 @@ TURN_COLUMNS = (
     "logprobs",
     "loss_mask",
     "policy_versions",
+)
+"""A turn's place in its session (session, index, thread, parent, route, segment) and its per-token
+arrays: the run of columns that :data:`TURN_COLUMNS` and :data:`TOKEN_FIELDS` share, in their order."""
+
+TURN_COLUMNS = (
+    "id",
+    "run_id",
+    *_PLACE_AND_TOKEN_COLUMNS,
     "n_context",
     "n_generated",
     "n_trained",
@@ -530,19 +536,7 @@ def _sqlite_ints(text: str, dtype: type) -> np.ndarray:
 
 
 TOKEN_FIELDS = (
-    "session_id",
-    "turn_index",
-    "thread_index",
-    "parent_turn_id",
-    "route",
-    "segment_index",
-    "segment_offset",
-    "boundary_reason",
-    "context_ids",
-    "generated_ids",
-    "logprobs",
-    "loss_mask",
-    "policy_versions",
+    *_PLACE_AND_TOKEN_COLUMNS,
     "finish_reason",
     "request_fingerprint",
     "latency_ms",
