@@ -182,19 +182,13 @@ def masking_arguments(policy: MaskingPolicy) -> list[str]:
     return args
 
 
-def slime_command(pattern: str, options: StepOptions, n_steps: int | None = None) -> str:
-    """The slime command that trains on dumped files matching ``pattern`` (``.../{rollout_id}.pt``).
-
-    One slime rollout = one dressage step = one slime optimizer step (``--global-batch-size`` =
-    the step's trajectories), reduced with dressage's prompt-equal weights
-    (``--custom-pg-loss-reducer-function-path``, the rewards in the files are scaled for it). The
-    version masking the files were formed with is in their loss masks; the trailing comment says
-    which options made them (the same ``--dressage-*`` options a live ``generate_rollout`` reads).
-    """
+def _step_arguments(options: StepOptions) -> list[str]:
+    """The slime options that make one slime rollout one dressage step, shared by
+    :func:`slime_command` and :func:`slime_rollout_command`: train only, the step's batch shape
+    (``--global-batch-size`` trajectories, ``n_samples_per_prompt`` each), GRPO advantages without
+    slime's reward normalization, reduced by dressage's prompt-equal loss reducer."""
     n = options.n_samples_per_prompt
-    args = [
-        "--load-debug-rollout-data",
-        pattern,
+    return [
         "--debug-train-only",
         "--rollout-batch-size",
         str(options.global_batch_size // n),
@@ -208,6 +202,18 @@ def slime_command(pattern: str, options: StepOptions, n_steps: int | None = None
         "--custom-pg-loss-reducer-function-path",
         PG_LOSS_REDUCER_PATH,
     ]
+
+
+def slime_command(pattern: str, options: StepOptions, n_steps: int | None = None) -> str:
+    """The slime command that trains on dumped files matching ``pattern`` (``.../{rollout_id}.pt``).
+
+    One slime rollout = one dressage step = one slime optimizer step (``--global-batch-size`` =
+    the step's trajectories), reduced with dressage's prompt-equal weights
+    (``--custom-pg-loss-reducer-function-path``, the rewards in the files are scaled for it). The
+    version masking the files were formed with is in their loss masks; the trailing comment says
+    which options made them (the same ``--dressage-*`` options a live ``generate_rollout`` reads).
+    """
+    args = ["--load-debug-rollout-data", pattern, *_step_arguments(options)]
     if n_steps is not None:
         args += ["--num-rollout", str(n_steps)]
     masking = " ".join(masking_arguments(options.masking)) or "none"
@@ -220,22 +226,10 @@ def slime_command(pattern: str, options: StepOptions, n_steps: int | None = None
 
 def slime_rollout_command(run: str, options: StepOptions) -> str:
     """The live variant: slime asks :func:`generate_rollout` for each step (launcher: docs/architecture.md)."""
-    n = options.n_samples_per_prompt
     args = [
         "--rollout-function-path",
         "dressage.integrations.slime.generate_rollout",
-        "--debug-train-only",
-        "--rollout-batch-size",
-        str(options.global_batch_size // n),
-        "--n-samples-per-prompt",
-        str(n),
-        "--global-batch-size",
-        str(options.global_batch_size),
-        "--disable-rewards-normalization",
-        "--advantage-estimator",
-        "grpo",
-        "--custom-pg-loss-reducer-function-path",
-        PG_LOSS_REDUCER_PATH,
+        *_step_arguments(options),
         "--dressage-run",
         run,
         *masking_arguments(options.masking),
