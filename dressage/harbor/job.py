@@ -19,8 +19,7 @@ from urllib.parse import unquote, urlparse
 
 import yaml
 
-from dressage.config import load_settings
-from dressage.harbor.record import job_run, record_trial
+from dressage.harbor.record import add_run_arguments, job_run, record_and_report, record_trial
 from dressage.store import EventStore
 
 
@@ -59,21 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: ``python -m dressage.harbor.job CONFIG [--run NAME] [--key KEY]``."""
     p = argparse.ArgumentParser(prog="python -m dressage.harbor.job", description=__doc__.split("\n")[0])
     p.add_argument("config", type=Path, help="Harbor JobConfig (YAML or JSON).")
-    p.add_argument("--run", default=None, help="The dressage run (default: harbor-<job name>).")
-    p.add_argument("--key", default=None, help="The reward.json key that is the session's reward.")
+    add_run_arguments(p, "harbor-<job name>")
     args = p.parse_args(argv)
     try:
         config = yaml.safe_load(args.config.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
         print(f"error: cannot read {args.config}: {e}", file=sys.stderr)
         return 2
-    store = EventStore.open(settings=load_settings())
-    try:
-        counts = asyncio.run(run_job(store, config, args.run, args.key))
-    finally:
-        store.close()
-    print(f"recorded {counts['finished']} finished and {counts['failed']} failed trials")
-    return 0
+    return record_and_report(lambda store: asyncio.run(run_job(store, config, args.run, args.key)))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,26 +126,44 @@ def record_job(
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m dressage.harbor.record JOB_DIR [--run NAME] [--key KEY]``."""
-    p = argparse.ArgumentParser(prog="python -m dressage.harbor.record", description=__doc__.split("\n")[0])
-    p.add_argument("job_dir", type=Path, help="A Harbor job directory (holds the trials' directories).")
-    p.add_argument("--run", default=None, help="The dressage run (default: harbor-<job directory name>).")
-    p.add_argument("--key", default=None, help="The reward.json key that is the session's reward.")
-    args = p.parse_args(argv)
-    if not args.job_dir.is_dir():
-        print(f"error: {args.job_dir} is not a directory", file=sys.stderr)
-        return 2
+def add_run_arguments(parser: argparse.ArgumentParser, default_run: str) -> None:
+    """The ``--run NAME`` and ``--key KEY`` options of this command and of :mod:`dressage.harbor.job`
+    (``default_run`` names the run used without ``--run``, for the help)."""
+    parser.add_argument("--run", default=None, help=f"The dressage run (default: {default_run}).")
+    parser.add_argument("--key", default=None, help="The reward.json key that is the session's reward.")
+
+
+def record_and_report(
+    record: Callable[[EventStore], dict[str, int]], reported: tuple[type[Exception], ...] = ()
+) -> int:
+    """The end of this command and of :mod:`dressage.harbor.job`: open the configured store, run
+    ``record`` on it (it returns the counts of ``finished`` and ``failed`` sessions), close the store
+    whatever happens and print the counts; the exit status, 0. An error of a ``reported`` type raised
+    by ``record`` is printed as ``error: ...`` instead, with status 1; any other error propagates."""
     store = EventStore.open(settings=load_settings())
     try:
-        counts = record_job(store, args.job_dir, args.run, args.key)
-    except DressageError as e:
+        counts = record(store)
+    except reported as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
         store.close()
     print(f"recorded {counts['finished']} finished and {counts['failed']} failed trials")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``python -m dressage.harbor.record JOB_DIR [--run NAME] [--key KEY]``."""
+    p = argparse.ArgumentParser(prog="python -m dressage.harbor.record", description=__doc__.split("\n")[0])
+    p.add_argument("job_dir", type=Path, help="A Harbor job directory (holds the trials' directories).")
+    add_run_arguments(p, "harbor-<job directory name>")
+    args = p.parse_args(argv)
+    if not args.job_dir.is_dir():
+        print(f"error: {args.job_dir} is not a directory", file=sys.stderr)
+        return 2
+    return record_and_report(
+        lambda store: record_job(store, args.job_dir, args.run, args.key), (DressageError,)
+    )
 
 
 if __name__ == "__main__":
