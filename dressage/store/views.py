@@ -43,10 +43,21 @@ SELECT r.name, t.session_id, t.segment_index, t.turn_index,
 FROM turns t JOIN runs r ON r.id = t.run_id, json_each(t.generated_ids) g
 """
 
-TRAJECTORIES_0001 = """
+
+def _trajectories_view(task_columns: tuple[str, ...] = ()) -> str:
+    """``trajectories``: one row per session with its task's place (index, group, sample), its attempt,
+    status and reward, the ``task_columns`` of its task after those, and its turn, segment and token
+    counts.
+
+    Every revision's definition comes from here: with no ``task_columns`` the text is exactly the one
+    revision 0001 installed, so a later revision adds its columns through ``task_columns`` (or a new
+    argument) and leaves that text as it is."""
+    extra = "".join(f" {c}," for c in task_columns)
+    extra_group = f",\n         {', '.join(task_columns)}" if task_columns else ""
+    return f"""
 CREATE VIEW trajectories AS
 SELECT r.name AS run_name, s.id AS session_id, k.task_index, k.group_index, k.sample_index,
-       s.attempt, s.status, s.reward,
+       s.attempt, s.status, s.reward,{extra}
        COUNT(t.id) AS n_turns,
        COUNT(DISTINCT t.segment_index) AS n_segments,
        COALESCE(SUM(t.n_context + t.n_generated), 0) AS n_tokens,
@@ -55,24 +66,15 @@ FROM sessions s
 JOIN runs r ON r.id = s.run_id
 LEFT JOIN tasks k ON k.id = s.task_id
 LEFT JOIN turns t ON t.session_id = s.id
-GROUP BY r.name, s.id, k.task_index, k.group_index, k.sample_index, s.attempt, s.status, s.reward
+GROUP BY r.name, s.id, k.task_index, k.group_index, k.sample_index, s.attempt, s.status, s.reward{extra_group}
 """
 
-TRAJECTORIES = """
-CREATE VIEW trajectories AS
-SELECT r.name AS run_name, s.id AS session_id, k.task_index, k.group_index, k.sample_index,
-       s.attempt, s.status, s.reward, k.kind, k.eval_version,
-       COUNT(t.id) AS n_turns,
-       COUNT(DISTINCT t.segment_index) AS n_segments,
-       COALESCE(SUM(t.n_context + t.n_generated), 0) AS n_tokens,
-       COALESCE(SUM(t.n_trained), 0) AS n_trained_tokens
-FROM sessions s
-JOIN runs r ON r.id = s.run_id
-LEFT JOIN tasks k ON k.id = s.task_id
-LEFT JOIN turns t ON t.session_id = s.id
-GROUP BY r.name, s.id, k.task_index, k.group_index, k.sample_index, s.attempt, s.status, s.reward,
-         k.kind, k.eval_version
-"""
+
+TRAJECTORIES_0001 = _trajectories_view()
+"""``trajectories`` as revision 0001 created it."""
+
+TRAJECTORIES = _trajectories_view(("k.kind", "k.eval_version"))
+"""``trajectories`` since revision 0004: the task's ``kind`` and ``eval_version`` too."""
 
 TORCH_STEP_METRICS = (
     "loss",
