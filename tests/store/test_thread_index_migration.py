@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import psycopg
 from sqlalchemy import text
 
 from dressage.config import Settings
 from dressage.store import EventStore, NewTurn
 from dressage.store.db import downgrade, make_engine, upgrade
-from tests.conftest import PG_ADMIN_URL, create_pg_database
+from tests.conftest import create_pg_database
 
 
 def _lineage_column(url: str) -> list[tuple[int, int]]:
@@ -57,9 +56,4 @@ def test_thread_index_migration_on_sqlite(tmp_path: Path) -> None:
 
 
 def test_thread_index_migration_on_postgresql(tmp_path: Path) -> None:
-    name = f"dressage_test_threads_{os.getpid()}"
-    try:
-        _roundtrip(create_pg_database(name), tmp_path)
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _roundtrip(create_pg_database(f"dressage_test_threads_{os.getpid()}"), tmp_path)
