@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 
 from dressage.config import Settings
 from dressage.store import EventStore, NewTurn
-from dressage.store.db import downgrade, make_engine, upgrade
+from dressage.store.db import downgrade, upgrade
 from tests.conftest import create_pg_database
+from tests.store.migration_checks import select_rows, sqlite_database
 
 
 def _record(store: EventStore, session_id: str, turns: int) -> None:
@@ -21,17 +21,11 @@ def _record(store: EventStore, session_id: str, turns: int) -> None:
 
 
 def _tree(url: str) -> list[tuple[object, ...]]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                text(
-                    "SELECT session_id, parent_session_id, fork_turn, depth, root_session_id FROM session_tree"
-                )
-            )
-            return sorted(tuple(r) for r in rows)
-    finally:
-        engine.dispose()
+    return sorted(
+        select_rows(
+            url, "SELECT session_id, parent_session_id, fork_turn, depth, root_session_id FROM session_tree"
+        )
+    )
 
 
 def _roundtrip(url: str, tmp_path: Path) -> None:
@@ -69,9 +63,7 @@ def _roundtrip(url: str, tmp_path: Path) -> None:
 
 
 def test_session_forks_on_sqlite(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'forks.db'}"
-    upgrade(url)
-    _roundtrip(url, tmp_path)
+    _roundtrip(sqlite_database(tmp_path, "forks.db"), tmp_path)
 
 
 def test_session_forks_on_postgresql(tmp_path: Path) -> None:

@@ -5,24 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sqlalchemy import text
-
 from dressage.config import Settings
 from dressage.store import EventStore, NewTurn
-from dressage.store.db import downgrade, make_engine, upgrade
+from dressage.store.db import downgrade, upgrade
 from tests.conftest import create_pg_database
+from tests.store.migration_checks import select_rows, sqlite_database
 
 
-def _lineage_column(url: str) -> list[tuple[int, int]]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [
-                tuple(r)
-                for r in conn.execute(text("SELECT turn_index, lineage_index FROM turns ORDER BY turn_index"))
-            ]
-    finally:
-        engine.dispose()
+def _lineage_column(url: str) -> list[tuple[object, ...]]:
+    return select_rows(url, "SELECT turn_index, lineage_index FROM turns ORDER BY turn_index")
 
 
 def _roundtrip(url: str, tmp_path: Path) -> None:
@@ -50,9 +41,7 @@ def _roundtrip(url: str, tmp_path: Path) -> None:
 
 
 def test_thread_index_migration_on_sqlite(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'threads.db'}"
-    upgrade(url)
-    _roundtrip(url, tmp_path)
+    _roundtrip(sqlite_database(tmp_path, "threads.db"), tmp_path)
 
 
 def test_thread_index_migration_on_postgresql(tmp_path: Path) -> None:
