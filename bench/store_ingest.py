@@ -25,6 +25,7 @@ and noisy: compare ratios.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import multiprocessing as mp
 import os
@@ -168,20 +169,106 @@ def _jsonfile(directory: str, run: str, n: int, experts: bool, barrier: Any) -> 
     return lat
 
 
+async def _timed_tasks(jobs: list[Any], barrier: Any) -> list[list[float]]:
+    """Run each job (an async callable returning per-append latencies) at once, after the barrier."""
+    await asyncio.to_thread(barrier.wait)
+    return list(await asyncio.gather(*(job() for job in jobs)))
+
+
+def _ours_tasks(url: str, run: str, n: int, experts: bool, barrier: Any, writers: int) -> list[float]:
+    """``writers`` coroutines of one process (a proxy's sessions) appending with ``append_async``."""
+    store = EventStore.open(url, auto_upgrade=False, pool_size=1)
+    store.runs.create(run)
+
+    async def main() -> list[list[float]]:
+        warm = store.sessions.open(run, session_id=uuid.uuid4().hex)
+        await store.turns.append_async(run, make_turn(warm.id, 0, experts))  # connect, prepare: untimed
+        sessions = [store.sessions.open(run, session_id=uuid.uuid4().hex) for _ in range(writers)]
+        turns = [[make_turn(s.id, i, experts) for i in range(n)] for s in sessions]
+
+        def writer(mine: list[NewTurn]) -> Any:
+            async def job() -> list[float]:
+                lat = []
+                for turn in mine:
+                    t0 = time.perf_counter()
+                    await store.turns.append_async(run, turn)
+                    lat.append(time.perf_counter() - t0)
+                return lat
+
+            return job
+
+        lats = await _timed_tasks([writer(m) for m in turns], barrier)
+        await store.turns.aclose_async()
+        return lats
+
+    lats = asyncio.run(main())
+    store.close()
+    return [x for lat in lats for x in lat]
+
+
+def _bare_tasks(pg_url: str, _run: str, n: int, experts: bool, barrier: Any, writers: int) -> list[float]:
+    """The bare INSERT from ``writers`` coroutines of one process, each on its own async connection."""
+    sql = "INSERT INTO bench_bare_turns (ctx, gen, lp, mask, ver, experts) VALUES (%s, %s, %s, %s, %s, %s)"
+
+    def row(t: NewTurn) -> tuple[Any, ...]:
+        ex = np.asarray(t.routed_experts).tobytes() if experts else None
+        return (
+            PgInt4Array(t.context_ids),
+            PgInt4Array(t.generated_ids),
+            PgFloat4Array(t.logprobs),
+            PgBoolArray(np.ones(N_GEN, dtype=np.bool_)),
+            PgInt4Array(t.policy_versions),
+            ex,
+        )
+
+    async def main() -> list[list[float]]:
+        conns = [await psycopg.AsyncConnection.connect(pg_url, autocommit=True) for _ in range(writers)]
+        rows = [[row(make_turn("bare", i, experts)) for i in range(n)] for _ in range(writers)]
+        for conn, mine in zip(conns, rows, strict=True):
+            register_dumpers(conn.adapters)
+            await conn.execute(sql, mine[0], prepare=True)  # untimed warm-up: prepare the statement
+
+        def writer(conn: psycopg.AsyncConnection[Any], mine: list[tuple[Any, ...]]) -> Any:
+            async def job() -> list[float]:
+                lat = []
+                for r in mine:
+                    t0 = time.perf_counter()
+                    await conn.execute(sql, r, prepare=True)
+                    lat.append(time.perf_counter() - t0)
+                return lat
+
+            return job
+
+        lats = await _timed_tasks([writer(c, m) for c, m in zip(conns, rows, strict=True)], barrier)
+        for conn in conns:
+            await conn.close()
+        return lats
+
+    return [x for lat in asyncio.run(main()) for x in lat]
+
+
 def _worker(args: tuple[Any, ...]) -> list[float]:
-    fn, target, run, n, experts, barrier = args
+    fn, target, run, n, experts, barrier, *tasks = args
+    if tasks:  # one process, ``tasks[0]`` coroutines
+        return {"ours": _ours_tasks, "bare": _bare_tasks}[fn](target, run, n, experts, barrier, tasks[0])
     if fn == "bare_lists":
         return _bare(target, run, n, experts, barrier, lists=True)
     return {"ours": _ours, "bare": _bare, "jsonfile": _jsonfile}[fn](target, run, n, experts, barrier)
 
 
-def measure(kind: str, target: str, writers: int, runs: int, n: int, experts: bool) -> dict[str, float]:
-    """Run ``writers`` processes of ``kind`` appending ``n`` turns each; aggregate throughput and latency."""
+def measure(
+    kind: str, target: str, writers: int, runs: int, n: int, experts: bool, tasks: bool = False
+) -> dict[str, float]:
+    """Run ``writers`` processes of ``kind`` appending ``n`` turns each (``tasks``: one process of
+    ``writers`` coroutines, as a proxy's sessions; one run); aggregate throughput and latency."""
     ctx = mp.get_context("fork")
-    barrier = ctx.Manager().Barrier(writers + 1)
+    processes = 1 if tasks else writers
+    barrier = ctx.Manager().Barrier(processes + 1)
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     jobs = [(kind, target, f"{prefix}-{k % runs}", n, experts, barrier) for k in range(writers)]
-    with ctx.Pool(writers) as pool:
+    if tasks:
+        jobs = [(kind, target, f"{prefix}-0", n, experts, barrier, writers)]
+    with ctx.Pool(processes) as pool:
         result = pool.map_async(_worker, jobs)
         barrier.wait()
         t0 = time.perf_counter()
@@ -210,6 +297,15 @@ def readback(url: str, run: str, rounds: int = 3) -> tuple[float, float]:
     return rates[0], max(rates)
 
 
+def _case(text: str) -> tuple[int, int, bool]:
+    """``WRITERSxRUNS`` with an optional trailing ``t`` (coroutines of one process, one run)."""
+    tasks = text.endswith("t")
+    writers, runs = (int(x) for x in text.removesuffix("t").split("x"))
+    if tasks and runs != 1:
+        raise SystemExit(f"--cases {text}: coroutines of one process write into one run (use {writers}x1t)")
+    return writers, runs, tasks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_database_options(ap)
@@ -218,15 +314,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds per case (best round counts)")
     ap.add_argument(
         "--cases",
-        default="1x1,8x1,8x8",
-        help="WRITERSxRUNS cases to measure, comma-separated (default: all three)",
+        default="1x1,8x1,8x8,8x1t",
+        help="WRITERSxRUNS cases to measure, comma-separated (default: all three); a trailing t "
+        "(8x1t) runs the writers as coroutines of one process, as a proxy's sessions (PostgreSQL)",
     )
     ap.add_argument(
         "--experts", choices=("both", "off", "on"), default="both", help="with routed experts or not"
     )
     opts = ap.parse_args()
 
-    cases = [tuple(int(x) for x in case.split("x")) for case in opts.cases.split(",")]
+    cases = [_case(case) for case in opts.cases.split(",")]
     load_before = os.getloadavg()
     workdir = Path(tempfile.mkdtemp(prefix="dressage-bench-"))
     with fresh_database(opts.pg_url) as db:
@@ -259,27 +356,32 @@ def main() -> None:
             upgrade(targets[backend])
             for experts in {"both": (False, True), "off": (False,), "on": (True,)}[opts.experts]:
                 n = opts.expert_turns if experts else opts.turns
-                for writers, runs in cases:
-                    console.print(f"[dim]{backend} experts={experts} writers={writers} runs={runs} ...[/dim]")
+                for writers, runs, tasks in cases:
                     is_pg = backend == "postgresql"
+                    if tasks and not is_pg:
+                        continue  # group append is PostgreSQL's; SQLite appends on one writer thread
+                    label = f"{writers} tasks" if tasks else str(writers)
+                    console.print(f"[dim]{backend} experts={experts} writers={label} runs={runs} ...[/dim]")
                     kinds = {"ours": targets[backend], "jsonfile": str(workdir / "files")}
                     if is_pg:
                         kinds.update(bare=pg_bare, bare_lists=pg_bare)
+                    if tasks:
+                        kinds = {"ours": targets[backend], "bare": pg_bare}
                     # Interleaved rounds, best round of each kind: noise on a shared machine only
                     # ever slows a round down, and it hits every kind alike.
                     best: dict[str, dict[str, Any]] = {}
                     for _ in range(opts.repeat * (4 if writers == 1 else 1)):
                         for kind, target in kinds.items():
-                            m = measure(kind, target, writers, runs, n, experts)
+                            m = measure(kind, target, writers, runs, n, experts, tasks)
                             if kind not in best or m["turns_s"] > best[kind]["turns_s"]:
                                 best[kind] = m
-                    ours, jf = best["ours"], best["jsonfile"]
+                    ours, jf = best["ours"], best.get("jsonfile")
                     bare, bare_lists = best.get("bare"), best.get("bare_lists")
                     vs_bare = ours["turns_s"] / bare["turns_s"] if bare else None
                     table.add_row(
                         backend,
                         "40x8 u8" if experts else "-",
-                        str(writers),
+                        label,
                         str(runs),
                         f"{ours['turns_s']:.0f}",
                         f"{ours['tokens_s'] / 1e6:.2f}M",
@@ -287,14 +389,14 @@ def main() -> None:
                         f"{ours['p99_ms']:.2f}",
                         f"{vs_bare:.2f}x" if vs_bare else "n/a",
                         f"{ours['turns_s'] / bare_lists['turns_s']:.2f}x" if bare_lists else "n/a",
-                        f"{ours['turns_s'] / jf['turns_s']:.2f}x",
+                        f"{ours['turns_s'] / jf['turns_s']:.2f}x" if jf else "n/a",
                     )
                     if backend == "postgresql" and bare:
                         notes.append(
-                            f"bare INSERT {backend} experts={experts} w={writers} r={runs}: "
+                            f"bare INSERT {backend} experts={experts} w={label} r={runs}: "
                             f"{bare['turns_s']:.0f} turns/s p50 {bare['p50_ms']:.2f} ms"
                         )
-                    if writers == 8 and runs == 1 and not experts:
+                    if writers == 8 and runs == 1 and not experts and not tasks:
                         reads[backend] = readback(targets[backend], ours["run"])
                         if backend == "postgresql":
                             notes.append(
@@ -303,7 +405,7 @@ def main() -> None:
                             )
                     if backend == "postgresql" and vs_bare is not None:
                         notes.append(
-                            f"TARGET >= 0.7x bare (experts={experts} w={writers} r={runs}): {vs_bare:.2f}x "
+                            f"TARGET >= 0.7x bare (experts={experts} w={label} r={runs}): {vs_bare:.2f}x "
                             f"({'met' if vs_bare >= 0.7 else 'NOT met'})"
                         )
         console.print(table)

@@ -33,6 +33,7 @@ from dressage.errors import (
 from dressage.redact import db_error_text
 from dressage.store import schema as t
 from dressage.store.database import Database
+from dressage.store.pg_group_append import GroupAppender, GroupAppendItem
 from dressage.store.records import AppendResult, PreparedTurn, Run, SessionHead, check_duplicate
 from dressage.store.sessions import read_session_head
 from dressage.store.turn_io import (
@@ -192,6 +193,9 @@ class PostgresTurnAppender:
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncPgAppenderPool] = (
             weakref.WeakKeyDictionary()
         )
+        self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupAppender] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def append(self, run: Run, prep: PreparedTurn) -> AppendResult:
         """Record ``prep`` with one statement on this thread's connection."""
@@ -219,8 +223,23 @@ class PostgresTurnAppender:
         )
 
     async def append_async(self, run: Run, prep: PreparedTurn) -> AppendResult:
-        """Record ``prep`` on the running loop's async connections, without a thread hop."""
+        """Record ``prep`` on the running loop's async connections, without a thread hop.
+
+        While another append of this loop is being written, ``prep`` joins the next group
+        (:mod:`dressage.store.pg_group_append`: one transaction and one flush for the turns that
+        arrive together); otherwise, or when its group recorded nothing, it is written alone.
+        """
         values = pg_append_values(prep, run.id, time.time())
+        group = self.group_appender()
+        if group.writing:
+            position = await group.join(run.id, str(prep.row["session_id"]), values)
+            if position is not None:
+                return AppendResult(position=position, key=prep.key, duplicate=False)
+        async with group.alone():
+            return await self._append_alone(run, prep, values)
+
+    async def _append_alone(self, run: Run, prep: PreparedTurn, values: list[bytes | None]) -> AppendResult:
+        """One autocommit statement; when it records nothing, a second one says why."""
         pool = self._pool()
         for attempt in range(PG_APPEND_ATTEMPTS):
             async with pool.appender() as appender:
@@ -268,6 +287,7 @@ class PostgresTurnAppender:
 
     async def aclose_async(self) -> None:
         """Close the async connections the running loop opened."""
+        self._groups.pop(asyncio.get_running_loop(), None)
         pool = self._pools.pop(asyncio.get_running_loop(), None)
         if pool is not None:
             await pool.aclose()
@@ -287,6 +307,19 @@ class PostgresTurnAppender:
             pool = AsyncPgAppenderPool(self.db.engine.url)
             self._pools[loop] = pool
         return pool
+
+    def group_appender(self) -> GroupAppender:
+        """The running loop's group commit (made on first use; see :mod:`dressage.store.pg_group_append`)."""
+        loop = asyncio.get_running_loop()
+        group = self._groups.get(loop)
+        if group is None:
+            group = GroupAppender(self._write_group)
+            self._groups[loop] = group
+        return group
+
+    async def _write_group(self, items: list[GroupAppendItem]) -> list[int | None] | None:
+        async with self._pool().appender() as appender:
+            return await appender.append_group(items)
 
     def _thread_appender(self) -> PgTurnAppender:
         appender: PgTurnAppender | None = getattr(self._local, "appender", None)

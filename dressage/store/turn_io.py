@@ -31,6 +31,7 @@ from dressage.store.pg_arrays import (
     INT4_ARRAY_OID,
     encode_array,
 )
+from dressage.store.pg_group_append import GroupAppendItem, run_group
 from dressage.store.pg_results import Column, result_columns
 from dressage.store.records import PreparedTurn, Turn
 
@@ -314,6 +315,15 @@ class AsyncPgTurnAppender:
     async def append(self, values: list[bytes | None]) -> int | None:
         """Run the append statement; same answer as :meth:`PgTurnAppender.append`."""
         return _new_position(await self._run(_APPEND_STATEMENT, values, _APPEND_PARAM_FORMATS))
+
+    async def append_group(self, items: list[GroupAppendItem]) -> list[int | None] | None:
+        """Append ``items`` in one transaction (see :func:`~dressage.store.pg_group_append.run_group`)."""
+        conn = await self._connection()
+        try:
+            return await run_group(conn, items, _APPEND_STATEMENT, _APPEND_PARAM_FORMATS)
+        except psycopg.OperationalError:
+            await conn.close()
+            raise
 
     async def diagnose(self, values: list[bytes | None]) -> tuple[Any, ...]:
         """Same answer as :meth:`PgTurnAppender.diagnose`."""
