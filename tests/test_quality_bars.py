@@ -41,6 +41,10 @@ BOUNDARIES: dict[tuple[str, str], str] = {
         "dressage/engines/dev_runtime.py",
         "_step_guarded",
     ): "one request fails (500), the engine serves on; logged",
+    (
+        "dressage/store/pg_group_append.py",
+        "_write",
+    ): "a group's unexpected failure goes to each waiting caller's future; logged",
     ("dressage/proxy/recording.py", "_parse_safely"): "a reply the parser cannot read is recorded as text",
     ("dressage/proxy/turns.py", "_stream"): "a stream's failure becomes the stream's error event",
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -28,6 +29,8 @@ from functools import partial
 import psycopg
 from psycopg import pq
 from psycopg.generators import execute, fetch_many, pipeline_communicate, send
+
+log = logging.getLogger(__name__)
 
 MAX_GROUP = 64
 """At most this many turns go into one transaction (a bigger queue is written in several)."""
@@ -212,6 +215,12 @@ class GroupAppender:
             for item in items:
                 item.future.cancel()
             raise
+        except Exception as e:  # not the database's answer: every caller gets it, none waits forever
+            log.exception("a group of %d appends failed", len(items))
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(e)
+            return [None] * len(items)
         if positions is None:
             return [None] * len(items)
         self.groups += 1
