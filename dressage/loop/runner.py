@@ -191,6 +191,18 @@ class Loop:
             },
         }
 
+    async def __aenter__(self) -> Loop:
+        """``start()``; a start that fails half-way stops what it had started."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
     async def start(self) -> None:
         """Check the run is new, start the engine and the proxy, create the run, build the trainer."""
         if self.run_name in {r.name for r in self.store.runs.list()}:
@@ -335,6 +347,14 @@ class Loop:
         assert self.trainer is not None and isinstance(self.trainer.backend, TorchBackend)
         self.trainer.backend.prune_checkpoints(self.train_cfg.keep_checkpoints)
 
+    async def run_all(self, *, show_progress: bool) -> None:
+        """Every iteration of the started loop, under one progress display (shown or not)."""
+        assert self.run is not None, "start() the loop first"
+        progress = LoopProgress(self.console, self.loop_cfg.iterations, enabled=show_progress)
+        progress.attach(self.store, self.run)
+        with progress:
+            await self.run_iterations(progress)
+
     async def run_iterations(self, progress: LoopProgress) -> None:
         """The schedule: sync alternates rollout and training; async overlaps them by one iteration."""
         k_total = self.loop_cfg.iterations
@@ -392,19 +412,13 @@ async def run_loop(settings: Settings, opts: LoopOptions, console: Console | Non
     started = time.monotonic()
     try:
         loop = Loop(store, settings, opts, console)
-        try:
-            await loop.start()
+        async with loop:
             loop.open_loggers()
-            progress = LoopProgress(console, loop.loop_cfg.iterations, enabled=opts.show_progress)
-            assert loop.run is not None
-            progress.attach(store, loop.run)
-            with progress:
-                await loop.run_iterations(progress)
+            await loop.run_all(show_progress=opts.show_progress)
             await loop.final_eval()
             await asyncio.to_thread(loop.refresh_versions)
+            assert loop.run is not None
             loop.loggers.versions(version_rewards(store, loop.run))
-        finally:
-            await loop.stop()
         return LoopReport(
             run=loop.run_name,
             mode=loop.loop_cfg.mode,

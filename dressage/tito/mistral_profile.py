@@ -234,6 +234,14 @@ class _Rendered:
     last_role: str
 
 
+def _refuse_thinking_switch(enable_thinking: bool | None) -> None:
+    """Mistral-Nemo's template has no thinking switch: a request that sets one is refused."""
+    if enable_thinking is not None:
+        raise TemplateError(
+            "mistral-nemo has no thinking switch; leave chat_template_kwargs.enable_thinking unset"
+        )
+
+
 class MistralPromptRenderer:
     """Per-session renderer that appends the pieces of new assistant / tool messages (O(new)).
 
@@ -255,10 +263,7 @@ class MistralPromptRenderer:
         self, messages: Sequence[Any], tools: Sequence[Any] | None, enable_thinking: bool | None
     ) -> PromptText:
         """The prompt text (equal to :func:`render_mistral_parts`' text)."""
-        if enable_thinking is not None:
-            raise TemplateError(
-                "mistral-nemo has no thinking switch; leave chat_template_kwargs.enable_thinking unset"
-            )
+        _refuse_thinking_switch(enable_thinking)
         msgs = messages if isinstance(messages, list) else list(messages)
         for entry in self._entries:
             text = self._extend(entry, msgs, tools)
@@ -367,10 +372,7 @@ class MistralNemoProfile(ModelProfile):
         enable_thinking: bool | None = None,
     ) -> RenderedConversation:
         """Render (Mistral has no generation prompt; a thinking switch is refused)."""
-        if enable_thinking is not None:
-            raise TemplateError(
-                "mistral-nemo has no thinking switch; leave chat_template_kwargs.enable_thinking unset"
-            )
+        _refuse_thinking_switch(enable_thinking)
         return render_mistral_parts(messages, tools)
 
     def prompt_renderer(self) -> PromptRenderer:
@@ -383,10 +385,7 @@ class MistralNemoProfile(ModelProfile):
     def forced_tool_call_prefix(self, name: str, enable_thinking: bool | None = None) -> str:
         """``[TOOL_CALLS][{"name": "NAME", "arguments": `` (the encoder's key order; ``name`` ``""``:
         up to the name's opening quote)."""
-        if enable_thinking is not None:
-            raise TemplateError(
-                "mistral-nemo has no thinking switch; leave chat_template_kwargs.enable_thinking unset"
-            )
+        _refuse_thinking_switch(enable_thinking)
         return TOOL_CALLS + '[{"name": "' + (f'{name}", "arguments": ' if name else "")
 
     def parse_assistant(

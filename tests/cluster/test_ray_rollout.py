@@ -122,6 +122,24 @@ def running_on(url: str, home: Path, run: str, node_id: str | None = None) -> li
     return [r for r in rows if node_id is None or r.info.get("ray_node_id") == node_id]
 
 
+def wait_until_restarted(actor: Any, timeout: float = 180.0) -> None:
+    """Wait until ``actor``, just killed with ``ray.kill(no_restart=False)``, answers again.
+
+    The kill is asynchronous: a call sent right after it can still reach the dying instance and
+    fail with ``ActorDiedError``, so each failure is retried until ``timeout``. Only a restarted
+    instance can answer; an actor that stays dead raises its last error when the time is up.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=30)
+            return
+        except ray.exceptions.RayActorError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def slow_config(tmp: Path) -> Path:
     """The small quickstart with an agent that pauses after its model call, so sessions are in flight."""
     return quickstart_config(
@@ -146,7 +164,7 @@ def test_a_killed_worker_actor_is_restarted_and_each_pair_finishes_once(
     index = int(victim.split("-")[-2])
     actor = ray.get_actor(f"dressage-worker:{run}:{index}", namespace=NAMESPACE)
     ray.kill(actor, no_restart=False)
-    ray.get(actor.__ray_ready__.remote(), timeout=180)  # Ray restarted it (a dead actor raises here)
+    wait_until_restarted(actor)
     finish(proc)
     rows = sessions_of(cluster_pg_url, home, run)
     assert_exactly_once(rows, 12)

@@ -19,7 +19,6 @@ pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' ex
 from rich.console import Console
 
 from dressage.config import Settings
-from dressage.loop.progress import LoopProgress
 from dressage.loop.runner import Loop, LoopOptions
 from dressage.store import EventStore
 from tests.harbor.conftest import REPO
@@ -39,15 +38,8 @@ def test_loop_trains_on_a_harbor_dataset(tmp_path: Path) -> None:
     loop = Loop(store, settings, LoopOptions(str(path), out_dir=tmp_path / "out"), Console(quiet=True))
 
     async def go() -> None:
-        try:
-            await loop.start()
-            assert loop.run is not None
-            progress = LoopProgress(Console(quiet=True), 2, enabled=False)
-            progress.attach(store, loop.run)
-            with progress:
-                await loop.run_iterations(progress)
-        finally:
-            await loop.stop()
+        async with loop:
+            await loop.run_all(show_progress=False)
 
     asyncio.run(go())
     try:

@@ -23,7 +23,6 @@ from dressage.cli import app
 from dressage.config import Settings
 from dressage.engines.sglang_client import EngineClient
 from dressage.errors import ConfigError
-from dressage.loop.progress import LoopProgress
 from dressage.loop.runner import Loop, LoopOptions
 from dressage.rollout.evaluation import read_eval_rounds
 from dressage.store import EventStore
@@ -78,18 +77,12 @@ def drive(tmp: Path, mode: str, train: dict[str, Any] | None = None) -> tuple[Lo
     loop = Loop(store, settings, LoopOptions(str(config), out_dir=tmp / "out"), Console())
 
     async def go() -> str | None:
-        try:
-            await loop.start()
-            assert loop.run is not None and loop.engine is not None
-            progress = LoopProgress(Console(), 2, enabled=False)
-            progress.attach(store, loop.run)
-            with progress:
-                await loop.run_iterations(progress)
+        async with loop:
+            await loop.run_all(show_progress=False)
             await asyncio.to_thread(loop.refresh_versions)
+            assert loop.engine is not None
             async with EngineClient(loop.engine.url) as client:
                 return (await client.model_info()).weight_version
-        finally:
-            await loop.stop()
 
     version = asyncio.run(go())
     return loop, version, settings

@@ -21,7 +21,6 @@ pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' ex
 from rich.console import Console
 
 from dressage.config import Settings
-from dressage.loop.progress import LoopProgress
 from dressage.loop.runner import Loop, LoopOptions
 from dressage.store import EventStore
 from tests.loop.test_loop import replay
@@ -47,15 +46,8 @@ def test_the_loop_trains_trees_with_shared_tokens_once(tmp_path: Path) -> None:
     loop = Loop(store, settings, LoopOptions(str(_config(tmp_path)), out_dir=tmp_path / "out"), Console())
 
     async def go() -> None:
-        try:
-            await loop.start()
-            assert loop.run is not None
-            progress = LoopProgress(Console(), 2, enabled=False)
-            progress.attach(store, loop.run)
-            with progress:
-                await loop.run_iterations(progress)
-        finally:
-            await loop.stop()
+        async with loop:
+            await loop.run_all(show_progress=False)
 
     asyncio.run(go())
     try:

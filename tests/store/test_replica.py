@@ -156,7 +156,6 @@ def test_the_loops_trainer_reads_from_the_replica(clusters: tuple[Cluster, Stand
     import yaml
     from rich.console import Console
 
-    from dressage.loop.progress import LoopProgress
     from dressage.loop.runner import Loop, LoopOptions
     from dressage.training.masking import MaskingPolicy
     from tests.rollout.conftest import bwrap_unavailable_reason
@@ -177,16 +176,9 @@ def test_the_loops_trainer_reads_from_the_replica(clusters: tuple[Cluster, Stand
     reader_port: list[int | None] = []
 
     async def go() -> None:
-        try:
-            await loop.start()
-            assert loop.run is not None
+        async with loop:
             reader_port.append(loop.reader.db.engine.url.port if loop.reader is not None else None)
-            progress = LoopProgress(Console(quiet=True), 1, enabled=False)
-            progress.attach(store, loop.run)
-            with progress:
-                await loop.run_iterations(progress)
-        finally:
-            await loop.stop()
+            await loop.run_all(show_progress=False)
 
     try:
         asyncio.run(go())

@@ -229,14 +229,7 @@ class ForkTree:
 def _copy_turns(store: EventStore, run: str, parent: str, child: str, k: int) -> None:
     """Append the parent's turns ``0..k-1`` to ``child``, as the proxy copies them for a fork."""
     for t in store.turns.read(session_id=parent)[:k]:
-        store.turns.append(
-            run,
-            NewTurn(
-                child, t.turn_index, t.context_ids, t.generated_ids, t.logprobs, t.policy_versions,
-                loss_mask=t.loss_mask, segment_index=t.segment_index, segment_offset=t.segment_offset,
-                route=t.route, finish_reason=t.finish_reason, info={**t.info, "replayed_from": t.id},
-            ),
-        )  # fmt: skip
+        store.turns.append(run, NewTurn.from_turn(t, child, info={**t.info, "replayed_from": t.id}))
 
 
 def _live_turns(store: EventStore, run: str, session: str, start: int, end: int) -> None:
