@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,11 @@ def actor_settings(settings: Settings, admin_token: str | None = None) -> ActorS
     )
 
 
+DRAINED_GRACE_S = 20.0
+"""How long the driver waits, once no pair is pending or leased, for the passes still running to
+end and report (a pass closes its sandboxes and its log after its last pair)."""
+
+
 @dataclass
 class Placement:
     """The actors of one ``--ray`` rollout: engine, proxies, workers (see the module docstring)."""
@@ -199,9 +205,10 @@ class Placement:
     async def drain(self, store: EventStore, run: Run) -> list[WorkerResult]:
         """One pass of every worker actor over the run's queue; returns when the queue is drained.
 
-        That is when every worker's pass has ended, or when no pair is pending or leased any more
-        while some workers still have not ended (a restarted actor waiting for room on a smaller
-        cluster: it has nothing left to do). A worker that died for good (restarts used up) is
+        That is when every worker's pass has ended, or when no pair has been pending or leased for
+        :data:`DRAINED_GRACE_S` while some passes still have not ended (a restarted actor waiting
+        for room on a smaller cluster: it has nothing left to do). The grace lets the passes that
+        played the last pairs report, so the summary counts every worker that ran. A worker that died for good (restarts used up) is
         reported; if pairs are still pending or leased when all are gone, that is an error saying
         how to continue (``--resume RUN``).
         """
@@ -209,6 +216,7 @@ class Placement:
         results: list[WorkerResult] = []
         lost = 0
         pending = list(refs)
+        drained_at: float | None = None
         while pending:
             done, pending = await asyncio.to_thread(ray.wait, pending, num_returns=len(pending), timeout=1.0)
             for ref in done:
@@ -219,7 +227,14 @@ class Placement:
                     results.append(result)
             counts = await asyncio.to_thread(store.tasks.counts, run)
             if pending and not counts["pending"] and not counts["leased"]:
-                break
+                # A pass that played the last pair is still closing: give it time to report.
+                drained_at = drained_at if drained_at is not None else time.monotonic()
+                if time.monotonic() - drained_at > DRAINED_GRACE_S:
+                    self.console.print(
+                        f"[yellow]{len(pending)} Ray rollout worker(s) had not started when the queue "
+                        "drained (waiting for room on the cluster): nothing was left for them[/]"
+                    )
+                    break
         if lost and (counts["pending"] or counts["leased"]):
             raise DressageError(
                 f"{lost} Ray rollout worker(s) died past ray.max_restarts with {counts['pending']} pending and "
