@@ -208,8 +208,8 @@ class Placement:
         That is when every worker's pass has ended, or when no pair has been pending or leased for
         :data:`DRAINED_GRACE_S` while some passes still have not ended (a restarted actor waiting
         for room on a smaller cluster: it has nothing left to do). The grace lets the passes that
-        played the last pairs report, so the summary counts every worker that ran. A worker that died for good (restarts used up) is
-        reported; if pairs are still pending or leased when all are gone, that is an error saying
+        played the last pairs report, so the summary counts every worker that ran. A worker that
+        died for good (restarts used up) is reported; if pairs are still pending or leased when all are gone, that is an error saying
         how to continue (``--resume RUN``).
         """
         refs = dict(zip(self.launch(run), self.worker_nodes, strict=True))
@@ -227,12 +227,13 @@ class Placement:
                     results.append(result)
             counts = await asyncio.to_thread(store.tasks.counts, run)
             if pending and not counts["pending"] and not counts["leased"]:
-                # A pass that played the last pair is still closing: give it time to report.
-                drained_at = drained_at if drained_at is not None else time.monotonic()
-                if time.monotonic() - drained_at > DRAINED_GRACE_S:
+                # A pass that played the last pair may still be closing: give it time to report.
+                if drained_at is None:
+                    drained_at = time.monotonic()
+                elif time.monotonic() - drained_at > DRAINED_GRACE_S:
                     self.console.print(
-                        f"[yellow]{len(pending)} Ray rollout worker(s) had not started when the queue "
-                        "drained (waiting for room on the cluster): nothing was left for them[/]"
+                        f"[yellow]{len(pending)} Ray rollout worker(s) had not ended {DRAINED_GRACE_S:.0f} s "
+                        "after the queue drained (waiting for room on the cluster): nothing was left for them[/]"
                     )
                     break
         if lost and (counts["pending"] or counts["leased"]):
