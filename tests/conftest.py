@@ -26,6 +26,7 @@ import pytest
 
 from dressage.store import EventStore
 from dressage.store.db import upgrade
+from tests.pg_roles import drop_created_roles
 from tests.stores import open_store
 
 PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -163,13 +164,15 @@ _CREATED: list[str] = []
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Drop the databases this session created (only those: others may be in use)."""
+    """Drop the databases this session created (only those: others may be in use), then the roles
+    it made in them (``tests/pg_roles.py``)."""
     if not _CREATED:
         return
     try:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
             for name in _CREATED:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            drop_created_roles(conn)
     except psycopg.OperationalError:
         pass  # the server went away: nothing left to clean
     _CREATED.clear()

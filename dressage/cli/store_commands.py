@@ -1,6 +1,6 @@
 """Store commands of ``dressage-worker``: schema migrations, inspection, SQL, export and drop.
 
-:func:`register` adds ``db upgrade|downgrade|current``, ``runs``, ``show``, ``sql``, ``export``,
+:func:`register` adds ``db upgrade|downgrade|current|create-reader|drop-reader``, ``runs``, ``show``, ``sql``, ``export``,
 ``verify-export``, ``import``, ``archive`` and ``drop`` to the app. Every command takes ``--database-url`` (default:
 ``DRESSAGE_DATABASE_URL``, else the embedded SQLite file). Inspection commands never migrate the
 schema: a database behind head gets a message telling to run ``dressage-worker db upgrade``.
@@ -32,6 +32,7 @@ from dressage.exports.verify import verify_export
 from dressage.store import EventStore
 from dressage.store import db as dbm
 from dressage.store.read_only_sql import first_line, run_read_only
+from dressage.store.reader_role import create_reader, drop_reader
 from dressage.store.records import SESSION_STATUSES, Turn
 
 
@@ -49,7 +50,7 @@ def _open(database_url: str | None) -> EventStore:
 
 # --- db -------------------------------------------------------------------------------------------
 
-db_app = typer.Typer(help="Schema migrations of the event log.", no_args_is_help=True)
+db_app = typer.Typer(help="Schema migrations and reader roles of the event log.", no_args_is_help=True)
 
 
 @db_app.command("upgrade")
@@ -94,6 +95,44 @@ def db_current(database_url: DatabaseUrl = None) -> None:
     out.print(f"head:    {head}")
     if current != head:
         out.print("[yellow]behind head: run `dressage-worker db upgrade`[/]")
+
+
+@db_app.command("create-reader")
+@handle_errors
+def db_create_reader(
+    name: Annotated[str, typer.Argument(help="Name of the new PostgreSQL role (lowercase, digits, '_').")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create a PostgreSQL login with SELECT only on the log's tables and views; print its URL.
+
+    The URL holds a new random password, printed once and stored nowhere by Dressage: hand it to
+    an analyst or an agent for `sql --database-url URL` (docs/sql.md).
+    """
+    engine = dbm.make_engine(_settings(database_url).resolved_database_url(), pool_size=1)
+    try:
+        url = create_reader(engine, name)
+    finally:
+        engine.dispose()
+    typer.echo(url)
+    render.console(stderr=True).print(
+        f"created reader role {name!r}: SELECT on the log's tables and views, sessions read-only; "
+        "the password is in this URL only"
+    )
+
+
+@db_app.command("drop-reader")
+@handle_errors
+def db_drop_reader(
+    name: Annotated[str, typer.Argument(help="A role made by `db create-reader`.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Revoke a reader role's grants and drop it (only roles `db create-reader` made)."""
+    engine = dbm.make_engine(_settings(database_url).resolved_database_url(), pool_size=1)
+    try:
+        drop_reader(engine, name)
+    finally:
+        engine.dispose()
+    render.console().print(f"dropped reader role {name!r}")
 
 
 # --- runs / show ----------------------------------------------------------------------------------
@@ -272,14 +311,17 @@ def _jsonable(value: Any) -> Any:
 def sql(
     query: Annotated[
         str | None,
-        typer.Argument(help="One SELECT (or WITH ... SELECT) statement; '-' or none: read it from stdin."),
+        typer.Argument(help="One SQL statement (SELECT, WITH, EXPLAIN ...); '-' or none: read it from stdin."),
     ] = None,
     file: Annotated[Path | None, typer.Option("--file", "-f", help="Read the query from a file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as a JSON list of objects.")] = False,
     limit: Annotated[int, typer.Option(help="Print at most this many rows.", min=1)] = 1000,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Run a read-only SQL query (views token_events, trajectories; see docs/sql.md).
+    """Run one read-only SQL statement (views token_events, trajectories; see docs/sql.md).
+
+    The database refuses writes: a read-only transaction that is rolled back (PostgreSQL, one
+    statement over the extended protocol), a file opened read-only (SQLite).
 
     A query that starts with a ``--`` comment must come from stdin or ``--file`` (the shell
     would pass it as an option).

@@ -15,6 +15,7 @@ from dressage.commandline import EXIT_MISMATCH
 from dressage.exports.verify import ExportVerificationError, verify_export
 from dressage.store import EventStore, TaskSpec
 from tests.log_builders import record_one_turn_session
+from tests.pg_roles import reader_url
 
 
 def invoke(cli: CliRunner, db_url: str, *args: str, input: str | None = None) -> Result:
@@ -23,8 +24,9 @@ def invoke(cli: CliRunner, db_url: str, *args: str, input: str | None = None) ->
 
 
 def sql_json(cli: CliRunner, db_url: str, query: str) -> list[dict[str, Any]]:
-    """Rows of ``dressage-worker sql --json QUERY``; fails the test on a non-zero exit."""
-    result = invoke(cli, db_url, "sql", "--json", query)
+    """Rows of ``dressage-worker sql --json QUERY`` (on PostgreSQL as a reader role: ``sql`` refuses
+    the superuser the test databases are made with); fails the test on a non-zero exit."""
+    result = invoke(cli, reader_url(db_url), "sql", "--json", query)
     assert result.exit_code == 0, result.output + result.stderr
     return json.loads(result.stdout)
 
