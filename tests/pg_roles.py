@@ -56,7 +56,9 @@ def writer_url(db_url: str) -> str:
                 sql.SQL("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}").format(role),
             ):
                 conn.execute(statement)
-        _URLS[key] = make_url(db_url).set(username=name, password=password).render_as_string(hide_password=False)
+        _URLS[key] = (
+            make_url(db_url).set(username=name, password=password).render_as_string(hide_password=False)
+        )
     return _URLS[key]
 
 

@@ -311,7 +311,9 @@ def _jsonable(value: Any) -> Any:
 def sql(
     query: Annotated[
         str | None,
-        typer.Argument(help="One SQL statement (SELECT, WITH, EXPLAIN ...); '-' or none: read it from stdin."),
+        typer.Argument(
+            help="One SQL statement (SELECT, WITH, EXPLAIN ...); '-' or none: read it from stdin."
+        ),
     ] = None,
     file: Annotated[Path | None, typer.Option("--file", "-f", help="Read the query from a file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as a JSON list of objects.")] = False,

@@ -30,9 +30,9 @@ from dressage.store.db import SQLITE_BUSY_TIMEOUT_MS
 
 Rows = tuple[list[str], list[tuple[object, ...]], bool]
 
-_READ_ONLY_HINT = "sql is read-only: it runs one statement in a read-only transaction that is rolled back"
+_READ_ONLY_HINT = "sql is read-only: the database refuses every write"
 _UNBOUNDED_LOGIN_SQL = """
-SELECT r.rolname, r.rolsuper, r.rolreplication
+SELECT r.rolname, r.rolsuper
 FROM pg_roles r
 WHERE (r.rolsuper OR r.rolreplication
        OR r.rolname IN ('pg_execute_server_program', 'pg_write_server_files'))
@@ -90,7 +90,7 @@ def _refuse_unbounded_login(cur: psycopg.Cursor[Any]) -> None:
         return
     cur.execute("SELECT current_user")
     (user,) = cur.fetchone() or ("?",)
-    name, superuser, replication = found[0]
+    name, superuser = found[0]
     if name == user:
         what = "is a superuser" if superuser else "has the REPLICATION attribute"
     else:

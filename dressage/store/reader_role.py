@@ -49,7 +49,9 @@ def create_reader(engine: Engine, name: str) -> str:
             sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(database, role),
             sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role),
             sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(schema, role),
-            sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(schema, role),
+            sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(
+                schema, role
+            ),
         ):
             cur.execute(statement)
     return engine.url.set(username=name, password=password).render_as_string(hide_password=False)
@@ -66,7 +68,9 @@ def drop_reader(engine: Engine, name: str) -> None:
             raise StoreError(f"role {name!r} is not a reader made by `db create-reader`; not dropped")
         role, (database, schema) = sql.Identifier(name), _where(cur)
         for statement in (
-            sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} REVOKE ALL ON TABLES FROM {}").format(schema, role),
+            sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} REVOKE ALL ON TABLES FROM {}").format(
+                schema, role
+            ),
             sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(schema, role),
             sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(schema, role),
             sql.SQL("REVOKE ALL ON DATABASE {} FROM {}").format(database, role),
@@ -82,7 +86,9 @@ def _check_name(engine: Engine, name: str) -> None:
             "read-only (mode=ro, query_only) already; give others a copy of the file"
         )
     if not _NAME.fullmatch(name):
-        raise ConfigError(f"NAME {name!r} must be 1-63 lowercase letters, digits or '_', not starting with a digit")
+        raise ConfigError(
+            f"NAME {name!r} must be 1-63 lowercase letters, digits or '_', not starting with a digit"
+        )
 
 
 @contextmanager

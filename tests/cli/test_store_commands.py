@@ -14,6 +14,7 @@ from dressage.store import EventStore
 from dressage.store.db import head_revision
 from tests.cli.conftest import Populated
 from tests.cli.helpers import add_eval_session, invoke, sql_json
+from tests.pg_roles import reader_url, writer_url
 
 
 def test_runs_lists_counts(cli: CliRunner, db_url: str, populated: Populated) -> None:
@@ -66,24 +67,30 @@ def test_sql_returns_rows(cli: CliRunner, db_url: str, populated: Populated) -> 
     )
     assert [r["n_tokens"] for r in rows] == [15, 4, 2, 1]
     table = invoke(
-        cli, db_url, "sql", f"SELECT COUNT(*) AS n FROM turns WHERE session_id = '{populated.sessions['s1']}'"
+        cli,
+        reader_url(db_url),
+        "sql",
+        f"SELECT COUNT(*) AS n FROM turns WHERE session_id = '{populated.sessions['s1']}'",
     )
     assert table.exit_code == 0 and "│ 3 " in table.stdout
 
 
 def test_sql_from_stdin_and_file(cli: CliRunner, db_url: str, populated: Populated, tmp_path: Path) -> None:
     query = f"-- a comment first\nSELECT COUNT(*) AS n FROM trajectories WHERE run_name = '{populated.run}'"
-    result = cli.invoke(app, ["sql", "--json", "--database-url", db_url], input=query)
+    result = cli.invoke(app, ["sql", "--json", "--database-url", reader_url(db_url)], input=query)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == [{"n": 4}]
     (tmp_path / "q.sql").write_text(query + ";\n")
-    result = invoke(cli, db_url, "sql", "--json", "--file", str(tmp_path / "q.sql"))
+    result = invoke(cli, reader_url(db_url), "sql", "--json", "--file", str(tmp_path / "q.sql"))
     assert result.exit_code == 0 and json.loads(result.stdout) == [{"n": 4}]
-    limited = invoke(cli, db_url, "sql", "--limit", "2", "SELECT id FROM turns")
+    limited = invoke(cli, reader_url(db_url), "sql", "--limit", "2", "SELECT id FROM turns")
     assert limited.exit_code == 0 and "stopped at --limit 2" in limited.stdout
 
 
 def test_sql_refuses_writes_and_changes_nothing(cli: CliRunner, db_url: str, populated: Populated) -> None:
+    """As a login that may write every table (on PostgreSQL): the database refuses (see also
+    tests/cli/test_sql_read_only.py)."""
+    login = writer_url(db_url)
     where = f"(SELECT id FROM runs WHERE name = '{populated.run}')"
     attempts = [
         f"DELETE FROM turns WHERE run_id = {where}",
@@ -92,18 +99,18 @@ def test_sql_refuses_writes_and_changes_nothing(cli: CliRunner, db_url: str, pop
         f"/* sneaky */ SELECT 1; -- x\nDELETE FROM turns WHERE run_id = {where}",
     ]
     for query in attempts:
-        result = invoke(cli, db_url, "sql", query)
+        result = invoke(cli, login, "sql", query)
         assert result.exit_code == 1, query
         assert result.stderr.startswith("error: ") and "Traceback" not in result.output
-    # A data-modifying CTE passes the keyword check; the read-only transaction must stop it.
+    # A data-modifying CTE reads like a SELECT; the read-only transaction must stop it.
     cte = f"WITH gone AS (DELETE FROM turns WHERE run_id = {where} RETURNING id) SELECT COUNT(*) FROM gone"
     if "sqlite" in db_url:
         cte = f"WITH x AS (SELECT 1) DELETE FROM turns WHERE run_id = {where}"
-    result = invoke(cli, db_url, "sql", cte)
+    result = invoke(cli, login, "sql", cte)
     assert result.exit_code == 1 and result.stderr.startswith("error: ")
     rows = sql_json(cli, db_url, f"SELECT COUNT(*) AS n FROM turns WHERE run_id = {where}")
     assert rows == [{"n": 6}]
-    bad = invoke(cli, db_url, "sql", "SELECT no_such_column FROM runs")
+    bad = invoke(cli, login, "sql", "SELECT no_such_column FROM runs")
     assert bad.exit_code == 1 and bad.stderr.startswith("error: query failed")
 
 

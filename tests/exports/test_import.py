@@ -20,6 +20,8 @@ from dressage.training.consumer import NullBackend
 from dressage.training.torch_backend import TorchBackend
 from tests.cli.helpers import invoke
 from tests.exports.conftest import RichRun
+from tests.pg_roles import reader_url
+from tests.stores import open_store
 from tests.view.builders import build_fork_tree
 
 
@@ -99,7 +101,8 @@ def test_round_trip_has_identical_hashes_and_replays(
     query = (
         f"SELECT kind, COUNT(*) FROM trajectories WHERE run_name = '{new_name}' GROUP BY kind ORDER BY kind"
     )
-    assert run_read_only(other.db, query, limit=10)[1] == [("eval", 2), ("train", 4)]
+    with open_store(reader_url(other_url), tmp_path / "home2") as reader:
+        assert run_read_only(reader.db, query, limit=10)[1] == [("eval", 2), ("train", 4)]
     ref = other.artifacts.list(new_name)[0]
     assert other.artifacts.get(ref) == rich_run.artifact
 
@@ -113,7 +116,8 @@ def test_import_refusals(
     existing = invoke(cli, db_url, "import", str(tmp_path / "a"))
     assert existing.exit_code == 1 and "choose another name with --as" in existing.stderr
 
-    export_run(store, rich_run.run, tmp_path / "w", where="reward >= 1")
+    with open_store(reader_url(db_url), tmp_path / "home") as reader:  # --where runs as a reader
+        export_run(reader, rich_run.run, tmp_path / "w", where="reward >= 1")
     partial = invoke(cli, other_url, "import", str(tmp_path / "w"))
     assert partial.exit_code == 3 and "--where export" in partial.stderr
 

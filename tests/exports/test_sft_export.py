@@ -27,6 +27,8 @@ from dressage.tito.model_profile import ModelProfile
 from dressage.tito.profiles import RUN_RECORD_KEY, build_profile, profile_record
 from tests.cli.helpers import invoke
 from tests.exports.sft_checks import trl_prepare
+from tests.pg_roles import reader_url
+from tests.stores import open_store
 
 SYSTEM = "You answer in as few words as possible."
 TOOLS = [
@@ -122,12 +124,13 @@ def build_quickstart_like(store: EventStore, run: str, profile: ModelProfile) ->
 
 
 def test_sft_export_loads_in_trl_and_tokenizes_to_the_recorded_ids(
-    store: EventStore, run_name: str, profile: ModelProfile, tmp_path: Path
+    store: EventStore, db_url: str, run_name: str, profile: ModelProfile, tmp_path: Path
 ) -> None:
     build_quickstart_like(store, run_name, profile)
     out = tmp_path / "sft"
     where = "reward >= 1 AND kind = 'train'"
-    manifest = export_run(store, run_name, out, where=where, fmt="sft")
+    with open_store(reader_url(db_url), tmp_path / "home") as reader:  # --where runs as a reader
+        manifest = export_run(reader, run_name, out, where=where, fmt="sft")
     assert verify_export(out) == manifest and manifest["complete"] is False
     rows = pq.read_table(out / SFT_FILE).to_pylist()
     rewarded = {
@@ -167,10 +170,11 @@ def test_sft_export_loads_in_trl_and_tokenizes_to_the_recorded_ids(
 
 
 def test_an_altered_row_is_flagged(
-    store: EventStore, run_name: str, profile: ModelProfile, tmp_path: Path
+    store: EventStore, db_url: str, run_name: str, profile: ModelProfile, tmp_path: Path
 ) -> None:
     build_quickstart_like(store, run_name, profile)
-    export_run(store, run_name, tmp_path / "sft", where="reward >= 1 AND kind = 'train'", fmt="sft")
+    with open_store(reader_url(db_url), tmp_path / "home") as reader:  # --where runs as a reader
+        export_run(reader, run_name, tmp_path / "sft", where="reward >= 1 AND kind = 'train'", fmt="sft")
     rows = pq.read_table(tmp_path / "sft" / SFT_FILE).to_pylist()
     checker = SftRows(profile)
     assert all(checker.check(r)["exact"] for r in rows)

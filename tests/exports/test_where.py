@@ -14,6 +14,8 @@ from dressage.exports.where import check_predicate, select_sessions
 from dressage.store import EventStore
 from tests.cli.helpers import invoke
 from tests.exports.conftest import RichRun, build_rich_run
+from tests.pg_roles import reader_url, writer_url
+from tests.stores import open_store
 
 
 @pytest.fixture
@@ -27,7 +29,7 @@ def test_where_exports_the_good_trajectories(
     build_rich_run(store, rich_run.run + "-other")  # its sessions must never leak in
     out = tmp_path / "good"
     where = "reward >= 1 AND kind = 'train' AND run_name <> 'nothing'"
-    result = invoke(cli, db_url, "export", rich_run.run, "--to", str(out), "--where", where)
+    result = invoke(cli, reader_url(db_url), "export", rich_run.run, "--to", str(out), "--where", where)
     assert result.exit_code == 0, result.output
     manifest = verify_export(out)
     assert manifest["complete"] is False and manifest["where"] == where
@@ -62,7 +64,8 @@ def test_bad_where_is_one_line(
     predicate: str,
     message: str,
 ) -> None:
-    result = invoke(cli, db_url, "export", rich_run.run, "--to", str(tmp_path / "x"), "--where", predicate)
+    url = reader_url(db_url)
+    result = invoke(cli, url, "export", rich_run.run, "--to", str(tmp_path / "x"), "--where", predicate)
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
@@ -70,14 +73,23 @@ def test_bad_where_is_one_line(
 
 
 def test_where_cannot_write(db_url: str, store: EventStore, rich_run: RichRun, tmp_path: Path) -> None:
-    """A predicate that tries to write runs in a read-only transaction: refused, nothing changed."""
+    """A predicate that tries to write, as a login that may write every table: the database
+    refuses it (a read-only transaction; a file opened read-only), nothing changed."""
     if store.db.dialect == "postgresql":
-        predicate = "(SELECT nextval('runs_id_seq')) > 0"
+        predicate, refusal = "(SELECT nextval('runs_id_seq')) > 0", "read-only transaction"
     else:
-        predicate = "(SELECT load_extension('x')) IS NULL"
-    with pytest.raises(InvalidRecordError, match="was refused"):
-        select_sessions(store.db, rich_run.run, predicate)
+        predicate, refusal = "(SELECT load_extension('x')) IS NULL", "not authorized"
+    with open_store(writer_url(db_url), tmp_path / "home") as writer:
+        with pytest.raises(InvalidRecordError, match=f"was refused: query failed: .*{refusal}"):
+            select_sessions(writer.db, rich_run.run, predicate)
     assert len(store.sessions.list(rich_run.run)) == 6
+
+
+def test_where_refuses_a_superuser_login(pg_url: str, tmp_path: Path) -> None:
+    """A superuser is not bound by a read-only transaction: its --where is refused before it runs."""
+    with open_store(pg_url, tmp_path / "home") as admin:
+        with pytest.raises(InvalidRecordError, match=r"is a superuser.*db create-reader"):
+            select_sessions(admin.db, "any", "reward >= 1")
 
 
 def test_check_predicate_keeps_quoted_specials() -> None:
