@@ -2,7 +2,8 @@
 
 The predicate is checked to be one expression (balanced parentheses outside quotes, no ``;``, no
 comments), placed inside a sub-select so it cannot widen the run filter around it, and run by
-:func:`~dressage.store.read_only_sql.run_read_only` in a read-only transaction that is rolled back.
+:func:`~dressage.store.read_only_sql.run_read_only`, where the database refuses writes (the check
+is for a clear message and the run filter, not what keeps the log unchanged).
 A predicate the database rejects comes back as one line naming ``--where``.
 """
 
