@@ -27,7 +27,8 @@ _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 def create_reader(engine: Engine, name: str) -> str:
-    """Create the reader role ``name`` on ``engine``'s database; return its URL (with the password).
+    """Create the reader role ``name`` on ``engine``'s database; return its ``postgresql://`` URL
+    (with the password).
 
     It may log in and SELECT from every table and view of the log's schema (tables a later
     ``db upgrade`` by this login adds included); its sessions start read-only.
@@ -54,7 +55,8 @@ def create_reader(engine: Engine, name: str) -> str:
             ),
         ):
             cur.execute(statement)
-    return engine.url.set(username=name, password=password).render_as_string(hide_password=False)
+    url = engine.url.set(drivername="postgresql", username=name, password=password)
+    return url.render_as_string(hide_password=False)  # libpq's form: psql and `sql` both take it
 
 
 def drop_reader(engine: Engine, name: str) -> None:

@@ -151,7 +151,8 @@ def server_writes(pg_url: str, drop_dir: Path) -> Path:
     superuser): so an attack's missing file means a refusal, not a server that could not write."""
     control = drop_dir / f"control-{uuid.uuid4().hex[:8]}"
     with psycopg.connect(libpq_url(pg_url), autocommit=True) as conn:
-        conn.execute(f"COPY (SELECT 1) TO PROGRAM 'touch {control}'")  # type: ignore[arg-type]
+        # `cat`, not `touch`: a program that leaves its stdin unread may break COPY's pipe.
+        conn.execute(f"COPY (SELECT 1) TO PROGRAM 'cat > {control}'")  # type: ignore[arg-type]
     if not control.exists():
         pytest.skip("the PostgreSQL server does not share this machine's files: cannot watch them")
     return drop_dir
