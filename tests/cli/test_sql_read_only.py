@@ -250,3 +250,25 @@ def test_create_reader_refusals(cli: CliRunner, db_url: str) -> None:
         assert "reader roles need PostgreSQL" in line and "mode=ro" in line
     else:
         assert "NAME 'Bad-Name' must be" in line
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_login_that_may_run_programs_is_refused(
+    cli: CliRunner, db_url: str, populated: Populated, server_writes: Path
+) -> None:
+    """No superuser, but a member of pg_execute_server_program: COPY ... TO PROGRAM would run, read-only
+    transaction or not, so ``sql`` refuses the login."""
+    name, password = new_role_name("programs"), uuid.uuid4().hex
+    with psycopg.connect(libpq_url(db_url), autocommit=True) as admin:
+        create = f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE pg_execute_server_program"
+        admin.execute(create)  # type: ignore[arg-type]
+        admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {name}")  # type: ignore[arg-type]
+    login = make_url(db_url).set(username=name, password=password).render_as_string(hide_password=False)
+    target = server_writes / f"programs-{uuid.uuid4().hex[:8]}"
+    before = log_state(db_url, roles=[name])
+    result = invoke(cli, login, "sql", f"COPY (SELECT 1) TO PROGRAM 'cat > {target}'")
+    assert result.exit_code == 1
+    [line] = result.stderr.strip().splitlines()
+    assert f"login '{name}' may act as 'pg_execute_server_program'" in line, line
+    assert log_state(db_url, roles=[name]) == before
+    assert not target.exists()
