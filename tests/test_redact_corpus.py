@@ -1,0 +1,80 @@
+"""The redaction corpus: every covered key format is redacted in every context, whole; text that only
+looks a little like a secret (token ids, hashes, uuids, base64 content, URLs, paths, log lines)
+comes out unchanged. See tests/secret_corpus.py for the values."""
+
+from __future__ import annotations
+
+import pytest
+
+from dressage.redact import REDACTED, redact, redact_json, secret_spans
+from tests.secret_corpus import BARE_CONTEXTS, FORMAT_TEMPLATES, benign_texts, fake_secrets
+
+SECRETS = fake_secrets(seed=33)
+
+
+def _cases() -> list[tuple[str, str, str]]:
+    """(format, text holding the secret, the same text with ``[REDACTED]`` in its place)."""
+    cases = []
+    for fmt, value in SECRETS.items():
+        template = FORMAT_TEMPLATES.get(fmt)
+        contexts = [template] if template else list(BARE_CONTEXTS)
+        cases += [(fmt, ctx.format(value), ctx.format(REDACTED)) for ctx in contexts]
+    return cases
+
+
+@pytest.mark.parametrize(("fmt", "text", "expected"), _cases(), ids=lambda x: x if len(x) < 24 else "")
+def test_every_format_is_redacted_whole(fmt: str, text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize("text", benign_texts())
+def test_benign_text_is_left_alone(text: str) -> None:
+    assert redact(text) == text
+    assert secret_spans(text) == []
+
+
+def test_a_whole_corpus_document_keeps_no_secret_and_all_benign_text() -> None:
+    """One long text mixing both corpora (as an agent log would): no secret's value survives, not
+    even an 8-character piece of its random part, and every benign line is still there."""
+    benign = benign_texts()
+    lines = [f"{b}\n{t}" for b, (_, t, _) in zip(benign * 4, _cases(), strict=False)]
+    out = redact("\n".join(lines)) or ""
+    for fmt, value in SECRETS.items():
+        body = value.split("-----")[2] if fmt.startswith("pem") else value
+        pieces = {body[i : i + 8] for i in range(8, len(body) - 8)} - {"", "\n"}
+        leaked = sorted(p for p in pieces if "\n" not in p and p in out)
+        assert leaked == [], f"{fmt}: {leaked[:3]}"
+    for text in benign:
+        assert text in out
+
+
+def test_json_values_under_credential_keys_are_redacted() -> None:
+    """``redact_json`` judges a key and its string value as the assignment ``key=value``."""
+    doc = {
+        "api_key": "plainlowentropy",
+        "db_password": "hunter22",
+        "cache_key": "user-42",
+        "upload_key": SECRETS["generic_key"],
+        "token_ids": [1, 2, 3],
+        "token": "151645",
+        "nested": [{"client_secret": "abcdef"}, f"bare {SECRETS['huggingface']}"],
+    }
+    assert redact_json(doc) == {
+        "api_key": REDACTED,
+        "db_password": REDACTED,
+        "cache_key": "user-42",
+        "upload_key": REDACTED,
+        "token_ids": [1, 2, 3],
+        "token": "151645",
+        "nested": [{"client_secret": REDACTED}, f"bare {REDACTED}"],
+    }
+
+
+def test_configured_values_and_patterns_together() -> None:
+    text = f"pw hunter2 and {SECRETS['npm']} with password=hunter2"
+    assert redact(text, ("hunter2",)) == f"pw {REDACTED} and {REDACTED} with password={REDACTED}"
+
+
+def test_a_long_log_without_secrets_is_returned_as_is() -> None:
+    log = "\n".join(benign_texts()) * 2000  # ~2.5 MB: the hints send it through every detector once
+    assert redact(log) is log or redact(log) == log
