@@ -77,7 +77,14 @@ _PLUGINS: tuple[tuple[RegexBasedDetector, tuple[str, ...]], ...] = (
 # Formats detect-secrets lacks. Each keeps its named group ``keep`` (a label such as
 # "Authorization: ") and replaces the rest.
 _PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
-    (re.compile(r"(?i)(?P<keep>authorization\s*[:=]\s*)(?:bearer\s+)?[^\s,;'\"]+"), ("authorization",)),
+    (
+        re.compile(
+            r"(?i)(?P<keep>authorization\s*[:=]\s*)"
+            r"(?:(?:bearer|basic|token|digest|negotiate|ntlm|apikey|key)\s+)?+"  # a scheme, replaced with its credential
+            r"(?!\$\{?[A-Za-z_])[^\s,;'\"]+"  # a value, not a variable ($TOKEN) a shell fills in
+        ),
+        ("authorization",),
+    ),
     (re.compile(r"(?i)(?P<keep>\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), ("bearer",)),
     # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), this project's session tokens
     (re.compile(r"(?P<keep>)\b(?:sk|pk|rk|ak)-[A-Za-z0-9_-]{12,}"), ("sk-", "pk-", "rk-", "ak-")),
@@ -103,6 +110,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
 # ``name=value`` / ``"name": "value"``: the name ends in a keyword, the value runs to a delimiter.
 _ASSIGNMENT = re.compile(r"""(?i)(?:key|token|secret|passw(?:or)?d|pwd)(["']?\s*[:=]\s*["']?)([^\s"',;}]+)""")
 _ASSIGNMENT_HINTS = ("key", "token", "secret", "passw", "pwd")
+_NAME_END = re.compile(r"(?i)(?:key|token|secret|passw(?:or)?d|pwd)$")  # HF_TOKEN, not TOKENIZERS_...
 _NAME_CHAR = re.compile(r"[A-Za-z0-9_.-]")
 # A name matching this is a credential's whatever its value; other ``...key`` names need entropy.
 _STRONG_NAME = re.compile(
@@ -125,13 +133,14 @@ _LABEL = re.compile(r"[A-Za-z_]+=")
 def is_secret_value(name: str, value: str) -> bool:
     """Whether ``value``, assigned to ``name`` (``api_key``, ``password``, ``cache_key``...), is a secret.
 
-    A credential-like name (password, secret, token, api/access/private key...) makes any value of
+    Only a name ending in ``key``, ``token``, ``secret``, ``password``/``passwd`` or ``pwd`` can hold
+    one (``HF_TOKEN``, ``"api_key"``; not ``TOKENIZERS_PARALLELISM``). A credential-like name (password, secret, token, api/access/private key...) makes any value of
     6+ characters one, except a variable reference (``$API_KEY``) and, for a token, a number (a
     token id). Any other name ending in ``key`` needs a high-entropy value (16+ characters of the
     base64 or hex alphabet, letters and digits, over detect-secrets' Shannon entropy limits) that
     is not a uuid (an idempotency key).
     """
-    if len(value) < 6 or value == REDACTED or _VARIABLE.fullmatch(value):
+    if len(value) < 6 or value == REDACTED or _VARIABLE.fullmatch(value) or not _NAME_END.search(name):
         return False
     if _STRONG_NAME.search(name):
         return not (value.isdigit() and "token" in name.lower())
@@ -223,6 +232,22 @@ def redact(text: str | None, secrets: Iterable[str] = ()) -> str | None:
         pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def redacted_tail(text: str, max_chars: int, secrets: Iterable[str] = ()) -> str:
+    """The end of ``text``, at most ``max_chars``, redacted *before* it is cut (for error messages
+    quoting a program's output).
+
+    Cutting first could leave the back half of a key (no longer recognisable by its prefix) or a PEM
+    block's body without its ``BEGIN`` line. The cut falls just after whitespace, so a secret that
+    the text is redacted for later (a run's declared value, where the message is stored) is whole.
+    """
+    out = redact(text, secrets) or ""
+    if len(out) <= max_chars:
+        return out
+    tail = out[-max_chars:]
+    space = re.search(r"\s", tail)
+    return tail[space.end() :] if space else tail
 
 
 def redact_json(value: object, secrets: Iterable[str] = ()) -> Any:
