@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import random
 import string
@@ -133,10 +134,7 @@ def benign_texts() -> list[str]:
         f"commit {hashlib.sha1(b'x').hexdigest()}",
         f"session {u} finished",
         f"run_id: {u}",
-        *(
-            f'{{"session_id": "{u}", "idempotency_key": "{v}"}}'
-            for u, v in zip(uuids, uuids[1:], strict=False)
-        ),
+        *(f'{{"session_id": "{u}", "idempotency_key": "{v}"}}' for u, v in itertools.pairwise(uuids)),
         f"payload {b64_text}",
         f"data:application/json;base64,{b64_json}",
         "https://example.com/path/to/page?x=1&y=two#frag",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dressage.redact import REDACTED, redact, redact_json, secret_spans
+from dressage.redact import REDACTED, redact, redact_json, redacted_tail, secret_spans
 from tests.secret_corpus import BARE_CONTEXTS, FORMAT_TEMPLATES, benign_texts, fake_secrets
 
 SECRETS = fake_secrets(seed=33)
@@ -78,3 +78,32 @@ def test_configured_values_and_patterns_together() -> None:
 def test_a_long_log_without_secrets_is_returned_as_is() -> None:
     log = "\n".join(benign_texts()) * 2000  # ~2.5 MB: the hints send it through every detector once
     assert redact(log) is log or redact(log) == log
+
+
+def test_a_tail_is_redacted_before_it_is_cut() -> None:
+    """An error quotes the end of a program's output: cut first, a PEM block would lose its BEGIN
+    line and a key its prefix, and neither would be found any more."""
+    pem, key = SECRETS["pem_rsa"], SECRETS["github_classic"]
+    text = f"{pem}\nfailed with {key} and the configured value hunter22\n"
+    naive = text[-300:]  # what cutting first would store: PEM lines without their BEGIN
+    assert any(line in (redact(naive) or "") for line in pem.splitlines()[1:-1])  # ...and redact can't tell
+    tail = redacted_tail(text, 300, ("hunter22",))
+    assert tail == f"{REDACTED}\nfailed with {REDACTED} and the configured value {REDACTED}\n"
+    cut = redacted_tail(f"start plain-value-123 {REDACTED} end", 20)
+    assert cut == f"{REDACTED} end"  # the cut falls after whitespace: no half of a value
+    assert redacted_tail("short", 100) == "short"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", f"Authorization: {REDACTED}"),
+        ("curl -H 'Authorization: Bearer $TOKEN'", "curl -H 'Authorization: Bearer $TOKEN'"),
+        (
+            "HF_TOKEN=abcdef123456 TOKENIZERS_PARALLELISM=falsely",
+            f"HF_TOKEN={REDACTED} TOKENIZERS_PARALLELISM=falsely",
+        ),
+    ],
+)
+def test_headers_and_variables(text: str, expected: str) -> None:
+    assert redact(text) == expected
