@@ -112,6 +112,7 @@ _ASSIGNMENT = re.compile(r"""(?i)(?:key|token|secret|passw(?:or)?d|pwd)(["']?\s*
 _ASSIGNMENT_HINTS = ("key", "token", "secret", "passw", "pwd")
 _NAME_END = re.compile(r"(?i)(?:key|token|secret|passw(?:or)?d|pwd)$")  # HF_TOKEN, not TOKENIZERS_...
 _NAME_CHAR = re.compile(r"[A-Za-z0-9_.-]")
+_MAX_NAME_CHARS = 128  # a longer name is judged by its last 128 characters (bounds the work per match)
 # A name matching this is a credential's whatever its value; other ``...key`` names need entropy.
 _STRONG_NAME = re.compile(
     r"(?i)passw|pwd|secret|token|(?:api|access|private|account|auth|signing|encryption|master|client)[_.-]?key"
@@ -134,11 +135,12 @@ def is_secret_value(name: str, value: str) -> bool:
     """Whether ``value``, assigned to ``name`` (``api_key``, ``password``, ``cache_key``...), is a secret.
 
     Only a name ending in ``key``, ``token``, ``secret``, ``password``/``passwd`` or ``pwd`` can hold
-    one (``HF_TOKEN``, ``"api_key"``; not ``TOKENIZERS_PARALLELISM``). A credential-like name (password, secret, token, api/access/private key...) makes any value of
-    6+ characters one, except a variable reference (``$API_KEY``) and, for a token, a number (a
-    token id). Any other name ending in ``key`` needs a high-entropy value (16+ characters of the
-    base64 or hex alphabet, letters and digits, over detect-secrets' Shannon entropy limits) that
-    is not a uuid (an idempotency key).
+    one (``HF_TOKEN``, ``"api_key"``; not ``TOKENIZERS_PARALLELISM``). A credential-like name
+    (password, secret, token, api/access/private key...) makes any value of 6+ characters one,
+    except a variable reference (``$API_KEY``) and, for a token, a number (a token id). Any other
+    name ending in ``key`` needs a high-entropy value (16+ characters of the base64 or hex alphabet,
+    letters and digits, over detect-secrets' Shannon entropy limits) that is not a uuid (an
+    idempotency key).
     """
     if len(value) < 6 or value == REDACTED or _VARIABLE.fullmatch(value) or not _NAME_END.search(name):
         return False
@@ -186,8 +188,8 @@ def _assignment_spans(text: str, low: str) -> Iterator[Span]:
     if not any(h in low for h in _ASSIGNMENT_HINTS):
         return
     for m in _ASSIGNMENT.finditer(text):
-        start = m.start()
-        while start > 0 and _NAME_CHAR.match(text, start - 1):
+        start, stop = m.start(), max(m.start() - _MAX_NAME_CHARS, 0)
+        while start > stop and _NAME_CHAR.match(text, start - 1):
             start -= 1
         name = text[start : m.start(1)]
         if is_secret_value(name, m.group(2)):

@@ -4,6 +4,8 @@ comes out unchanged. See tests/secret_corpus.py for the values."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dressage.redact import REDACTED, redact, redact_json, redacted_tail, secret_spans
@@ -107,3 +109,15 @@ def test_a_tail_is_redacted_before_it_is_cut() -> None:
 )
 def test_headers_and_variables(text: str, expected: str) -> None:
     assert redact(text) == expected
+
+
+def test_a_service_account_file_loses_its_key_only() -> None:
+    """A PEM block inside a JSON string (``\\n`` escaped) goes whole; the ids around it stay."""
+    doc = {
+        "type": "service_account",
+        "private_key_id": "0123456789abcdef0123456789abcdef01234567",
+        "private_key": SECRETS["pem_pkcs8"] + "\n",
+        "client_email": "fake@fake-project.iam.gserviceaccount.com",
+    }
+    text = json.dumps(doc)
+    assert json.loads(redact(text) or "") == doc | {"private_key": REDACTED + "\n"}
