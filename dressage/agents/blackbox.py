@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Iterable
 from typing import Any
 
 from dressage.agents.base import Agent, AgentContext, AgentResult
@@ -32,6 +33,7 @@ from dressage.agents.config import (
 )
 from dressage.errors import AgentError, SandboxError
 from dressage.paddock import ExecResult
+from dressage.redact import redacted_tail
 
 PROMPT_FILE = ".dressage/prompt.txt"
 TAIL_CHARS = 2000
@@ -97,10 +99,11 @@ class BlackboxAgent(Agent):
             raise AgentError(f"agent {self.name} ran past its timeout of {ctx.timeout_s:g}s and was killed")
         if r.exit_code == 127 and 127 not in self.cfg.accept_exit_codes:
             raise AgentError(
-                f"agent {self.name}: command not found in the sandbox (exit 127): {r.stderr.strip()[-300:]}"
+                f"agent {self.name}: command not found in the sandbox (exit 127): {output_tail(ctx, r.stderr)}"
             )
         if r.exit_code not in self.cfg.accept_exit_codes:
-            raise AgentError(f"agent {self.name} exited with code {r.exit_code}: {failure_detail(r)}")
+            detail = failure_detail(r, ctx.secret_env.values())
+            raise AgentError(f"agent {self.name} exited with code {r.exit_code}: {detail}")
         answer, source = await self.collect_answer(ctx, r)
         return AgentResult(
             answer=answer.strip(),
@@ -122,7 +125,7 @@ class BlackboxAgent(Agent):
         r = await ctx.sandbox.exec(argv, env=self.env(ctx), timeout=ctx.timeout_s)
         ctx.log.write(f"{what}: exit_code={r.exit_code} duration={r.duration_s:.2f}s")
         if r.timed_out or r.exit_code != 0:
-            tail = (r.stderr.strip() or r.stdout.strip())[-TAIL_CHARS:]
+            tail = output_tail(ctx, r.stderr.strip() or r.stdout, TAIL_CHARS)
             ctx.log.write(tail)
             raise AgentError(
                 f"agent {self.name}: {what} failed (exit {r.exit_code}, timed_out={r.timed_out}): {tail}"
@@ -270,10 +273,10 @@ class OpenClawAgent(BlackboxAgent):
         try:
             report, _ = json.JSONDecoder().raw_decode(r.stdout[start:]) if start >= 0 else ({}, 0)
         except json.JSONDecodeError as e:
-            raise AgentError(f"agent openclaw printed no JSON report: {r.stdout.strip()[-300:]!r}") from e
+            raise AgentError(f"agent openclaw printed no JSON report: {output_tail(ctx, r.stdout)!r}") from e
         payloads = report.get("payloads") if isinstance(report, dict) else None
         if not isinstance(payloads, list):
-            raise AgentError(f"agent openclaw's report has no payloads: {r.stdout.strip()[-300:]!r}")
+            raise AgentError(f"agent openclaw's report has no payloads: {output_tail(ctx, r.stdout)!r}")
         return "\n".join(str(p.get("text", "")) for p in payloads if isinstance(p, dict)), "stdout_json"
 
 
@@ -284,9 +287,17 @@ def bearer_base(ctx: AgentContext) -> str:
     return ctx.sandbox_base_url.replace(f"/s/{ctx.token}/", "/", 1)
 
 
-def failure_detail(r: ExecResult) -> str:
-    """The tail of stderr, then of stdout (CLIs such as Claude Code report API errors on stdout)."""
-    err, out = r.stderr.strip()[-TAIL_CHARS:], r.stdout.strip()[-TAIL_CHARS // 2 :]
+def output_tail(ctx: AgentContext, text: str, max_chars: int = 300) -> str:
+    """The end of a program's output for an error message, redacted before it is cut."""
+    return redacted_tail(text.strip(), max_chars, ctx.secret_env.values())
+
+
+def failure_detail(r: ExecResult, secrets: Iterable[str] = ()) -> str:
+    """The tail of stderr, then of stdout (CLIs such as Claude Code report API errors on stdout),
+    redacted before it is cut (see :func:`~dressage.redact.redacted_tail`)."""
+    secrets = tuple(secrets)
+    err = redacted_tail(r.stderr.strip(), TAIL_CHARS, secrets)
+    out = redacted_tail(r.stdout.strip(), TAIL_CHARS // 2, secrets)
     return f"{err} | stdout: {out}" if err and out else err or out or "it printed nothing on stderr or stdout"
 
 

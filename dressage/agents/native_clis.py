@@ -19,7 +19,7 @@ import json
 import shlex
 
 from dressage.agents.base import AgentContext
-from dressage.agents.blackbox import BlackboxAgent, bearer_base
+from dressage.agents.blackbox import BlackboxAgent, bearer_base, output_tail
 from dressage.agents.config import ClaudeCodeAgentConfig, CodexAgentConfig
 from dressage.errors import AgentError
 from dressage.paddock import ExecResult
@@ -95,10 +95,12 @@ class ClaudeCodeAgent(BlackboxAgent):
         try:
             report = json.loads(r.stdout.strip().splitlines()[-1])
         except (json.JSONDecodeError, IndexError) as e:
-            raise AgentError(f"agent claude_code printed no JSON report: {r.stdout.strip()[-300:]!r}") from e
+            raise AgentError(
+                f"agent claude_code printed no JSON report: {output_tail(ctx, r.stdout)!r}"
+            ) from e
         if report.get("is_error"):
             raise AgentError(
-                f"agent claude_code reported an error ({report.get('subtype')}): {str(report.get('result'))[-500:]}"
+                f"agent claude_code reported an error ({report.get('subtype')}): {output_tail(ctx, str(report.get('result')), 500)}"
             )
         return str(report.get("result") or ""), "stdout_json"
 

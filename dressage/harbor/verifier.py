@@ -27,6 +27,7 @@ from dressage.errors import RewardError, SandboxError
 from dressage.harbor.sandbox import TESTS_DIR, VERIFIER_LOGS, internet_note
 from dressage.harbor.tasks import harbor_info
 from dressage.paddock import Sandbox
+from dressage.redact import redacted_tail
 from dressage.rollout.rewards import HarborRewardConfig, RewardInput, RewardOutput
 
 TAIL_CHARS = 2000
@@ -167,7 +168,7 @@ async def verify(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
             )
         value, chosen_by = choose_reward(rewards, cfg.key, dict(cfg.weights) if cfg.weights else None)
     except RewardError as e:
-        tail = stdout.strip()[-300:]
+        tail = redacted_tail(stdout.strip(), 300)
         raise RewardError(f"{where}: {e}" + (f"; test output ends: {tail}" if tail else "")) from None
     details: dict[str, object] = {
         "task": info["name"],
@@ -181,6 +182,6 @@ async def verify(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
         "exit_code": r.exit_code,
         "timed_out": r.timed_out,
         "internet": internet_note(inp.sandbox.spec.network, info),
-        "test_stdout_tail": stdout[-TAIL_CHARS:],
+        "test_stdout_tail": redacted_tail(stdout, TAIL_CHARS),
     }
     return RewardOutput(value, details)

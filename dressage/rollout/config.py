@@ -29,7 +29,12 @@ from dressage.errors import ConfigError
 from dressage.paddock import SandboxSpec
 from dressage.rollout.ray_config import RayConfig
 from dressage.rollout.rewards import ContainsConfig, RewardConfig
-from dressage.rollout.secrets import SecretsConfig, check_no_cleartext_secrets, resolve_secrets
+from dressage.rollout.secrets import (
+    SecretsConfig,
+    check_config_has_no_secrets,
+    check_no_cleartext_secrets,
+    resolve_secrets,
+)
 from dressage.training.config import TrainConfig
 
 
@@ -449,6 +454,7 @@ def parse_config(data: object, *, source: str = "config", base_dir: Path | None 
     try:
         check_no_cleartext_secrets(cfg.sandbox.env, "sandbox.env")
         check_no_cleartext_secrets(getattr(cfg.agent, "env", {}), "agent.env")
+        check_config_has_no_secrets(cfg.snapshot())
         resolve_secrets(cfg.secrets)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None

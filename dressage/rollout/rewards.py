@@ -26,6 +26,7 @@ from dressage.agents.config import dotted_path
 from dressage.agents.whitebox import import_object
 from dressage.errors import RewardError
 from dressage.paddock import Sandbox
+from dressage.redact import redacted_tail
 
 TAIL_CHARS = 2000
 
@@ -195,8 +196,8 @@ async def _tests(cfg: TestsConfig, inp: RewardInput) -> RewardOutput:
         "command": command,
         "exit_code": r.exit_code,
         "timed_out": r.timed_out,
-        "stdout_tail": r.stdout[-TAIL_CHARS:],
-        "stderr_tail": r.stderr[-TAIL_CHARS:],
+        "stdout_tail": redacted_tail(r.stdout, TAIL_CHARS),
+        "stderr_tail": redacted_tail(r.stderr, TAIL_CHARS),
     }
     return RewardOutput(1.0 if r.ok else 0.0, details)
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dressage.config import environment_values
 from dressage.errors import ConfigError
-from dressage.redact import redact
+from dressage.redact import is_secret_value, redact
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DIGEST_HEX_CHARS = 16
@@ -87,10 +87,35 @@ def resolve_secrets(cfg: SecretsConfig) -> RunSecrets:
 
 
 def check_no_cleartext_secrets(env: Mapping[str, str], where: str) -> None:
-    """Refuse an ``env`` value that looks like a credential (it would be stored with the run)."""
+    """Refuse an ``env`` value that looks like a credential (it would be stored with the run): a
+    known key format, or any value of a variable named like one (``HF_TOKEN``, ``DB_PASSWORD``)."""
     for name, value in env.items():
-        if redact(value) != value:
+        if redact(value) != value or is_secret_value(name, value):
             raise ConfigError(
                 f"{where}.{name}: the value looks like a secret and {where} is stored with the run; "
                 f"declare the name under secrets.{where.split('.')[0]} and set it in the worker's environment"
             )
+
+
+def check_config_has_no_secrets(config: object, where: str = "") -> None:
+    """Refuse a run's frozen config holding a credential anywhere (an agent or reward command, an
+    engine URL with a password, a ``token:`` field...): the config is stored with the run. Names the
+    first field found; the fix is the same as for ``sandbox.env``."""
+    if isinstance(config, Mapping):
+        for key, value in config.items():
+            at = f"{where}.{key}" if where else str(key)
+            if isinstance(value, str) and is_secret_value(str(key), value):
+                raise ConfigError(_CONFIG_SECRET.format(at=at))
+            check_config_has_no_secrets(value, at)
+    elif isinstance(config, list | tuple):
+        for i, value in enumerate(config):
+            check_config_has_no_secrets(value, f"{where}[{i}]")
+    elif isinstance(config, str) and redact(config) != config:
+        raise ConfigError(_CONFIG_SECRET.format(at=where))
+
+
+_CONFIG_SECRET = (
+    "{at}: the value holds what looks like a secret, and the run's config is stored with the run; "
+    "set it in the worker's environment and declare its name under secrets.sandbox or secrets.agent "
+    "(commands read it as $NAME)"
+)
