@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     cgroup_root: Path = Field(
         default=Path("/sys/fs/cgroup"),
         description="Where the cgroup hierarchies are mounted (bwrap's per-sandbox cgroups: docs/rollout.md "
-        "\"Limits\").",
+        '"Limits").',
     )
     e2b_api_key: SecretStr | None = Field(
         default=None,
