@@ -143,8 +143,7 @@ async def test_fork_bomb_in_the_default_sandbox_is_contained_for_a_root_worker(l
         assert (await sb.exec("echo ok")).stdout == "ok\n"  # the sandbox itself still works
 
 
-_NON_ROOT_WORKER = (
-    """
+_NON_ROOT_WORKER = """
 import asyncio, json, sys
 from dressage.errors import SandboxUnavailableError
 from dressage.paddock import SandboxSpec, get_provider
@@ -152,7 +151,7 @@ from dressage.paddock import SandboxSpec, get_provider
 async def main():
     out = {}
     for name, limits in (("strict", ("cgroup",)), ("default", ("cgroup", "rlimit"))):
-        spec = SandboxSpec(max_processes=%d, memory_mb=512, kill_grace_s=0.5, limits=limits)
+        spec = SandboxSpec(max_processes=int(sys.argv[2]), memory_mb=512, kill_grace_s=0.5, limits=limits)
         try:
             out[name] = (await get_provider("bwrap").limits_in_force(spec)).line()
         except SandboxUnavailableError as e:
@@ -165,8 +164,6 @@ async def main():
 
 asyncio.run(main())
 """
-    % MAX_PROCESSES
-)
 
 
 @requires_root
@@ -178,7 +175,7 @@ async def test_a_non_root_worker_is_refused_a_cgroup_it_lacks_and_contains_a_for
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "HOME": "/nonexistent"}
     argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable]
     worker = subprocess.Popen(
-        [*argv, "-c", _NON_ROOT_WORKER, f"{BOMB}; sleep 30 # {marker}"],
+        [*argv, "-c", _NON_ROOT_WORKER, f"{BOMB}; sleep 30 # {marker}", str(MAX_PROCESSES)],
         cwd="/",
         env=env,
         stdout=subprocess.PIPE,
