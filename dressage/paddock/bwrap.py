@@ -475,20 +475,21 @@ class BwrapProvider(SandboxProvider):
         self._pinned: str | None = None  # the mechanism limits_in_force chose for the run
 
     async def limits_in_force(self, spec: SandboxSpec) -> LimitsInForce:
-        """Check bubblewrap, then which accepted mechanism holds here (a probe cgroup is made and
-        removed); later sandboxes use that one only. Refuses with one line when none can."""
-        bwrap = self._bwrap or find_bwrap()
-        await asyncio.to_thread(check_bwrap, bwrap)
+        """Which accepted mechanism holds here (a probe cgroup is made and removed); later sandboxes
+        use that one only. Refuses with one line when none can. (Whether bubblewrap itself works is
+        the business of :meth:`create`: a session that cannot start is a recorded failure.)"""
         enforcement = await asyncio.to_thread(
-            self._enforce, bwrap, spec, f"dressage-probe-{uuid.uuid4().hex[:12]}"
+            self._enforce, None, spec, f"dressage-probe-{uuid.uuid4().hex[:12]}"
         )
         if enforcement.cgroup is not None:
             await asyncio.to_thread(enforcement.cgroup.remove)
         self._pinned = enforcement.limits.mechanism
         return enforcement.limits
 
-    def _enforce(self, bwrap: str, spec: SandboxSpec, name: str) -> _Enforcement:
-        """The strongest mechanism of ``spec.limits`` (of the pinned one, once chosen) that holds here."""
+    def _enforce(self, bwrap: str | None, spec: SandboxSpec, name: str) -> _Enforcement:
+        """The strongest mechanism of ``spec.limits`` (of the pinned one, once chosen) that holds here.
+
+        ``bwrap``: the binary (found here when None and needed: a root worker's ``rlimit``)."""
         wanted = configured_limits(spec.memory_mb, spec.max_processes)
         if not wanted:
             return _Enforcement(LimitsInForce("none", "sandbox.memory_mb and max_processes are null"))
@@ -513,7 +514,7 @@ class BwrapProvider(SandboxProvider):
         uid = _sandbox_host_uid() if os.geteuid() == 0 else None
         if uid is not None:
             try:
-                check_bwrap(bwrap, as_uid=SANDBOX_HOST_UIDS[0])
+                check_bwrap(bwrap or self._bwrap or find_bwrap(), as_uid=SANDBOX_HOST_UIDS[0])
             except SandboxUnavailableError as e:
                 raise refusal(
                     wanted,
