@@ -34,8 +34,8 @@ WORKSPACE_MOUNT = "/workspace"
 class SandboxSpec:
     """How to build a sandbox. One spec serves every session of a run (it goes into the run config).
 
-    ``memory_mb`` and ``max_processes`` are enforced where the provider can (see each provider's
-    docstring for what actually holds); ``output_cap_bytes`` caps each of stdout and stderr of one
+    ``memory_mb`` and ``max_processes`` are enforced by a mechanism ``limits`` accepts, or the
+    sandbox is refused (bwrap; :mod:`dressage.paddock.limits`; e2b and local say what holds there); ``output_cap_bytes`` caps each of stdout and stderr of one
     :meth:`Sandbox.exec`. ``files`` seeds the workspace (relative path -> content) at creation.
     ``proxy_socket`` is a host Unix socket that is reachable inside the sandbox as
     ``http://127.0.0.1:<proxy_port>`` even when ``network`` is off (bubblewrap only).

@@ -19,13 +19,16 @@ its snapshot (``sandbox_limits``); see docs/rollout.md "Limits".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from dressage.errors import SandboxUnavailableError
 
-#: The mechanisms ``sandbox.limits`` may accept (bwrap), strongest first.
-LIMIT_MECHANISMS = ("cgroup", "rlimit")
+#: A mechanism ``sandbox.limits`` may accept (bwrap).
+LimitMechanism = Literal["cgroup", "rlimit"]
+#: All of them, strongest first.
+LIMIT_MECHANISMS: tuple[LimitMechanism, ...] = get_args(LimitMechanism)
 #: What a config accepts when it says nothing: only the mechanism that holds for root too.
-DEFAULT_LIMITS = ("cgroup",)
+DEFAULT_LIMITS: tuple[LimitMechanism, ...] = ("cgroup",)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pydantic import (
 from dressage.agents.config import AgentConfig, AnswerAgentConfig
 from dressage.errors import ConfigError
 from dressage.paddock import SandboxSpec
-from dressage.paddock.limits import DEFAULT_LIMITS, LIMIT_MECHANISMS
+from dressage.paddock.limits import DEFAULT_LIMITS, LIMIT_MECHANISMS, LimitMechanism
 from dressage.rollout.ray_config import RayConfig
 from dressage.rollout.rewards import ContainsConfig, RewardConfig
 from dressage.rollout.secrets import SecretsConfig, check_no_cleartext_secrets, resolve_secrets
@@ -193,7 +193,7 @@ class SandboxConfig(_Strict):
     e2b: E2BSandboxConfig = Field(default_factory=E2BSandboxConfig)
     proxy_port: int = Field(default=18080, ge=1, le=65535, description="Loopback port of the proxy inside.")
     root_dir: str | None = Field(default=None, description="bwrap: where workspaces are created.")
-    limits: list[Literal["cgroup", "rlimit"]] = Field(
+    limits: list[LimitMechanism] = Field(
         default_factory=lambda: list(DEFAULT_LIMITS),
         description="bwrap: the mechanisms accepted to enforce memory_mb and max_processes, e.g. "
         "[cgroup, rlimit]; the strongest one the machine offers is used, else the run refuses to start "
