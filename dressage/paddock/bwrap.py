@@ -47,6 +47,7 @@ import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import uuid
@@ -185,6 +186,18 @@ def _hand_over_tree(root: Path, uid: int) -> None:
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*dirnames, *filenames]:
             os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
+def _check_reachable(path: str, what: str, uid: int) -> None:
+    """Refuse, saying so, when host uid ``uid`` (no groups) cannot reach ``path``: every folder above
+    it must be searchable by other users. Bubblewrap runs as that uid and binds ``path``."""
+    for folder in Path(path).parents:
+        if not os.stat(folder).st_mode & stat.S_IXOTH:
+            raise SandboxError(
+                f"the sandbox runs as host uid {uid} (rlimit limits for a root worker) and cannot reach "
+                f"{what} {path}: {folder} is not searchable by other users (chmod o+x it, move {what}, "
+                "or give the worker a cgroup)"
+            )
 
 
 def _open_socket_to_others(sock: str) -> None:
@@ -546,6 +559,13 @@ class BwrapProvider(SandboxProvider):
         if self.root_dir:
             self.root_dir.mkdir(parents=True, exist_ok=True)
         base = Path(tempfile.mkdtemp(prefix="dressage-bwrap-", dir=self.root_dir))
+        try:
+            return self._fill_workspace(base, spec, host_uid)
+        except BaseException:
+            shutil.rmtree(base, ignore_errors=True)
+            raise
+
+    def _fill_workspace(self, base: Path, spec: SandboxSpec, host_uid: int | None) -> tuple[Path, Path]:
         root, state = base / "workspace", base / "state"
         root.mkdir()
         state.mkdir()
@@ -557,8 +577,12 @@ class BwrapProvider(SandboxProvider):
         seed_workspace(root, spec.files)
         if host_uid is not None:
             _hand_over_tree(base, host_uid)
+            _check_reachable(str(base), "the workspace", host_uid)
+            if spec.rootfs:
+                _check_reachable(spec.rootfs, "the root filesystem", host_uid)
             if spec.proxy_socket:
                 _open_socket_to_others(spec.proxy_socket)
+                _check_reachable(spec.proxy_socket, "the proxy socket", host_uid)
         return root, state
 
 

@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from dressage.errors import SandboxUnavailableError
-from dressage.paddock import SandboxSpec, get_provider
+from dressage.errors import SandboxError, SandboxUnavailableError
+from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
 from tests.paddock.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
@@ -145,8 +147,8 @@ async def test_fork_bomb_in_the_default_sandbox_is_contained_for_a_root_worker(l
 
 _NON_ROOT_WORKER = """
 import asyncio, json, sys
-from dressage.errors import SandboxUnavailableError
-from dressage.paddock import SandboxSpec, get_provider
+from dressage.errors import SandboxError, SandboxUnavailableError
+from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
 
 async def main():
     out = {}
@@ -213,3 +215,47 @@ async def test_a_non_root_worker_is_refused_a_cgroup_it_lacks_and_contains_a_for
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+@requires_root
+async def test_a_root_workers_rlimit_sandbox_owns_its_workspace_and_reaches_the_proxy_socket(
+    tmp_path: Path,
+) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+        await writer.drain()
+        writer.close()
+
+    host = await asyncio.start_server(answer, "127.0.0.1", 0)
+    # Where the worker puts it: a private folder in the temp dir, opened to the sandbox's uid.
+    sock_dir = Path(tempfile.mkdtemp(prefix="dressage-test-proxy-"))
+    sock = str(sock_dir / "proxy.sock")
+    forwarder = await serve_unix_socket_forwarder(sock, "127.0.0.1", host.sockets[0].getsockname()[1])
+    spec = SandboxSpec(max_processes=MAX_PROCESSES, memory_mb=512, limits=("rlimit",), proxy_socket=sock)
+    try:
+        async with await get_provider("bwrap").create("own", spec) as sb:
+            await sb.write_file("made/by/host.txt", "host\n")  # written by root on the host side
+            r = await sb.exec("echo sandbox >> made/by/host.txt && touch made/by/new && cat made/by/host.txt")
+            assert r.ok and r.stdout == "host\nsandbox\n", r
+            assert os.stat(sb.root / "made" / "by" / "new").st_uid not in (0, os.geteuid())
+            fetch = "import os,urllib.request as u; print(u.urlopen(os.environ['DRESSAGE_PROXY_URL']).read().decode())"
+            r = await sb.exec(["python3", "-c", fetch])
+            assert r.stdout.strip() == "hello", r
+    finally:
+        forwarder.close()
+        host.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    # A socket below a folder other users cannot search: refused, saying which folder.
+    hidden = tmp_path / "hidden"
+    hidden.mkdir(mode=0o700)
+    (hidden / "open").mkdir(mode=0o755)
+    sock = str(hidden / "open" / "proxy.sock")
+    forwarder = await serve_unix_socket_forwarder(sock, "127.0.0.1", 9)
+    try:
+        with pytest.raises(
+            SandboxError, match=f"cannot reach the proxy socket {sock}: {hidden} is not searchable"
+        ):
+            await get_provider("bwrap").create("hidden", dataclasses.replace(spec, proxy_socket=sock))
+    finally:
+        forwarder.close()
