@@ -44,10 +44,8 @@ import contextlib
 import itertools
 import os
 import resource
-import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import uuid
@@ -70,6 +68,15 @@ from dressage.paddock.base import (
     seed_workspace,
 )
 from dressage.paddock.cgroups import Cgroup, create_sandbox_cgroup, join_cgroup
+from dressage.paddock.host_uid import (
+    SANDBOX_HOST_UIDS,
+    become,
+    check_reachable,
+    draw_host_uid,
+    hand_over,
+    hand_over_tree,
+    open_socket_to_others,
+)
 from dressage.paddock.limits import LimitsInForce, configured_limits, refusal
 from dressage.paddock.local import clean_env
 
@@ -90,9 +97,6 @@ _ETC_FILES = (
 )
 _BWRAP_OVERHEAD_PROCS = 4  # outer bwrap, namespace init, optional forwarder, slack
 MIB = 1024 * 1024
-#: Host uids a root worker runs ``rlimit`` sandboxes as: one drawn per sandbox from this range
-#: (first, count), far above ordinary and subordinate (``/etc/subuid``) ranges.
-SANDBOX_HOST_UIDS = (1_500_000_000, 1 << 24)
 
 
 def find_bwrap() -> str:
@@ -142,7 +146,7 @@ def check_bwrap(bwrap: str, as_uid: int | None = None) -> None:
             capture_output=True,
             text=True,
             timeout=20,
-            preexec_fn=None if as_uid is None else lambda: _become(as_uid),
+            preexec_fn=None if as_uid is None else lambda: become(as_uid),
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SandboxUnavailableError(f"cannot run bubblewrap at {bwrap}: {e}") from e
@@ -161,54 +165,6 @@ def check_bwrap(bwrap: str, as_uid: int | None = None) -> None:
         )
         raise SandboxUnavailableError(f"bubblewrap cannot create namespaces here ({err!r}): {hint}")
     _probe_cache[key] = None
-
-
-def _become(uid: int) -> None:
-    """In a forked child before exec: drop every group and become host ``uid`` (from root)."""
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-
-
-def _hand_over(root: Path, path: Path, uid: int) -> None:
-    """Make ``path`` and its ancestors up to ``root`` (which root made for the sandbox) ``uid``'s."""
-    for p in [path, *path.parents]:
-        with contextlib.suppress(FileNotFoundError):
-            if p.lstat().st_uid != uid:
-                os.lchown(p, uid, uid)
-        if p == root:
-            return
-
-
-def _hand_over_tree(root: Path, uid: int) -> None:
-    """Make every file and directory under ``root`` (and ``root``) ``uid``'s; links are not followed."""
-    os.lchown(root, uid, uid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*dirnames, *filenames]:
-            os.lchown(os.path.join(dirpath, name), uid, uid)
-
-
-def _check_reachable(path: str, what: str, uid: int) -> None:
-    """Refuse, saying so, when host uid ``uid`` (no groups) cannot reach ``path``: every folder above
-    it must be searchable by other users. Bubblewrap runs as that uid and binds ``path``."""
-    for folder in Path(path).parents:
-        if not os.stat(folder).st_mode & stat.S_IXOTH:
-            raise SandboxError(
-                f"the sandbox runs as host uid {uid} (rlimit limits for a root worker) and cannot reach "
-                f"{what} {path}: {folder} is not searchable by other users (chmod o+x it, move {what}, "
-                "or give the worker a cgroup)"
-            )
-
-
-def _open_socket_to_others(sock: str) -> None:
-    """Let another uid reach a host Unix socket: connect needs write on it, search on its folder.
-
-    Used for the proxy socket of a sandbox running as its own uid. Anyone on the host could connect
-    to the proxy's loopback port already; this opens no more than that.
-    """
-    os.chmod(sock, os.stat(sock).st_mode & 0o7777 | 0o006)
-    parent = os.path.dirname(sock)
-    os.chmod(parent, os.stat(parent).st_mode & 0o7777 | 0o001)
 
 
 def _sandbox_python() -> tuple[str, list[str]]:
@@ -257,7 +213,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
         """Write a workspace file; a sandbox running as its own uid gets it (and new parents) as its own."""
         await super().write_file(path, data)
         if self._host_uid is not None:
-            _hand_over(self.root, resolve_in_workspace(self.root, path), self._host_uid)
+            hand_over(self.root, resolve_in_workspace(self.root, path), self._host_uid)
 
     def _argv(self, cmd: list[str], cwd: str, env: Mapping[str, str]) -> list[str]:
         a = [
@@ -332,7 +288,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
             n = self.spec.max_processes + _BWRAP_OVERHEAD_PROCS
             resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
         if self._host_uid is not None:
-            _become(self._host_uid)
+            become(self._host_uid)
 
     async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command in a fresh bubblewrap over the workspace; see :meth:`Sandbox.exec`."""
@@ -341,7 +297,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
             source = resolve_in_workspace(self.root, rel)
             source.mkdir(parents=True, exist_ok=True)
             if self._host_uid is not None:
-                _hand_over(self.root, source, self._host_uid)
+                hand_over(self.root, source, self._host_uid)
         argv = req.argv
         rel = relative_workspace_path(req.cwd or ".")
         if not resolve_in_workspace(self.root, rel).is_dir():
@@ -471,12 +427,6 @@ class _Enforcement:
     host_uid: int | None = None
 
 
-def _sandbox_host_uid() -> int:
-    """A host uid for one ``rlimit`` sandbox of a root worker, drawn from :data:`SANDBOX_HOST_UIDS`."""
-    first, count = SANDBOX_HOST_UIDS
-    return first + secrets.randbelow(count)
-
-
 class BwrapProvider(SandboxProvider):
     """Creates :class:`BwrapSandbox` instances under ``root_dir`` (default: the system temp dir)."""
 
@@ -524,7 +474,7 @@ class BwrapProvider(SandboxProvider):
                 "give the worker a delegated cgroup (or one it may write under the cgroup_root setting), "
                 "or accept rlimits explicitly with sandbox.limits: [cgroup, rlimit]",
             )
-        uid = _sandbox_host_uid() if os.geteuid() == 0 else None
+        uid = draw_host_uid() if os.geteuid() == 0 else None
         if uid is not None:
             try:
                 check_bwrap(bwrap or self._bwrap or find_bwrap(), as_uid=SANDBOX_HOST_UIDS[0])
@@ -576,13 +526,13 @@ class BwrapProvider(SandboxProvider):
         (state / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
         seed_workspace(root, spec.files)
         if host_uid is not None:
-            _hand_over_tree(base, host_uid)
-            _check_reachable(str(base), "the workspace", host_uid)
+            hand_over_tree(base, host_uid)
+            check_reachable(str(base), "the workspace", host_uid)
             if spec.rootfs:
-                _check_reachable(spec.rootfs, "the root filesystem", host_uid)
+                check_reachable(spec.rootfs, "the root filesystem", host_uid)
             if spec.proxy_socket:
-                _open_socket_to_others(spec.proxy_socket)
-                _check_reachable(spec.proxy_socket, "the proxy socket", host_uid)
+                open_socket_to_others(spec.proxy_socket)
+                check_reachable(spec.proxy_socket, "the proxy socket", host_uid)
         return root, state
 
 
