@@ -474,6 +474,13 @@ class BwrapProvider(SandboxProvider):
                 "give the worker a delegated cgroup (or one it may write under the cgroup_root setting), "
                 "or accept rlimits explicitly with sandbox.limits: [cgroup, rlimit]",
             )
+        return self._rlimits(bwrap, spec, wanted, accepted, no_cgroup)
+
+    def _rlimits(
+        self, bwrap: str | None, spec: SandboxSpec, wanted: str, accepted: tuple[str, ...], no_cgroup: str
+    ) -> _Enforcement:
+        """The ``rlimit`` mechanism: as a drawn host uid for a root worker (checked to work), else as
+        the worker's own uid; ``no_cgroup`` says why it is not ``cgroup``."""
         uid = draw_host_uid() if os.geteuid() == 0 else None
         if uid is not None:
             try:
@@ -486,6 +493,7 @@ class BwrapProvider(SandboxProvider):
                     f"cannot run as here ({e})",
                     "give the worker a cgroup, or let unprivileged users create user namespaces",
                 ) from None
+        procs = None if spec.max_processes is None else spec.max_processes + _BWRAP_OVERHEAD_PROCS
         detail = _rlimit_detail(uid, procs, spec.memory_mb)
         return _Enforcement(LimitsInForce("rlimit", f"{detail}; {no_cgroup}"), None, uid)
 
