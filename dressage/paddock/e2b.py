@@ -44,6 +44,7 @@ from dressage.paddock.base import (
     SandboxSpec,
     relative_workspace_path,
 )
+from dressage.paddock.limits import LimitsInForce
 
 DEFAULT_WORKDIR = "/home/user"
 
@@ -269,6 +270,12 @@ class E2BProvider(SandboxProvider):
         self.domain = domain
         self.workdir = workdir
         self.lifetime_s = lifetime_s
+
+    async def limits_in_force(self, spec: SandboxSpec) -> LimitsInForce:
+        """The template's VM: ``memory_mb`` / ``max_processes`` are not applied (module docstring)."""
+        return LimitsInForce(
+            "e2b-template", "the E2B template's VM size; sandbox.memory_mb and max_processes are not applied"
+        )
 
     async def create(self, session_id: str, spec: SandboxSpec) -> E2BSandbox:
         """Create a VM from ``spec.template`` (E2B's default template when None) and seed files."""

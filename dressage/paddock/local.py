@@ -31,6 +31,7 @@ from dressage.paddock.base import (
     resolve_in_workspace,
     seed_workspace,
 )
+from dressage.paddock.limits import LimitsInForce
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,10 @@ class LocalProvider(SandboxProvider):
     """Creates :class:`LocalSandbox` instances, warning loudly each time."""
 
     name = "local"
+
+    async def limits_in_force(self, spec: SandboxSpec) -> LimitsInForce:
+        """Nothing: local commands run unisolated, whatever ``memory_mb`` / ``max_processes`` say."""
+        return LimitsInForce("none", "provider local enforces no memory or process limit")
 
     async def create(self, session_id: str, spec: SandboxSpec) -> LocalSandbox:
         """Make a temp workspace, seed it, and warn that nothing is isolated."""

@@ -27,6 +27,7 @@ from pydantic import (
 from dressage.agents.config import AgentConfig, AnswerAgentConfig
 from dressage.errors import ConfigError
 from dressage.paddock import SandboxSpec
+from dressage.paddock.limits import DEFAULT_LIMITS, LIMIT_MECHANISMS, LimitMechanism
 from dressage.rollout.ray_config import RayConfig
 from dressage.rollout.rewards import ContainsConfig, RewardConfig
 from dressage.rollout.secrets import (
@@ -197,6 +198,26 @@ class SandboxConfig(_Strict):
     e2b: E2BSandboxConfig = Field(default_factory=E2BSandboxConfig)
     proxy_port: int = Field(default=18080, ge=1, le=65535, description="Loopback port of the proxy inside.")
     root_dir: str | None = Field(default=None, description="bwrap: where workspaces are created.")
+    limits: list[LimitMechanism] = Field(
+        default_factory=lambda: list(DEFAULT_LIMITS),
+        description="bwrap: the mechanisms accepted to enforce memory_mb and max_processes, e.g. "
+        "[cgroup, rlimit]; the strongest one the machine offers is used, else the run refuses to start "
+        '(docs/rollout.md "Limits").',
+    )
+
+    @field_validator("limits")
+    @classmethod
+    def _limits(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if not v:
+            raise ValueError(f"accept at least one mechanism: {', '.join(LIMIT_MECHANISMS)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"each mechanism once, got {v}")
+        provider = info.data.get("provider", "bwrap")
+        if provider != "bwrap" and tuple(v) != DEFAULT_LIMITS:
+            raise ValueError(
+                f"applies to provider bwrap; {provider} enforces its own (e2b: the template's VM, local: none)"
+            )
+        return v
 
     def spec(
         self, files: dict[str, str], proxy_socket: str | None, secret_env: dict[str, str] | None = None
@@ -216,6 +237,7 @@ class SandboxConfig(_Strict):
             template=self.template,
             proxy_socket=proxy_socket,
             proxy_port=self.proxy_port,
+            limits=tuple(self.limits),
         )
 
 
@@ -409,8 +431,13 @@ class RolloutConfig(_Strict):
             exclude["agent"] = {"rounds"}  # likewise for runs from before multi-round answers
         if self.branching is None:
             exclude["branching"] = True  # snapshots of runs from before trees compare equal
+        sandbox: set[str] = set()
         if self.sandbox.e2b == E2BSandboxConfig():
-            exclude["sandbox"] = {"e2b"}  # likewise for runs from before E2B templates
+            sandbox.add("e2b")  # likewise for runs from before E2B templates
+        if tuple(self.sandbox.limits) == DEFAULT_LIMITS:
+            sandbox.add("limits")  # and from before sandbox.limits
+        if sandbox:
+            exclude["sandbox"] = sandbox
         return self.model_dump(mode="json", exclude=exclude)
 
 

@@ -23,7 +23,12 @@ async def fork_session(settings: Settings, spec: ForkSpec, console: Console | No
     try:
         plan = plan_fork(store, spec)
         async with serve_episodes(
-            store, plan.cfg, settings, console, lambda _secrets: plan.run_config, run_name=plan.run_name
+            store,
+            plan.cfg,
+            settings,
+            console,
+            lambda _secrets, _limits: plan.run_config,
+            run_name=plan.run_name,
         ) as env:
             return await run_branches(env, plan)
     finally:

@@ -38,7 +38,8 @@ from dressage.agents import BlackboxAgent, Task, build_agent
 from dressage.cleanup import logged_failures
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError, NotSupportedError
-from dressage.paddock import get_provider, serve_unix_socket_forwarder
+from dressage.paddock import SandboxProvider, get_provider, serve_unix_socket_forwarder
+from dressage.paddock.limits import LimitsInForce
 from dressage.proxy.contract import Proxy, ProxyFactory, ServedProxy
 from dressage.redact import redact
 from dressage.rollout import task_kinds
@@ -227,8 +228,8 @@ async def run_rollout(
             cfg = cfg.model_copy(update={"proxy": cfg.proxy.model_copy(update={"urls": opts.proxy_urls})})
         tasks = fresh.tasks if fresh is not None else None
 
-        def snapshot_of(secrets: RunSecrets) -> dict[str, object] | None:
-            return stored if tasks is None else run_snapshot(cfg, tasks, secrets)
+        def snapshot_of(secrets: RunSecrets, limits: LimitsInForce) -> dict[str, object] | None:
+            return stored if tasks is None else run_snapshot(cfg, tasks, secrets, limits)
 
         async with serve_episodes(store, cfg, settings, console, snapshot_of) as env:
             if tasks is not None and sum(store.tasks.counts(env.run).values()) == 0:
@@ -256,13 +257,17 @@ async def serve_episodes(
     cfg: RolloutConfig,
     settings: Settings,
     console: Console,
-    snapshot_of: Callable[[RunSecrets], Mapping[str, object] | None],
+    snapshot_of: Callable[[RunSecrets, LimitsInForce], Mapping[str, object] | None],
     run_name: str | None = None,
 ) -> AsyncIterator[EpisodeEnv]:
     """What episodes of ``cfg`` run with: its secrets, agent, reward, sandboxes, the engine and the
     proxy (started here, or the standalone proxies of ``proxy.urls``), the run (``run_name``, by
-    default ``cfg.run``, created with ``snapshot_of(secrets)``) and the socket a blackbox agent's
-    sandbox reaches the proxy through; all of it stopped on exit. Used by ``rollout`` and ``fork``."""
+    default ``cfg.run``, created with ``snapshot_of(secrets, limits)``) and the socket a blackbox agent's
+    sandbox reaches the proxy through; all of it stopped on exit. Used by ``rollout`` and ``fork``.
+
+    Before anything starts, the sandbox provider says which mechanism enforces the sandbox limits
+    here (one line printed) or refuses (:mod:`dressage.paddock.limits`); a run whose snapshot
+    records another mechanism is refused too."""
     engine: DevEngineProcess | None = None
     proxy: Proxy | None = None
     forwarder: asyncio.Server | None = None
@@ -276,11 +281,13 @@ async def serve_episodes(
         provider = get_provider(
             cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
         )
+        limits = await sandbox_limits(provider, cfg, console)
+        snapshot = snapshot_of(secrets, limits)
+        check_recorded_limits(snapshot, limits, run_name or cfg.run)
         if cfg.proxy.urls:
             proxy = remote_proxies(store, cfg, settings)
         else:
             engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
-        snapshot = snapshot_of(secrets)
         run: Run = await proxy.create_run(
             run_name or cfg.run, dict(snapshot) if snapshot is not None else None
         )
@@ -311,17 +318,40 @@ async def serve_episodes(
             engine.stop()
 
 
-def run_snapshot(cfg: RolloutConfig, tasks: list[Task], secrets: RunSecrets) -> dict[str, object]:
+def run_snapshot(
+    cfg: RolloutConfig, tasks: list[Task], secrets: RunSecrets, limits: LimitsInForce | None = None
+) -> dict[str, object]:
     """A new run's frozen config: the rollout snapshot, the dataset digest, the task kinds' records,
-    and the digests of declared secrets (never their values)."""
-    snapshot = {
+    the digests of declared secrets (never their values) and, given ``limits``, the mechanism that
+    enforces the sandbox limits (``sandbox_limits``)."""
+    snapshot: dict[str, object] = {
         "rollout": cfg.snapshot(),
         "dataset_sha256": dataset_digest(tasks),
         **task_kinds.snapshot(tasks),
     }
     if secrets.values():
         snapshot["secret_digests"] = secrets.digests()
+    if limits is not None:
+        snapshot["sandbox_limits"] = limits.mechanism
     return snapshot
+
+
+async def sandbox_limits(provider: SandboxProvider, cfg: RolloutConfig, console: Console) -> LimitsInForce:
+    """What enforces the sandbox limits of ``cfg`` here, printed on one line; refused (raised) when
+    no mechanism ``sandbox.limits`` accepts can (:meth:`SandboxProvider.limits_in_force`)."""
+    limits = await provider.limits_in_force(cfg.sandbox.spec({}, None))
+    console.print(limits.line(), markup=False, highlight=False, soft_wrap=True)
+    return limits
+
+
+def check_recorded_limits(snapshot: Mapping[str, object] | None, limits: LimitsInForce, run: str) -> None:
+    """Refuse to play sessions of a run whose snapshot records another limits mechanism than ours."""
+    recorded = (snapshot or {}).get("sandbox_limits")
+    if recorded is not None and recorded != limits.mechanism:
+        raise ConfigError(
+            f"run {run!r} records sandbox limits enforced by {recorded}, but this worker can only use "
+            f"{limits.mechanism} ({limits.detail}): run it where {recorded} is available"
+        )
 
 
 async def _finish_report(

@@ -100,6 +100,7 @@ def test_sync_loop_pushes_versions_and_trains_each_iteration(tmp_path: Path) -> 
     store, run = loop.store, loop.run_name
     try:
         assert run == "loop-test-sync"
+        assert store.runs.get(run).config["sandbox_limits"] == "none"  # the local sandbox enforces none
         assert policy_versions(store, run) == [0, 1, 2]
         assert engine_version == "2"  # the engine serves the weights of the last push
         assert [s.versions for s in loop.stats] == [(0,), (1,)]  # sync: iteration k sampled by policy k

@@ -57,6 +57,14 @@ def test_examples_load_with_their_datasets(name: str) -> None:
             "proxy.urls: proxy URL 'proxy1:8000' is not an http(s)://host:port",
         ),
         ({"proxy": {"urls": ["http://a:1", "http://a:1/"]}}, "proxy.urls: proxy.urls lists a proxy twice"),
+        ({"sandbox": {"limits": []}}, "sandbox.limits: accept at least one mechanism: cgroup, rlimit"),
+        ({"sandbox": {"limits": ["cgroups"]}}, "sandbox.limits[0]: Input should be 'cgroup' or 'rlimit'"),
+        ({"sandbox": {"limits": ["rlimit", "rlimit"]}}, "sandbox.limits: each mechanism once"),
+        ({"sandbox": {"limits": "rlimit"}}, "sandbox.limits: Input should be a valid list"),
+        (
+            {"sandbox": {"provider": "e2b", "limits": ["cgroup", "rlimit"]}},
+            "sandbox.limits: applies to provider bwrap; e2b enforces its own",
+        ),
     ],
 )
 def test_bad_configs_name_the_field(patch: dict, message: str) -> None:
@@ -172,3 +180,13 @@ def test_sampling_seed_is_distinct_per_sample_and_stable() -> None:
     assert "sampling_seed" not in cfg.engine_defaults(), (
         "a fixed engine default would make every sample alike"
     )
+
+
+def test_sandbox_limits_reach_the_spec_and_the_snapshot_only_when_not_the_default() -> None:
+    strict = parse_config(BASE)
+    assert strict.sandbox.spec({}, None).limits == ("cgroup",)
+    assert "limits" not in strict.snapshot()["sandbox"]  # snapshots from before the field compare equal
+    weaker = parse_config({**BASE, "sandbox": {"limits": ["cgroup", "rlimit"]}})
+    assert weaker.sandbox.spec({}, None).limits == ("cgroup", "rlimit")
+    assert weaker.snapshot()["sandbox"]["limits"] == ["cgroup", "rlimit"]
+    assert parse_config(weaker.snapshot()) == weaker  # a resumed run reads it back

@@ -53,6 +53,7 @@ async def test_answer_agent_run_records_turns_rewards_and_artifacts(tmp_path, an
     names = Counter(a.name for a in store.artifacts.list(run))
     assert names == {"agent.log": 10, "workspace.tar.gz": 10}
     assert run.config["rollout"]["agent"]["kind"] == "answer" and "dataset_sha256" in run.config
+    assert run.config["sandbox_limits"] == "cgroup"  # the default accepts nothing weaker
     # Running the same config again continues the run and does nothing twice.
     again = await _run(tmp_path, any_db_url, cfg)
     assert again.outcomes == {} and len(store.sessions.list(run)) == 10
