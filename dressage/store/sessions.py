@@ -65,6 +65,16 @@ def read_session_head(db: Database, session_id: str) -> SessionHead:
     return SessionHead(str(row[0]), 0 if row[1] is None else int(row[1]) + 1, int(row[2]))
 
 
+def _check_task_of_run(conn: Connection, task_id: int, run: Run) -> None:
+    """Refuse a session's ``task_id`` that is not a task of its run (the foreign key would say it
+    in the database's words, naming tables; a task of another run it would not refuse at all)."""
+    found = conn.execute(
+        select(t.tasks.c.id).where(t.tasks.c.id == task_id, t.tasks.c.run_id == run.id)
+    ).scalar_one_or_none()
+    if found is None:
+        raise InvalidRecordError(f"task_id {task_id} is not a task of run {run.name!r}", field="task_id")
+
+
 class SessionRepository:
     """Sessions of the log's runs."""
 
@@ -98,6 +108,8 @@ class SessionRepository:
             payload |= {"parent_session_id": parent, "fork_turn": fork_turn}
 
         def tx(conn: Connection) -> None:
+            if task_id is not None:
+                _check_task_of_run(conn, task_id, r)
             key = deterministic_key(r.name, sid, "start")
             res = self.db.append_event_tx(conn, r.id, "session_started", payload, key=key, session_id=sid)
             if res.duplicate:
