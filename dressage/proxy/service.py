@@ -50,7 +50,9 @@ class ProxyService:
         self.store = store
         self.settings = settings
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
-        self.pool = EnginePool(engine_urls, timeout=engine_timeout)
+        self.pool = EnginePool(
+            engine_urls, timeout=engine_timeout, connect_timeout=settings.engine_connect_timeout_s
+        )
         self.coordinator = Coordinator(self.pool)
         self.registry = SessionRegistry(store, self.profile)
         self.metrics = ProxyMetrics()

@@ -5,7 +5,10 @@ rebuilt from the log on first touch, and when another proxy recorded turns since
 still goes to one proxy while it lives, so its requests hit one engine's prefix cache: the
 session id is hashed onto a ring of the proxies (:class:`HashRing`, ``VNODES`` points per proxy,
 so removing one moves only its share of sessions). When the session's proxy is unreachable, its
-requests go to the next proxy on the ring; the dead one is skipped for ``DEAD_S`` seconds.
+requests go to the next proxy on the ring; the dead one is skipped for ``DEAD_S`` seconds. A proxy
+that does not accept a connection within ``connect_timeout`` (``Settings.proxy_connect_timeout_s``)
+counts as unreachable: a host that is gone answers no SYN, and without the bound each connection
+waited out the kernel's retries (about 2 minutes) before failing over.
 
 :class:`ProxyRing` is the worker's view of the proxies: the admin API (create the run, open and
 finalize sessions, over HTTP with ``DRESSAGE_ADMIN_TOKEN``) and, per session, an HTTP client for
@@ -29,6 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from dressage.config import PROXY_CONNECT_TIMEOUT_S
 from dressage.errors import ConfigError, DressageError, LeaseError
 from dressage.paddock import serve_unix_socket_router
 from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle
@@ -149,7 +153,13 @@ class ProxyRing:
     a :class:`~dressage.proxy.contract.Proxy`."""
 
     def __init__(
-        self, urls: list[str], admin_token: str | None, store: EventStore, *, timeout: float = 60.0
+        self,
+        urls: list[str],
+        admin_token: str | None,
+        store: EventStore,
+        *,
+        timeout: float = 60.0,
+        connect_timeout: float = PROXY_CONNECT_TIMEOUT_S,
     ) -> None:
         if not admin_token:
             raise ConfigError(
@@ -161,6 +171,7 @@ class ProxyRing:
         self._base_url = self.ring.urls[0]
         self._headers = {"authorization": f"Bearer {admin_token}"}
         self._timeout = timeout
+        self.connect_timeout = connect_timeout
 
     @property
     def base_url(self) -> str:
@@ -180,7 +191,10 @@ class ProxyRing:
         """POST ``body`` to ``path`` through ``transport``; an error answer raises its message."""
         try:
             async with httpx.AsyncClient(
-                transport=transport, base_url=base_url, headers=self._headers, timeout=self._timeout
+                transport=transport,
+                base_url=base_url,
+                headers=self._headers,
+                timeout=self._timeouts(self._timeout),
             ) as client:
                 resp = await client.post(path, json=body)
         except httpx.HTTPError as e:
@@ -241,10 +255,14 @@ class ProxyRing:
         """Continue generation on every proxy; later tokens carry ``weight_version``."""
         await self._on_every_proxy("/admin/continue", {"version": weight_version})
 
+    def _timeouts(self, timeout: float) -> httpx.Timeout:
+        """``timeout`` for reads and writes, the connect bounded by ``connect_timeout``."""
+        return httpx.Timeout(timeout, connect=min(timeout, self.connect_timeout))
+
     def http_client(self, session_id: str, timeout: float) -> httpx.AsyncClient:
         """An HTTP client for the agent's OpenAI client: requests follow the session's proxy on the ring."""
         return httpx.AsyncClient(
-            transport=FailoverTransport(self.ring, self.health, session_id), timeout=timeout
+            transport=FailoverTransport(self.ring, self.health, session_id), timeout=self._timeouts(timeout)
         )
 
     async def serve_session_socket(self, session_id: str, path: str) -> asyncio.Server:
@@ -255,7 +273,9 @@ class ProxyRing:
             return [host_port(url) for url in self.health.order(self.ring.walk(session_id))]
 
         by_target = {host_port(url): url for url in self.ring.urls}
-        return await serve_unix_socket_router(path, targets, lambda t: self.health.dead(by_target[t]))
+        return await serve_unix_socket_router(
+            path, targets, lambda t: self.health.dead(by_target[t]), connect_timeout=self.connect_timeout
+        )
 
     async def stop(self) -> None:
         """Nothing to stop: the proxies are not this worker's (the same interface as ProxyServer)."""
