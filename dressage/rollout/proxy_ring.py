@@ -230,11 +230,15 @@ class ProxyRing:
         # Only a refused connection moves an open: a proxy that died after opening it holds its token.
         return _handle(await self._post(sid, "/admin/sessions", body, CONNECT_ERRORS))
 
-    async def take_over_session(self, session_id: str, *, attempt: int) -> SessionHandle:
+    async def take_over_session(
+        self, session_id: str, *, attempt: int, info: Mapping[str, Any] | None = None
+    ) -> SessionHandle:
         """Take over an interrupted session for ``attempt`` through its proxy on the ring (the new
-        token's requests that match recorded turns are answered from the log)."""
+        token's requests that match recorded turns are answered from the log); ``info`` says where
+        the new attempt runs."""
         path = f"/admin/sessions/{session_id}/take_over"
-        return _handle(await self._post(session_id, path, {"attempt": attempt}))
+        body: dict[str, Any] = {"attempt": attempt, **({"info": dict(info)} if info else {})}
+        return _handle(await self._post(session_id, path, body))
 
     async def finalize_session(
         self, session_id: str, status: str, **outcome: Unpack[SessionOutcome]
