@@ -343,6 +343,10 @@ class PostgresTurnAppender:
                     f"database write failed: {db_error_text(e, self.db.secrets)}; is PostgreSQL up?"
                 ) from e
             return  # the connection broke: retry on a fresh one (the key makes it safe)
+        if isinstance(
+            e, psycopg.errors.IntegrityError
+        ):  # a foreign key, NOT NULL or check: said in the log's words
+            raise integrity_refusal(e) from e
         raise StoreError(f"database write failed: {db_error_text(e, self.db.secrets)}") from e
 
 
