@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, Constraint, Index, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
@@ -49,9 +49,10 @@ _SQLITE_REFUSAL = re.compile(r"^(FOREIGN KEY|UNIQUE|NOT NULL|CHECK) constraint f
 def _constraint_columns(name: str) -> list[str]:
     """The columns of the log's constraint or unique index called ``name`` (none if it is not one)."""
     for table in t.metadata.tables.values():
-        for item in (*table.constraints, *table.indexes):
+        items: list[Constraint | Index] = [*table.constraints, *table.indexes]
+        for item in items:
             if str(item.name) == name:
-                return [c.name for c in item.columns]
+                return [str(c.name) for c in getattr(item, "columns", ())]
     return []
 
 
@@ -60,7 +61,8 @@ def integrity_refusal(e: Exception) -> InvalidRecordError:
     the field it refused, never the driver's text (it names tables and constraints and can quote the
     statement or its values), so an HTTP answer or a command's output carries no SQL."""
     orig = getattr(e, "orig", None) or e
-    state, columns = getattr(orig, "sqlstate", None), []
+    state = getattr(orig, "sqlstate", None)
+    columns: list[str] = []
     diag = getattr(orig, "diag", None)
     if state is not None and diag is not None:  # PostgreSQL
         columns = [diag.column_name] if diag.column_name else _constraint_columns(diag.constraint_name or "")
