@@ -123,15 +123,34 @@ class FailoverTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(
-        self, ring: HashRing, health: _Health, key: str, errors: tuple[type[Exception], ...] = FAILOVER_ERRORS
+        self,
+        ring: HashRing,
+        health: _Health,
+        key: str,
+        errors: tuple[type[Exception], ...] = FAILOVER_ERRORS,
+        connect_timeout: float = PROXY_CONNECT_TIMEOUT_S,
     ) -> None:
         self.ring = ring
         self.health = health
         self.key = key
         self.errors = errors
+        self.connect_timeout = connect_timeout
         self.inner = httpx.AsyncHTTPTransport()
 
+    def _bound_connect(self, request: httpx.Request) -> None:
+        """Cap the request's connect timeout at ``connect_timeout``: a caller's own per-request
+        timeout (the openai SDK sends its ``timeout``, e.g. 600 s, with every request) would
+        otherwise hold a connect to a dead proxy for minutes before the next one is tried."""
+        timeouts = dict(request.extensions.get("timeout") or {})
+        connect = timeouts.get("connect")
+        if connect is None or connect > self.connect_timeout:
+            request.extensions = {
+                **request.extensions,
+                "timeout": {**timeouts, "connect": self.connect_timeout},
+            }
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self._bound_connect(request)
         last: Exception | None = None
         for base in self.health.order(self.ring.walk(self.key)):
             target = httpx.URL(base)
@@ -182,7 +201,7 @@ class ProxyRing:
         self, key: str, path: str, body: dict[str, Any], errors: tuple[type[Exception], ...] = FAILOVER_ERRORS
     ) -> dict[str, Any]:
         """POST to the admin API of ``key``'s proxy (failing over along the ring on ``errors``)."""
-        transport = FailoverTransport(self.ring, self.health, key, errors)
+        transport = FailoverTransport(self.ring, self.health, key, errors, self.connect_timeout)
         return await self._send(transport, self._base_url, path, body)
 
     async def _send(
@@ -266,7 +285,10 @@ class ProxyRing:
     def http_client(self, session_id: str, timeout: float) -> httpx.AsyncClient:
         """An HTTP client for the agent's OpenAI client: requests follow the session's proxy on the ring."""
         return httpx.AsyncClient(
-            transport=FailoverTransport(self.ring, self.health, session_id), timeout=self._timeouts(timeout)
+            transport=FailoverTransport(
+                self.ring, self.health, session_id, connect_timeout=self.connect_timeout
+            ),
+            timeout=self._timeouts(timeout),
         )
 
     async def serve_session_socket(self, session_id: str, path: str) -> asyncio.Server:

@@ -93,7 +93,9 @@ def test_the_proxy_ring_fails_over_from_a_proxy_that_never_answers(tmp_path: Pat
                 )
                 started = time.monotonic()
                 async with ring.http_client(sid, timeout=600) as client:
-                    resp = await asyncio.wait_for(client.get(f"{dead_url}/s/token/v1/models"), BOUND_S)
+                    # a per-request timeout, as the openai SDK sends its own with every request
+                    request = client.get(f"{dead_url}/s/token/v1/models", timeout=600)
+                    resp = await asyncio.wait_for(request, BOUND_S)
                 path = str(tmp_path / "session.sock")
                 server = await ring.serve_session_socket(sid, path)
                 other = str(tmp_path / "other.sock")
