@@ -21,6 +21,14 @@ from dressage.errors import StoreError
 DEFAULT_HOME = Path(".dressage")
 """The embedded default lives under ``./.dressage/`` of the working directory."""
 
+PROXY_CONNECT_TIMEOUT_S = 5.0
+"""Default of :attr:`Settings.proxy_connect_timeout_s` (also the keyword default of the code below
+the settings: the sandbox relay, the worker's proxy ring)."""
+ENGINE_CONNECT_TIMEOUT_S = 10.0
+"""Default of :attr:`Settings.engine_connect_timeout_s` (the engine clients' keyword default too)."""
+DATABASE_CONNECT_TIMEOUT_S = 10
+"""Default of :attr:`Settings.database_connect_timeout_s` (``make_engine``'s keyword default too)."""
+
 
 class Settings(BaseSettings):
     """Process-wide settings; every field can be set as ``DRESSAGE_<FIELD>``."""
@@ -62,6 +70,12 @@ class Settings(BaseSettings):
         default=None,
         validation_alias="E2B_API_KEY",
         description="E2B's API key (E2B_API_KEY, as E2B names it).",
+    )
+    e2b_request_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds an E2B API request may take, connecting included (the SDK's request_timeout: "
+        "sandbox creation, commands' setup, files).",
     )
     wandb_mode: Literal["online", "offline", "disabled", "shared"] | None = Field(
         default=None,
@@ -114,6 +128,25 @@ class Settings(BaseSettings):
         default=5.0,
         gt=0,
         description="Retry-After (seconds, rounded up) of a request refused under overload.",
+    )
+    proxy_connect_timeout_s: float = Field(
+        default=PROXY_CONNECT_TIMEOUT_S,
+        gt=0,
+        description="Seconds to open a TCP connection to a proxy (the sandbox's relay, the agent's HTTP "
+        "client, the worker's admin calls); past it the proxy counts as down and the worker's ring fails "
+        "over to the next proxy (the kernel's own limit is about 2 minutes).",
+    )
+    engine_connect_timeout_s: float = Field(
+        default=ENGINE_CONNECT_TIMEOUT_S,
+        gt=0,
+        description="Seconds to open a TCP connection to an inference engine (the proxy's requests, "
+        "health checks, the weight push).",
+    )
+    database_connect_timeout_s: int = Field(
+        default=DATABASE_CONNECT_TIMEOUT_S,
+        ge=2,
+        description="Seconds to connect to PostgreSQL (libpq's connect_timeout, whole seconds, at least "
+        "2); a connect_timeout in the database URL wins.",
     )
     max_payload_bytes: int = Field(default=4 * 1024 * 1024, description="Largest JSON payload of one event.")
     default_max_tokens: int = Field(

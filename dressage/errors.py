@@ -44,7 +44,13 @@ class UnknownSessionError(StoreError):
 
 
 class InvalidRecordError(StoreError):
-    """A record violates the log's invariants (array lengths, sizes, encodings); nothing was written."""
+    """A record violates the log's invariants (array lengths, sizes, encodings); nothing was written.
+
+    ``field`` names the record's field at fault where one is known (an HTTP answer's ``param``)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class TurnIndexTakenError(InvalidRecordError):

@@ -355,7 +355,9 @@ async def place_run(
     placement = Placement(cfg, ray_cfg, actor_settings(settings), console)
     try:
         urls = await placement.start_proxies(engine_urls)
-        ring = ProxyRing(urls, placement.settings.admin_token, store)
+        ring = ProxyRing(
+            urls, placement.settings.admin_token, store, connect_timeout=settings.proxy_connect_timeout_s
+        )
         snapshot = new_run_snapshot(cfg, tasks) if tasks is not None else store.runs.get(cfg.run).config
         run = await ring.create_run(cfg.run, snapshot)
         if tasks is not None and sum(store.tasks.counts(run).values()) == 0:

@@ -24,6 +24,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from dressage.config import ENGINE_CONNECT_TIMEOUT_S
+
 MAX_HEAD_BYTES = 64 * 1024
 """The longest response head (status line and headers) accepted."""
 
@@ -174,7 +176,7 @@ class ConnectionPool:
         host: str,
         port: int,
         *,
-        connect_timeout: float = 10.0,
+        connect_timeout: float = ENGINE_CONNECT_TIMEOUT_S,
         read_timeout: float = 600.0,
         keepalive_expiry: float = 4.0,
         max_connections: int = 4096,

@@ -21,6 +21,7 @@ import httpx
 import numpy as np
 import orjson
 
+from dressage.config import ENGINE_CONNECT_TIMEOUT_S
 from dressage.engines.http1 import ConnectionPool, Exchange, TransportError
 from dressage.engines.ids_json import IdsJson
 from dressage.engines.protocol import (
@@ -119,6 +120,8 @@ class EngineClient:
 
     ``routed_experts_shape`` is ``(num_layers, top_k)``; when not given it is read from
     ``/model_info`` (the dev engine reports it; for SGLang pass it from the model config).
+    ``connect_timeout`` bounds opening a connection (``Settings.engine_connect_timeout_s``),
+    ``timeout`` every read (a generation streams within it).
     """
 
     def __init__(
@@ -126,18 +129,21 @@ class EngineClient:
         base_url: str,
         *,
         timeout: float = 600.0,
+        connect_timeout: float = ENGINE_CONNECT_TIMEOUT_S,
         routed_experts_shape: tuple[int, int] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, timeout=httpx.Timeout(timeout, connect=10.0), limits=ENGINE_POOL
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            limits=ENGINE_POOL,
         )
         url = httpx.URL(self.base_url)
         self._lean = (
             ConnectionPool(
                 url.host,
                 url.port or 80,
-                connect_timeout=10.0,
+                connect_timeout=connect_timeout,
                 read_timeout=timeout,
                 keepalive_expiry=ENGINE_POOL.keepalive_expiry or 4.0,
                 max_connections=ENGINE_POOL.max_connections or 4096,

@@ -102,10 +102,12 @@ class Agent(BaseAgent):  # type: ignore[misc,unused-ignore]
             raise AgentError("the environment is not started")
         run = self.run_name or run_name_for(environment)
         trial = trial_name_of(environment.session_id)
-        token = load_settings().admin_token
+        settings = load_settings()
+        token = settings.admin_token
         headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
         agent = self._dressage_agent()
-        async with httpx.AsyncClient(base_url=self.proxy_url, headers=headers, timeout=60) as http:
+        timeout = httpx.Timeout(60, connect=settings.proxy_connect_timeout_s)
+        async with httpx.AsyncClient(base_url=self.proxy_url, headers=headers, timeout=timeout) as http:
             r = await http.post("/admin/runs", json={"name": run, "config": {"harbor_job": run}})
             r.raise_for_status()
             info = {

@@ -3,8 +3,9 @@
 Only a strict whitelist becomes a root filesystem (built by :mod:`dressage.harbor.rootfs` with
 ``mmdebstrap`` from Debian packages, no container runtime):
 
-- ``FROM debian:<suite>`` / ``FROM ubuntu:<tag>`` (an Ubuntu base is built as Debian ``bookworm``:
-  the packages come from Debian's archive, which is what the plan records);
+- ``FROM debian:<tag>`` for a tag of :data:`DEBIAN_TAGS` (the plan records the Debian release the
+  tag names: ``latest`` and ``stable`` are :data:`DEBIAN_STABLE`); an Ubuntu base is refused (its
+  packages come from Ubuntu's archive, not Debian's: a Debian root filesystem would approximate it);
 - ``RUN apt-get update``, ``RUN apt-get install [-y] [--no-install-recommends] PKG...`` (also joined
   with ``&&``, and ``rm -rf /var/lib/apt/lists/*`` as cleanup);
 - ``COPY SRC... DST`` from the task's ``environment/`` directory (no ``--from``, no URLs);
@@ -28,7 +29,18 @@ from typing import Any
 
 from dressage.errors import ConfigError
 
-DEBIAN_SUITES = ("bookworm", "trixie", "bullseye", "stable")
+DEBIAN_STABLE = "trixie"
+"""Debian's current stable release, what ``debian:latest`` and ``debian:stable`` are (Debian 13 since
+August 2025). Recorded by name, so a plan (and its cached root filesystem) does not change when
+Debian releases the next one; move it then, on purpose."""
+DEBIAN_TAGS: dict[str, str] = {
+    **{tag: "bookworm" for tag in ("bookworm", "bookworm-slim", "12", "12-slim")},
+    **{tag: "trixie" for tag in ("trixie", "trixie-slim", "13", "13-slim")},
+    **{tag: "bullseye" for tag in ("bullseye", "bullseye-slim", "11", "11-slim")},
+    **{tag: DEBIAN_STABLE for tag in ("latest", "stable", "stable-slim")},
+}
+"""The ``debian:<tag>`` images a root filesystem is built for, and the Debian release each one is
+(``-slim`` images hold the same release's packages with documentation left out)."""
 _BASE = re.compile(r"^(debian|ubuntu)(?::([A-Za-z0-9._-]+))?$")
 _PKG = re.compile(r"^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+:~-]+)?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -111,6 +123,24 @@ def _run_packages(task: str, lineno: int, command: str) -> list[str]:
     return packages
 
 
+def _debian_suite(where: str, image: str) -> str:
+    """The Debian release a ``FROM`` image is, else :class:`ConfigError` naming the line and the image."""
+    name, _, tag = image.partition(":")
+    if name == "ubuntu":
+        raise ConfigError(
+            f"{where}: base image {image!r} is refused: Ubuntu's packages are not Debian's, and a "
+            "Debian root filesystem would only approximate it; use FROM debian:<tag> "
+            f"({', '.join(sorted(set(DEBIAN_TAGS.values())))}), or run the task on E2B (sandbox.provider: e2b), "
+            "which builds its image as written"
+        )
+    suite = DEBIAN_TAGS.get(tag or "latest")
+    if suite is None:
+        raise ConfigError(
+            f"{where}: base image {image!r} is refused; use debian:<tag>, a tag of {sorted(DEBIAN_TAGS)}"
+        )
+    return suite
+
+
 def parse_dockerfile(task: str, text: str) -> RootfsPlan:
     """A :class:`RootfsPlan` for a whitelisted Dockerfile, else :class:`ConfigError` naming the line."""
     plan: RootfsPlan | None = None
@@ -124,14 +154,10 @@ def parse_dockerfile(task: str, text: str) -> RootfsPlan:
             m = _BASE.match(rest)
             if not m:
                 raise ConfigError(
-                    f"{where}: base image {rest!r} is refused: only debian:<suite> or ubuntu:<tag> "
-                    "become a Debian root filesystem here"
+                    f"{where}: base image {rest!r} is refused: only debian:<tag> becomes a Debian root "
+                    "filesystem here"
                 )
-            base, tag = m.group(1), m.group(2) or "latest"
-            suite = tag if base == "debian" and tag in DEBIAN_SUITES else "bookworm"
-            if base == "debian" and tag not in (*DEBIAN_SUITES, "latest", "12", "bookworm-slim"):
-                raise ConfigError(f"{where}: debian:{tag} is refused; use one of {', '.join(DEBIAN_SUITES)}")
-            plan = RootfsPlan(base=f"{base}:{tag}", suite="stable" if suite == "latest" else suite)
+            plan = RootfsPlan(base=f"{m.group(1)}:{m.group(2) or 'latest'}", suite=_debian_suite(where, rest))
             continue
         if plan is None:
             raise ConfigError(f"{where}: {instr} before FROM")
@@ -167,7 +193,7 @@ def parse_dockerfile(task: str, text: str) -> RootfsPlan:
                 plan.copies.append((src, dst))
         else:
             raise ConfigError(
-                f"{where}: {instr} is refused: only FROM debian/ubuntu, RUN apt-get, COPY, WORKDIR and "
+                f"{where}: {instr} is refused: only FROM debian, RUN apt-get, COPY, WORKDIR and "
                 "ENV are supported (see docs/harbor.md)"
             )
     if plan is None:

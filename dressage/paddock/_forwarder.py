@@ -15,6 +15,10 @@ import subprocess
 import sys
 import threading
 
+CONNECT_TIMEOUT_S = 10.0
+"""How long a connection waits for the host's socket to accept it (the worker's relay, a local
+process that accepts at once unless it hangs); then the agent's connection is closed, not held."""
+
 
 def _pump(src, dst):
     try:
@@ -36,8 +40,10 @@ def _pump(src, dst):
 def _relay(conn, sock_path):
     try:
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.settimeout(CONNECT_TIMEOUT_S)
         upstream.connect(sock_path)
-    except OSError:
+        upstream.settimeout(None)
+    except OSError:  # socket.timeout is an OSError
         conn.close()
         return
     t = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)

@@ -293,11 +293,12 @@ class E2BProvider(SandboxProvider):
                 "spec.proxy_socket is bubblewrap-only: an E2B VM cannot reach a host Unix socket; "
                 "give the agent a proxy URL reachable from the internet instead"
             )
-        configured = load_settings().e2b_api_key
+        settings = load_settings()
+        configured = settings.e2b_api_key
         api_key = self.api_key or (configured.get_secret_value() if configured else None)
         if not api_key:
             raise SandboxUnavailableError("E2B_API_KEY is not set: export it or pass api_key to E2BProvider")
-        opts: dict[str, Any] = {"api_key": api_key}
+        opts: dict[str, Any] = {"api_key": api_key, "request_timeout": settings.e2b_request_timeout_s}
         for k in ("api_url", "sandbox_url", "domain"):
             if getattr(self, k):
                 opts[k] = getattr(self, k)

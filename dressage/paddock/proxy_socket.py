@@ -14,7 +14,10 @@ session.
 
 With several standalone proxies (``proxy.urls``), a worker serves one socket per session
 (:func:`serve_unix_socket_router`): each connection goes to the session's proxy on the hash ring,
-or to the next one when that proxy refuses the connection.
+or to the next one when that proxy refuses the connection or does not accept it within
+``connect_timeout`` seconds (``Settings.proxy_connect_timeout_s``). Without that bound a proxy whose
+host is gone (no reset comes back, the SYNs go unanswered) held every connection for the kernel's
+SYN retries, about 2 minutes, before the next proxy was tried.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable, Sequence
+
+from dressage.config import PROXY_CONNECT_TIMEOUT_S
 
 Target = tuple[str, int]
 """A proxy's ``(host, port)``."""
@@ -46,13 +51,15 @@ async def _relay(
     writer: asyncio.StreamWriter,
     targets: Callable[[], Sequence[Target]],
     refused: Callable[[Target], None] | None,
+    connect_timeout: float,
 ) -> None:
     upstream = None
     for target in targets():
         try:
-            upstream = await asyncio.open_connection(*target)
+            async with asyncio.timeout(connect_timeout):
+                upstream = await asyncio.open_connection(*target)
             break
-        except OSError:
+        except (OSError, TimeoutError):
             if refused is not None:
                 refused(target)
     if upstream is None:
@@ -68,25 +75,35 @@ async def _relay(
                 await w.wait_closed()
 
 
-async def serve_unix_socket_forwarder(socket_path: str, target_host: str, target_port: int) -> asyncio.Server:
+async def serve_unix_socket_forwarder(
+    socket_path: str, target_host: str, target_port: int, *, connect_timeout: float = PROXY_CONNECT_TIMEOUT_S
+) -> asyncio.Server:
     """Listen on the Unix socket ``socket_path`` and relay each connection to ``target_host:target_port``.
 
     Returns the started :class:`asyncio.Server` (close it with ``server.close()``). A stale socket
     file at ``socket_path`` is replaced. The socket is made world-connectable (0o666) because the
-    sandbox user is not the worker's user; restrict access with the directory's permissions.
+    sandbox user is not the worker's user; restrict access with the directory's permissions. A
+    connection the target does not accept within ``connect_timeout`` seconds is closed.
     """
-    return await serve_unix_socket_router(socket_path, lambda: [(target_host, target_port)])
+    return await serve_unix_socket_router(
+        socket_path, lambda: [(target_host, target_port)], connect_timeout=connect_timeout
+    )
 
 
 async def serve_unix_socket_router(
     socket_path: str,
     targets: Callable[[], Sequence[Target]],
     refused: Callable[[Target], None] | None = None,
+    *,
+    connect_timeout: float = PROXY_CONNECT_TIMEOUT_S,
 ) -> asyncio.Server:
     """Like :func:`serve_unix_socket_forwarder`, to the first of ``targets()`` (asked per connection)
-    that accepts the connection; ``refused`` hears of each one that did not."""
+    that accepts the connection within ``connect_timeout`` seconds; ``refused`` hears of each one
+    that did not."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(socket_path)
-    server = await asyncio.start_unix_server(lambda r, w: _relay(r, w, targets, refused), path=socket_path)
+    server = await asyncio.start_unix_server(
+        lambda r, w: _relay(r, w, targets, refused, connect_timeout), path=socket_path
+    )
     os.chmod(socket_path, 0o666)
     return server

@@ -153,7 +153,9 @@ async def _open_session(svc: ProxyService, body: JsonObject, request: Request) -
 async def _take_over(svc: ProxyService, body: JsonObject, request: Request) -> JsonObject:
     attempt = _int(body, "attempt", True)
     assert attempt is not None
-    handle = await svc.take_over_session(request.path_params["session_id"], attempt=attempt)
+    handle = await svc.take_over_session(
+        request.path_params["session_id"], attempt=attempt, info=_object(body, "info")
+    )
     return asdict(handle)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, Unpack
+from typing import Any, Protocol, Unpack
 
 from dressage.config import Settings
 from dressage.store import EventStore, Run
@@ -76,8 +76,11 @@ class Proxy(Protocol):
         choice, refused when it exists; ``parent_session_id`` + ``fork_turn``: a fork)."""
         ...
 
-    async def take_over_session(self, session_id: str, *, attempt: int) -> SessionHandle:
-        """Take over a running session for ``attempt`` with a fresh token (the old one stops working)."""
+    async def take_over_session(
+        self, session_id: str, *, attempt: int, info: Mapping[str, Any] | None = None
+    ) -> SessionHandle:
+        """Take over a running session for ``attempt`` with a fresh token (the old one stops working);
+        ``info`` (where the new attempt runs) joins the session's info and its resume record."""
         ...
 
     async def finalize_session(

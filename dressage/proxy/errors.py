@@ -16,7 +16,7 @@ TemplateError, TokenizationError       400     invalid_request_error       inval
 EngineHTTPError 4xx                    400     invalid_request_error       engine_rejected
 EngineError                            502     api_error                   engine_error
 UnknownRunError, UnknownSessionError   404     invalid_request_error       not_found
-InvalidRecordError                     400     invalid_request_error       invalid_record
+InvalidRecordError                     400     invalid_request_error       invalid_record (param: the field)
 IdempotencyConflictError               409     invalid_request_error       conflict
 LeaseError                             409     invalid_request_error       lease_lost
 StoreError (an outage)                 503     api_error                   store_unavailable
@@ -115,7 +115,7 @@ def classify(exc: BaseException) -> tuple[int, str, str | None, str | None]:
     if isinstance(exc, UnknownRunError | UnknownSessionError):
         return 404, "invalid_request_error", None, "not_found"
     if isinstance(exc, InvalidRecordError):
-        return 400, "invalid_request_error", None, "invalid_record"
+        return 400, "invalid_request_error", exc.field, "invalid_record"
     if isinstance(exc, IdempotencyConflictError):
         return 409, "invalid_request_error", None, "conflict"
     if isinstance(exc, OverloadedError):

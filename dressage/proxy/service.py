@@ -11,7 +11,7 @@ import asyncio
 import logging
 import secrets as pysecrets
 from collections.abc import Mapping
-from typing import Unpack
+from typing import Any, Unpack
 
 from dressage.config import Settings
 from dressage.engines import EnginePool
@@ -50,7 +50,9 @@ class ProxyService:
         self.store = store
         self.settings = settings
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
-        self.pool = EnginePool(engine_urls, timeout=engine_timeout)
+        self.pool = EnginePool(
+            engine_urls, timeout=engine_timeout, connect_timeout=settings.engine_connect_timeout_s
+        )
         self.coordinator = Coordinator(self.pool)
         self.registry = SessionRegistry(store, self.profile)
         self.metrics = ProxyMetrics()
@@ -160,18 +162,23 @@ class ProxyService:
             return False
         return True
 
-    async def take_over_session(self, session_id: str, *, attempt: int) -> SessionHandle:
+    async def take_over_session(
+        self, session_id: str, *, attempt: int, info: Mapping[str, Any] | None = None
+    ) -> SessionHandle:
         """Take over a running session for ``attempt`` with a fresh token (the old one stops working).
 
         The session keeps its turns; the new attempt's requests that match them are answered from
-        the log (see :mod:`dressage.proxy.replay` and :mod:`dressage.store.sessions`).
+        the log (see :mod:`dressage.proxy.replay` and :mod:`dressage.store.sessions`). ``info``
+        (where the new attempt runs) is recorded with the takeover.
         """
         token = TOKEN_PREFIX + pysecrets.token_urlsafe(24)
         session = await asyncio.to_thread(self.store.sessions.get, session_id)
         run = await asyncio.to_thread(self.store.runs.by_id, session.run_id)
         check_run_profile(run.name, run.config, self.profile)
         self.registry.evict(session_id)  # a cached state of the old attempt answers no one now
-        await asyncio.to_thread(self.store.sessions.take_over, session_id, attempt=attempt, token=token)
+        await asyncio.to_thread(
+            self.store.sessions.take_over, session_id, attempt=attempt, token=token, info=info
+        )
         return SessionHandle(session_id, token, self.session_url(token))
 
     async def finalize_session(

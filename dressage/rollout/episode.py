@@ -231,7 +231,9 @@ async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHan
         old = await asyncio.to_thread(store.sessions.interrupted, lease.task_id, lease.attempt)
         if old is not None:
             with contextlib.suppress(LeaseError):  # finalized meanwhile: open a new one
-                handle = await env.proxy.take_over_session(old.id, attempt=lease.attempt)
+                handle = await env.proxy.take_over_session(
+                    old.id, attempt=lease.attempt, info=env.session_info
+                )
                 log.info("attempt %d of task %s resumes session %s", lease.attempt, lease.task_id, old.id)
                 return handle, seed_attempt(old)
     handle = await env.proxy.open_session(

@@ -303,7 +303,7 @@ async def _open_branch(
         return Outcome("ended", reward=old.reward, error=old.error)
     if old is not None:
         try:
-            handle = await env.proxy.take_over_session(old.id, attempt=old.attempt + 1)
+            handle = await env.proxy.take_over_session(old.id, attempt=old.attempt + 1, info=env.session_info)
         except LeaseError as e:  # ended, or taken by another process, meanwhile
             return Outcome("ended", error=str(e))
         log.info("fork branch %d of %s: took session %s over", branch.index, plan.parent.id, old.id)

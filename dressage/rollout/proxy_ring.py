@@ -5,7 +5,10 @@ rebuilt from the log on first touch, and when another proxy recorded turns since
 still goes to one proxy while it lives, so its requests hit one engine's prefix cache: the
 session id is hashed onto a ring of the proxies (:class:`HashRing`, ``VNODES`` points per proxy,
 so removing one moves only its share of sessions). When the session's proxy is unreachable, its
-requests go to the next proxy on the ring; the dead one is skipped for ``DEAD_S`` seconds.
+requests go to the next proxy on the ring; the dead one is skipped for ``DEAD_S`` seconds. A proxy
+that does not accept a connection within ``connect_timeout`` (``Settings.proxy_connect_timeout_s``)
+counts as unreachable: a host that is gone answers no SYN, and without the bound each connection
+waited out the kernel's retries (about 2 minutes) before failing over.
 
 :class:`ProxyRing` is the worker's view of the proxies: the admin API (create the run, open and
 finalize sessions, over HTTP with ``DRESSAGE_ADMIN_TOKEN``) and, per session, an HTTP client for
@@ -29,6 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from dressage.config import PROXY_CONNECT_TIMEOUT_S
 from dressage.errors import ConfigError, DressageError, LeaseError
 from dressage.paddock import serve_unix_socket_router
 from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle
@@ -119,15 +123,34 @@ class FailoverTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(
-        self, ring: HashRing, health: _Health, key: str, errors: tuple[type[Exception], ...] = FAILOVER_ERRORS
+        self,
+        ring: HashRing,
+        health: _Health,
+        key: str,
+        errors: tuple[type[Exception], ...] = FAILOVER_ERRORS,
+        connect_timeout: float = PROXY_CONNECT_TIMEOUT_S,
     ) -> None:
         self.ring = ring
         self.health = health
         self.key = key
         self.errors = errors
+        self.connect_timeout = connect_timeout
         self.inner = httpx.AsyncHTTPTransport()
 
+    def _bound_connect(self, request: httpx.Request) -> None:
+        """Cap the request's connect timeout at ``connect_timeout``: a caller's own per-request
+        timeout (the openai SDK sends its ``timeout``, e.g. 600 s, with every request) would
+        otherwise hold a connect to a dead proxy for minutes before the next one is tried."""
+        timeouts = dict(request.extensions.get("timeout") or {})
+        connect = timeouts.get("connect")
+        if connect is None or connect > self.connect_timeout:
+            request.extensions = {
+                **request.extensions,
+                "timeout": {**timeouts, "connect": self.connect_timeout},
+            }
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self._bound_connect(request)
         last: Exception | None = None
         for base in self.health.order(self.ring.walk(self.key)):
             target = httpx.URL(base)
@@ -149,7 +172,13 @@ class ProxyRing:
     a :class:`~dressage.proxy.contract.Proxy`."""
 
     def __init__(
-        self, urls: list[str], admin_token: str | None, store: EventStore, *, timeout: float = 60.0
+        self,
+        urls: list[str],
+        admin_token: str | None,
+        store: EventStore,
+        *,
+        timeout: float = 60.0,
+        connect_timeout: float = PROXY_CONNECT_TIMEOUT_S,
     ) -> None:
         if not admin_token:
             raise ConfigError(
@@ -161,6 +190,7 @@ class ProxyRing:
         self._base_url = self.ring.urls[0]
         self._headers = {"authorization": f"Bearer {admin_token}"}
         self._timeout = timeout
+        self.connect_timeout = connect_timeout
 
     @property
     def base_url(self) -> str:
@@ -171,7 +201,7 @@ class ProxyRing:
         self, key: str, path: str, body: dict[str, Any], errors: tuple[type[Exception], ...] = FAILOVER_ERRORS
     ) -> dict[str, Any]:
         """POST to the admin API of ``key``'s proxy (failing over along the ring on ``errors``)."""
-        transport = FailoverTransport(self.ring, self.health, key, errors)
+        transport = FailoverTransport(self.ring, self.health, key, errors, self.connect_timeout)
         return await self._send(transport, self._base_url, path, body)
 
     async def _send(
@@ -180,7 +210,10 @@ class ProxyRing:
         """POST ``body`` to ``path`` through ``transport``; an error answer raises its message."""
         try:
             async with httpx.AsyncClient(
-                transport=transport, base_url=base_url, headers=self._headers, timeout=self._timeout
+                transport=transport,
+                base_url=base_url,
+                headers=self._headers,
+                timeout=self._timeouts(self._timeout),
             ) as client:
                 resp = await client.post(path, json=body)
         except httpx.HTTPError as e:
@@ -216,11 +249,15 @@ class ProxyRing:
         # Only a refused connection moves an open: a proxy that died after opening it holds its token.
         return _handle(await self._post(sid, "/admin/sessions", body, CONNECT_ERRORS))
 
-    async def take_over_session(self, session_id: str, *, attempt: int) -> SessionHandle:
+    async def take_over_session(
+        self, session_id: str, *, attempt: int, info: Mapping[str, Any] | None = None
+    ) -> SessionHandle:
         """Take over an interrupted session for ``attempt`` through its proxy on the ring (the new
-        token's requests that match recorded turns are answered from the log)."""
+        token's requests that match recorded turns are answered from the log); ``info`` says where
+        the new attempt runs."""
         path = f"/admin/sessions/{session_id}/take_over"
-        return _handle(await self._post(session_id, path, {"attempt": attempt}))
+        body: dict[str, Any] = {"attempt": attempt, **({"info": dict(info)} if info else {})}
+        return _handle(await self._post(session_id, path, body))
 
     async def finalize_session(
         self, session_id: str, status: str, **outcome: Unpack[SessionOutcome]
@@ -241,10 +278,17 @@ class ProxyRing:
         """Continue generation on every proxy; later tokens carry ``weight_version``."""
         await self._on_every_proxy("/admin/continue", {"version": weight_version})
 
+    def _timeouts(self, timeout: float) -> httpx.Timeout:
+        """``timeout`` for reads and writes, the connect bounded by ``connect_timeout``."""
+        return httpx.Timeout(timeout, connect=min(timeout, self.connect_timeout))
+
     def http_client(self, session_id: str, timeout: float) -> httpx.AsyncClient:
         """An HTTP client for the agent's OpenAI client: requests follow the session's proxy on the ring."""
         return httpx.AsyncClient(
-            transport=FailoverTransport(self.ring, self.health, session_id), timeout=timeout
+            transport=FailoverTransport(
+                self.ring, self.health, session_id, connect_timeout=self.connect_timeout
+            ),
+            timeout=self._timeouts(timeout),
         )
 
     async def serve_session_socket(self, session_id: str, path: str) -> asyncio.Server:
@@ -255,7 +299,9 @@ class ProxyRing:
             return [host_port(url) for url in self.health.order(self.ring.walk(session_id))]
 
         by_target = {host_port(url): url for url in self.ring.urls}
-        return await serve_unix_socket_router(path, targets, lambda t: self.health.dead(by_target[t]))
+        return await serve_unix_socket_router(
+            path, targets, lambda t: self.health.dead(by_target[t]), connect_timeout=self.connect_timeout
+        )
 
     async def stop(self) -> None:
         """Nothing to stop: the proxies are not this worker's (the same interface as ProxyServer)."""

@@ -301,7 +301,9 @@ async def serve_episodes(
             ):  # one socket to this worker's proxy (several: one per session, on the ring)
                 proxy_socket = str(Path(socket_dir) / "proxy.sock")
                 host, port = host_port(proxy.base_url)
-                forwarder = await serve_unix_socket_forwarder(proxy_socket, host, port)
+                forwarder = await serve_unix_socket_forwarder(
+                    proxy_socket, host, port, connect_timeout=settings.proxy_connect_timeout_s
+                )
         env = EpisodeEnv(store, proxy, run, cfg, agent, scorer, provider, proxy_socket, sandbox_url, secrets)
         if cfg.proxy.urls and socket_dir is not None:
             env.session_socket_dir = socket_dir
@@ -373,7 +375,7 @@ async def _finish_report(
 def remote_proxies(store: EventStore, cfg: RolloutConfig, settings: Settings) -> ProxyRing:
     """The standalone proxies of ``proxy.urls`` (no engine or proxy of this worker's own)."""
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
-    return ProxyRing(cfg.proxy.urls, admin, store)
+    return ProxyRing(cfg.proxy.urls, admin, store, connect_timeout=settings.proxy_connect_timeout_s)
 
 
 def with_secrets(settings: Settings, secrets: RunSecrets) -> Settings:

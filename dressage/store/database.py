@@ -12,13 +12,14 @@ stored position, the same key with different content raises
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, Constraint, Index, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
@@ -32,6 +33,46 @@ T = TypeVar("T")
 
 RETRY_ATTEMPTS = 3
 """How often :meth:`Database.retrying` runs a transaction that lost a unique-key race."""
+
+
+_REFUSED_BECAUSE = {
+    "23503": "refers to a row the log does not hold (a foreign key)",
+    "23505": "is already taken (a unique key)",
+    "23502": "is required (NOT NULL)",
+    "23514": "is out of range (a check)",
+}
+"""What each kind of integrity constraint (by PostgreSQL's SQLSTATE) says about the field it refused."""
+_SQLITE_STATES = {"FOREIGN KEY": "23503", "UNIQUE": "23505", "NOT NULL": "23502", "CHECK": "23514"}
+_SQLITE_REFUSAL = re.compile(r"^(FOREIGN KEY|UNIQUE|NOT NULL|CHECK) constraint failed(?:: (.*))?$")
+
+
+def _constraint_columns(name: str) -> list[str]:
+    """The columns of the log's constraint or unique index called ``name`` (none if it is not one)."""
+    for table in t.metadata.tables.values():
+        items: list[Constraint | Index] = [*table.constraints, *table.indexes]
+        for item in items:
+            if str(item.name) == name:
+                return [str(c.name) for c in getattr(item, "columns", ())]
+    return []
+
+
+def integrity_refusal(e: Exception) -> InvalidRecordError:
+    """An integrity error (SQLAlchemy's or psycopg's) in the log's words: the kind of constraint and
+    the field it refused, never the driver's text (it names tables and constraints and can quote the
+    statement or its values), so an HTTP answer or a command's output carries no SQL."""
+    orig = getattr(e, "orig", None) or e
+    state = getattr(orig, "sqlstate", None)
+    columns: list[str] = []
+    diag = getattr(orig, "diag", None)
+    if state is not None and diag is not None:  # PostgreSQL
+        columns = [diag.column_name] if diag.column_name else _constraint_columns(diag.constraint_name or "")
+    elif m := _SQLITE_REFUSAL.match(str(orig).strip().splitlines()[0] if str(orig).strip() else ""):
+        state = _SQLITE_STATES[m.group(1)]
+        columns = [c.strip().rpartition(".")[2] for c in (m.group(2) or "").split(",") if "." in c]
+    why = _REFUSED_BECAUSE.get(state or "", "breaks one of its constraints")
+    field = ", ".join(columns) or None
+    what = f"field {field!r}" if field else "the record"
+    return InvalidRecordError(f"the log refused the record: {what} {why}", field=field)
 
 
 class Database:
@@ -97,9 +138,7 @@ class Database:
                     return fn(conn)
             except IntegrityError as e:
                 if i == attempts - 1:
-                    raise InvalidRecordError(
-                        f"the log refused the record: {db_error_text(e, self.secrets)}"
-                    ) from e
+                    raise integrity_refusal(e) from e
         raise AssertionError("unreachable")
 
     def next_position(self, conn: Connection, run_id: int) -> int:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from dressage.config import normalize_database_url
+from dressage.config import DATABASE_CONNECT_TIMEOUT_S, normalize_database_url
 from dressage.errors import ConfigError, SchemaError, StoreError
 
 INSTALLED_MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -33,14 +33,30 @@ READONLY_OPTION = "dressage_readonly"
 """Connection execution option marking a read-only transaction (SQLite then skips the write lock)."""
 
 
-def make_engine(url: str, *, pool_size: int = 5, echo: bool = False) -> Engine:
-    """Create a SQLAlchemy engine for ``url`` with the durability settings the log relies on."""
+def with_connect_timeout(url: str, seconds: int = DATABASE_CONNECT_TIMEOUT_S) -> str:
+    """A PostgreSQL ``url`` with libpq's ``connect_timeout`` (whole seconds) unless it names one.
+
+    Without it a server host that is gone (no reset comes back) holds a connect for the kernel's
+    SYN retries, about 2 minutes; every connection made from the engine's URL (SQLAlchemy's pool,
+    the turn appenders' own psycopg connections) carries it. Other URLs are returned unchanged.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql" or "connect_timeout" in parsed.query:
+        return url
+    return parsed.update_query_dict({"connect_timeout": str(seconds)}).render_as_string(hide_password=False)
+
+
+def make_engine(
+    url: str, *, pool_size: int = 5, echo: bool = False, connect_timeout_s: int = DATABASE_CONNECT_TIMEOUT_S
+) -> Engine:
+    """Create a SQLAlchemy engine for ``url`` with the durability settings the log relies on (and,
+    on PostgreSQL, a connect bounded by ``connect_timeout_s``: :func:`with_connect_timeout`)."""
     url = normalize_database_url(url)
     if url.startswith("sqlite"):
         return _make_sqlite_engine(url, echo=echo)
     if url.startswith("postgresql"):
         return create_engine(
-            url,
+            with_connect_timeout(url, connect_timeout_s),
             echo=echo,
             pool_size=pool_size,
             max_overflow=pool_size,

@@ -67,7 +67,11 @@ class EventStore:
     ) -> EventStore:
         """Open the log at ``url`` (default: from settings), upgrading the schema if allowed."""
         settings = settings or load_settings()
-        engine = make_engine(url or settings.resolved_database_url(), pool_size=pool_size)
+        engine = make_engine(
+            url or settings.resolved_database_url(),
+            pool_size=pool_size,
+            connect_timeout_s=settings.database_connect_timeout_s,
+        )
         try:
             ensure_schema(engine, auto_upgrade=auto_upgrade)
         except OperationalError as e:

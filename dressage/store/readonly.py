@@ -20,7 +20,7 @@ from sqlalchemy.pool import NullPool
 from dressage.config import Settings, normalize_database_url
 from dressage.errors import ConfigError, StoreError
 from dressage.store.artifacts import LocalBlobStore
-from dressage.store.db import SQLITE_BUSY_TIMEOUT_MS, ensure_schema
+from dressage.store.db import SQLITE_BUSY_TIMEOUT_MS, ensure_schema, with_connect_timeout
 from dressage.store.event_store import EventStore
 from dressage.store.reach import cannot_open
 
@@ -30,7 +30,7 @@ def make_readonly_engine(url: str) -> Engine:
     url = normalize_database_url(url)
     if url.startswith("postgresql"):
         return create_engine(
-            url,
+            with_connect_timeout(url),
             pool_size=4,
             max_overflow=4,
             pool_pre_ping=True,

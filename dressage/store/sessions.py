@@ -22,6 +22,7 @@ import hashlib
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import Connection, Row, func, insert, select, update
@@ -65,6 +66,16 @@ def read_session_head(db: Database, session_id: str) -> SessionHead:
     return SessionHead(str(row[0]), 0 if row[1] is None else int(row[1]) + 1, int(row[2]))
 
 
+def _check_task_of_run(conn: Connection, task_id: int, run: Run) -> None:
+    """Refuse a session's ``task_id`` that is not a task of its run (the foreign key would say it
+    in the database's words, naming tables; a task of another run it would not refuse at all)."""
+    found = conn.execute(
+        select(t.tasks.c.id).where(t.tasks.c.id == task_id, t.tasks.c.run_id == run.id)
+    ).scalar_one_or_none()
+    if found is None:
+        raise InvalidRecordError(f"task_id {task_id} is not a task of run {run.name!r}", field="task_id")
+
+
 class SessionRepository:
     """Sessions of the log's runs."""
 
@@ -98,6 +109,8 @@ class SessionRepository:
             payload |= {"parent_session_id": parent, "fork_turn": fork_turn}
 
         def tx(conn: Connection) -> None:
+            if task_id is not None:
+                _check_task_of_run(conn, task_id, r)
             key = deterministic_key(r.name, sid, "start")
             res = self.db.append_event_tx(conn, r.id, "session_started", payload, key=key, session_id=sid)
             if res.duplicate:
@@ -345,19 +358,29 @@ class SessionRepository:
             ).scalar_one_or_none()
         return self.get(str(sid)) if sid is not None else None
 
-    def take_over(self, session_id: str, *, attempt: int, token: str) -> Session:
+    def take_over(
+        self, session_id: str, *, attempt: int, token: str, info: Mapping[str, Any] | None = None
+    ) -> Session:
         """Hand a running session over to ``attempt`` with bearer ``token``; records ``session_resumed``.
 
         Raises :class:`LeaseError` when the session is no longer running (finished or abandoned
         meanwhile) or already belongs to ``attempt`` or a later one. The old token stops working.
+        ``info`` is where the new attempt runs (a Ray worker's ``ray_node_id``, ``ray_node_ip``,
+        ``worker``): it joins the session's info at once (a session whose taker dies before it
+        finalizes does not name the node that died) and the resume record (``info.resume.info``,
+        and the event), which a finalize keeps: every takeover says where it ran.
         """
         if attempt < 1:
             raise InvalidRecordError(f"attempt must be >= 1, got {attempt}")
+        taker = dict(info or {})
+        canonical_json(taker, what="takeover info", max_bytes=self.db.max_payload_bytes)
         digest = hashlib.sha256(token.encode()).hexdigest()
-        self.db.retrying(lambda conn: self._take_over_tx(conn, session_id, attempt, digest))
+        self.db.retrying(lambda conn: self._take_over_tx(conn, session_id, attempt, digest, taker))
         return self.get(session_id)
 
-    def _take_over_tx(self, conn: Connection, session_id: str, attempt: int, token_sha: str) -> None:
+    def _take_over_tx(
+        self, conn: Connection, session_id: str, attempt: int, token_sha: str, taker: dict[str, Any]
+    ) -> None:
         row = conn.execute(select(t.sessions).where(t.sessions.c.id == session_id).with_for_update()).first()
         if row is None:
             raise LeaseError(f"no session {session_id!r} to resume")
@@ -372,20 +395,22 @@ class SessionRepository:
         ).scalar_one()
         info: dict[str, Any] = dict(row.info or {})
         before = info.get("resume") or {}
-        record = {
+        record: dict[str, Any] = {
             "attempt": attempt,
             "from_attempt": int(row.attempt),
             "seed_attempt": int(before.get("seed_attempt", row.attempt)),
             "next_turn": int(next_turn),
             "count": int(before.get("count", 0)) + 1,
         }
+        if taker:
+            record["info"] = taker
         run = self.runs.by_id(row.run_id)
         key = deterministic_key(run.name, session_id, "resume", attempt)
         self.db.append_event_tx(conn, row.run_id, "session_resumed", record, key=key, session_id=session_id)
         conn.execute(
             update(t.sessions)
             .where(t.sessions.c.id == session_id)
-            .values(attempt=attempt, token_sha256=token_sha, info={**info, "resume": record})
+            .values(attempt=attempt, token_sha256=token_sha, info={**info, **taker, "resume": record})
         )
 
 

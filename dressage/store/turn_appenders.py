@@ -32,7 +32,7 @@ from dressage.errors import (
 )
 from dressage.redact import db_error_text
 from dressage.store import schema as t
-from dressage.store.database import Database
+from dressage.store.database import Database, integrity_refusal
 from dressage.store.pg_group_append import GroupAppender, GroupAppendItem
 from dressage.store.records import AppendResult, PreparedTurn, Run, SessionHead, check_duplicate
 from dressage.store.sessions import read_session_head
@@ -335,9 +335,7 @@ class PostgresTurnAppender:
         last = attempt == PG_APPEND_ATTEMPTS - 1
         if isinstance(e, psycopg.errors.UniqueViolation):
             if last:
-                raise InvalidRecordError(
-                    f"the log refused the turn: {db_error_text(e, self.db.secrets)}"
-                ) from e
+                raise integrity_refusal(e) from e
             return  # a concurrent writer recorded the same key (or turn index): look again
         if isinstance(e, psycopg.OperationalError):
             if last:
@@ -345,6 +343,10 @@ class PostgresTurnAppender:
                     f"database write failed: {db_error_text(e, self.db.secrets)}; is PostgreSQL up?"
                 ) from e
             return  # the connection broke: retry on a fresh one (the key makes it safe)
+        if isinstance(
+            e, psycopg.errors.IntegrityError
+        ):  # a foreign key, NOT NULL or check: said in the log's words
+            raise integrity_refusal(e) from e
         raise StoreError(f"database write failed: {db_error_text(e, self.db.secrets)}") from e
 
 

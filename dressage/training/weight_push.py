@@ -110,6 +110,9 @@ class WeightPusher:
             configured = load_settings().admin_token
             admin_token = configured.get_secret_value() if configured else None
         self.admin_token = admin_token
+        settings = load_settings()
+        self.engine_connect_timeout_s = settings.engine_connect_timeout_s
+        self.proxy_connect_timeout_s = settings.proxy_connect_timeout_s
         if self.proxy_admin_urls and not self.admin_token:
             raise ConfigError(
                 f"--proxy-admin-url {','.join(self.proxy_admin_urls)} needs the proxy's admin token: set "
@@ -146,7 +149,9 @@ class WeightPusher:
     async def _push(self, run: Run, version: int, path: Path) -> None:
         from dressage.engines.sglang_client import EnginePool
 
-        pool = EnginePool(self.engine_urls, timeout=self.timeout_s)
+        pool = EnginePool(
+            self.engine_urls, timeout=self.timeout_s, connect_timeout=self.engine_connect_timeout_s
+        )
         try:
             await self._pause(pool)
             try:
@@ -193,7 +198,9 @@ class WeightPusher:
         url = f"{base}{route}"
         headers = {"Authorization": f"Bearer {self.admin_token}"}
         try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=10.0)) as http:
+            async with httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_s, connect=self.proxy_connect_timeout_s)
+            ) as http:
                 resp = await http.post(url, json=body, headers=headers)
         except httpx.HTTPError as e:
             raise TrainingError(

@@ -66,7 +66,7 @@ def test_reward_selection_by_key_weights_or_default() -> None:
 def test_whitelisted_dockerfile_becomes_a_plan() -> None:
     plan = parse_dockerfile(
         "t",
-        "# comment\nFROM ubuntu:24.04\nRUN apt-get update && apt-get install -y \\\n  git python3=3.11.2-1\n"
+        "# comment\nFROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y \\\n  git python3=3.11.2-1\n"
         "WORKDIR /srv\nENV A=1 B=two\nENV C three\nCOPY a.txt b/ ./\n",
     )
     assert plan.suite == "bookworm" and plan.packages == ["git", "python3"]
@@ -75,9 +75,29 @@ def test_whitelisted_dockerfile_becomes_a_plan() -> None:
 
 
 @pytest.mark.parametrize(
+    ("image", "suite"),
+    [
+        ("debian", "trixie"),
+        ("debian:latest", "trixie"),
+        ("debian:stable", "trixie"),
+        ("debian:13", "trixie"),
+        ("debian:trixie-slim", "trixie"),
+        ("debian:12", "bookworm"),
+        ("debian:bullseye", "bullseye"),
+    ],
+)
+def test_a_debian_tag_becomes_the_release_it_is(image: str, suite: str) -> None:
+    plan = parse_dockerfile("t", f"FROM {image}\n")
+    assert plan.suite == suite and plan.base == (image if ":" in image else f"{image}:latest")
+
+
+@pytest.mark.parametrize(
     ("dockerfile", "line", "what"),
     [
         ("FROM python:3.12\n", 1, "base image 'python:3.12' is refused"),
+        ("# base\nFROM ubuntu:24.04\n", 2, "base image 'ubuntu:24.04' is refused: Ubuntu's packages"),
+        ("FROM ubuntu\n", 1, "base image 'ubuntu' is refused: Ubuntu's packages"),
+        ("FROM debian:sid\n", 1, "base image 'debian:sid' is refused"),
         ("FROM debian:bookworm\n\nRUN pip install numpy\n", 3, "RUN 'pip install numpy' is refused"),
         (
             "FROM debian:bookworm\nRUN apt-get install -y curl && curl -sL x | sh\n",
