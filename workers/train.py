@@ -264,7 +264,8 @@ def run_train(
     settings = load_settings(database_url=urls[0], replica_url=urls[1])
     first = request.from_runs[0] if request.from_runs else request.from_exports[0].name
     out = request.out if request.out is not None else settings.home / "train" / first
-    require_database_file(settings.resolved_database_url())
+    if not request.from_exports:  # importing an export writes the log: it may create the file
+        require_database_file(settings.resolved_database_url())
     store = EventStore.open(settings=settings)
     out_existed = out.exists()
     reader = None
