@@ -46,7 +46,7 @@ class RunOverview:
 
     @property
     def trained_share(self) -> float | None:
-        """Trained tokens over all tokens."""
+        """Trained tokens (of training sessions: eval sessions are never trained) over all tokens."""
         s = self.summary
         return s.trained_tokens / s.tokens if s.tokens else None
 
