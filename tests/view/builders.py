@@ -263,3 +263,35 @@ def build_fork_tree(store: EventStore, run: str) -> ForkTree:
     for sid, reward in tree.rewards.items():
         store.sessions.finalize(sid, "finished", reward=reward)
     return tree
+
+
+METRIC_VALUES: dict[str, list[float]] = {
+    "is_ratio_mean": [1.0, 1.00000005, 0.99999993, 1.0, 1.00000002, 0.99999998],  # on-policy
+    "loss": [1.2e-9, -2.5e-9, 3.1e-9, 0.4e-9, -1.0e-9, 2.2e-9],
+    "kl_behaviour": [1.1e-13, 3.0e-13, 2.4e-13, 0.7e-13, 4.6e-13, 1.9e-13],
+    "grad_norm": [0.8, 0.3, 0.0, 0.0, 0.0, 0.0],
+    "entropy": [12.4, 9.1, 3.2, 0.5, 0.07, 0.06],
+    "trained_tokens": [40.0, 40.0, 40.0, 40.0, 40.0, 40.0],  # constant
+}
+"""Step metrics as a collapsed on-policy run records them: near-constant and tiny values."""
+
+
+def build_metric_run(store: EventStore, run: str) -> None:
+    """A run with training sessions at policy versions 0..2 and six committed steps of
+    ``train:main`` with :data:`METRIC_VALUES`."""
+    store.runs.create(run, {"model": "qwen3.5"})
+    for v in range(3):
+        store.versions.record(run, v)
+    store.tasks.enqueue(run, [TaskSpec(task_index=i, payload={"prompt": "p"}) for i in range(3)], n_samples=1)
+    for i, pair in enumerate(sorted(store.tasks.pairs(run), key=lambda p: p.task_index)):
+        record_one_turn_session(
+            store, run, f"{run}-{i}", task_id=pair.id, agent="python", ids=([9707], [11]), version=i,
+            reward=0.25 * i,
+        )  # fmt: skip
+    for step in range(1, 7):
+        metrics = {name: values[step - 1] for name, values in METRIC_VALUES.items()}
+        manifest = {"trainer_version": step - 1, "samples": [], "groups": []}
+        store.consumers.commit_step(
+            run, "train:main", step=step, position=step, batch_hash=f"{step:064x}", manifest=manifest,
+            metrics=metrics,
+        )  # fmt: skip
