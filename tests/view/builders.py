@@ -20,6 +20,7 @@ import numpy as np
 
 from dressage.store import EventStore, NewTurn, TaskSpec, turn_key
 from dressage.tito.tokenizer import load_qwen35_tokenizer
+from dressage.training import StepOptions, Trainer
 from tests.log_builders import record_one_turn_session
 
 HOSTILE = "<script>alert('pwned')</script></textarea><a href=\"javascript:alert(2)\">click</a>"
@@ -295,3 +296,25 @@ def build_metric_run(store: EventStore, run: str) -> None:
             run, "train:main", step=step, position=step, batch_hash=f"{step:064x}", manifest=manifest,
             metrics=metrics,
         )  # fmt: skip
+
+
+def build_trained_tree(store: EventStore, run: str) -> list[str]:
+    """The tree of :mod:`tests.training.test_trees` (roots R and S of one group; R forked into A and
+    B at turn 2, A into C at turn 3), its forks opened without a task as ``fork`` opens them, trained
+    in one step by the tree estimator; its session ids ``{run}-R`` ..."""
+    from tests.training.test_trees import _session
+
+    rng = np.random.default_rng(7)
+    store.runs.create(run, {"rollout": {"branching": {"width": 2}}})
+    store.tasks.enqueue(run, [TaskSpec(0, {"prompt": "p"})], n_samples=2)
+    first, second = sorted(store.tasks.claim(run, "w", n=2), key=lambda x: x.sample_index)
+    _session(store, run, "R", first.task_id, 4, 1.0, rng=rng)
+    _session(store, run, "A", None, 4, 0.0, "R", 2, rng)  # type: ignore[arg-type]
+    _session(store, run, "C", None, 4, 1.0, "A", 3, rng)  # type: ignore[arg-type]
+    _session(store, run, "B", None, 4, 0.5, "R", 2, rng)  # type: ignore[arg-type]
+    _session(store, run, "S", second.task_id, 2, 0.0, rng=rng)
+    store.tasks.release(second, "done")
+    store.tasks.release(first, "done")
+    options = StepOptions(global_batch_size=2, n_samples_per_prompt=2, advantage_estimator="tree")
+    assert len(Trainer(store, run, options).run_steps()) == 1
+    return [f"{run}-{x}" for x in "RACBS"]

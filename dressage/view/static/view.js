@@ -164,8 +164,9 @@
     if (!block.classList.contains("pending")) return;
     var turn = JSON.parse(block.dataset.json);
     var seg = block.parentNode, box = document.getElementById("tokens");
-    var advantage = seg && seg.dataset.advantage !== undefined
-      ? advantageBucket(parseFloat(seg.dataset.advantage), parseFloat(box.dataset.maxAdvantage)) : null;
+    // a tree's turn carries its node's advantage (a); any other trained turn its segment's
+    var raw = turn.a !== undefined ? turn.a : (seg && seg.dataset.advantage !== undefined ? parseFloat(seg.dataset.advantage) : null);
+    var advantage = raw === null ? null : advantageBucket(raw, parseFloat(box.dataset.maxAdvantage));
     var pos = new Array(turn.t.length);
     var frag = document.createDocumentFragment();
     var mark = document.createElement("span");
@@ -260,7 +261,8 @@
       var reasons = JSON.parse(box.dataset.reasons || "[]");
       lines.push(["mask", reasons[turn.m[i]] || String(turn.m[i])]);
       var seg = document.querySelector('.seg-tokens[data-segment="' + turn.segment + '"]');
-      if (seg && seg.dataset.advantage !== undefined) lines.push(["advantage", seg.dataset.advantage]);
+      if (turn.a !== undefined) lines.push(["advantage", String(turn.a) + " (its tree node's)"]);
+      else if (seg && seg.dataset.advantage !== undefined) lines.push(["advantage", seg.dataset.advantage]);
       if (turn.w[i] !== null) lines.push(["weight", String(turn.w[i])]);
     }
     return lines;
