@@ -349,6 +349,30 @@ def tree_nodes_of_session(
     return out
 
 
+_Recorded = tuple[float | None, list[int], str, list[NodeAdvantage]]
+
+
+def _recorded_advantages(
+    store: EventStore, run: Run, group_index: int, session_ids: list[str]
+) -> dict[str, _Recorded]:
+    """Per session, what the first step that trained it recorded: its advantage (None in a tree),
+    its segments, which step, and its tree nodes (one advantage each)."""
+    recorded: dict[str, _Recorded] = {}
+    for consumer in consumers(store, run):
+        for step in steps(store, run, consumer):
+            tree = _tree_of(step, group_index)
+            for sid in session_ids:
+                adv = _advantage(step, sid)
+                nodes = _nodes_of(tree, sid) if tree is not None else []
+                if (adv is not None or nodes) and sid not in recorded:
+                    segs = [x["segment"] for x in step.manifest["samples"] if x.get("session") == sid]
+                    source = f"{consumer} step {step.step}" + (
+                        " (tree: one advantage per node)" if nodes else ""
+                    )
+                    recorded[sid] = (None if nodes else adv, segs, source, nodes)
+    return recorded
+
+
 def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMember]:
     """The training sessions of group ``group_index``, a tree's forks included: recorded advantages
     when a step used them (per node for a tree), else GRPO's. Eval sessions share group indexes with
@@ -371,21 +395,7 @@ def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMe
         for session, sample, depth in found
     ]
     forked = any(m.depth for m in members)
-    recorded: dict[str, tuple[float | None, list[int], str, list[NodeAdvantage]]] = {}
-    for consumer in consumers(store, run):
-        for step in steps(store, run, consumer):
-            tree = _tree_of(step, group_index)
-            for m in members:
-                adv = _advantage(step, m.session.id)
-                nodes = _nodes_of(tree, m.session.id) if tree is not None else []
-                if (adv is not None or nodes) and m.session.id not in recorded:
-                    segs = [
-                        x["segment"] for x in step.manifest["samples"] if x.get("session") == m.session.id
-                    ]
-                    source = f"{consumer} step {step.step}" + (
-                        " (tree: one advantage per node)" if nodes else ""
-                    )
-                    recorded[m.session.id] = (None if nodes else adv, segs, source, nodes)
+    recorded = _recorded_advantages(store, run, group_index, [m.session.id for m in members])
     finished = [m for m in members if m.session.status == "finished" and m.session.reward is not None]
     computed: dict[str, float] = {}
     if finished and not forked:  # a tree's advantages are per node: only the trainer's are shown
