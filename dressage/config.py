@@ -216,6 +216,19 @@ def load_settings(**overrides: object) -> Settings:
     return settings.model_copy(update=clean) if clean else settings
 
 
+HELP_WIDTH = 160
+"""``--help``'s width where stdout is no terminal (a pipe, a file, CI): rich's default there is 80
+columns, which cuts long option names (``--global-batch-si…``)."""
+
+
+def help_width(stdout_is_terminal: bool) -> int | None:
+    """The width ``--help`` should use: None (rich decides) on a terminal or where ``COLUMNS`` or
+    ``TERMINAL_WIDTH`` says; :data:`HELP_WIDTH` otherwise."""
+    if stdout_is_terminal or os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH"):
+        return None
+    return HELP_WIDTH
+
+
 def environment_values(names: Iterable[str]) -> dict[str, str | None]:
     """The values of the environment variables ``names`` (None where unset).
 

@@ -58,6 +58,7 @@ def rollout_command(
         concurrency=concurrency,
         worker_id=worker_id,
         show_progress=progress,
+        print_summary=True,
     )
     console = make_console(stderr=True)
     if ray_address is not None:

@@ -1,7 +1,7 @@
 """``dressage-worker train``: the replay trainer as a log consumer.
 
-Tails a run's log, forms steps of ``--global-batch-size`` trajectories from ready groups, trains
-(``torch``), writes slime rollout files (``slime-dump``) or only records (``none``), and commits
+Tails a run's log, forms steps of ``--global-batch-size`` trajectories from ready groups (a tree
+counts its roots), trains (``torch``), writes slime rollout files (``slime-dump``) or only records (``none``), and commits
 each step's manifest with the consumer checkpoint. ``--replay`` re-forms every recorded step and
 checks its hash. torch and transformers are imported inside the command.
 """
@@ -94,7 +94,13 @@ _Out = Annotated[
 
 _Consumer = Annotated[str, typer.Option(help="Consumer name; the checkpoint is kept as train:<name>.")]
 _Backend = Annotated[str, typer.Option(help="torch | slime-dump | none")]
-_GlobalBatchSize = Annotated[int, typer.Option(help="Trajectories per optimizer step (whole groups).")]
+_GlobalBatchSize = Annotated[
+    int,
+    typer.Option(
+        help="Trajectories per optimizer step, in whole groups of --n-samples-per-prompt; a tree counts "
+        "its roots (a step of 8 with one root per task takes 8 trees, forks included)."
+    ),
+]
 _NSamplesPerPrompt = Annotated[int | None, typer.Option(help="Samples per group (default: the run's).")]
 _Follow = Annotated[bool, typer.Option("--follow", help="Keep tailing the log for new groups.")]
 _Replay = Annotated[bool, typer.Option("--replay", help="Re-form every recorded step and check its hash.")]
@@ -104,7 +110,13 @@ _MaxStaleness = Annotated[int | None, typer.Option(help="Mask tokens older than 
 _LastVersionOnly = Annotated[bool, typer.Option(help="Train only tokens of a segment's newest version.")]
 _GroupVersionWindow = Annotated[int | None, typer.Option(help="Drop groups with tokens older than this.")]
 _FailurePolicy = Annotated[str, typer.Option(help="drop_group | keep_finished")]
-_AdvantageEstimator = Annotated[str, typer.Option(help="Registered advantage estimator.")]
+_AdvantageEstimator = Annotated[
+    str | None,
+    typer.Option(
+        help="Registered advantage estimator (default: the loop's train.advantage_estimator recorded in "
+        "the run's config; else tree for a tree run, grpo otherwise)."
+    ),
+]
 _StdNormalize = Annotated[bool, typer.Option(help="Divide GRPO advantages by the group's std + eps.")]
 _InitialVersion = Annotated[int, typer.Option(help="Policy version of the weights before step 1.")]
 _MaxSteps = Annotated[int | None, typer.Option(help="Stop after this many new steps.")]
@@ -147,6 +159,8 @@ class TrainRequest:
     out: Path | None
     push: PushOptions
     log_to: tuple[str, ...]
+    estimator_from_run: bool = False
+    """No --advantage-estimator: the run's recorded one (:func:`recorded_estimator`)."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +202,7 @@ def train_command(
     last_version_only: _LastVersionOnly = False,
     group_version_window: _GroupVersionWindow = None,
     failure_policy: _FailurePolicy = _DEFAULTS.failure_policy,
-    advantage_estimator: _AdvantageEstimator = _DEFAULTS.advantage_estimator,
+    advantage_estimator: _AdvantageEstimator = None,
     std_normalize: _StdNormalize = False,
     initial_version: _InitialVersion = 0,
     max_steps: _MaxSteps = None,
@@ -221,7 +235,7 @@ def train_command(
         optimizer=optimizer,
         trainable=trainable,
         global_batch_size=global_batch_size,
-        advantage_estimator=advantage_estimator,
+        advantage_estimator=advantage_estimator or _DEFAULTS.advantage_estimator,
         std_normalize=std_normalize,
         max_staleness=max_staleness,
         last_version_only=last_version_only,
@@ -240,6 +254,7 @@ def train_command(
         out,
         push,
         loggers,
+        estimator_from_run=advantage_estimator is None,
     )
     start = TrainStart(n_samples_per_prompt, model, seed, initial_version)
     pace = Pace(follow, replay, max_steps, throttle_s)
@@ -264,7 +279,8 @@ def run_train(
     settings = load_settings(database_url=urls[0], replica_url=urls[1])
     first = request.from_runs[0] if request.from_runs else request.from_exports[0].name
     out = request.out if request.out is not None else settings.home / "train" / first
-    require_database_file(settings.resolved_database_url())
+    if not request.from_exports:  # importing an export writes the log: it may create the file
+        require_database_file(settings.resolved_database_url())
     store = EventStore.open(settings=settings)
     out_existed = out.exists()
     reader = None
@@ -307,6 +323,8 @@ def _train_runs(
     """Build the backend, then train one run (its trainer from :func:`build_trainer`) or several."""
     (store, reader), (request, start, pace) = stores, asked
     n_samples = start.n_samples_per_prompt or recorded_samples_per_prompt(store, runs[0])
+    if request.estimator_from_run:
+        cfg = cfg.model_copy(update={"advantage_estimator": recorded_estimator(store, runs[0])})
     setup = TrainerSetup(
         runs[0],
         request.consumer,
@@ -408,6 +426,44 @@ def recorded_samples_per_prompt(store: EventStore, run: str) -> int:
     return int(value) if isinstance(value, int) and value >= 1 else 4
 
 
+def recorded_estimator(store: EventStore, run: str) -> str:
+    """The advantage estimator ``train`` uses without ``--advantage-estimator``: the one a loop
+    recorded in its run's config (``loop.train.advantage_estimator``), else ``tree`` for a tree run
+    (its config has ``branching``: the loop's default, and the only estimator a tree trains with),
+    else ``grpo``. A rollout's snapshot holds no ``train:`` section: a run.yaml's is not in the log."""
+    config = store.runs.get(run).config
+    loop = config.get("loop")
+    train = loop.get("train") if isinstance(loop, dict) else None
+    if isinstance(train, dict) and isinstance(train.get("advantage_estimator"), str):
+        return str(train["advantage_estimator"])
+    rollout = config.get("rollout")
+    return "tree" if isinstance(rollout, dict) and rollout.get("branching") else _DEFAULTS.advantage_estimator
+
+
+def report_waiting_groups(console: Console, trainer: Trainer) -> None:
+    """Name the ready groups no step took (fewer than a step needs), each with its sessions, and
+    how to train them: without this, trees left over by ``--global-batch-size`` went untrained
+    without a word."""
+    waiting = trainer.waiting_groups
+    if not waiting:
+        return
+    options = trainer.options
+    groups = ", ".join(
+        f"group {g.group_index} ({len(g.members) + len(g.forks)} sessions"
+        + (f", a tree with {len(g.forks)} forks)" if g.forks else ")")
+        for g in waiting
+    )
+    console.print(
+        f"not trained: {len(waiting)} ready group(s) wait for a full step of {options.groups_per_step} "
+        f"groups (--global-batch-size {options.global_batch_size} / {options.n_samples_per_prompt} samples "
+        f"per group): {groups}; train them with --global-batch-size "
+        f"{len(waiting) * options.n_samples_per_prompt}, or wait for more with --follow",
+        markup=False,
+        soft_wrap=True,
+        style="yellow",
+    )
+
+
 def _has_work(console: Console, trainer: Trainer) -> bool:
     """Whether a new step can be formed now; if not, say why before any model is loaded.
 
@@ -435,6 +491,7 @@ def _has_work(console: Console, trainer: Trainer) -> bool:
         markup=False,
         soft_wrap=True,
     )
+    report_waiting_groups(console, trainer)
     return False
 
 
@@ -519,6 +576,8 @@ def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | No
         finally:
             loggers.close()
     console.print(f"{len(results)} new steps committed for {trainer.consumer}", markup=False)
+    if not follow and (max_steps is None or len(results) < max_steps):
+        report_waiting_groups(console, trainer)
     _report_evals(console, store, run)
     pattern = getattr(backend, "pattern", None)
     if pattern is not None:

@@ -6,10 +6,14 @@ This module only wires sub-commands; each lives in its own module (store inspect
 
 from __future__ import annotations
 
+import sys
+
 import typer
+import typer.rich_utils
 
 from dressage import __version__
 from dressage.cli import store_commands, view_command
+from dressage.config import help_width
 from workers import engine as engine_worker
 from workers import fork as fork_worker
 from workers import loop as loop_worker
@@ -52,4 +56,7 @@ app.command("loop")(loop_worker.loop_command)
 
 def main() -> None:
     """Console-script entry point."""
+    width = help_width(sys.stdout.isatty())
+    if width is not None:  # no terminal: help as wide as its option names need, not rich's 80 columns
+        typer.rich_utils.MAX_WIDTH = width
     app()

@@ -57,6 +57,8 @@ from dressage.rollout.worker import (
     NewRun,
     RolloutReport,
     WorkerOptions,
+    eval_summary_row,
+    example_training_session,
     load_new_run,
     resolve_config,
     run_snapshot,
@@ -406,14 +408,12 @@ async def _report(
         for k, v in r.outcomes.items():
             report.outcomes[k] = report.outcomes.get(k, 0) + v
     report.snapshot = await progress.refresh()
-    finished = await asyncio.to_thread(store.sessions.list, run, status="finished")
-    report.example_session = finished[0].id if finished else None
-    if opts.show_progress:
+    report.example_session = await asyncio.to_thread(example_training_session, store, run)
+    if opts.show_progress or opts.print_summary:
         nodes = len({r.node_id for r in results})
         done = ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())) or "nothing"
-        console.print(
-            progress.summary_table(report.snapshot, {f"Ray workers ({len(results)} on {nodes} nodes)": done})
-        )
+        extra = {f"Ray workers ({len(results)} on {nodes} nodes)": done, **await eval_summary_row(store, run)}
+        console.print(progress.summary_table(report.snapshot, extra))
     return report
 
 

@@ -183,7 +183,7 @@ def _write_dataset(
             counts["turns"] += len(rows)
             counts["samples"] += len(samples)
             counts["tokens"] += sum(int(x["n_context"] + x["n_generated"]) for x in rows)
-            counts["trained_tokens"] += sum(int(x["n_trained"]) for x in rows)
+            counts["trained_tokens"] += sum(_n_trained(by_session[s["session_id"]], s) for s in batch)
             if progress is not None:
                 progress(counts["sessions"], len(sessions))
     return counts
@@ -235,6 +235,11 @@ def _turns_table(rows: list[dict[str, Any]], sessions: dict[str, dict[str, Any]]
     return pa.Table.from_pydict(data, schema=tb.TURNS)
 
 
+def _n_trained(turns: list[dict[str, Any]], session: dict[str, Any]) -> int:
+    """A session's trained tokens, as the ``trajectories`` view counts them (0 for an eval session)."""
+    return 0 if session["kind"] == "eval" else sum(int(x["n_trained"]) for x in turns)
+
+
 def _sessions_table(batch: list[dict[str, Any]], by_session: dict[str, list[dict[str, Any]]]) -> pa.Table:
     rows = []
     for s in batch:
@@ -246,7 +251,7 @@ def _sessions_table(batch: list[dict[str, Any]], by_session: dict[str, list[dict
                 "n_turns": len(turns),
                 "n_segments": len({x["segment_index"] for x in turns}),
                 "n_tokens": sum(int(x["n_context"] + x["n_generated"]) for x in turns),
-                "n_trained_tokens": sum(int(x["n_trained"]) for x in turns),
+                "n_trained_tokens": _n_trained(turns, s),
             }
         )
     return tb.table_of(tb.SESSIONS, rows)

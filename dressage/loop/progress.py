@@ -1,13 +1,16 @@
 """Live display of the RL loop: a bar per iteration's rollout, a spinner while the trainer works.
 
 The rollout bar counts the iteration's finished (task, sample) pairs from the log's task queue,
-polled twice a second; the line printed when an iteration ends carries its mean reward.
+polled twice a second; the line printed when an iteration ends carries its mean reward. A display
+is never why an iteration fails: a poll the log cannot answer (a :class:`StoreError`) is logged
+once and the bar keeps its last count until a later poll succeeds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterator
 
 from rich.console import Console
@@ -20,8 +23,11 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from dressage.errors import StoreError
 from dressage.loop.report import IterationStats
 from dressage.store import EventStore, Run
+
+log = logging.getLogger(__name__)
 
 
 class LoopProgress:
@@ -60,10 +66,18 @@ class LoopProgress:
         bar = self._progress.add_task(f"rollout {k + 1}/{self.iterations}", total=total)
 
         async def poll() -> None:
+            failing = False
             while self.store is not None and self.run is not None:
-                counts = await asyncio.to_thread(self.store.tasks.counts, self.run, kind="train")
-                done = counts.get("done", 0) + counts.get("failed", 0) - already_done
-                self._progress.update(bar, completed=max(0, min(total, done)))
+                try:
+                    counts = await asyncio.to_thread(self.store.tasks.counts, self.run, kind="train")
+                except StoreError as e:
+                    if not failing:  # once per outage, not twice a second
+                        log.warning("progress display: could not read the log (%s); the loop goes on", e)
+                    failing = True
+                else:
+                    failing = False
+                    done = counts.get("done", 0) + counts.get("failed", 0) - already_done
+                    self._progress.update(bar, completed=max(0, min(total, done)))
                 await asyncio.sleep(0.5)
 
         poller = asyncio.create_task(poll())

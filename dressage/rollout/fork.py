@@ -140,6 +140,12 @@ def plan_fork(store: EventStore, spec: ForkSpec) -> ForkPlan:
         raise ConfigError(
             f"--at-turn {spec.fork_turn} is past session {parent.id}'s {recorded} recorded turns"
         )
+    if spec.fork_turn == recorded:
+        raise ConfigError(
+            f"--at-turn {spec.fork_turn} forks after the last of session {parent.id}'s {recorded} recorded "
+            f"turns: a branch would replay them all and generate no new token; fork at a turn "
+            f"below {recorded}" + (f" (0..{recorded - 1})" if recorded else "")
+        )
     parent_run = store.runs.by_id(parent.run_id)
     stored = parent_run.config.get("rollout")
     if not isinstance(stored, dict):

@@ -3,12 +3,13 @@
 Numbers come from the log (task queue and session projections), not from this process, so with
 several workers every one of them shows the whole run: (task, sample) pairs done/total, tokens per
 second (context + generated tokens recorded per second of wall time), and the mean reward of
-finished sessions.
+finished sessions. A log the display cannot read is logged and the rollout goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dressage.errors import StoreError
 from dressage.store import EventStore, Run
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,6 +78,7 @@ class RolloutProgress:
         )
         self._bar = self._progress.add_task(run.name, total=None, rate="-", reward="-")
         self._task: asyncio.Task[None] | None = None
+        self._display_failing = False
 
     async def __aenter__(self) -> RolloutProgress:
         self._progress.start()
@@ -83,13 +88,25 @@ class RolloutProgress:
     async def __aexit__(self, *exc: object) -> None:
         if self._task is not None:
             self._task.cancel()
-        await self.refresh()
+        await self._refresh_display()
         self._progress.stop()
 
     async def _poll(self) -> None:
         while True:
-            await self.refresh()
+            await self._refresh_display()
             await asyncio.sleep(1.0)
+
+    async def _refresh_display(self) -> None:
+        """:meth:`refresh` for the display: a log that cannot answer (a :class:`StoreError`) is
+        logged once per outage and the bar keeps its last values; the rollout goes on."""
+        try:
+            await self.refresh()
+        except StoreError as e:
+            if not self._display_failing:
+                log.warning("progress display: could not read the log (%s); the rollout goes on", e)
+            self._display_failing = True
+        else:
+            self._display_failing = False
 
     async def refresh(self) -> Snapshot:
         """Read the counters and update the bar."""

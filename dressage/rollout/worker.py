@@ -77,6 +77,8 @@ class WorkerOptions:
     """Overrides ``proxy.urls`` (the proxies a ``--ray`` rollout placed: :mod:`dressage.cluster`)."""
     session_info: dict[str, Any] | None = None
     """Joins every session's ``info`` (a Ray worker's node id and address)."""
+    print_summary: bool = False
+    """Print the end-of-run table even without ``show_progress`` (``rollout --no-progress``)."""
 
 
 @dataclass
@@ -245,7 +247,8 @@ async def run_rollout(
             )
             async with progress:
                 await _lease_loop(env, owner, report, console, evals)
-            await _finish_report(report, progress, env, console if opts.show_progress else None)
+            summary = opts.show_progress or opts.print_summary
+            await _finish_report(report, progress, env, console if summary else None)
             return report
     finally:
         store.close()
@@ -360,16 +363,32 @@ async def _finish_report(
     report: RolloutReport, progress: RolloutProgress, env: EpisodeEnv, console: Console | None
 ) -> None:
     """The run's final counts and an example session in ``report``; the summary table on ``console``."""
-    store, run, cfg = env.store, env.run, env.cfg
+    store, run = env.store, env.run
     report.snapshot = await progress.refresh()
-    finished = await asyncio.to_thread(store.sessions.list, run, status="finished")
-    report.example_session = finished[0].id if finished else None
+    report.example_session = await asyncio.to_thread(example_training_session, store, run)
     if console is not None:
-        extra = {"this worker": _fmt_outcomes(report.outcomes)}
-        if cfg.eval is not None:
-            rounds = await asyncio.to_thread(read_eval_rounds, store, run)
-            extra[f"{cfg.eval.name} (eval)"] = eval_line(rounds).split(": ", 1)[1]
+        extra = {"this worker": _fmt_outcomes(report.outcomes), **await eval_summary_row(store, run)}
         console.print(progress.summary_table(report.snapshot, extra))
+
+
+def example_training_session(store: EventStore, run: Run) -> str | None:
+    """The first finished session of a training task (what the closing hint shows; an eval
+    session is never trained, so its token view says little about the run), else None."""
+    for s in store.sessions.list(run, status="finished"):
+        if s.task_id is None or store.tasks.kind_of(s.task_id)[0] != "eval":
+            return s.id
+    return None
+
+
+async def eval_summary_row(store: EventStore, run: Run) -> dict[str, str]:
+    """The summary table's eval row (``NAME (eval)``: reward per policy version) of a run whose
+    config has an ``eval:`` section; empty otherwise."""
+    rollout = run.config.get("rollout")
+    eval_cfg = rollout.get("eval") if isinstance(rollout, dict) else None
+    if not isinstance(eval_cfg, dict):
+        return {}
+    rounds = await asyncio.to_thread(read_eval_rounds, store, run)
+    return {f"{eval_cfg.get('name') or 'eval'} (eval)": eval_line(rounds).split(": ", 1)[1]}
 
 
 def remote_proxies(store: EventStore, cfg: RolloutConfig, settings: Settings) -> ProxyRing:

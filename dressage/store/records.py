@@ -581,7 +581,8 @@ class RunSummary:
     """Counts of a run: sessions by status, turns, tokens, trained tokens, mean reward, last position.
 
     ``sessions`` counts every session by status, eval ones included; ``eval_sessions`` counts the
-    eval sessions alone. ``mean_reward`` is over the finished sessions of training tasks and
+    eval sessions alone; ``trained_tokens`` counts training sessions' tokens only (eval sessions are
+    never trained). ``mean_reward`` is over the finished sessions of training tasks and
     ``eval_mean_reward`` over the finished eval sessions (of every policy version); None without any.
     """
 

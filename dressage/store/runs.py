@@ -6,7 +6,7 @@ import hashlib
 import time
 from collections.abc import Mapping
 
-from sqlalchemy import Row, and_, delete, func, insert, select
+from sqlalchemy import Row, and_, case, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from dressage.errors import InvalidRecordError, UnknownRunError
@@ -145,12 +145,18 @@ class RunRepository:
                 by_status[str(status)] = by_status.get(str(status), 0) + int(n)
                 if evaluating:
                     eval_status[str(status)] = int(n)
+            u = t.turns.c
             turns_row = conn.execute(
                 select(
                     func.count(),
-                    func.coalesce(func.sum(t.turns.c.n_context + t.turns.c.n_generated), 0),
-                    func.coalesce(func.sum(t.turns.c.n_trained), 0),
-                ).where(t.turns.c.run_id == r.id)
+                    func.coalesce(func.sum(u.n_context + u.n_generated), 0),
+                    # eval sessions are never trained, whatever loss mask their turns recorded
+                    func.coalesce(func.sum(case((is_eval, 0), else_=u.n_trained)), 0),
+                )
+                .select_from(
+                    t.turns.join(t.sessions, s.id == u.session_id).outerjoin(t.tasks, k.id == s.task_id)
+                )
+                .where(u.run_id == r.id)
             ).one()
             means: dict[bool, float | None] = {
                 bool(e): m

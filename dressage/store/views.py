@@ -44,10 +44,14 @@ FROM turns t JOIN runs r ON r.id = t.run_id, json_each(t.generated_ids) g
 """
 
 
-def _trajectories_view(task_columns: tuple[str, ...] = ()) -> str:
+_TRAINED_0001 = "COALESCE(SUM(t.n_trained), 0)"
+_TRAINED_0009 = "CASE WHEN k.kind = 'eval' THEN 0 ELSE COALESCE(SUM(t.n_trained), 0) END"
+
+
+def _trajectories_view(task_columns: tuple[str, ...] = (), trained: str = _TRAINED_0001) -> str:
     """``trajectories``: one row per session with its task's place (index, group, sample), its attempt,
     status and reward, the ``task_columns`` of its task after those, and its turn, segment and token
-    counts.
+    counts (``trained``: the expression of ``n_trained_tokens``).
 
     Every revision's definition comes from here: with no ``task_columns`` the text is exactly the one
     revision 0001 installed, so a later revision adds its columns through ``task_columns`` (or a new
@@ -61,7 +65,7 @@ SELECT r.name AS run_name, s.id AS session_id, k.task_index, k.group_index, k.sa
        COUNT(t.id) AS n_turns,
        COUNT(DISTINCT t.segment_index) AS n_segments,
        COALESCE(SUM(t.n_context + t.n_generated), 0) AS n_tokens,
-       COALESCE(SUM(t.n_trained), 0) AS n_trained_tokens
+       {trained} AS n_trained_tokens
 FROM sessions s
 JOIN runs r ON r.id = s.run_id
 LEFT JOIN tasks k ON k.id = s.task_id
@@ -73,8 +77,12 @@ GROUP BY r.name, s.id, k.task_index, k.group_index, k.sample_index, s.attempt, s
 TRAJECTORIES_0001 = _trajectories_view()
 """``trajectories`` as revision 0001 created it."""
 
-TRAJECTORIES = _trajectories_view(("k.kind", "k.eval_version"))
-"""``trajectories`` since revision 0004: the task's ``kind`` and ``eval_version`` too."""
+TRAJECTORIES_0004 = _trajectories_view(("k.kind", "k.eval_version"))
+"""``trajectories`` as revision 0004 created it: the task's ``kind`` and ``eval_version`` too."""
+
+TRAJECTORIES = _trajectories_view(("k.kind", "k.eval_version"), _TRAINED_0009)
+"""``trajectories`` since revision 0009: an eval session's ``n_trained_tokens`` is 0 (eval sessions
+are never trained, whatever loss mask their turns recorded)."""
 
 TORCH_STEP_METRICS = (
     "loss",
@@ -165,8 +173,8 @@ another run outlives its parent's dropped run) is shown as a root (its columns k
 
 VIEW_NAMES = ("token_events", "trajectories")
 
-_TRAJECTORIES_BY_REVISION = {"0001": TRAJECTORIES_0001, "0004": TRAJECTORIES}
-HEAD_REVISION = "0004"
+_TRAJECTORIES_BY_REVISION = {"0001": TRAJECTORIES_0001, "0004": TRAJECTORIES_0004, "0009": TRAJECTORIES}
+HEAD_REVISION = "0009"
 """The newest migration that changed a view."""
 
 
@@ -174,6 +182,11 @@ def create_view_statements(dialect: str, revision: str = HEAD_REVISION) -> list[
     """The CREATE VIEW statements for ``dialect`` (``postgresql`` or ``sqlite``) as of ``revision``."""
     token_events = POSTGRES_TOKEN_EVENTS if dialect == "postgresql" else SQLITE_TOKEN_EVENTS
     return [token_events, _TRAJECTORIES_BY_REVISION[revision]]
+
+
+def trajectories_view(revision: str = HEAD_REVISION) -> str:
+    """The CREATE VIEW statement of ``trajectories`` as of ``revision`` (the same on both backends)."""
+    return _TRAJECTORIES_BY_REVISION[revision]
 
 
 def drop_view_statements() -> list[str]:

@@ -105,6 +105,12 @@ class Trainer:
             wait_for_replay(self.store, self.reader, timeout_s=self.replica_timeout_s)
         self._pending += [g for g in self.tracker.poll() if g.cursor > cursor]
 
+    @property
+    def waiting_groups(self) -> list[ReadyGroup]:
+        """Ready groups read from the log that no step has taken yet (fewer than a step needs, once
+        ``run_steps`` ran dry): what ``train`` names as not trained."""
+        return list(self._pending)
+
     def has_new_step(self) -> bool:
         """Whether the log now holds enough ready groups for the consumer's next step.
 

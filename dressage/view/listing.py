@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy import ScalarSelect, Select, and_, asc, desc, func, select
+from sqlalchemy import ColumnElement, Select, and_, asc, case, desc, func, select
 
 from dressage.errors import RequestError
 from dressage.store import EventStore, schema
@@ -194,7 +194,7 @@ def _aggregates(run_id: int, session_ids: list[str] | None) -> Select[Any]:
     return stmt.group_by(_T.c.session_id)
 
 
-def _aggregate_of_session(name: str) -> ScalarSelect[Any]:
+def _aggregate_of_session(name: str) -> ColumnElement[Any]:
     """The turn aggregate ``name`` of each session row, as a correlated subquery (one lookup in the
     turns' ``(session_id, turn_index)`` index per session). Not a join with the aggregated turns:
     while a run grows faster than the database's statistics, PostgreSQL's planner may expect one
@@ -204,7 +204,10 @@ def _aggregate_of_session(name: str) -> ScalarSelect[Any]:
         "tokens": func.sum(_T.c.n_context + _T.c.n_generated),
         "trained": func.sum(_T.c.n_trained),
     }[name]
-    return select(func.coalesce(value, 0)).where(_T.c.session_id == _S.c.id).scalar_subquery()
+    found = select(func.coalesce(value, 0)).where(_T.c.session_id == _S.c.id).scalar_subquery()
+    if name == "trained":  # an eval session is never trained, whatever its turns' loss mask says
+        return case((func.coalesce(_K.c.kind, "train") == "eval", 0), else_=found)
+    return found
 
 
 def list_sessions(store: EventStore, run: str, q: SessionQuery, decoder: TokenDecoder) -> SessionPage:
@@ -244,7 +247,8 @@ def list_sessions(store: EventStore, run: str, q: SessionQuery, decoder: TokenDe
         by_id = {a.session_id: a for a in agg_rows}
         for row in rows:
             a = by_id.get(row["session"])
-            row.update(turns=a.turns if a else 0, tokens=a.tokens if a else 0, trained=a.trained if a else 0)
+            trained = a.trained if a and row.get("kind") != "eval" else 0
+            row.update(turns=a.turns if a else 0, tokens=a.tokens if a else 0, trained=trained)
     for row in rows:
         for name in ("turns", "tokens", "trained"):
             row[name] = int(row.get(name) or 0)

@@ -125,6 +125,7 @@ def session_page(v: Viewer, session_id: str) -> dict[str, object]:
         tv.reply = _redact_message(v, tv.reply) if tv.reply is not None else None
     events = queries.session_events(v.store, run, session_id)
     reward_events = [e for e in events if e["kind"] == "reward"]
+    decisions = v.store.consumers.session_decisions(session_id)
     return {
         "session": session,
         "forks": fork_links(v, session),
@@ -139,7 +140,8 @@ def session_page(v: Viewer, session_id: str) -> dict[str, object]:
             v.decoder_for(run),
             v.store.db.secrets,
             with_experts=queries.turns_with_experts(v.store, session_id),
-            decisions=v.store.consumers.session_decisions(session_id),
+            decisions=decisions,
+            nodes=queries.tree_nodes_of_session(v.store, run, session_id, decisions),
         ),
         "events": [{**e, "payload": v.redact(_pretty(e["payload"]))} for e in events],
         "reward_details": v.redact(_pretty(reward_events[-1]["payload"].get("details")))

@@ -16,6 +16,7 @@ import numpy as np
 from sqlalchemy import and_, func, select
 
 from dressage.store import EventStore, schema
+from dressage.store.decisions import SegmentDecision
 from dressage.store.records import SESSION_STATUSES, ArtifactRef, Run, RunSummary, Session, TrainStep
 from dressage.training.advantages import grpo
 from dressage.view.readonly import reading
@@ -46,7 +47,7 @@ class RunOverview:
 
     @property
     def trained_share(self) -> float | None:
-        """Trained tokens over all tokens."""
+        """Trained tokens (of training sessions: eval sessions are never trained) over all tokens."""
         s = self.summary
         return s.trained_tokens / s.tokens if s.tokens else None
 
@@ -163,6 +164,8 @@ class StepUse:
     step: int
     segments: list[int]
     advantage: float | None
+    nodes: list[NodeAdvantage] = field(default_factory=list)
+    """In a trained tree: the nodes holding the session (one advantage each; ``advantage`` is None)."""
 
 
 def steps_of_session(store: EventStore, run: Run, session_id: str) -> list[StepUse]:
@@ -172,11 +175,10 @@ def steps_of_session(store: EventStore, run: Run, session_id: str) -> list[StepU
         for step in steps(store, run, consumer):
             samples = [x for x in step.manifest.get("samples", []) if x.get("session") == session_id]
             if samples:
-                out.append(
-                    StepUse(
-                        consumer, step.step, [x["segment"] for x in samples], _advantage(step, session_id)
-                    )
-                )
+                tree = _tree_holding(step, session_id)
+                nodes = _nodes_of(tree, session_id) if tree is not None else []
+                advantage = None if nodes else _advantage(step, session_id)
+                out.append(StepUse(consumer, step.step, [x["segment"] for x in samples], advantage, nodes))
     return out
 
 
@@ -230,9 +232,28 @@ def task_of(store: EventStore, session: Session) -> dict[str, Any] | None:
     return dict(row._mapping) if row is not None else None
 
 
+@dataclass(frozen=True)
+class NodeAdvantage:
+    """One node of a trained tree a session holds (docs/trees.md): its turns ``[first, end)``, its
+    value and advantage, and the session whose sample trains it (the others mask it ``tree_shared``)."""
+
+    first_turn: int
+    end_turn: int
+    value: float
+    advantage: float
+    trained_in: str
+
+    @property
+    def turns(self) -> str:
+        """``turn 2`` or ``turns 0-1``."""
+        last = self.end_turn - 1
+        return f"turn {self.first_turn}" if last <= self.first_turn else f"turns {self.first_turn}-{last}"
+
+
 @dataclass
 class GroupMember:
-    """One sample of a group: its session, reward and the advantage its segments got."""
+    """One session of a group: a sample (a root) or, in a tree, a fork below one; its reward and the
+    advantage its segments got (one per node for a tree the trainer trained)."""
 
     session: Session
     sample_index: int
@@ -240,12 +261,20 @@ class GroupMember:
     advantage: float | None
     advantage_source: str
     segments: list[int] = field(default_factory=list)
+    depth: int = 0
+    nodes: list[NodeAdvantage] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """``sample 0``, or ``sample 0 · fork at turn 2`` for a session forked in its tree."""
+        fork = f" · fork at turn {self.session.fork_turn}" if self.depth else ""
+        return f"sample {self.sample_index}{fork}"
 
 
-def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMember]:
-    """The training sessions of group ``group_index``: recorded advantages when a step used them,
-    else GRPO's. Eval sessions share group indexes with training tasks but are never trained, so they
-    are no members (an advantage for them would be made up)."""
+def _group_sessions(store: EventStore, run: Run, group_index: int) -> list[tuple[Session, int, int]]:
+    """``(session, sample index, depth)`` of the group's training sessions, each sample's attempts
+    in order, each followed by the sessions forked below it (depth first: a fork carries no task of
+    its own, its tree's root does)."""
     with reading(store) as conn:
         rows = conn.execute(
             select(_S.c.id, _K.c.sample_index)
@@ -253,42 +282,133 @@ def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMe
             .where(_S.c.run_id == run.id, _K.c.group_index == group_index, _K.c.kind == "train")
             .order_by(_K.c.sample_index, _S.c.attempt)
         ).all()
+    out: list[tuple[Session, int, int]] = []
+    seen: set[str] = set()
+    for sid, sample in rows:
+        if sid in seen:
+            continue
+        tree = store.sessions.tree(sid)
+        depth = {tree[0].id: 0}
+        for s in tree:
+            if s.parent_session_id in depth:
+                depth[s.id] = depth[s.parent_session_id] + 1
+            if s.id not in seen:
+                seen.add(s.id)
+                out.append((s, int(sample), depth.get(s.id, 0)))
+    return out
+
+
+def _tree_of(step: TrainStep, group_index: int) -> dict[str, Any] | None:
+    """The tree a step's decision recorded for the group (None: not in the step, or no tree)."""
+    for g in step.manifest.get("groups", []):
+        if g.get("group_index", g.get("task_index")) == group_index and isinstance(g.get("tree"), dict):
+            return dict(g["tree"])
+    return None
+
+
+def _nodes_of(tree: dict[str, Any], session_id: str) -> list[NodeAdvantage]:
+    """The nodes of ``tree`` holding ``session_id``'s turns (it is a leaf below them, or their owner)."""
+    held = [
+        n for n in tree.get("nodes", []) if session_id in n.get("leaves", ()) or n.get("owner") == session_id
+    ]
+    return sorted(
+        (NodeAdvantage(int(n["turns"][0]), int(n["turns"][1]), float(n["value"]), float(n["advantage"]),
+                       str(n["trained_in"])) for n in held),
+        key=lambda n: n.first_turn,
+    )  # fmt: skip
+
+
+def _tree_holding(step: TrainStep, session_id: str) -> dict[str, Any] | None:
+    """The tree of the step's group that holds ``session_id`` (None: no tree of the step does)."""
+    for g in step.manifest.get("groups", []):
+        tree = g.get("tree")
+        if isinstance(tree, dict) and _nodes_of(tree, session_id):
+            return dict(tree)
+    return None
+
+
+def tree_nodes_of_session(
+    store: EventStore, run: Run, session_id: str, decisions: dict[int, SegmentDecision]
+) -> dict[int, list[dict[str, Any]]]:
+    """Per segment of ``session_id`` that a step trained in a tree (docs/trees.md), the nodes of
+    that tree holding the session: turns, advantage, and whether another session trains it."""
+    by_step: dict[tuple[str, int], list[NodeAdvantage]] = {}
+    out: dict[int, list[dict[str, Any]]] = {}
+    for segment, d in decisions.items():
+        key = (d.consumer, d.step)
+        if key not in by_step:
+            step = next((s for s in steps(store, run, d.consumer) if s.step == d.step), None)
+            tree = _tree_holding(step, session_id) if step is not None else None
+            by_step[key] = _nodes_of(tree, session_id) if tree is not None else []
+        if by_step[key]:
+            out[segment] = [
+                {"first_turn": n.first_turn, "end_turn": n.end_turn, "turns": n.turns, "advantage": n.advantage,
+                 "shared": n.trained_in != session_id}
+                for n in by_step[key]
+            ]  # fmt: skip
+    return out
+
+
+_Recorded = tuple[float | None, list[int], str, list[NodeAdvantage]]
+
+
+def _recorded_advantages(
+    store: EventStore, run: Run, group_index: int, session_ids: list[str]
+) -> dict[str, _Recorded]:
+    """Per session, what the first step that trained it recorded: its advantage (None in a tree),
+    its segments, which step, and its tree nodes (one advantage each)."""
+    recorded: dict[str, _Recorded] = {}
+    for consumer in consumers(store, run):
+        for step in steps(store, run, consumer):
+            tree = _tree_of(step, group_index)
+            for sid in session_ids:
+                adv = _advantage(step, sid)
+                nodes = _nodes_of(tree, sid) if tree is not None else []
+                if (adv is not None or nodes) and sid not in recorded:
+                    segs = [x["segment"] for x in step.manifest["samples"] if x.get("session") == sid]
+                    source = f"{consumer} step {step.step}" + (
+                        " (tree: one advantage per node)" if nodes else ""
+                    )
+                    recorded[sid] = (None if nodes else adv, segs, source, nodes)
+    return recorded
+
+
+def group_members(store: EventStore, run: Run, group_index: int) -> list[GroupMember]:
+    """The training sessions of group ``group_index``, a tree's forks included: recorded advantages
+    when a step used them (per node for a tree), else GRPO's. Eval sessions share group indexes with
+    training tasks but are never trained, so they are no members (an advantage would be made up)."""
+    found = _group_sessions(store, run, group_index)
+    with reading(store) as conn:
         counts: dict[str, int] = (
             dict(
                 conn.execute(
                     select(_T.c.session_id, func.count())
-                    .where(and_(_T.c.run_id == run.id, _T.c.session_id.in_([r.id for r in rows])))
+                    .where(and_(_T.c.run_id == run.id, _T.c.session_id.in_([s.id for s, _, _ in found])))
                     .group_by(_T.c.session_id)
                 ).all()
             )
-            if rows
+            if found
             else {}
         )
     members = [
-        GroupMember(store.sessions.get(sid), sample, int(counts.get(sid, 0)), None, "-")
-        for sid, sample in rows
+        GroupMember(session, sample, int(counts.get(session.id, 0)), None, "-", depth=depth)
+        for session, sample, depth in found
     ]
-    recorded: dict[str, tuple[float, list[int], str]] = {}
-    for consumer in consumers(store, run):
-        for step in steps(store, run, consumer):
-            for m in members:
-                adv = _advantage(step, m.session.id)
-                if adv is not None and m.session.id not in recorded:
-                    segs = [
-                        x["segment"] for x in step.manifest["samples"] if x.get("session") == m.session.id
-                    ]
-                    recorded[m.session.id] = (adv, segs, f"{consumer} step {step.step}")
+    forked = any(m.depth for m in members)
+    recorded = _recorded_advantages(store, run, group_index, [m.session.id for m in members])
     finished = [m for m in members if m.session.status == "finished" and m.session.reward is not None]
     computed: dict[str, float] = {}
-    if finished:
+    if finished and not forked:  # a tree's advantages are per node: only the trainer's are shown
         rewards_G = np.asarray([m.session.reward for m in finished], dtype=np.float64)
         adv_G = grpo(rewards_G, std_normalize=False, eps=1e-6)
         computed = {m.session.id: float(a) for m, a in zip(finished, adv_G, strict=True)}
     for m in members:
         if m.session.id in recorded:
-            m.advantage, m.segments, m.advantage_source = recorded[m.session.id]
+            m.advantage, m.segments, m.advantage_source, m.nodes = recorded[m.session.id]
         elif m.session.id in computed:
             m.advantage, m.advantage_source = computed[m.session.id], "GRPO R - mean(R), not trained yet"
+        elif forked:
+            m.advantage_source = "a tree: per-node advantages once a step trains it"
     return members
 
 

@@ -190,31 +190,44 @@ def token_payload(
     *,
     with_experts: frozenset[int] | set[int] = frozenset(),
     decisions: dict[int, SegmentDecision] | None = None,
+    nodes: dict[int, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """The token view of a session: every turn's pieces, grouped by segment in segment order.
 
     ``with_experts``: turn indexes whose routed experts the log holds (read without the blobs).
     ``decisions``: per trained segment, a step's decisions about it (the page's colour by advantage
-    and by mask reason; ``trained`` is true when there is any).
+    and by mask reason; ``trained`` is true when there is any). ``nodes``: per segment trained in a
+    tree, its nodes (``first_turn``, ``end_turn``, ``turns``, ``advantage``, ``shared``): the
+    segment head lists them and each turn's tokens take their node's advantage (``a``).
     """
-    decisions = decisions or {}
+    decisions, nodes = decisions or {}, nodes or {}
     by_segment: dict[int, list[dict[str, Any]]] = {}
     for turn in sorted(turns, key=lambda x: (x.segment_index, x.turn_index)):
         chosen = decisions.get(turn.segment_index)
-        by_segment.setdefault(turn.segment_index, []).append(
-            turn_tokens(
-                turn,
-                decoder,
-                secrets,
-                has_experts=turn.turn_index in with_experts,
-                decision=chosen.decision if chosen else None,
-            )
+        pieces = turn_tokens(
+            turn,
+            decoder,
+            secrets,
+            has_experts=turn.turn_index in with_experts,
+            decision=chosen.decision if chosen else None,
         )
+        node = next(
+            (
+                n
+                for n in nodes.get(turn.segment_index, ())
+                if n["first_turn"] <= turn.turn_index < n["end_turn"]
+            ),
+            None,
+        )
+        if node is not None:
+            pieces["a"] = node["advantage"]
+        by_segment.setdefault(turn.segment_index, []).append(pieces)
     versions = {int(v) for t in turns for v in np.unique(t.policy_versions)}
     advantages = [abs(d.decision.advantage) for d in decisions.values()]
+    advantages += [abs(n["advantage"]) for ns in nodes.values() for n in ns]
     return {
         "segments": [
-            {"index": i, "turns": ts, "trained": _trained_by(decisions.get(i))}
+            {"index": i, "turns": ts, "trained": _trained_by(decisions.get(i), nodes.get(i))}
             for i, ts in sorted(by_segment.items())
         ],
         "trained": bool(decisions),
@@ -226,11 +239,19 @@ def token_payload(
     }
 
 
-def _trained_by(chosen: SegmentDecision | None) -> dict[str, object] | None:
-    """What the segment head says about the step that trained the segment (None: not trained)."""
+def _trained_by(
+    chosen: SegmentDecision | None, nodes: list[dict[str, Any]] | None
+) -> dict[str, object] | None:
+    """What the segment head says about the step that trained the segment (None: not trained): its
+    advantage, or its tree nodes' when a tree trained it (one advantage per node)."""
     if chosen is None:
         return None
-    return {"consumer": chosen.consumer, "step": chosen.step, "advantage": chosen.decision.advantage}
+    return {
+        "consumer": chosen.consumer,
+        "step": chosen.step,
+        "advantage": chosen.decision.advantage,
+        "nodes": nodes or [],
+    }
 
 
 def experts_at(turns: list[Turn], segment: int, position: int) -> list[list[int]] | None:

@@ -2,8 +2,9 @@
 
 One lane per session (y), in depth-first order from the root; x is the turn index. Each session is
 a bar from its fork turn (0 for the root) to its last turn, ending in a node; a fork is an edge
-from its parent's bar at the fork turn down to the child's bar. Leaves (sessions nobody forked)
-are coloured by reward, from red (0 or less) to green (1 or more); grey without a reward.
+from its parent's bar at the fork turn down to the child's bar. Every node, a forked one as well
+as a leaf, is coloured by its session's reward, from red (0 or less) to green (1 or more); grey
+only without a reward. The drawing is as wide as its longest label needs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ TOP = 24
 LEFT = 16
 MAX_WIDTH = 900
 LABEL_ROOM = 260
+LABEL_GAP = 10
+"""Between a node and its label (tree.html writes it as x1 + 10)."""
+CHAR_PX = 6.2
+"""Width of a label character at the page's 10px label font, rounded up (hex ids and digits)."""
 
 
 @dataclass
@@ -45,7 +50,7 @@ class TreeDiagram:
 
 
 def reward_fill(reward: float | None) -> str:
-    """A leaf's colour: red (reward <= 0) to green (reward >= 1); grey when it has none."""
+    """A node's colour: red (reward <= 0) to green (reward >= 1); grey when it has none."""
     if reward is None:
         return "#9aa0a6"
     share = min(max(reward, 0.0), 1.0)
@@ -78,10 +83,16 @@ def tree_diagram(sessions: list[Session], turns: dict[str, int]) -> TreeDiagram:
                 x0=LEFT + start * step,
                 x1=LEFT + max(n, start) * step,
                 leaf=leaf,
-                fill=reward_fill(s.reward) if leaf else "#5f6368",
+                fill=reward_fill(s.reward),
                 label=f"{s.id[:12]} · {s.status} · {n} turns{fork}{reward}",
             )
         )
         if parent is not None:
             d.edges.append({"x": LEFT + start * step, "y1": lane[parent], "y2": lane[s.id]})
+    d.width = max([d.width] + [label_end(n) + LEFT for n in d.nodes])
     return d
+
+
+def label_end(node: TreeNode) -> int:
+    """Where ``node``'s label ends (its text starts :data:`LABEL_GAP` right of its circle)."""
+    return round(node.x1 + LABEL_GAP + CHAR_PX * len(node.label))

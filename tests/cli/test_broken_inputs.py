@@ -237,6 +237,10 @@ def test_replay_prints_the_consumer_name_as_written(tmp_path: Path) -> None:
     [
         (["no-such-session", "--at-turn", "1"], "SESSION: no session 'no-such-session'"),
         (["{root}", "--at-turn", "5"], "--at-turn 5 is past session {root}'s 4 recorded turns"),
+        (
+            ["{root}", "--at-turn", "4"],
+            "replay them all and generate no new token; fork at a turn below 4 (0..3)",
+        ),
         (["{root}", "--at-turn", "1", "--branches", "0"], "--branches must be >= 1, got 0"),
         (["{root}", "--at-turn", "-1"], "--at-turn must be >= 0, got -1"),
         (["{root}", "--at-turn", "2"], "has no rollout config to fork with"),

@@ -183,7 +183,15 @@ def test_runs_and_show_keep_eval_apart(
     mine = next(r for r in json.loads(result.stdout) if r["run"] == populated.run)
     assert mine["mean_reward"] == 0.5
     assert (mine["eval_sessions"], mine["eval_mean_reward"]) == ({"finished": 1}, 0.25)
+    # its turn recorded loss mask 1 for its generated token, but an eval session is never trained
+    assert (mine["turns"], mine["tokens"], mine["trained_tokens"]) == (7, 25, 8)
+    [row] = sql_json(
+        cli, db_url, f"SELECT n_tokens, n_trained_tokens FROM trajectories WHERE session_id = '{sid}'"
+    )
+    assert (row["n_tokens"], row["n_trained_tokens"]) == (3, 0)
     table = invoke(cli, db_url, "runs")
+    line = next(x for x in table.stdout.splitlines() if f" {populated.run} " in x)
+    assert [c.strip() for c in line.split("│")[1:-1]][7:9] == ["25", "8"]  # tokens, trained
     evals = table.stdout.split("eval sessions (not trained)")[1]
     line = next(x for x in evals.splitlines() if f" {populated.run} " in x)
     assert [c.strip() for c in line.split("│")[1:-1]] == [populated.run, "0", "1", "0", "0", "0.25"]

@@ -64,3 +64,22 @@ def test_a_missing_export_is_one_line(cli: CliRunner, db_url: str, tmp_path: Pat
     result = invoke(cli, db_url, *args)
     assert result.exit_code != 0 and "no readable manifest.json" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_from_export_creates_a_new_sqlite_file(
+    cli: CliRunner, store: EventStore, rich_run: RichRun, tmp_path: Path
+) -> None:
+    """Importing an export writes the log, so a SQLite file that does not exist yet is created (as
+    rollout and import do), not refused as a reader's mistyped path would be."""
+    export_run(store, rich_run.run, tmp_path / "a")
+    new = tmp_path / "fresh" / "new.db"
+    args = ["train", "--from-export", str(tmp_path / "a"), "--backend", "none", "--out", str(tmp_path / "o")]
+    result = invoke(cli, f"sqlite:///{new}", *args, "--global-batch-size", "2", "--n-samples-per-prompt", "2")
+    assert result.exit_code == 0, result.output
+    assert new.is_file()
+    fresh = EventStore.open(f"sqlite:///{new}")
+    try:
+        assert [r.name for r in fresh.runs.list()] == [export_run_name(tmp_path / "a")]
+        assert fresh.consumers.steps(export_run_name(tmp_path / "a"), consumer_name("main"))
+    finally:
+        fresh.close()

@@ -20,6 +20,7 @@ import numpy as np
 
 from dressage.store import EventStore, NewTurn, TaskSpec, turn_key
 from dressage.tito.tokenizer import load_qwen35_tokenizer
+from dressage.training import StepOptions, Trainer
 from tests.log_builders import record_one_turn_session
 
 HOSTILE = "<script>alert('pwned')</script></textarea><a href=\"javascript:alert(2)\">click</a>"
@@ -263,3 +264,57 @@ def build_fork_tree(store: EventStore, run: str) -> ForkTree:
     for sid, reward in tree.rewards.items():
         store.sessions.finalize(sid, "finished", reward=reward)
     return tree
+
+
+METRIC_VALUES: dict[str, list[float]] = {
+    "is_ratio_mean": [1.0, 1.00000005, 0.99999993, 1.0, 1.00000002, 0.99999998],  # on-policy
+    "loss": [1.2e-9, -2.5e-9, 3.1e-9, 0.4e-9, -1.0e-9, 2.2e-9],
+    "kl_behaviour": [1.1e-13, 3.0e-13, 2.4e-13, 0.7e-13, 4.6e-13, 1.9e-13],
+    "grad_norm": [0.8, 0.3, 0.0, 0.0, 0.0, 0.0],
+    "entropy": [12.4, 9.1, 3.2, 0.5, 0.07, 0.06],
+    "trained_tokens": [40.0, 40.0, 40.0, 40.0, 40.0, 40.0],  # constant
+}
+"""Step metrics as a collapsed on-policy run records them: near-constant and tiny values."""
+
+
+def build_metric_run(store: EventStore, run: str) -> None:
+    """A run with training sessions at policy versions 0..2 and six committed steps of
+    ``train:main`` with :data:`METRIC_VALUES`."""
+    store.runs.create(run, {"model": "qwen3.5"})
+    for v in range(3):
+        store.versions.record(run, v)
+    store.tasks.enqueue(run, [TaskSpec(task_index=i, payload={"prompt": "p"}) for i in range(3)], n_samples=1)
+    for i, pair in enumerate(sorted(store.tasks.pairs(run), key=lambda p: p.task_index)):
+        record_one_turn_session(
+            store, run, f"{run}-{i}", task_id=pair.id, agent="python", ids=([9707], [11]), version=i,
+            reward=0.25 * i,
+        )  # fmt: skip
+    for step in range(1, 7):
+        metrics = {name: values[step - 1] for name, values in METRIC_VALUES.items()}
+        manifest = {"trainer_version": step - 1, "samples": [], "groups": []}
+        store.consumers.commit_step(
+            run, "train:main", step=step, position=step, batch_hash=f"{step:064x}", manifest=manifest,
+            metrics=metrics,
+        )  # fmt: skip
+
+
+def build_trained_tree(store: EventStore, run: str) -> list[str]:
+    """The tree of :mod:`tests.training.test_trees` (roots R and S of one group; R forked into A and
+    B at turn 2, A into C at turn 3), its forks opened without a task as ``fork`` opens them, trained
+    in one step by the tree estimator; its session ids ``{run}-R`` ..."""
+    from tests.training.test_trees import _session
+
+    rng = np.random.default_rng(7)
+    store.runs.create(run, {"rollout": {"branching": {"width": 2}}})
+    store.tasks.enqueue(run, [TaskSpec(0, {"prompt": "p"})], n_samples=2)
+    first, second = sorted(store.tasks.claim(run, "w", n=2), key=lambda x: x.sample_index)
+    _session(store, run, "R", first.task_id, 4, 1.0, rng=rng)
+    _session(store, run, "A", None, 4, 0.0, "R", 2, rng)  # type: ignore[arg-type]
+    _session(store, run, "C", None, 4, 1.0, "A", 3, rng)  # type: ignore[arg-type]
+    _session(store, run, "B", None, 4, 0.5, "R", 2, rng)  # type: ignore[arg-type]
+    _session(store, run, "S", second.task_id, 2, 0.0, rng=rng)
+    store.tasks.release(second, "done")
+    store.tasks.release(first, "done")
+    options = StepOptions(global_batch_size=2, n_samples_per_prompt=2, advantage_estimator="tree")
+    assert len(Trainer(store, run, options).run_steps()) == 1
+    return [f"{run}-{x}" for x in "RACBS"]

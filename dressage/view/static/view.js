@@ -10,6 +10,63 @@
   }
 
   // --- reward curves ---------------------------------------------------------------------------
+  // The y range, the ticks and their labels are computed here, not by uPlot: its automatic range
+  // fails on a near-constant series (is_ratio_mean within 1e-7 of 1: RangeError: Invalid array
+  // length) and its labels round tiny values (a loss of 1e-9, a KL of 1e-13) to "0".
+  function yRange(values) {
+    var lo = Math.min.apply(null, values), hi = Math.max.apply(null, values);
+    var mag = Math.max(Math.abs(lo), Math.abs(hi)), span = hi - lo;
+    // near-constant: a band of +-0.1% around it (+-1 around 0); else 5% of the span either side
+    var pad = span <= mag * 1e-6 ? (mag > 0 ? mag * 1e-3 : 1) : span * 0.05;
+    var min = lo - pad, max = hi + pad;
+    if (lo >= 0 && min < 0) min = 0;  // counts and shares never read below 0
+    return [min, max];
+  }
+
+  function tidy(v) { return Number(v.toPrecision(12)); }
+
+  // About five ticks at a round step (1, 2, 2.5 or 5 times a power of ten) inside [min, max].
+  function ticks(min, max) {
+    var raw = (max - min) / 5, exp = Math.pow(10, Math.floor(Math.log10(raw)));
+    var step = [1, 2, 2.5, 5, 10].map(function (m) { return m * exp; })
+      .filter(function (x) { return x >= raw; })[0];
+    var out = [];
+    for (var k = Math.ceil(tidy(min / step)); k * step <= max + step * 1e-9 && out.length < 50; k++) {
+      out.push(tidy(k * step));
+    }
+    return out;
+  }
+
+  // Labels with as many significant digits as it takes to tell the ticks apart; scientific
+  // notation for very small or very large values (1e-9 reads "1e-9", not "0").
+  function tickLabels(values) {
+    var big = Math.max.apply(null, values.map(Math.abs).concat([0]));
+    var sci = big > 0 && (big < 1e-3 || big >= 1e6);
+    function one(v, digits) {
+      if (v === 0) return "0";
+      if (sci) return v.toExponential(digits - 1).replace(/\.?0+e/, "e").replace("e+", "e");
+      return String(Number(v.toPrecision(digits)));
+    }
+    for (var digits = 1; digits <= 15; digits++) {
+      var labels = values.map(function (v) { return one(v, digits); });
+      if (new Set(labels).size === labels.length) return labels;
+    }
+    return labels;
+  }
+
+  function axis(el, which, label, extra) {
+    var spec = {
+      label: label,
+      values: function (u, splits) {
+        var labels = tickLabels(splits);
+        el.dataset[which + "Ticks"] = JSON.stringify(labels);  // what the axis shows (tests read it)
+        return labels;
+      },
+    };
+    Object.keys(extra).forEach(function (k) { spec[k] = extra[k]; });
+    return spec;
+  }
+
   function chart(el, series, xLabel, yLabel) {
     if (!el || typeof uPlot === "undefined") return;
     el.textContent = "";
@@ -22,18 +79,35 @@
     var data = [xs];
     var colours = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c"];
     var uSeries = [{ label: xLabel }];
+    var ys = [];
     points.forEach(function (n, i) {
       var byX = {};
-      series[n].forEach(function (p) { byX[p[0]] = p[1]; });
+      series[n].forEach(function (p) { byX[p[0]] = p[1]; if (p[1] !== null) ys.push(p[1]); });
       data.push(xs.map(function (x) { return x in byX ? byX[x] : null; }));
       uSeries.push({ label: n, stroke: colours[i % colours.length], width: 2, spanGaps: true,
-                     points: { show: true, size: 6 } });
+                     points: { show: true, size: 6 },
+                     // the legend's value on hover: 6 significant digits (1.2e-9, not "0")
+                     value: function (u, v) { return v === null || v === undefined ? "--" : String(Number(v.toPrecision(6))); } });
     });
+    // x: half a step beyond the points (uPlot's automatic range spans 0-100 around a single point
+    // at 0), never below 0 for versions and steps; whole-number ticks
+    var x0 = xs[0] - 0.5, x1 = xs[xs.length - 1] + 0.5;
+    if (xs[0] >= 0 && x0 < 0) x0 = 0;
+    var y = ys.length ? yRange(ys) : [0, 1];
     new uPlot({ width: Math.min(520, el.clientWidth || 520), height: 220, series: uSeries,
-                axes: [{ label: xLabel, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, { label: yLabel || "mean reward" }],
-                // a fixed x range one step beyond the points (uPlot's automatic range spans 0-100
-                // around a single point at 0)
-                scales: { x: { time: false, auto: false, min: xs[0] - 1, max: xs[xs.length - 1] + 1 } } },
+                axes: [
+                  axis(el, "x", xLabel, { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }),
+                  axis(el, "y", yLabel || "mean reward", {
+                    splits: function () { return ticks(y[0], y[1]); },
+                    // as wide as the longest label (about 7 px a character at uPlot's 12px font, and room)
+                    size: function (u, values) {
+                      var n = Math.max.apply(null, (values || []).map(function (v) { return String(v).length; }).concat([3]));
+                      return Math.max(50, 8 * n + 24);
+                    },
+                  }),
+                ],
+                scales: { x: { time: false, auto: false, min: x0, max: x1 },
+                          y: { auto: false, min: y[0], max: y[1], range: function () { return y; } } } },
                data, el);
   }
 
@@ -90,8 +164,9 @@
     if (!block.classList.contains("pending")) return;
     var turn = JSON.parse(block.dataset.json);
     var seg = block.parentNode, box = document.getElementById("tokens");
-    var advantage = seg && seg.dataset.advantage !== undefined
-      ? advantageBucket(parseFloat(seg.dataset.advantage), parseFloat(box.dataset.maxAdvantage)) : null;
+    // a tree's turn carries its node's advantage (a); any other trained turn its segment's
+    var raw = turn.a !== undefined ? turn.a : (seg && seg.dataset.advantage !== undefined ? parseFloat(seg.dataset.advantage) : null);
+    var advantage = raw === null ? null : advantageBucket(raw, parseFloat(box.dataset.maxAdvantage));
     var pos = new Array(turn.t.length);
     var frag = document.createDocumentFragment();
     var mark = document.createElement("span");
@@ -186,7 +261,8 @@
       var reasons = JSON.parse(box.dataset.reasons || "[]");
       lines.push(["mask", reasons[turn.m[i]] || String(turn.m[i])]);
       var seg = document.querySelector('.seg-tokens[data-segment="' + turn.segment + '"]');
-      if (seg && seg.dataset.advantage !== undefined) lines.push(["advantage", seg.dataset.advantage]);
+      if (turn.a !== undefined) lines.push(["advantage", String(turn.a) + " (its tree node's)"]);
+      else if (seg && seg.dataset.advantage !== undefined) lines.push(["advantage", seg.dataset.advantage]);
       if (turn.w[i] !== null) lines.push(["weight", String(turn.w[i])]);
     }
     return lines;
