@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from dressage import __version__
-from dressage.cli import store_commands, view_command
+from dressage.cli import stop_command, store_commands, view_command
 from workers import engine as engine_worker
 from workers import fork as fork_worker
 from workers import loop as loop_worker
@@ -48,6 +48,7 @@ app.command("rollout")(rollout_worker.rollout_command)
 app.command("fork")(fork_worker.fork_command)
 app.command("train")(train_worker.train_command)
 app.command("loop")(loop_worker.loop_command)
+app.command("stop")(stop_command.stop_command)
 
 
 def main() -> None:
