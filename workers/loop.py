@@ -14,6 +14,7 @@ import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.commandline import console as make_console
+from dressage.errors import Interrupted
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,8 +25,16 @@ if TYPE_CHECKING:
 @handle_errors
 def loop_command(
     config: Annotated[
-        Path, typer.Option("--config", "-c", help="Run config (YAML) with train:/loop: sections.")
-    ],
+        Path | None, typer.Option("--config", "-c", help="Run config (YAML) with train:/loop: sections.")
+    ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            help="Continue the interrupted loop RUN from its last committed step and pushed version "
+            "(its frozen config; --iterations sets the total to reach).",
+        ),
+    ] = None,
     iterations: Annotated[
         int | None, typer.Option("--iterations", "-k", help="Iterations (default: loop.iterations).")
     ] = None,
@@ -75,6 +84,7 @@ def loop_command(
     import asyncio
 
     from dressage.config import load_settings
+    from dressage.interrupts import graceful_stop
     from dressage.loop.runner import LoopOptions, run_loop
     from dressage.training.loggers import parse_log_to
 
@@ -82,9 +92,10 @@ def loop_command(
         from dressage.cluster import ray_rollout_module
 
         ray_rollout_module()
+    stop = graceful_stop()
     settings = load_settings(database_url=database_url, replica_url=replica_url)
     opts = LoopOptions(
-        config_path=str(config),
+        config_path=str(config) if config is not None else None,
         iterations=iterations,
         mode=mode,
         run=run,
@@ -93,10 +104,18 @@ def loop_command(
         show_progress=progress,
         ray_address=ray_address,
         log_to=parse_log_to(log_to) if log_to is not None else None,
+        resume=resume,
     )
     console = make_console(stderr=True)
-    report = asyncio.run(run_loop(settings, opts, console))
+    report = asyncio.run(run_loop(settings, opts, console, stop))
     db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
+    if report.interrupted is not None:
+        from dressage.loop.report import summary_table
+
+        title = f"run {report.run} ({report.mode}, interrupted)"
+        console.print(summary_table(report.iterations, title=title))
+        ray = "" if ray_address is None else f" --ray {ray_address}"
+        raise Interrupted(f"resume with dressage-worker loop --resume {report.run}{db}{ray}", stop.exit_code)
     _print_report(console, report, plot, db)
 
 
