@@ -180,7 +180,7 @@ class Loop:
         stop: StopFlag | None = None,
     ) -> None:
         self.store, self.opts, self.console = store, opts, console
-        self.stop = stop or StopFlag()
+        self.stop_flag = stop or StopFlag()
         """Set by SIGINT/SIGTERM (the command's handlers) or a stop request in the log: the loop
         finishes the training step in progress (committed, pushed), plays nothing more, and stops."""
         if opts.resume is None and opts.config_path is None:
@@ -279,7 +279,7 @@ class Loop:
         self.proxy = proxy
         snapshot = self.store.runs.get(self.run_name).config if self.opts.resume else self.snapshot()
         self.run = await proxy.create_run(self.run_name, snapshot)
-        self.watch = StopRequestWatch(self.store, self.run, self.stop).attach()
+        self.watch = StopRequestWatch(self.store, self.run, self.stop_flag).attach()
         await asyncio.to_thread(self.store.versions.record, self.run, 0, None)
         await proxy.continue_generation(0)  # tokens of iteration 0 carry version 0
         agent = self.agent
@@ -392,8 +392,9 @@ class Loop:
             self.engine.stop()
             self.engine = None
 
-    async def rollout(self, k: int, progress: LoopProgress) -> IterationStats:
-        """Enqueue iteration ``k``'s tasks and run episodes until they are all done."""
+    async def rollout(self, k: int, progress: LoopProgress) -> IterationStats | None:
+        """Enqueue iteration ``k``'s tasks and run episodes until they are all done; None when a stop
+        came first (pairs are left pending or in flight for ``--resume``)."""
         assert self.env is not None and self.run is not None
         started = time.monotonic()
         specs = iteration_specs(self.tasks, k)
@@ -403,21 +404,32 @@ class Loop:
         total = len(specs) * self.cfg.n_samples_per_prompt
         async with progress.rollout(k, total, already_done=k * total):
             if self.ray_workers is not None:
-                await self.ray_workers.drain(self.store, self.run, self.stop)
+                await self.ray_workers.drain(self.store, self.run, self.stop_flag)
             else:
-                await _lease_loop(self.env, owner, report, self.console, self.evals, self.stop)
+                await _lease_loop(self.env, owner, report, self.console, self.evals, self.stop_flag)
+        counts = await asyncio.to_thread(self.store.tasks.counts, self.run)
+        if counts["pending"] or counts["leased"]:  # stopped: the iteration is not played whole
+            return None
         stats = await asyncio.to_thread(read_iteration, self.store, self.run, k, self.n_tasks)
         stats.rollout_s = time.monotonic() - started
         return stats
 
     async def train(self, k: int, stats: IterationStats, progress: LoopProgress) -> None:
-        """Train the steps of iteration ``k``'s groups in a thread (the event loop keeps serving)."""
+        """Train the steps of iteration ``k``'s groups in a thread (the event loop keeps serving).
+
+        A stop ends training after a step: the first step of a played iteration is trained (and
+        pushed) even when the stop came while it was being formed, the rest are left to ``--resume``.
+        """
         assert self.trainer is not None
         started = time.monotonic()
         due = (k + 1) * self.steps_per_iteration - self.committed  # fewer when a resumed loop stopped mid-way
+        stepped: list[object] = []
         with progress.training(k):
             results = await asyncio.to_thread(
-                self.trainer.run_steps, max_steps=due, should_stop=self.stop.poll
+                self.trainer.run_steps,
+                max_steps=due,
+                on_step=stepped.append,
+                should_stop=lambda: bool(stepped) and self.stop_flag.poll(),
             )
         self.committed += len(results)
         stats.train_steps = len(results)
@@ -428,7 +440,7 @@ class Loop:
             stats.metrics = dict(results[-1].metrics)
             pushed = stats.metrics.get("pushed_version")
             stats.pushed_version = int(pushed) if pushed is not None else None
-        if len(results) < due and not self.stop.is_set():
+        if len(results) < due and not self.stop_flag.is_set():
             self.console.print(
                 f"[yellow]iteration {k}: only {len(results)} of {self.steps_per_iteration} steps could be "
                 "formed (groups without a finished session are dropped); the trainer catches up later[/]"
@@ -453,19 +465,20 @@ class Loop:
     async def run_iterations(self, progress: LoopProgress) -> None:
         """The schedule: sync alternates rollout and training; async overlaps them by one iteration.
 
-        A resumed loop starts at :attr:`first_iteration`; on :attr:`stop` the training step in
-        progress ends (committed, pushed), and nothing more is played or trained.
+        A resumed loop starts at :attr:`first_iteration`; on :attr:`stop_flag` the rollout stops
+        claiming, the training step in progress ends (committed, pushed; an iteration played whole
+        trains at least its first step), and nothing more is played or trained.
         """
         k0, k_total = self.first_iteration, self.loop_cfg.iterations
         if self.loop_cfg.mode == "sync":
             for k in range(k0, k_total):
                 stats = await self.rollout(k, progress)
-                if self.stop.is_set():
+                if stats is None:
                     return
                 self.stats.append(stats)
                 progress.iteration_done(stats)
                 await self.train(k, stats, progress)
-                if self.stop.is_set():
+                if self.stop_flag.is_set():
                     return
             return
         trained = [asyncio.Event() for _ in range(k_total)]
@@ -480,11 +493,11 @@ class Loop:
                 # at most one iteration ahead of the trainer
                 if k >= 2 and not await self._unless_stopped(trained[k - 2].wait()):
                     return
-                stats = await self.rollout(k, progress)
-                if self.stop.is_set():
+                played = await self.rollout(k, progress)
+                if played is None:
                     return
-                progress.iteration_done(stats)
-                rolled[k].set_result(stats)
+                progress.iteration_done(played)
+                rolled[k].set_result(played)
 
         async def train_side() -> None:
             for k in range(k0, k_total):
@@ -494,15 +507,15 @@ class Loop:
                 self.stats.append(stats)
                 await self.train(k, stats, progress)
                 trained[k].set()
-                if self.stop.is_set():
+                if self.stop_flag.is_set():
                     return
 
         await asyncio.gather(rollout_side(), train_side())
 
     async def _unless_stopped(self, awaitable: Awaitable[T]) -> T | None:
-        """``awaitable``'s result, or None as soon as :attr:`stop` is set."""
+        """``awaitable``'s result, or None as soon as :attr:`stop_flag` is set."""
         waited = asyncio.ensure_future(awaitable)
-        stopped = asyncio.ensure_future(self.stop.wait())
+        stopped = asyncio.ensure_future(self.stop_flag.wait())
         await asyncio.wait({waited, stopped}, return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
         if waited.done():
@@ -541,14 +554,14 @@ async def run_loop(
         async with loop:
             loop.open_loggers()
             await loop.run_all(show_progress=opts.show_progress)
-            if loop.stop.is_set():
+            if loop.stop_flag.is_set():
                 return LoopReport(
                     run=loop.run_name,
                     mode=loop.loop_cfg.mode,
                     iterations=loop.stats,
                     out_dir=loop.out_dir,
                     seconds=time.monotonic() - started,
-                    interrupted=loop.stop.reason,
+                    interrupted=loop.stop_flag.reason,
                 )
             await loop.final_eval()
             await asyncio.to_thread(loop.refresh_versions)
