@@ -21,20 +21,32 @@ if TYPE_CHECKING:
 
     from dressage.loop.runner import LoopReport
 
+_Resume = Annotated[
+    str | None,
+    typer.Option(
+        "--resume",
+        help="Continue the interrupted loop RUN from its last committed step and pushed version "
+        "(its frozen config; --iterations sets the total to reach).",
+    ),
+]
+
+_Ray = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        help="Play each iteration's rollout on Ray worker actors: auto, HOST:PORT, or local "
+        "(start one here); the loop's proxy must be reachable from the nodes (docs/scale.md).",
+    ),
+]
+
 
 @handle_errors
 def loop_command(
     config: Annotated[
         Path | None, typer.Option("--config", "-c", help="Run config (YAML) with train:/loop: sections.")
     ] = None,
-    resume: Annotated[
-        str | None,
-        typer.Option(
-            "--resume",
-            help="Continue the interrupted loop RUN from its last committed step and pushed version "
-            "(its frozen config; --iterations sets the total to reach).",
-        ),
-    ] = None,
+    resume: _Resume = None,
     iterations: Annotated[
         int | None, typer.Option("--iterations", "-k", help="Iterations (default: loop.iterations).")
     ] = None,
@@ -70,15 +82,7 @@ def loop_command(
             help="Also log step metrics and rewards to wandb,tensorboard (under --out; overrides train.log_to).",
         ),
     ] = None,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            metavar="ADDRESS",
-            help="Play each iteration's rollout on Ray worker actors: auto, HOST:PORT, or local "
-            "(start one here); the loop's proxy must be reachable from the nodes (docs/scale.md).",
-        ),
-    ] = None,
+    ray_address: _Ray = None,
 ) -> None:
     """Alternate rollout and training on the CPU (or SGLang engines) and show the reward curve."""
     import asyncio
@@ -110,13 +114,17 @@ def loop_command(
     report = asyncio.run(run_loop(settings, opts, console, stop))
     db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
     if report.interrupted is not None:
-        from dressage.loop.report import summary_table
-
-        title = f"run {report.run} ({report.mode}, interrupted)"
-        console.print(summary_table(report.iterations, title=title))
         ray = "" if ray_address is None else f" --ray {ray_address}"
-        raise Interrupted(f"resume with dressage-worker loop --resume {report.run}{db}{ray}", stop.exit_code)
+        _stopped(console, report, f"{db}{ray}", stop.exit_code)
     _print_report(console, report, plot, db)
+
+
+def _stopped(console: Console, report: LoopReport, options: str, exit_code: int) -> None:
+    """The iterations played so far, then :class:`Interrupted` with the command that goes on."""
+    from dressage.loop.report import summary_table
+
+    console.print(summary_table(report.iterations, title=f"run {report.run} ({report.mode}, interrupted)"))
+    raise Interrupted(f"resume with dressage-worker loop --resume {report.run}{options}", exit_code)
 
 
 def _print_report(console: Console, report: LoopReport, plot: Path | None, db: str) -> None:

@@ -220,6 +220,8 @@ class Placement:
         (the actors are workers of the run like any other: they stop claiming and hand back their
         leases) and waits up to :data:`STOP_GRACE_S` for their passes.
         """
+        if stop is not None and stop.is_set():
+            return []  # stopped before any pass started
         refs = dict(zip(self.launch(run), self.worker_nodes, strict=True))
         results: list[WorkerResult] = []
         lost = 0

@@ -545,6 +545,8 @@ async def run_loop(
 ) -> LoopReport:
     """Run the loop described by ``opts`` until its last iteration or ``stop``; see the module docstring."""
     console = console or Console(stderr=True)
+    if opts.resume is None and opts.config_path is None:
+        raise ConfigError("give --config run.yaml (a new loop) or --resume RUN")
     if opts.resume is None and opts.config_path is not None:
         load_new_run(opts.config_path)  # config, agent, reward and dataset checked before the log is opened
     store = EventStore.open(settings=settings)

@@ -71,13 +71,13 @@ def test_sigint_stops_a_loop_that_resume_continues(tmp_path: Path, mode: str, si
 
         def ready() -> bool:
             try:
-                done = store.tasks.counts(run)["done"]
+                counts = store.tasks.counts(run)
                 steps = _steps(store, run)
             except Exception:
                 return False
             if sigint == "default":  # iteration 0 played whole, its step not committed yet
-                return done >= 4 and not steps
-            return bool(steps) and 5 <= done < 8  # iteration 1 under way
+                return counts["done"] >= 4 and not steps
+            return 4 <= counts["done"] < 8 and counts["leased"] > 0  # iteration 1 in flight
 
         _wait_for(ready, 240, "the moment to interrupt", proc)
         os.killpg(proc.pid, signal.SIGINT)
