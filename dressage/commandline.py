@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dressage.errors import DressageError, Interrupted, VerificationError
+from dressage.interrupts import signal_handlers_restored
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -88,7 +89,8 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return fn(*args, **kwargs)
+            with signal_handlers_restored():
+                return fn(*args, **kwargs)
         except Interrupted as e:
             print_interrupted(str(e))
             raise typer.Exit(e.exit_code) from None

@@ -19,7 +19,8 @@ import asyncio
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 SIGNAL_EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -100,8 +101,26 @@ def install_signal_handlers(flag: StopFlag, say: Callable[[str], None] | None = 
             return
         raise KeyboardInterrupt(name)
 
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (a command driven from a thread: a test's)
     for signum in SIGNAL_EXIT_CODES:
         signal.signal(signum, handler)
+
+
+@contextmanager
+def signal_handlers_restored() -> Iterator[None]:
+    """Put SIGINT's and SIGTERM's handlers back as they were on exit: a command run in-process (a
+    test's CLI runner) leaves the process as it found it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {signum: signal.getsignal(signum) for signum in SIGNAL_EXIT_CODES}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None:  # None: set outside Python, nothing this process can put back
+                signal.signal(signum, handler)
 
 
 def graceful_stop() -> StopFlag:

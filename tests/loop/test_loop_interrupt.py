@@ -104,3 +104,26 @@ def test_sigint_stops_a_loop_that_resume_continues(tmp_path: Path, mode: str, si
         store.close()
         if proc.poll() is None:
             proc.kill()
+
+
+def test_loop_resume_refuses_what_it_cannot_continue(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from dressage.cli import app
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    store = EventStore.open(settings=Settings(database_url=url, home=tmp_path / "home"))
+    try:
+        store.runs.create("plain", {"rollout": {"run": "plain"}})
+        store.runs.create("looped", {"rollout": {"run": "looped"}, "loop": {"mode": "sync", "iterations": 2}})
+    finally:
+        store.close()
+    runner, env = CliRunner(), {"DRESSAGE_HOME": str(tmp_path / "home")}
+    result = runner.invoke(app, ["loop", "--resume", "plain", "--database-url", url], env=env)
+    assert result.exit_code == 1 and "dressage-worker rollout --resume plain" in result.output
+    result = runner.invoke(
+        app, ["loop", "--resume", "looped", "--mode", "async", "--database-url", url], env=env
+    )
+    assert result.exit_code == 1 and "--mode cannot change on --resume" in result.output
+    result = runner.invoke(app, ["loop", "--no-progress", "--database-url", url], env=env)
+    assert result.exit_code == 1 and "give --config run.yaml (a new loop) or --resume RUN" in result.output
