@@ -530,7 +530,8 @@ class Loop:
         self.evals.min_interval_s = 0.0
         report = RolloutReport(run=self.run_name)
         with self.console.status("evaluating the last policy version"):
-            await _lease_loop(self.env, f"{default_worker_id()}-loop", report, self.console, self.evals)
+            owner = f"{default_worker_id()}-loop"
+            await _lease_loop(self.env, owner, report, self.console, self.evals, self.stop_flag)
 
     def refresh_versions(self) -> None:
         """Re-read each iteration's token versions (async: pushes land while an iteration runs)."""
@@ -556,6 +557,8 @@ async def run_loop(
         async with loop:
             loop.open_loggers()
             await loop.run_all(show_progress=opts.show_progress)
+            if not loop.stop_flag.is_set():
+                await loop.final_eval()
             if loop.stop_flag.is_set():
                 return LoopReport(
                     run=loop.run_name,
@@ -565,7 +568,6 @@ async def run_loop(
                     seconds=time.monotonic() - started,
                     interrupted=loop.stop_flag.reason,
                 )
-            await loop.final_eval()
             await asyncio.to_thread(loop.refresh_versions)
             assert loop.run is not None
             loop.loggers.versions(version_rewards(store, loop.run))

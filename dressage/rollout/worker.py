@@ -416,9 +416,8 @@ async def _lease_loop(
                 if waiting is not None and waiting.split(" (in ")[0] != announced:
                     announced = waiting.split(" (in ")[0]
                     console.print(waiting, markup=False, highlight=False, soft_wrap=True)
-                await _sleep_unless(
-                    stop, w.poll_s
-                )  # other workers hold leases: wait for them or their expiry
+                # other workers hold leases: wait for them or their expiry
+                await _sleep_unless(stop, w.poll_s)
                 continue
             done, _ = await asyncio.wait(active, timeout=w.poll_s, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
