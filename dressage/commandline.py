@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from dressage.errors import DressageError, VerificationError
+from dressage.errors import DressageError, Interrupted, VerificationError
+from dressage.interrupts import signal_handlers_restored
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -26,6 +27,9 @@ EXIT_USAGE = 2
 """Exit code of a command-line usage error (unknown option, value of the wrong type): click's own."""
 EXIT_MISMATCH = 3
 """Exit code of a check that found a mismatch (``train --replay`` drift, ``verify-export``)."""
+
+EXIT_INTERRUPTED = 130
+"""Exit code of a command stopped by SIGINT (143: by SIGTERM or a ``dressage-worker stop`` request)."""
 
 DatabaseUrl = Annotated[
     str | None,
@@ -66,18 +70,33 @@ def print_error(message: str) -> None:
         out.print(Text("  " + line), soft_wrap=True)
 
 
+def print_interrupted(message: str) -> None:
+    """``interrupted: <message>`` in yellow on stderr, one line (how to resume)."""
+    out = console(stderr=True)
+    out.print(Text.assemble(("interrupted: ", "bold yellow"), (message, "yellow")), soft_wrap=True)
+
+
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Decorate a command with the CLI's error convention (see ``docs/architecture.md``, exit codes).
 
     A :class:`DressageError` prints ``error: <message>`` on stderr (the whole message: errors are
     one line by convention, any further lines are printed indented under it) and exits with
-    :data:`EXIT_ERROR`, or :data:`EXIT_MISMATCH` for a :class:`VerificationError`.
+    :data:`EXIT_ERROR`, or :data:`EXIT_MISMATCH` for a :class:`VerificationError`. A command stopped
+    gracefully (:class:`Interrupted`) prints ``interrupted: <how to resume>`` and exits with its code
+    (130 for SIGINT, 143 for SIGTERM); a forced stop (a second signal) exits 130 the same way.
     """
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return fn(*args, **kwargs)
+            with signal_handlers_restored():
+                return fn(*args, **kwargs)
+        except Interrupted as e:
+            print_interrupted(str(e))
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            print_interrupted("stopped at once (a second signal, or Ctrl-C outside a graceful stop)")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except DressageError as e:
             print_error(str(e) or type(e).__name__)
             raise typer.Exit(EXIT_MISMATCH if isinstance(e, VerificationError) else EXIT_ERROR) from None

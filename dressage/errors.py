@@ -159,3 +159,15 @@ class TrainingError(DressageError):
 
 class ReplayDriftError(TrainingError, VerificationError):
     """Re-materializing a recorded step did not reproduce its hash."""
+
+
+# --- run control -------------------------------------------------------------------------------
+
+
+class Interrupted(DressageError):
+    """A command stopped on SIGINT, SIGTERM or a ``dressage-worker stop`` request, cleanly: the
+    message is how to resume (``resume with dressage-worker ...``); it exits with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

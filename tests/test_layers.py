@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
         "dressage.redact",
         "dressage.cleanup",
         "dressage.commandline",
+        "dressage.interrupts",
     ),
     # 1. the log, and tokens in / tokens out
     ("dressage.store", "dressage.tito"),

@@ -12,7 +12,7 @@ import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.commandline import console as make_console
-from dressage.errors import AgentError
+from dressage.errors import AgentError, Interrupted
 
 
 @handle_errors
@@ -50,13 +50,20 @@ def fork_command(
     from rich.markup import escape
 
     from dressage.config import load_settings
+    from dressage.interrupts import graceful_stop
     from dressage.rollout.fork import ForkSpec
     from dressage.rollout.fork_command import fork_session
 
+    stop = graceful_stop()
     settings = load_settings(database_url=database_url)
     spec = ForkSpec(session, at_turn, branches, seed, into, resume)
     console = make_console(stderr=True)
-    report = asyncio.run(fork_session(settings, spec, console))
+    report = asyncio.run(fork_session(settings, spec, console, stop))
+    if report.interrupted is not None:
+        again = f"{session} --at-turn {at_turn} --branches {branches}"
+        again += "".join(f" {k} {v}" for k, v in (("--seed", seed), ("--into", into)) if v is not None)
+        db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
+        raise Interrupted(f"resume with dressage-worker fork {again} --resume{db}", stop.exit_code)
     for sid, out in report.outcomes.items():
         reward = "" if out.reward is None else f" reward {out.reward:g}"
         error = f": {escape(out.error)}" if out.error and out.status != "finished" else ""

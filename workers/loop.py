@@ -14,18 +14,39 @@ import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.commandline import console as make_console
+from dressage.errors import Interrupted
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from dressage.loop.runner import LoopReport
 
+_Resume = Annotated[
+    str | None,
+    typer.Option(
+        "--resume",
+        help="Continue the interrupted loop RUN from its last committed step and pushed version "
+        "(its frozen config; --iterations sets the total to reach).",
+    ),
+]
+
+_Ray = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        help="Play each iteration's rollout on Ray worker actors: auto, HOST:PORT, or local "
+        "(start one here); the loop's proxy must be reachable from the nodes (docs/scale.md).",
+    ),
+]
+
 
 @handle_errors
 def loop_command(
     config: Annotated[
-        Path, typer.Option("--config", "-c", help="Run config (YAML) with train:/loop: sections.")
-    ],
+        Path | None, typer.Option("--config", "-c", help="Run config (YAML) with train:/loop: sections.")
+    ] = None,
+    resume: _Resume = None,
     iterations: Annotated[
         int | None, typer.Option("--iterations", "-k", help="Iterations (default: loop.iterations).")
     ] = None,
@@ -61,20 +82,13 @@ def loop_command(
             help="Also log step metrics and rewards to wandb,tensorboard (under --out; overrides train.log_to).",
         ),
     ] = None,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            metavar="ADDRESS",
-            help="Play each iteration's rollout on Ray worker actors: auto, HOST:PORT, or local "
-            "(start one here); the loop's proxy must be reachable from the nodes (docs/scale.md).",
-        ),
-    ] = None,
+    ray_address: _Ray = None,
 ) -> None:
     """Alternate rollout and training on the CPU (or SGLang engines) and show the reward curve."""
     import asyncio
 
     from dressage.config import load_settings
+    from dressage.interrupts import graceful_stop
     from dressage.loop.runner import LoopOptions, run_loop
     from dressage.training.loggers import parse_log_to
 
@@ -82,9 +96,10 @@ def loop_command(
         from dressage.cluster import ray_rollout_module
 
         ray_rollout_module()
+    stop = graceful_stop()
     settings = load_settings(database_url=database_url, replica_url=replica_url)
     opts = LoopOptions(
-        config_path=str(config),
+        config_path=str(config) if config is not None else None,
         iterations=iterations,
         mode=mode,
         run=run,
@@ -93,11 +108,23 @@ def loop_command(
         show_progress=progress,
         ray_address=ray_address,
         log_to=parse_log_to(log_to) if log_to is not None else None,
+        resume=resume,
     )
     console = make_console(stderr=True)
-    report = asyncio.run(run_loop(settings, opts, console))
+    report = asyncio.run(run_loop(settings, opts, console, stop))
     db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
+    if report.interrupted is not None:
+        ray = "" if ray_address is None else f" --ray {ray_address}"
+        _stopped(console, report, f"{db}{ray}", stop.exit_code)
     _print_report(console, report, plot, db)
+
+
+def _stopped(console: Console, report: LoopReport, options: str, exit_code: int) -> None:
+    """The iterations played so far, then :class:`Interrupted` with the command that goes on."""
+    from dressage.loop.report import summary_table
+
+    console.print(summary_table(report.iterations, title=f"run {report.run} ({report.mode}, interrupted)"))
+    raise Interrupted(f"resume with dressage-worker loop --resume {report.run}{options}", exit_code)
 
 
 def _print_report(console: Console, report: LoopReport, plot: Path | None, db: str) -> None:

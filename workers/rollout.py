@@ -13,7 +13,7 @@ import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.commandline import console as make_console
-from dressage.errors import AgentError
+from dressage.errors import AgentError, Interrupted
 
 
 @handle_errors
@@ -49,8 +49,10 @@ def rollout_command(
     from rich.markup import escape
 
     from dressage.config import load_settings
+    from dressage.interrupts import graceful_stop
     from dressage.rollout.worker import WorkerOptions, run_rollout
 
+    stop = graceful_stop()
     settings = load_settings(database_url=database_url)
     opts = WorkerOptions(
         config_path=str(config) if config else None,
@@ -65,11 +67,17 @@ def rollout_command(
         from dressage.cluster import ray_rollout_module
 
         run_ray = ray_rollout_module().run_ray_rollout
-        report = asyncio.run(run_ray(settings, opts, ray_address, console))
+        report = asyncio.run(run_ray(settings, opts, ray_address, console, stop))
     else:
-        report = asyncio.run(run_rollout(settings, opts, console))
+        report = asyncio.run(run_rollout(settings, opts, console, stop))
     url = settings.resolved_database_url()
     db = "" if database_url is None else f" --database-url {url}"
+    if report.interrupted is not None:
+        ray = "" if ray_address is None else f" --ray {ray_address}"
+        raise Interrupted(
+            f"resume with dressage-worker rollout --resume {report.run}{db}{ray}",
+            stop.exit_code,
+        )
     console.print(
         f"\nrun [bold]{escape(report.run)}[/] done. Look at it with:\n"
         f"  dressage-worker runs{db}\n"

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
+    from dressage.interrupts import StopFlag
     from dressage.store import EventStore
     from dressage.store.records import Run
     from dressage.training.consumer import Backend, Trainer
@@ -181,6 +182,9 @@ class Pace:
     replay: bool
     max_steps: int | None
     throttle_s: float
+    stop: StopFlag | None = None
+    """Set by SIGINT/SIGTERM (or a stop request in the run's log): training ends after the step in
+    progress is committed (:mod:`dressage.interrupts`)."""
 
 
 @handle_errors
@@ -221,6 +225,7 @@ def train_command(
     log_to: _LogTo = None,
 ) -> None:
     """Train on a run's log, or replay its recorded steps."""
+    from dressage.interrupts import graceful_stop
     from dressage.training.loggers import parse_log_to
 
     loggers = parse_log_to(log_to)
@@ -257,7 +262,7 @@ def train_command(
         estimator_from_run=advantage_estimator is None,
     )
     start = TrainStart(n_samples_per_prompt, model, seed, initial_version)
-    pace = Pace(follow, replay, max_steps, throttle_s)
+    pace = Pace(follow, replay, max_steps, throttle_s, None if replay else graceful_stop())
     run_train(cfg, request, start, pace, (database_url, replica_url))
 
 
@@ -343,9 +348,7 @@ def _train_runs(
         if request.log_to:
             raise ConfigError("--log-to applies to one --from-run (its step metrics are in the log)")
         offsets = request.version_offsets
-        _train_many(
-            console, store, (runs, offsets), setup.consumer, step_options(cfg, setup), chosen, pace.max_steps
-        )
+        _train_many(console, store, (runs, offsets), setup.consumer, step_options(cfg, setup), chosen, pace)
     else:
         trainer = build_trainer(cfg, store, setup, chosen, reader=reader)
         if not pace.follow and not _has_work(console, trainer):
@@ -543,6 +546,7 @@ def _replay(
 def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | None = None) -> None:
     from rich.markup import escape
 
+    from dressage.rollout.stop_requests import StopRequestWatch
     from dressage.training.consumer import StepResult, manifest_summary
     from dressage.training.loggers import Loggers, version_rewards
 
@@ -568,14 +572,24 @@ def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | No
             )
             loggers.step(result.batch.step, result.metrics)
 
+        watch = StopRequestWatch(store, run, pace.stop).attach() if pace.stop is not None else None
         try:
             results = trainer.run_steps(
-                follow=follow, max_steps=max_steps, throttle_s=throttle_s, on_step=stepped
+                follow=follow,
+                max_steps=max_steps,
+                throttle_s=throttle_s,
+                on_step=stepped,
+                should_stop=pace.stop.poll if pace.stop is not None else None,
             )
             loggers.versions(version_rewards(store, run))  # training and eval reward per version
         finally:
             loggers.close()
+            if watch is not None:
+                watch.detach()
     console.print(f"{len(results)} new steps committed for {trainer.consumer}", markup=False)
+    _check_interrupted(
+        pace, f"--from-run {run}", trainer.consumer, len(store.consumers.steps(run, trainer.consumer))
+    )
     if not follow and (max_steps is None or len(results) < max_steps):
         report_waiting_groups(console, trainer)
     _report_evals(console, store, run)
@@ -589,6 +603,19 @@ def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | No
         console.print(slime_rollout_command(run, options), highlight=False, soft_wrap=True)
 
 
+def _check_interrupted(pace: Pace, runs: str, consumer: str, steps: int) -> None:
+    """Raise :class:`Interrupted` (how to go on) when a signal or a stop request ended training."""
+    from dressage.errors import Interrupted
+
+    if pace.stop is not None and pace.stop.is_set():
+        name = consumer.removeprefix("train:")
+        raise Interrupted(
+            f"resume with dressage-worker train {runs} --consumer {name} (and the same options: it "
+            f"continues after step {steps})",
+            pace.stop.exit_code,
+        )
+
+
 def _train_many(
     console: Console,
     store: EventStore,
@@ -596,13 +623,14 @@ def _train_many(
     consumer: str,
     options: StepOptions,
     backend: Backend,
-    max_steps: int | None,
+    pace: Pace,
 ) -> None:
     from dressage.training.multirun import MultiRunTrainer
 
     runs, offsets = sources
     trainer = MultiRunTrainer(store, runs, options, backend, consumer=consumer, version_offsets=offsets)
-    for batch in trainer.run_steps(max_steps=max_steps):
+    should_stop = pace.stop.poll if pace.stop is not None else None
+    for batch in trainer.run_steps(max_steps=pace.max_steps, should_stop=should_stop):
         origins = sorted({e["run"] for e in batch.manifest["samples"]})
         console.print(
             f"step {batch.step} {batch.batch_hash} ({len(batch.samples)} samples from {', '.join(origins)})",
@@ -612,6 +640,7 @@ def _train_many(
         )
     total = len(store.consumers.steps(runs[0], trainer.consumer))
     console.print(f"{total} steps recorded for {trainer.consumer} in run {runs[0]!r}", markup=False)
+    _check_interrupted(pace, " ".join(f"--from-run {r}" for r in runs), consumer, total)
 
 
 def _replay_many(console: Console, store: EventStore, runs: list[str], consumer: str) -> None:

@@ -12,7 +12,7 @@ import typer
 import typer.rich_utils
 
 from dressage import __version__
-from dressage.cli import store_commands, view_command
+from dressage.cli import stop_command, store_commands, view_command
 from dressage.config import help_width
 from workers import engine as engine_worker
 from workers import fork as fork_worker
@@ -52,6 +52,7 @@ app.command("rollout")(rollout_worker.rollout_command)
 app.command("fork")(fork_worker.fork_command)
 app.command("train")(train_worker.train_command)
 app.command("loop")(loop_worker.loop_command)
+app.command("stop")(stop_command.stop_command)
 
 
 def main() -> None:

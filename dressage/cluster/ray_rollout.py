@@ -42,6 +42,7 @@ from dressage.cluster.actors import ActorSettings, EngineActor, ProxyActor, Roll
 from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError
+from dressage.interrupts import StopFlag
 from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import (
     check_reward_fits,
@@ -53,6 +54,7 @@ from dressage.rollout.proxy_ring import ProxyRing
 from dressage.rollout.ray_config import RayConfig
 from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import resolve_secrets
+from dressage.rollout.stop_requests import StopRequestWatch, request_stop
 from dressage.rollout.worker import (
     NewRun,
     RolloutReport,
@@ -126,6 +128,9 @@ def actor_settings(settings: Settings, admin_token: str | None = None) -> ActorS
 DRAINED_GRACE_S = 20.0
 """How long the driver waits, once no pair is pending or leased, for the passes still running to
 end and report (a pass closes its sandboxes and its log after its last pair)."""
+STOP_GRACE_S = 60.0
+"""How long an interrupted driver waits for the worker actors to stop (they see the stop request it
+wrote in the log at their next claim, and hand back their leases) before it kills them."""
 
 
 @dataclass
@@ -204,22 +209,34 @@ class Placement:
         ]
         return self.passes
 
-    async def drain(self, store: EventStore, run: Run) -> list[WorkerResult]:
-        """One pass of every worker actor over the run's queue; returns when the queue is drained.
+    async def drain(self, store: EventStore, run: Run, stop: StopFlag | None = None) -> list[WorkerResult]:
+        """One pass of every worker actor over the run's queue; returns when the queue is drained,
+        or once the passes ended after ``stop`` was set (SIGINT, SIGTERM, a stop request).
 
         That is when every worker's pass has ended, or when no pair has been pending or leased for
         :data:`DRAINED_GRACE_S` while some passes still have not ended (a restarted actor waiting
         for room on a smaller cluster: it has nothing left to do). The grace lets the passes that
         played the last pairs report, so the summary counts every worker that ran. A worker that
         died for good (restarts used up) is reported; if pairs are still pending or leased when all are gone, that is an error saying
-        how to continue (``--resume RUN``).
+        how to continue (``--resume RUN``). On ``stop`` the driver writes a stop request in the log
+        (the actors are workers of the run like any other: they stop claiming and hand back their
+        leases) and waits up to :data:`STOP_GRACE_S` for their passes.
         """
+        if stop is not None and stop.is_set():
+            return []  # stopped before any pass started
         refs = dict(zip(self.launch(run), self.worker_nodes, strict=True))
         results: list[WorkerResult] = []
         lost = 0
         pending = list(refs)
         drained_at: float | None = None
+        stop_by: float | None = None
         while pending:
+            if stop_by is None and stop is not None and await asyncio.to_thread(stop.poll):
+                stop_by = time.monotonic() + STOP_GRACE_S
+                await asyncio.to_thread(request_stop, store, run, f"the Ray driver stopped ({stop.reason})")
+            if stop_by is not None and time.monotonic() > stop_by:
+                self.console.print(f"[yellow]{len(pending)} Ray rollout worker(s) had not stopped: killed[/]")
+                break
             done, pending = await asyncio.to_thread(ray.wait, pending, num_returns=len(pending), timeout=1.0)
             for ref in done:
                 result = await self._result(ref, refs[ref])
@@ -228,7 +245,7 @@ class Placement:
                 else:
                     results.append(result)
             counts = await asyncio.to_thread(store.tasks.counts, run)
-            if pending and not counts["pending"] and not counts["leased"]:
+            if pending and stop_by is None and not counts["pending"] and not counts["leased"]:
                 # A pass that played the last pair may still be closing: give it time to report.
                 if drained_at is None:
                     drained_at = time.monotonic()
@@ -238,7 +255,7 @@ class Placement:
                         "after the queue drained (waiting for room on the cluster): nothing was left for them[/]"
                     )
                     break
-        if lost and (counts["pending"] or counts["leased"]):
+        if lost and stop_by is None and (counts["pending"] or counts["leased"]):
             raise DressageError(
                 f"{lost} Ray rollout worker(s) died past ray.max_restarts with {counts['pending']} pending and "
                 f"{counts['leased']} leased (task, sample) pairs left; continue with `--resume {run.name}`"
@@ -374,9 +391,15 @@ async def place_run(
 
 
 async def run_ray_rollout(
-    settings: Settings, opts: WorkerOptions, address: str, console: Console | None = None
+    settings: Settings,
+    opts: WorkerOptions,
+    address: str,
+    console: Console | None = None,
+    stop: StopFlag | None = None,
 ) -> RolloutReport:
-    """``dressage-worker rollout --ray ADDRESS``: see the module docstring."""
+    """``dressage-worker rollout --ray ADDRESS``: see the module docstring. On ``stop`` (or a stop
+    request in the run's log) the actors stop, the report says ``interrupted``, and the actors are
+    killed (proxies and engine last)."""
     console = console or Console(stderr=True)
     if opts.resume is None and opts.config_path is None:
         raise ConfigError("give --config run.yaml (a new or shared run) or --resume RUN")
@@ -384,10 +407,17 @@ async def run_ray_rollout(
     placed: PlacedRun | None = None
     try:
         placed = await place_run(store, settings, opts, address, console)
+        stop = stop or StopFlag()
+        watch = StopRequestWatch(store, placed.run, stop).attach()
         progress = RolloutProgress(store, placed.run, console=console, enabled=opts.show_progress)
-        async with progress:
-            results = await placed.placement.drain(store, placed.run)
-        return await _report(store, placed.run, progress, results, opts, console)
+        try:
+            async with progress:
+                results = await placed.placement.drain(store, placed.run, stop)
+        finally:
+            watch.detach()
+        report = await _report(store, placed.run, progress, results, opts, console)
+        report.interrupted = stop.reason
+        return report
     finally:
         if placed is not None:
             placed.stop()
@@ -439,10 +469,10 @@ class RayLoopWorkers:
         self.placement.proxy_urls = [proxy_url]
         self.placement.start_workers(run.name)
 
-    async def drain(self, store: EventStore, run: Run) -> list[WorkerResult]:
-        """Play every pending (task, sample) pair of the run on the worker actors."""
+    async def drain(self, store: EventStore, run: Run, stop: StopFlag | None = None) -> list[WorkerResult]:
+        """Play every pending (task, sample) pair of the run on the worker actors (until ``stop``)."""
         assert self.placement is not None, "start() first"
-        return await self.placement.drain(store, run)
+        return await self.placement.drain(store, run, stop)
 
     def stop(self) -> None:
         """Kill the actors; disconnect when this loop connected."""

@@ -29,9 +29,12 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from pydantic import SecretStr
 from rich.console import Console
@@ -40,18 +43,20 @@ from dressage.agents import BlackboxAgent, build_agent
 from dressage.cleanup import logged_failures
 from dressage.config import Settings
 from dressage.errors import ConfigError
+from dressage.interrupts import StopFlag
 from dressage.loop.progress import LoopProgress
 from dressage.loop.report import IterationStats, read_iteration
 from dressage.paddock import get_provider
 from dressage.paddock.limits import LimitsInForce
 from dressage.proxy.contract import ServedProxy
-from dressage.rollout.config import LoopConfig, RolloutConfig, load_config
+from dressage.rollout.config import LoopConfig, RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import check_reward_fits, load_tasks
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv
 from dressage.rollout.evaluation import EvalRound, EvalScheduler, read_eval_rounds
 from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import resolve_secrets
+from dressage.rollout.stop_requests import StopRequestWatch
 from dressage.rollout.worker import (
     RolloutReport,
     _lease_loop,
@@ -68,7 +73,11 @@ from dressage.training.config import TrainConfig, TrainerSetup, build_trainer
 from dressage.training.consumer import Trainer
 from dressage.training.loggers import Loggers, parse_log_to, version_rewards
 
+if TYPE_CHECKING:
+    from dressage.training.weight_push import WeightPusher
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CONSUMER = "loop"
 
@@ -77,7 +86,7 @@ CONSUMER = "loop"
 class LoopOptions:
     """Command-line choices of one loop; ``None`` takes the config's ``loop:``/``train:`` value."""
 
-    config_path: str
+    config_path: str | None
     iterations: int | None = None
     mode: str | None = None
     run: str | None = None
@@ -88,6 +97,8 @@ class LoopOptions:
     """Play each iteration's rollout on Ray worker actors (:class:`dressage.cluster.ray_rollout.RayLoopWorkers`)."""
     log_to: tuple[str, ...] | None = None
     """``--log-to``: loggers of the step metrics (overrides ``train.log_to``)."""
+    resume: str | None = None
+    """``--resume RUN``: continue an interrupted loop from its last committed step and pushed version."""
 
 
 @dataclass
@@ -101,6 +112,8 @@ class LoopReport:
     seconds: float = 0.0
     evals: list[EvalRound] = field(default_factory=list)
     eval_name: str = "eval"
+    interrupted: str | None = None
+    """Why the loop stopped before its last iteration (a signal, a stop request); None when it ended."""
 
 
 def resolve(cfg: RolloutConfig, opts: LoopOptions) -> tuple[RolloutConfig, LoopConfig, TrainConfig, str]:
@@ -124,9 +137,27 @@ def resolve(cfg: RolloutConfig, opts: LoopOptions) -> tuple[RolloutConfig, LoopC
         cfg = cfg.model_copy(
             update={"worker": cfg.worker.model_copy(update={"concurrency": opts.concurrency})}
         )
-    run_name = opts.run or f"{cfg.run}-{loop_cfg.mode}"
+    run_name = opts.resume or opts.run or f"{cfg.run}-{loop_cfg.mode}"
     cfg = cfg.model_copy(update={"run": run_name, "loop": loop_cfg, "train": train_cfg})
     return cfg, loop_cfg, train_cfg, run_name
+
+
+def resumed_config(store: EventStore, opts: LoopOptions) -> RolloutConfig:
+    """The config of the loop run ``opts.resume`` from its frozen snapshot, with its ``loop:`` and
+    ``train:`` sections; ``--mode`` may not change, ``--iterations`` may (the total to reach)."""
+    assert opts.resume is not None
+    run = store.runs.get(opts.resume)
+    rollout, recorded = run.config.get("rollout"), run.config.get("loop")
+    if not isinstance(rollout, dict) or not isinstance(recorded, dict):
+        raise ConfigError(
+            f"run {run.name!r} was not created by `dressage-worker loop`; continue a rollout with "
+            f"`dressage-worker rollout --resume {run.name}`"
+        )
+    if opts.mode is not None and opts.mode != recorded["mode"]:
+        raise ConfigError(f"run {run.name!r} is a {recorded['mode']} loop; --mode cannot change on --resume")
+    cfg = parse_config(rollout, source=f"run {run.name!r} snapshot")
+    loop_cfg = LoopConfig(mode=recorded["mode"], iterations=recorded["iterations"])
+    return cfg.model_copy(update={"loop": loop_cfg, "train": TrainConfig.model_validate(recorded["train"])})
 
 
 def iteration_specs(tasks: list[Any], iteration: int) -> list[TaskSpec]:
@@ -142,9 +173,22 @@ def iteration_specs(tasks: list[Any], iteration: int) -> list[TaskSpec]:
 class Loop:
     """One loop's engine, proxy, trainer and schedule; :meth:`run` drives it (see the module doc)."""
 
-    def __init__(self, store: EventStore, settings: Settings, opts: LoopOptions, console: Console) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        settings: Settings,
+        opts: LoopOptions,
+        console: Console,
+        stop: StopFlag | None = None,
+    ) -> None:
         self.store, self.opts, self.console = store, opts, console
-        self.cfg, self.loop_cfg, self.train_cfg, self.run_name = resolve(load_config(opts.config_path), opts)
+        self.stop_flag = stop or StopFlag()
+        """Set by SIGINT/SIGTERM (the command's handlers) or a stop request in the log: the loop
+        finishes the training step in progress (committed, pushed), plays nothing more, and stops."""
+        if opts.resume is None and opts.config_path is None:
+            raise ConfigError("give --config run.yaml (a new loop) or --resume RUN")
+        source = resumed_config(store, opts) if opts.resume else load_config(str(opts.config_path))
+        self.cfg, self.loop_cfg, self.train_cfg, self.run_name = resolve(source, opts)
         self.admin_token = secrets.token_urlsafe(24)
         self.secrets = resolve_secrets(self.cfg.secrets)
         store.db.secrets = (*store.db.secrets, *self.secrets.values())
@@ -157,7 +201,10 @@ class Loop:
             self.tasks, self.cfg.reward.kind, self.cfg.agent.kind, sandbox.provider, sandbox.e2b.templates
         )
         self.n_tasks = len(self.tasks)
-        self.out_dir = opts.out_dir or settings.home / "loop" / self.run_name
+        recorded_out = store.runs.get(opts.resume).config["loop"].get("out") if opts.resume else None
+        self.out_dir = opts.out_dir or (
+            Path(recorded_out) if recorded_out else settings.home / "loop" / self.run_name
+        )
         per_iteration = self.n_tasks * self.cfg.n_samples_per_prompt
         gbs = self.train_cfg.global_batch_size or per_iteration
         if per_iteration % gbs:
@@ -181,6 +228,12 @@ class Loop:
         self.ray_workers: Any = None
         self.sandbox_limits: LimitsInForce | None = None
         """What enforces the sandbox limits here (:meth:`start` asks the provider; the snapshot records it)."""
+        self.pusher: WeightPusher | None = None
+        self.committed = 0
+        """Training steps committed so far (a resumed loop starts at its checkpoint's)."""
+        self.first_iteration = 0
+        """The first iteration this process plays (a resumed loop: the first not fully trained)."""
+        self.watch: StopRequestWatch | None = None
 
     def snapshot(self) -> dict[str, Any]:
         """The run's frozen config: the rollout snapshot plus the loop's train/loop sections."""
@@ -192,6 +245,7 @@ class Loop:
                 "train": self.train_cfg.model_dump(mode="json"),
                 "global_batch_size": self.global_batch_size,
                 "consumer": CONSUMER,
+                "out": str(self.out_dir),
             },
         }
 
@@ -208,8 +262,9 @@ class Loop:
         await self.stop()
 
     async def start(self) -> None:
-        """Check the run is new, start the engine and the proxy, create the run, build the trainer."""
-        if self.run_name in {r.name for r in self.store.runs.list()}:
+        """Check the run is new (or, resumed, a loop's), start the engine and the proxy, create the
+        run, build the trainer; a resumed loop's engine gets the last pushed weights."""
+        if self.opts.resume is None and self.run_name in {r.name for r in self.store.runs.list()}:
             raise ConfigError(
                 f"run {self.run_name!r} already exists; a loop starts a new run: pass --run NEW-NAME"
             )
@@ -230,7 +285,9 @@ class Loop:
         self.sandbox_limits = await sandbox_limits(provider, cfg, self.console)
         self.engine, proxy, urls = await start_engine_and_proxy(self.store, cfg, self.settings, self.console)
         self.proxy = proxy
-        self.run = await proxy.create_run(self.run_name, self.snapshot())
+        snapshot = self.store.runs.get(self.run_name).config if self.opts.resume else self.snapshot()
+        self.run = await proxy.create_run(self.run_name, snapshot)
+        self.watch = StopRequestWatch(self.store, self.run, self.stop_flag).attach()
         await asyncio.to_thread(self.store.versions.record, self.run, 0, None)
         await proxy.continue_generation(0)  # tokens of iteration 0 carry version 0
         agent = self.agent
@@ -248,6 +305,8 @@ class Loop:
             self.secrets,
         )
         self.trainer = self._build_trainer(urls)
+        if self.opts.resume is not None:
+            await self._continue_where_stopped()
         if cfg.eval is not None:
             self.evals = EvalScheduler(self.store, self.run, cfg.eval, provider=cfg.sandbox.provider)
         if self.opts.ray_address is not None:
@@ -261,7 +320,7 @@ class Loop:
         from dressage.training.weight_push import WeightPusher
 
         assert self.run is not None and self.proxy is not None
-        pusher = WeightPusher(
+        pusher = self.pusher = WeightPusher(
             self.store,
             urls,
             proxy_admin_urls=[self.proxy.base_url],
@@ -282,6 +341,35 @@ class Loop:
         cfg = self.train_cfg.model_copy(update={"global_batch_size": self.global_batch_size})
         return build_trainer(cfg, self.store, setup, push=pusher, reader=self.reader)
 
+    async def _continue_where_stopped(self) -> None:
+        """A resumed loop: its committed steps, the iteration to go on with, and the engine serving
+        the last pushed version (its weights directory, kept by the pusher, pushed again)."""
+        assert self.run is not None and self.pusher is not None
+        ckpt = await asyncio.to_thread(self.store.consumers.checkpoint, self.run, f"train:{CONSUMER}")
+        self.committed = ckpt.step if ckpt is not None else 0
+        self.first_iteration = min(self.committed // self.steps_per_iteration, self.loop_cfg.iterations)
+        for k in range(self.first_iteration):
+            self.stats.append(await asyncio.to_thread(read_iteration, self.store, self.run, k, self.n_tasks))
+        version = await asyncio.to_thread(self.store.versions.latest, self.run) or 0
+        if version > 0:
+            pushed = await asyncio.to_thread(
+                self.store.events.read, self.run, 0, 100_000, ("policy_version",)
+            )
+            uri = next(e.payload.get("checkpoint_uri") for e in pushed if e.payload["version"] == version)
+            path = Path(url2pathname(urlsplit(uri).path)) if uri else None
+            if path is None or not path.is_dir():
+                raise ConfigError(
+                    f"run {self.run_name!r}: the weights of its last pushed policy version {version} "
+                    f"({uri}) are gone; the loop cannot continue with them"
+                )
+            await asyncio.to_thread(self.pusher.push, self.run, version, path)
+        self.console.print(
+            f"continuing loop {self.run_name} at iteration {self.first_iteration} "
+            f"({self.committed} steps committed, policy version {version})",
+            markup=False,
+            soft_wrap=True,
+        )
+
     def open_loggers(self) -> None:
         """Open ``train.log_to``'s loggers under the loop's output directory."""
         config = {"dressage_run": self.run_name, **self.cfg.model_dump(mode="json")}
@@ -292,6 +380,9 @@ class Loop:
         (idempotent)."""
         loggers, self.loggers = self.loggers, Loggers()
         loggers.close()
+        if self.watch is not None:
+            self.watch.detach()
+            self.watch = None
         if self.ray_workers is not None:
             self.ray_workers.stop()
             self.ray_workers = None
@@ -306,8 +397,9 @@ class Loop:
             self.engine.stop()
             self.engine = None
 
-    async def rollout(self, k: int, progress: LoopProgress) -> IterationStats:
-        """Enqueue iteration ``k``'s tasks and run episodes until they are all done."""
+    async def rollout(self, k: int, progress: LoopProgress) -> IterationStats | None:
+        """Enqueue iteration ``k``'s tasks and run episodes until they are all done; None when a stop
+        came first (pairs are left pending or in flight for ``--resume``)."""
         assert self.env is not None and self.run is not None
         started = time.monotonic()
         specs = iteration_specs(self.tasks, k)
@@ -317,19 +409,34 @@ class Loop:
         total = len(specs) * self.cfg.n_samples_per_prompt
         async with progress.rollout(k, total, already_done=k * total):
             if self.ray_workers is not None:
-                await self.ray_workers.drain(self.store, self.run)
+                await self.ray_workers.drain(self.store, self.run, self.stop_flag)
             else:
-                await _lease_loop(self.env, owner, report, self.console, self.evals)
+                await _lease_loop(self.env, owner, report, self.console, self.evals, self.stop_flag)
+        counts = await asyncio.to_thread(self.store.tasks.counts, self.run)
+        if counts["pending"] or counts["leased"]:  # stopped: the iteration is not played whole
+            return None
         stats = await asyncio.to_thread(read_iteration, self.store, self.run, k, self.n_tasks)
         stats.rollout_s = time.monotonic() - started
         return stats
 
     async def train(self, k: int, stats: IterationStats, progress: LoopProgress) -> None:
-        """Train the steps of iteration ``k``'s groups in a thread (the event loop keeps serving)."""
+        """Train the steps of iteration ``k``'s groups in a thread (the event loop keeps serving).
+
+        A stop ends training after a step: the first step of a played iteration is trained (and
+        pushed) even when the stop came while it was being formed, the rest are left to ``--resume``.
+        """
         assert self.trainer is not None
         started = time.monotonic()
+        due = (k + 1) * self.steps_per_iteration - self.committed  # fewer when a resumed loop stopped mid-way
+        stepped: list[object] = []
         with progress.training(k):
-            results = await asyncio.to_thread(self.trainer.run_steps, max_steps=self.steps_per_iteration)
+            results = await asyncio.to_thread(
+                self.trainer.run_steps,
+                max_steps=due,
+                on_step=stepped.append,
+                should_stop=lambda: bool(stepped) and self.stop_flag.poll(),
+            )
+        self.committed += len(results)
         stats.train_steps = len(results)
         stats.train_s = time.monotonic() - started
         for result in results:
@@ -338,7 +445,7 @@ class Loop:
             stats.metrics = dict(results[-1].metrics)
             pushed = stats.metrics.get("pushed_version")
             stats.pushed_version = int(pushed) if pushed is not None else None
-        if len(results) < self.steps_per_iteration:
+        if len(results) < due and not self.stop_flag.is_set():
             self.console.print(
                 f"[yellow]iteration {k}: only {len(results)} of {self.steps_per_iteration} steps could be "
                 "formed (groups without a finished session are dropped); the trainer catches up later[/]"
@@ -361,36 +468,65 @@ class Loop:
             await self.run_iterations(progress)
 
     async def run_iterations(self, progress: LoopProgress) -> None:
-        """The schedule: sync alternates rollout and training; async overlaps them by one iteration."""
-        k_total = self.loop_cfg.iterations
+        """The schedule: sync alternates rollout and training; async overlaps them by one iteration.
+
+        A resumed loop starts at :attr:`first_iteration`; on :attr:`stop_flag` the rollout stops
+        claiming, the training step in progress ends (committed, pushed; an iteration played whole
+        trains at least its first step), and nothing more is played or trained.
+        """
+        k0, k_total = self.first_iteration, self.loop_cfg.iterations
         if self.loop_cfg.mode == "sync":
-            for k in range(k_total):
+            for k in range(k0, k_total):
                 stats = await self.rollout(k, progress)
+                if stats is None:
+                    return
                 self.stats.append(stats)
                 progress.iteration_done(stats)
                 await self.train(k, stats, progress)
+                if self.stop_flag.is_set():
+                    return
             return
         trained = [asyncio.Event() for _ in range(k_total)]
+        for k in range(k0):
+            trained[k].set()
         rolled: list[asyncio.Future[IterationStats]] = [
             asyncio.get_running_loop().create_future() for _ in range(k_total)
         ]
 
         async def rollout_side() -> None:
-            for k in range(k_total):
-                if k >= 2:
-                    await trained[k - 2].wait()  # at most one iteration ahead of the trainer
-                stats = await self.rollout(k, progress)
-                progress.iteration_done(stats)
-                rolled[k].set_result(stats)
+            for k in range(k0, k_total):
+                # at most one iteration ahead of the trainer
+                if k >= 2 and not await self._unless_stopped(trained[k - 2].wait()):
+                    return
+                played = await self.rollout(k, progress)
+                if played is None:
+                    return
+                progress.iteration_done(played)
+                rolled[k].set_result(played)
 
         async def train_side() -> None:
-            for k in range(k_total):
-                stats = await rolled[k]
+            for k in range(k0, k_total):
+                stats = await self._unless_stopped(rolled[k])
+                if stats is None:
+                    return
                 self.stats.append(stats)
                 await self.train(k, stats, progress)
                 trained[k].set()
+                if self.stop_flag.is_set():
+                    return
 
         await asyncio.gather(rollout_side(), train_side())
+
+    async def _unless_stopped(self, awaitable: Awaitable[T]) -> T | None:
+        """``awaitable``'s result, or None as soon as :attr:`stop_flag` is set."""
+        waited = asyncio.ensure_future(awaitable)
+        stopped = asyncio.ensure_future(self.stop_flag.wait())
+        await asyncio.wait({waited, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if waited.done():
+            return waited.result()
+        waited.cancel()
+        return None
 
     async def final_eval(self) -> None:
         """Run the eval round of the last pushed version (earlier rounds ran inside the rollouts)."""
@@ -399,7 +535,8 @@ class Loop:
         self.evals.min_interval_s = 0.0
         report = RolloutReport(run=self.run_name)
         with self.console.status("evaluating the last policy version"):
-            await _lease_loop(self.env, f"{default_worker_id()}-loop", report, self.console, self.evals)
+            owner = f"{default_worker_id()}-loop"
+            await _lease_loop(self.env, owner, report, self.console, self.evals, self.stop_flag)
 
     def refresh_versions(self) -> None:
         """Re-read each iteration's token versions (async: pushes land while an iteration runs)."""
@@ -409,18 +546,33 @@ class Loop:
             s.versions, s.turns_spanning_push = fresh.versions, fresh.turns_spanning_push
 
 
-async def run_loop(settings: Settings, opts: LoopOptions, console: Console | None = None) -> LoopReport:
-    """Run the loop described by ``opts``; see the module docstring."""
+async def run_loop(
+    settings: Settings, opts: LoopOptions, console: Console | None = None, stop: StopFlag | None = None
+) -> LoopReport:
+    """Run the loop described by ``opts`` until its last iteration or ``stop``; see the module docstring."""
     console = console or Console(stderr=True)
-    load_new_run(opts.config_path)  # config, agent, reward and dataset checked before the log is opened
+    if opts.resume is None and opts.config_path is None:
+        raise ConfigError("give --config run.yaml (a new loop) or --resume RUN")
+    if opts.resume is None and opts.config_path is not None:
+        load_new_run(opts.config_path)  # config, agent, reward and dataset checked before the log is opened
     store = EventStore.open(settings=settings)
     started = time.monotonic()
     try:
-        loop = Loop(store, settings, opts, console)
+        loop = Loop(store, settings, opts, console, stop)
         async with loop:
             loop.open_loggers()
             await loop.run_all(show_progress=opts.show_progress)
-            await loop.final_eval()
+            if not loop.stop_flag.is_set():
+                await loop.final_eval()
+            if loop.stop_flag.is_set():
+                return LoopReport(
+                    run=loop.run_name,
+                    mode=loop.loop_cfg.mode,
+                    iterations=loop.stats,
+                    out_dir=loop.out_dir,
+                    seconds=time.monotonic() - started,
+                    interrupted=loop.stop_flag.reason,
+                )
             await asyncio.to_thread(loop.refresh_versions)
             assert loop.run is not None
             loop.loggers.versions(version_rewards(store, loop.run))

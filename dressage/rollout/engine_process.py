@@ -2,7 +2,9 @@
 
 A subprocess (not a thread) keeps torch's compute off the worker's event loop and GIL. The child
 gets ``PR_SET_PDEATHSIG`` = SIGKILL, so a worker killed with ``kill -9`` does not leave an engine
-behind. Its output goes to a log file whose tail is quoted if it fails to start.
+behind, and its own process group, so a terminal's Ctrl-C (sent to the whole foreground group)
+reaches only the worker, which stops gracefully and stops the engine last. Its output goes to a
+log file whose tail is quoted if it fails to start.
 """
 
 from __future__ import annotations
@@ -68,7 +70,12 @@ class DevEngineProcess:
         ]
         log = self._log_path.open("wb")
         self._proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+            process_group=0,  # a Ctrl-C to the worker's group must not stop the engine before the worker
         )
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S

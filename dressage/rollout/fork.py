@@ -104,6 +104,8 @@ class ForkReport:
     parent_session_id: str
     fork_turn: int
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    interrupted: str | None = None
+    """Why the fork stopped before its branches ended (a signal, a stop request); None otherwise."""
 
 
 def branch_session_id(parent_session_id: str, fork_turn: int, branch: int, seed: int | None) -> str:

@@ -22,7 +22,6 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -38,6 +37,7 @@ from dressage.agents import BlackboxAgent, Task, build_agent
 from dressage.cleanup import logged_failures
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError, NotSupportedError
+from dressage.interrupts import StopFlag
 from dressage.paddock import SandboxProvider, get_provider, serve_unix_socket_forwarder
 from dressage.paddock.limits import LimitsInForce
 from dressage.proxy.contract import Proxy, ProxyFactory, ServedProxy
@@ -59,7 +59,8 @@ from dressage.rollout.progress import RolloutProgress, Snapshot
 from dressage.rollout.proxy_ring import ProxyRing, host_port
 from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import RunSecrets, resolve_secrets
-from dressage.store import EventStore, Run
+from dressage.rollout.stop_requests import StopRequestWatch
+from dressage.store import EventStore, Run, TaskLease
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,8 @@ class RolloutReport:
     example_session: str | None = None
     last_error: str | None = None
     """The last line of the last failed session's error (what ``rollout`` reports when none finished)."""
+    interrupted: str | None = None
+    """Why the worker stopped before the queue was empty (a signal, a stop request); None when it ran out."""
 
     def all_failed(self) -> bool:
         """Whether this worker played sessions and not one of them finished."""
@@ -211,9 +214,11 @@ async def start_engine_and_proxy(
 
 
 async def run_rollout(
-    settings: Settings, opts: WorkerOptions, console: Console | None = None
+    settings: Settings, opts: WorkerOptions, console: Console | None = None, stop: StopFlag | None = None
 ) -> RolloutReport:
-    """Run a worker until the run's queue is empty; see the module docstring."""
+    """Run a worker until the run's queue is empty, or until ``stop`` is set (by a signal the command
+    handles, or by a stop request in the run's log, which this worker watches); see the module
+    docstring."""
     console = console or Console(stderr=True)
     if opts.concurrency is not None and opts.concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {opts.concurrency}")
@@ -245,8 +250,13 @@ async def run_rollout(
                 if cfg.eval is not None
                 else None
             )
-            async with progress:
-                await _lease_loop(env, owner, report, console, evals)
+            stop = stop or StopFlag()
+            watch = StopRequestWatch(store, env.run, stop).attach()
+            try:
+                async with progress:
+                    await _lease_loop(env, owner, report, console, evals, stop)
+            finally:
+                watch.detach()
             summary = opts.show_progress or opts.print_summary
             await _finish_report(report, progress, env, console if summary else None)
             return report
@@ -415,20 +425,22 @@ async def _lease_loop(
     report: RolloutReport,
     console: Console,
     evals: EvalScheduler | None = None,
+    stop: StopFlag | None = None,
 ) -> None:
-    """Claim and run episodes until no task is pending or leased; cancel them all on SIGTERM.
+    """Claim and run episodes until no task is pending or leased, or until ``stop`` is set.
 
     With ``evals``, every pass first enqueues the eval round of a newly recorded policy version.
+    On ``stop`` (SIGINT, SIGTERM, a stop request in the log: :mod:`dressage.interrupts`) nothing more
+    is claimed, the episodes in flight are cancelled (their sessions stay ``running``) and their
+    leases handed back, so ``--resume`` takes those sessions over at once; ``report.interrupted``
+    says why.
     """
     store, run, w = env.store, env.run, env.cfg.worker
-    active: set[asyncio.Task[Outcome]] = set()
+    stop = stop or StopFlag()
+    active: dict[asyncio.Task[Outcome], TaskLease] = {}
     announced = ""  # the lease wait last printed (printed again only when it changes)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
     try:
-        while not stop.is_set():
+        while not await _stopped(stop):
             if evals is not None:
                 await asyncio.to_thread(evals.tick)
             free = w.concurrency - len(active)
@@ -445,7 +457,8 @@ async def _lease_loop(
                 )
                 for lease in claimed:
                     tree = env.cfg.branching is not None and lease.kind == "train"
-                    active.add(asyncio.create_task(run_tree(env, lease) if tree else run_episode(env, lease)))
+                    task = asyncio.create_task(run_tree(env, lease) if tree else run_episode(env, lease))
+                    active[task] = lease
             if not active:
                 counts = await asyncio.to_thread(store.tasks.counts, run)
                 if counts["pending"] == 0 and counts["leased"] == 0:
@@ -454,11 +467,12 @@ async def _lease_loop(
                 if waiting is not None and waiting.split(" (in ")[0] != announced:
                     announced = waiting.split(" (in ")[0]
                     console.print(waiting, markup=False, highlight=False, soft_wrap=True)
-                await asyncio.sleep(w.poll_s)  # other workers hold leases: wait for them or their expiry
+                # other workers hold leases: wait for them or their expiry
+                await _sleep_unless(stop, w.poll_s)
                 continue
             done, _ = await asyncio.wait(active, timeout=w.poll_s, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                active.discard(task)
+                active.pop(task)
                 try:
                     out = task.result()
                 except DressageError as e:  # e.g. the proxy could not open a session; the lease will expire
@@ -473,5 +487,24 @@ async def _lease_loop(
             task.cancel()
         if active:
             await asyncio.wait(active, timeout=10)
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGTERM)
+        if stop.is_set():
+            report.interrupted = stop.reason
+            await _hand_back(store, list(active.values()))
+
+
+async def _stopped(stop: StopFlag) -> bool:
+    """Whether a stop was asked for; its sources (a log watch: blocking reads) polled in a thread."""
+    return stop.is_set() or (bool(stop.sources) and await asyncio.to_thread(stop.poll))
+
+
+async def _sleep_unless(stop: StopFlag, seconds: float) -> None:
+    """Sleep ``seconds``, or less when ``stop`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+async def _hand_back(store: EventStore, leases: list[TaskLease]) -> None:
+    """Hand back the leases of interrupted episodes: their pairs are claimable at once (logged on failure)."""
+    for lease in leases:
+        with logged_failures(log, f"handing back the lease of task {lease.task_id}"):
+            await asyncio.to_thread(store.tasks.hand_back, lease)

@@ -276,6 +276,30 @@ class TaskRepository:
 
         return str(self.db.retrying(tx))
 
+    def hand_back(self, lease: TaskLease) -> bool:
+        """Expire a held lease now, without an outcome (a worker stopping gracefully): the pair is
+        claimable at once, exactly as if its owner had died, so the next claim takes its running
+        session over (``resume``) or abandons it. Records ``task_handed_back``; False when the lease
+        was no longer held (nothing to hand back)."""
+        r = self.runs.by_id(lease.run_id)
+
+        def tx(conn: Connection) -> bool:
+            now = time.time()
+            n = conn.execute(
+                update(t.tasks).where(_held(lease)).values(lease_expires_at=now, updated_at=now)
+            ).rowcount
+            if n == 1:
+                self.db.append_event_tx(
+                    conn,
+                    r.id,
+                    "task_handed_back",
+                    {"task_id": lease.task_id, "attempt": lease.attempt, "owner": lease.owner},
+                    key=deterministic_key(r.name, "hand_back", lease.task_id, lease.attempt),
+                )
+            return n == 1
+
+        return bool(self.db.retrying(tx))
+
     def counts(self, run: str | Run, *, kind: str | None = None) -> dict[str, int]:
         """Number of (task, sample) pairs per state (of one ``kind``, ``train`` or ``eval``, if given)."""
         r = self.runs.get(run)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dressage.errors import ConfigError, ReplayDriftError
@@ -162,12 +162,17 @@ class MultiRunTrainer:
             )
         return ckpt.step, [(int(c[0]), int(c[1])) for c in ckpt.state["cursors"]]
 
-    def run_steps(self, *, max_steps: int | None = None) -> list[StepBatch]:
-        """Form, train and commit steps until no run has enough ready groups left."""
+    def run_steps(
+        self, *, max_steps: int | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> list[StepBatch]:
+        """Form, train and commit steps until no run has enough ready groups left (or ``should_stop``
+        says so between steps)."""
         step, cursors = self._checkpoint()
         self.backend.resume(self.home, self.store.consumers.checkpoint(self.home, self.consumer))
         done: list[StepBatch] = []
         while max_steps is None or len(done) < max_steps:
+            if should_stop is not None and should_stop():
+                break
             self._refresh(cursors)
             formed = self.form(step + 1, cursors)
             if formed is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -111,11 +112,25 @@ def worker_env(home: Path, **extra: str) -> dict[str, str]:
 
 def start_worker(args: list[str], home: Path, **extra: str) -> subprocess.Popen[bytes]:
     """``dressage-worker rollout ARGS`` as a real child process (its own process group)."""
+    return start_command(["rollout", "--no-progress", *args], home, **extra)
+
+
+def _ignore_sigint() -> None:
+    """In the child: SIGINT ignored, as a shell script's background job inherits it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_command(
+    argv: list[str], home: Path, *, sigint_ignored: bool = False, **extra: str
+) -> subprocess.Popen[bytes]:
+    """``dressage-worker ARGV`` as a real child process, the leader of its own process group (a test
+    signals the group as a terminal would); ``sigint_ignored``: it inherits SIGINT as ignored."""
     return subprocess.Popen(
-        [sys.executable, "-c", "from dressage.cli import main; main()", "rollout", "--no-progress", *args],
+        [sys.executable, "-c", "from dressage.cli import main; main()", *argv],
         cwd=str(home.parent),
         env=worker_env(home, **extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
     )

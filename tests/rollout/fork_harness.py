@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -22,7 +21,7 @@ from typing import Any
 import yaml
 
 from dressage.store import EventStore
-from tests.rollout.conftest import open_store, start_worker, worker_env, write_config, write_tasks
+from tests.rollout.conftest import open_store, start_command, start_worker, write_config, write_tasks
 from tests.scripted_engine import qwen_tool_call
 
 TURNS = 6
@@ -115,16 +114,9 @@ def record_parent(tmp: Path, db_url: str, engine_url: str) -> tuple[str, str]:
         store.close()
 
 
-def start_fork(args: list[str], home: Path) -> subprocess.Popen[bytes]:
+def start_fork(args: list[str], home: Path, *, sigint_ignored: bool = False) -> subprocess.Popen[bytes]:
     """``dressage-worker fork ARGS`` as a real child process (its own process group)."""
-    return subprocess.Popen(
-        [sys.executable, "-c", "from dressage.cli import main; main()", "fork", *args],
-        cwd=str(home.parent),
-        env=worker_env(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    return start_command(["fork", *args], home, sigint_ignored=sigint_ignored)
 
 
 def turn_rows(store: EventStore, session_id: str) -> list[tuple[Any, ...]]:

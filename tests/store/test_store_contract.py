@@ -479,3 +479,25 @@ def test_resuming_claim_keeps_the_session_for_the_next_attempt(store: EventStore
     final = store.sessions.get(s.id)
     assert final.status == "abandoned" and final.finish_reason == "lease_expired"
     assert store.tasks.counts(run_name)["failed"] == 1
+
+
+def test_a_handed_back_lease_is_claimable_at_once_and_its_session_taken_over(
+    store: EventStore, run_name: str
+) -> None:
+    store.runs.create(run_name)
+    store.tasks.enqueue(run_name, [TaskSpec(0, {})], n_samples=1)
+    [lease] = store.tasks.claim(run_name, "stopping", lease_s=3600, resume=True)
+    s = store.sessions.open(run_name, task_id=lease.task_id, attempt=lease.attempt)
+    store.turns.append(run_name, _turn(s.id, 0))
+    assert store.tasks.claim(run_name, "other", resume=True) == []  # held for an hour
+    assert store.tasks.hand_back(lease) is True
+    assert store.tasks.hand_back(lease) is True  # still this owner's (expired) lease: harmless again
+    [handed] = store.events.read(run_name, kinds=("task_handed_back",))
+    assert handed.payload == {"task_id": lease.task_id, "attempt": 1, "owner": "stopping"}
+    [retry] = store.tasks.claim(run_name, "other", resume=True, max_attempts=3)
+    assert retry.attempt == 2 and store.sessions.get(s.id).status == "running"
+    found = store.sessions.interrupted(retry.task_id, retry.attempt)
+    assert found is not None and found.id == s.id
+    assert store.tasks.hand_back(lease) is False  # no longer held by "stopping": nothing happens
+    with pytest.raises(LeaseError):
+        store.tasks.release(lease, "done")
