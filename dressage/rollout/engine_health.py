@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -59,12 +59,15 @@ class EngineSupervisor:
         *,
         max_restarts: int = 3,
         probe_s: float = 1.0,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         procs = {u.rstrip("/"): p for u, p in (processes or {}).items()}
         self.pool = pool
         self.engines = {c.base_url: EngineState(c.base_url, procs.get(c.base_url)) for c in pool.clients}
         self.max_restarts = max_restarts
         self.probe_s = probe_s
+        self.notify = notify
+        """Told each death and restart in one line (the worker's console); they are logged either way."""
         self.faults = 0
         """Engine deaths seen so far (an episode compares it with the value at its start)."""
         self.lost = asyncio.Event()
@@ -153,12 +156,12 @@ class EngineSupervisor:
             task = asyncio.create_task(self._restart(state))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        log.warning(
-            "the engine at %s died (%s)%s",
-            state.url,
-            state.died[-1],
-            "; restarting it" if state.restarting else f"; it {state.gave_up}",
+        then = (
+            f"restarting it ({state.restarts + 1} of {self.max_restarts})"
+            if state.restarting
+            else f"it {state.gave_up}"
         )
+        self._say(f"the engine at {state.url} died ({state.died[-1]}); {then}")
 
     def _mark_restarting(self) -> None:
         """Keep restarting engines out of the pool until they answer (a probe may find them up early)."""
@@ -174,15 +177,20 @@ class EngineSupervisor:
             try:
                 await state.process.restart()
             except EngineError as e:
-                log.warning("restart %d of the engine at %s failed: %s", state.restarts, state.url, e)
+                self._say(f"restart {state.restarts} of the engine at {state.url} failed: {e}")
                 continue
-            log.warning("the engine at %s is back (restart %d)", state.url, state.restarts)
+            self._say(f"the engine at {state.url} is back (restart {state.restarts} of {self.max_restarts})")
             state.restarting, state.up = False, True
             await self.probe()
             return
         state.restarting = False
         state.gave_up = f"{self.max_restarts} restarts (worker.engine_restarts) are spent"
         await self.probe()
+
+    def _say(self, line: str) -> None:
+        log.warning("%s", line)
+        if self.notify is not None:
+            self.notify(line)
 
     async def _probe_forever(self) -> None:
         while True:
@@ -194,7 +202,12 @@ class EngineSupervisor:
 
 
 def supervise(
-    proxy: object, engine: DevEngineProcess | None, *, max_restarts: int, probe_s: float
+    proxy: object,
+    engine: DevEngineProcess | None,
+    *,
+    max_restarts: int,
+    probe_s: float,
+    notify: Callable[[str], None] | None = None,
 ) -> EngineSupervisor | None:
     """A started supervisor of the engines behind ``proxy`` (a worker's own proxy, which holds an
     :class:`EnginePool`), restarting ``engine`` if given; None for standalone proxies (no pool here)."""
@@ -202,7 +215,11 @@ def supervise(
     if not isinstance(pool, EnginePool):
         return None
     supervisor = EngineSupervisor(
-        pool, {engine.url: engine} if engine is not None else None, max_restarts=max_restarts, probe_s=probe_s
+        pool,
+        {engine.url: engine} if engine is not None else None,
+        max_restarts=max_restarts,
+        probe_s=probe_s,
+        notify=notify,
     )
     supervisor.start()
     return supervisor

@@ -288,7 +288,13 @@ async def serve_episodes(
         else:
             engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
             engines = supervise(
-                proxy, engine, max_restarts=cfg.worker.engine_restarts, probe_s=cfg.worker.engine_probe_s
+                proxy,
+                engine,
+                max_restarts=cfg.worker.engine_restarts,
+                probe_s=cfg.worker.engine_probe_s,
+                notify=lambda line: console.print(
+                    f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True
+                ),
             )
         snapshot = snapshot_of(secrets)
         run: Run = await proxy.create_run(
