@@ -37,7 +37,9 @@ MULTI_TURN = {"kind": "python", "path": "tests.rollout.agents_for_tests:multi_tu
 def quickstart_config(tmp: Path, name: str, engine: dict[str, Any], **worker: Any) -> Path:
     """examples/quickstart.yaml, smaller: 4 tasks x 4 samples, no eval, a multi-turn agent."""
     cfg = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
-    letters = [row for row in (REPO / "examples" / "data" / "letters.jsonl").read_text().splitlines() if row][:N_TASKS]
+    letters = [row for row in (REPO / "examples" / "data" / "letters.jsonl").read_text().splitlines() if row][
+        :N_TASKS
+    ]
     (tmp / "tasks.jsonl").write_text("\n".join(letters) + "\n")
     cfg.pop("eval", None)
     cfg.update(run=name, dataset={"path": "tasks.jsonl"}, n_samples_per_prompt=N_SAMPLES, engine=engine)
