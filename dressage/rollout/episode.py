@@ -181,9 +181,12 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
             reward, details = await score_result(env, task, result, held)
         except EpisodeFailed as f:
             error = redact(str(f), store.db.secrets) or ""
-            if f.reason.startswith("agent_") and await _engine_faulted(env, mark, error):
+            fault = await _engine_fault(env, mark, error) if f.reason.startswith("agent_") else None
+            if fault is not None:
                 renewer.cancel()
-                return await interrupt_for_engine(env, lease, sid, error, held, agent_log)
+                return await interrupt_for_engine(
+                    env, lease, sid, error, held, agent_log, counts=fault == "reported"
+                )
             agent_log.write(f"FAILED ({f.reason}): {error}")
             await archive_session(env, sid, held.sandbox, agent_log)
             renewer.cancel()
@@ -230,23 +233,35 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
         await held.release(sid)
 
 
-async def _engine_faulted(env: EpisodeEnv, mark: int, error: str) -> bool:
-    """Whether a failed episode failed because an engine died (an infrastructure fault, not the agent's)."""
+async def _engine_fault(env: EpisodeEnv, mark: int, error: str) -> str | None:
+    """Whether a failed episode failed because an engine died (an infrastructure fault, not the
+    agent's): ``seen`` (this worker's supervisor saw an engine die), ``reported`` (the proxy said its
+    engine is unreachable) or None."""
     if env.engines is not None and await env.engines.faulted_since(mark):
-        return True
-    return is_engine_fault(error)
+        return "seen"
+    return "reported" if is_engine_fault(error) else None
 
 
 async def interrupt_for_engine(
-    env: EpisodeEnv, lease: TaskLease, sid: str, error: str, held: Held, agent_log: AgentLog
+    env: EpisodeEnv,
+    lease: TaskLease,
+    sid: str,
+    error: str,
+    held: Held,
+    agent_log: AgentLog,
+    *,
+    counts: bool = False,
 ) -> Outcome:
     """End an attempt that an engine's death interrupted: an infrastructure fault, never a task failure.
 
     The ``session_interrupted`` event records it (``failure_kind: infrastructure``). With
     ``worker.resume_in_flight`` the session stays ``running`` and the next attempt takes it over on a
     live engine (its recorded turns answered from the log); otherwise it is ``abandoned`` with
-    finish reason ``engine_unreachable``. The lease goes back to the queue whatever attempt it was:
-    an engine's death never uses up a pair's ``max_attempts``.
+    finish reason ``engine_unreachable``. The lease goes back to the queue whatever attempt it was
+    (the supervisor holds claims while no engine is up), unless ``counts``: a fault only the proxy
+    reported (standalone proxies, no supervisor here) uses up an attempt, so a worker whose engines
+    never come back does not retry forever; the pair then ends ``failed`` on infrastructure, which
+    ``rollout --resume`` retries.
     """
     store, run, cfg = env.store, env.run, env.cfg
     payload = {"failure_kind": "infrastructure", "reason": "engine_unreachable", "error": error}
@@ -269,7 +284,8 @@ async def interrupt_for_engine(
             info={**env.session_info, **_finish_info(lease, None), "failure_kind": "infrastructure"},
             attempt=lease.attempt,
         )
-    await asyncio.to_thread(store.tasks.release, lease, "retry")
+    limit = cfg.worker.max_attempts if counts else None
+    await asyncio.to_thread(store.tasks.release, lease, "retry", max_attempts=limit)
     return Outcome("interrupted", error=error)
 
 
