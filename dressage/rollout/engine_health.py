@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -27,6 +28,9 @@ from dressage.errors import EngineError, EnginesLostError
 from dressage.rollout.engine_process import DevEngineProcess
 
 log = logging.getLogger(__name__)
+
+DEAD_AFTER_PROBES = 2
+"""An engine whose probes failed for this many probe intervals is dead (its process exiting is enough)."""
 
 ENGINE_UNREACHABLE = re.compile(r"engine at \S+ is unreachable|no healthy engine among")
 """What the proxy's 502 says when the engine behind it is gone (the client's and the pool's wording):
@@ -41,6 +45,8 @@ class EngineState:
     process: DevEngineProcess | None = None
     """The engine process this worker started (restartable); None for an engine given by URL."""
     up: bool = True
+    failing_since: float | None = None
+    """When its probes started failing (None while they answer)."""
     restarts: int = 0
     restarting: bool = False
     gave_up: str | None = None
@@ -107,8 +113,8 @@ class EngineSupervisor:
 
     @property
     def available(self) -> bool:
-        """Whether some engine is up (new sessions can start)."""
-        return any(e.up and not e.restarting for e in self.engines.values())
+        """Whether some engine answers its probes (new sessions can start)."""
+        return any(e.up and not e.restarting and e.failing_since is None for e in self.engines.values())
 
     def mark(self) -> int:
         """The fault count now: pass it to :meth:`faulted_since` when an episode fails."""
@@ -123,16 +129,19 @@ class EngineSupervisor:
         """Probe every engine once: mark the dead ones in the pool, restart ours, detect a total loss."""
         async with self._probe_lock:
             health = await self.pool.check_health()
+            now = time.monotonic()
             for url, ok in health.items():
                 state = self.engines[url]
                 if state.restarting:
                     continue
                 if ok:
-                    state.up = True
-                elif state.up:
+                    state.up, state.failing_since = True, None
+                    continue
+                state.failing_since = state.failing_since or now
+                if state.up and self._dead(state, now):
                     self._died(state)
             self._mark_restarting()
-            if not self.available and not any(e.restarting for e in self.engines.values()):
+            if not any(e.up or e.restarting for e in self.engines.values()):
                 self.lost.set()
 
     def describe_loss(self) -> str:
@@ -142,6 +151,15 @@ class EngineSupervisor:
             for e in self.engines.values()
         )
 
+    def _dead(self, state: EngineState, now: float) -> bool:
+        """Whether a failing engine is dead: its process exited, or its probes have failed for
+        ``DEAD_AFTER_PROBES`` intervals (a busy engine that misses one probe is not restarted; the
+        pool routes nothing new to it meanwhile)."""
+        if state.process is not None and state.process.exit_code() is not None:
+            return True
+        assert state.failing_since is not None
+        return now - state.failing_since >= DEAD_AFTER_PROBES * self.probe_s
+
     def _died(self, state: EngineState) -> None:
         state.up = False
         self.faults += 1
@@ -150,7 +168,7 @@ class EngineSupervisor:
         if state.process is None:
             state.gave_up = "is not this worker's to restart"
         elif state.restarts >= self.max_restarts:
-            state.gave_up = f"{self.max_restarts} restarts (worker.engine_restarts) are spent"
+            state.gave_up = self._spent()
         else:
             state.restarting = True
             task = asyncio.create_task(self._restart(state))
@@ -162,6 +180,11 @@ class EngineSupervisor:
             else f"it {state.gave_up}"
         )
         self._say(f"the engine at {state.url} died ({state.died[-1]}); {then}")
+
+    def _spent(self) -> str:
+        if self.max_restarts == 0:
+            return "worker.engine_restarts is 0"
+        return f"its {self.max_restarts} restarts (worker.engine_restarts) are spent"
 
     def _mark_restarting(self) -> None:
         """Keep restarting engines out of the pool until they answer (a probe may find them up early)."""
@@ -180,11 +203,11 @@ class EngineSupervisor:
                 self._say(f"restart {state.restarts} of the engine at {state.url} failed: {e}")
                 continue
             self._say(f"the engine at {state.url} is back (restart {state.restarts} of {self.max_restarts})")
-            state.restarting, state.up = False, True
+            state.restarting, state.up, state.failing_since = False, True, None
             await self.probe()
             return
         state.restarting = False
-        state.gave_up = f"{self.max_restarts} restarts (worker.engine_restarts) are spent"
+        state.gave_up = self._spent()
         await self.probe()
 
     def _say(self, line: str) -> None:
