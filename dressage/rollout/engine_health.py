@@ -73,7 +73,7 @@ class EngineSupervisor:
         self.max_restarts = max_restarts
         self.probe_s = probe_s
         self.notify = notify
-        """Told each death and restart in one line (the worker's console); they are logged either way."""
+        """Told each death and restart in one line (the worker's console); logged without it."""
         self.faults = 0
         """Engine deaths seen so far (an episode compares it with the value at its start)."""
         self.lost = asyncio.Event()
@@ -211,9 +211,10 @@ class EngineSupervisor:
         await self.probe()
 
     def _say(self, line: str) -> None:
-        log.warning("%s", line)
         if self.notify is not None:
             self.notify(line)
+        else:
+            log.warning("%s", line)
 
     async def _probe_forever(self) -> None:
         while True:
