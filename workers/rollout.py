@@ -13,7 +13,7 @@ import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.commandline import console as make_console
-from dressage.errors import AgentError, ConfigError
+from dressage.errors import AgentError, ConfigError, NotSupportedError
 
 
 @handle_errors
@@ -61,6 +61,11 @@ def rollout_command(
 
     if retry_failed and resume is None:
         raise ConfigError("--retry-failed retries the failed pairs of a run: give it with --resume RUN")
+    if retry_failed and ray_address is not None:
+        raise NotSupportedError(
+            "--retry-failed with --ray is not built yet; run `dressage-worker rollout --resume RUN "
+            "--retry-failed` without --ray (pairs that failed on infrastructure are retried either way)"
+        )
     settings = load_settings(database_url=database_url)
     opts = WorkerOptions(
         config_path=str(config) if config else None,

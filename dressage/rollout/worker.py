@@ -441,10 +441,10 @@ async def _lease_loop(
                     tree = env.cfg.branching is not None and lease.kind == "train"
                     active.add(asyncio.create_task(run_tree(env, lease) if tree else run_episode(env, lease)))
             if not active:
-                await raise_if_engines_lost(env)
                 counts = await asyncio.to_thread(store.tasks.counts, run)
                 if counts["pending"] == 0 and counts["leased"] == 0:
                     return
+                await raise_if_engines_lost(env)
                 waiting = await asyncio.to_thread(describe_lease_wait, store, run, owner)
                 if waiting is not None and waiting.split(" (in ")[0] != announced:
                     announced = waiting.split(" (in ")[0]

@@ -66,3 +66,10 @@ def test_retry_failed_needs_resume(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1
     assert "--retry-failed retries the failed pairs of a run: give it with --resume RUN" in out.decode()
+
+
+def test_retry_failed_with_ray_is_refused(tmp_path: Path) -> None:
+    proc = start_worker(["--resume", "r", "--retry-failed", "--ray", "local"], tmp_path / "home")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "--retry-failed with --ray is not built yet" in out.decode()
