@@ -137,8 +137,11 @@ def test_killed_dev_engine_is_restarted_and_the_run_finishes(tmp_path: Path) -> 
         store.close()
 
 
-def test_no_engine_left_exits_non_zero_and_resume_finishes(tmp_path: Path) -> None:
-    proc, url, store = _kill_worker_engine(tmp_path, "engine-lost", engine_restarts=0)
+@pytest.mark.parametrize("resume_in_flight", [True, False], ids=["take-over", "abandon"])
+def test_no_engine_left_exits_non_zero_and_resume_finishes(tmp_path: Path, resume_in_flight: bool) -> None:
+    proc, url, store = _kill_worker_engine(
+        tmp_path, "engine-lost", engine_restarts=0, resume_in_flight=resume_in_flight
+    )
     try:
         out = _output(proc)
         assert proc.returncode == 1, out[-3000:]
@@ -155,7 +158,15 @@ def test_no_engine_left_exits_non_zero_and_resume_finishes(tmp_path: Path) -> No
         interrupted = store.events.read("engine-lost", kinds=("session_interrupted",))
         assert interrupted and {e.payload["failure_kind"] for e in interrupted} == {"infrastructure"}
         taken_over = {e.session_id for e in store.events.read("engine-lost", kinds=("session_resumed",))}
-        assert {e.session_id for e in interrupted} <= taken_over  # each continued by a later attempt
+        sessions = {s.id: s for s in store.sessions.list("engine-lost")}
+        if resume_in_flight:  # each continued by a later attempt
+            assert {e.session_id for e in interrupted} <= taken_over
+        else:  # each kept as abandoned on infrastructure, the pair played again
+            assert not taken_over
+            for e in interrupted:
+                s = sessions[str(e.session_id)]
+                assert (s.status, s.finish_reason) == ("abandoned", "engine_unreachable")
+                assert s.info["failure_kind"] == "infrastructure"
     finally:
         store.close()
 
