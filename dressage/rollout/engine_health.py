@@ -121,9 +121,19 @@ class EngineSupervisor:
         return self.faults
 
     async def faulted_since(self, mark: int) -> bool:
-        """Whether an engine died since :meth:`mark` returned ``mark`` (probing every engine now)."""
+        """Whether an engine died since :meth:`mark` returned ``mark`` (probing every engine now, and
+        waiting for the verdict on one whose probes have started failing)."""
         await self.probe()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (DEAD_AFTER_PROBES + 1) * self.probe_s
+        while self.faults <= mark and self._failing() and loop.time() < deadline:
+            await asyncio.sleep(self.probe_s / 2)
+            await self.probe()
         return self.faults > mark
+
+    def _failing(self) -> bool:
+        """Whether an engine not yet declared dead is failing its probes."""
+        return any(e.up and e.failing_since is not None for e in self.engines.values())
 
     async def probe(self) -> None:
         """Probe every engine once: mark the dead ones in the pool, restart ours, detect a total loss."""

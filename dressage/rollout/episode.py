@@ -185,7 +185,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
             if fault is not None:
                 renewer.cancel()
                 return await interrupt_for_engine(
-                    env, lease, sid, error, held, agent_log, counts=fault == "unsupervised"
+                    env, lease, sid, error, held, agent_log, counts=fault == "reported"
                 )
             agent_log.write(f"FAILED ({f.reason}): {error}")
             await archive_session(env, sid, held.sandbox, agent_log)
@@ -235,13 +235,12 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
 
 async def _engine_fault(env: EpisodeEnv, mark: int, error: str) -> str | None:
     """Whether a failed episode failed because an engine died (an infrastructure fault, not the
-    agent's): an engine died since ``mark`` or the proxy said its engine is unreachable. Returns
-    ``supervised`` (this worker supervises the engines: it claims nothing while none is up),
-    ``unsupervised`` (standalone proxies) or None."""
-    if env.engines is not None:
-        died = await env.engines.faulted_since(mark)
-        return "supervised" if died or is_engine_fault(error) else None
-    return "unsupervised" if is_engine_fault(error) else None
+    agent's): ``seen`` (this worker's supervisor saw an engine die since ``mark``: it claims nothing
+    while none is up), ``reported`` (only the proxy's answer says its engine is unreachable:
+    standalone proxies, or a connection an engine dropped without dying) or None."""
+    if env.engines is not None and await env.engines.faulted_since(mark):
+        return "seen"
+    return "reported" if is_engine_fault(error) else None
 
 
 async def interrupt_for_engine(
@@ -260,10 +259,11 @@ async def interrupt_for_engine(
     ``worker.resume_in_flight`` the session stays ``running`` and the next attempt takes it over on a
     live engine (its recorded turns answered from the log); otherwise it is ``abandoned`` with
     finish reason ``engine_unreachable``. The lease goes back to the queue whatever attempt it was
-    (the supervisor holds claims while no engine is up), unless ``counts``: a fault behind
-    standalone proxies (no supervisor here) uses up an attempt, so a worker whose engines
-    never come back does not retry forever; the pair then ends ``failed`` on infrastructure, which
-    ``rollout --resume`` retries.
+    (the supervisor holds claims while no engine is up), unless ``counts``: a fault no supervisor
+    saw (standalone proxies, or an engine that dropped a connection and lives on) uses up an
+    attempt, so a worker whose engines never come back, or a request an engine always drops, does
+    not retry forever; the pair then ends ``failed`` on infrastructure, which ``rollout --resume``
+    retries.
     """
     store, run, cfg = env.store, env.run, env.cfg
     payload = {"failure_kind": "infrastructure", "reason": "engine_unreachable", "error": error}
