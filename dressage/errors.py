@@ -110,6 +110,11 @@ class EngineAbortedError(EngineError):
     """A generation was aborted by the engine (pause for a weight update, explicit abort)."""
 
 
+class EnginesLostError(EngineError):
+    """Every engine of a rollout died and none could be restarted: the worker stopped claiming and
+    left its pairs retryable (the message says how to resume)."""
+
+
 class ContextLengthExceededError(DressageError):
     """A request's prompt does not fit the model's context window."""
 

@@ -54,6 +54,8 @@ MODULE_TIERS: dict[str, tuple[str, ...]] = {
     "tests/rollout/test_crash_resume.py": ("slow",),
     "tests/rollout/test_inflight_resume.py": ("slow",),
     "tests/rollout/test_fork_crash.py": ("slow",),
+    "tests/rollout/test_engine_failover.py": ("slow",),
+    "tests/rollout/test_retry_failed.py": ("slow",),
     "tests/rollout/test_tree_rollout.py": ("slow",),
     "tests/store/test_server_crash.py": ("slow",),
     "tests/store/test_replica.py": ("slow", "postgres"),

@@ -13,7 +13,7 @@ import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.commandline import console as make_console
-from dressage.errors import AgentError, Interrupted
+from dressage.errors import AgentError, ConfigError, Interrupted, NotSupportedError
 
 
 @handle_errors
@@ -24,6 +24,14 @@ def rollout_command(
     resume: Annotated[
         str | None, typer.Option("--resume", help="Continue run RUN from its frozen config snapshot.")
     ] = None,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="With --resume: also retry pairs whose agent failed (pairs that failed on "
+            "infrastructure, e.g. a dead engine, are retried without it).",
+        ),
+    ] = False,
     concurrency: Annotated[
         int | None,
         typer.Option("--concurrency", "-j", help="Episodes at once (overrides worker.concurrency)."),
@@ -52,11 +60,19 @@ def rollout_command(
     from dressage.interrupts import graceful_stop
     from dressage.rollout.worker import WorkerOptions, run_rollout
 
+    if retry_failed and resume is None:
+        raise ConfigError("--retry-failed retries the failed pairs of a run: give it with --resume RUN")
+    if retry_failed and ray_address is not None:
+        raise NotSupportedError(
+            "--retry-failed with --ray is not built yet; run `dressage-worker rollout --resume RUN "
+            "--retry-failed` without --ray (pairs that failed on infrastructure are retried either way)"
+        )
     stop = graceful_stop()
     settings = load_settings(database_url=database_url)
     opts = WorkerOptions(
         config_path=str(config) if config else None,
         resume=resume,
+        retry_failed=retry_failed,
         concurrency=concurrency,
         worker_id=worker_id,
         show_progress=progress,

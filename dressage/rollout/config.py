@@ -242,7 +242,7 @@ class SandboxConfig(_Strict):
 
 
 class WorkerConfig(_Strict):
-    """How workers drive episodes; all but ``concurrency`` is frozen with the run."""
+    """How workers drive episodes; all but ``concurrency`` and the engine supervision is frozen with the run."""
 
     concurrency: int = Field(default=4, ge=1, le=4096)
     lease_s: float = Field(default=120.0, ge=1.0, description="Task lease; renewed every lease_s/3.")
@@ -254,6 +254,18 @@ class WorkerConfig(_Strict):
         default=True,
         description="An attempt interrupted by a crash or lease expiry is continued by the next one "
         "(its recorded turns replayed from the log) instead of abandoned and started again.",
+    )
+    engine_restarts: int = Field(
+        default=3,
+        ge=0,
+        description="How many times the worker restarts a dev engine it started after the engine died "
+        "(not frozen with the run); once spent and no engine is left, the worker stops and exits non-zero.",
+    )
+    engine_probe_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the worker probes its engines' /health (not frozen with the run): a dead "
+        "engine gets no new sessions, and its sessions continue on another engine.",
     )
 
 
@@ -412,12 +424,13 @@ class RolloutConfig(_Strict):
         return v
 
     def snapshot(self) -> dict[str, Any]:
-        """The frozen part of a rollout: all but ``worker.concurrency``, ``proxy.urls`` and ``ray``
+        """The frozen part of a rollout: all but ``worker.concurrency`` (and the engine supervision's
+        ``worker.engine_restarts``, ``worker.engine_probe_s``), ``proxy.urls`` and ``ray``
         (per-deployment choices) and the
         ``train``/``loop`` sections (the loop records those in its run's config separately); without
         an ``eval`` section the snapshot is what it was before evaluation existed."""
         exclude: dict[str, Any] = {
-            "worker": {"concurrency"},
+            "worker": {"concurrency", "engine_restarts", "engine_probe_s"},
             "proxy": {"urls"},
             "train": True,
             "loop": True,

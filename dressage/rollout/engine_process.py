@@ -94,6 +94,20 @@ class DevEngineProcess:
             f"the dev engine did not answer /health within {START_TIMEOUT_S:.0f}s: {self.log_tail()}"
         )
 
+    @property
+    def pid(self) -> int | None:
+        """The engine process's id (None before :meth:`start`)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def exit_code(self) -> int | None:
+        """The engine's exit code once it exited (negative: killed by that signal); None while it runs."""
+        return self._proc.poll() if self._proc is not None else None
+
+    async def restart(self) -> str:
+        """Start the engine again on the same port (its URL stays), after it died; see :meth:`start`."""
+        self._terminate()
+        return await self.start()
+
     def log_tail(self, n: int = 800) -> str:
         """The last ``n`` characters of the engine's output."""
         with contextlib.suppress(OSError):
@@ -102,6 +116,12 @@ class DevEngineProcess:
 
     def stop(self) -> None:
         """Terminate the engine (SIGTERM, then SIGKILL after 5 s) and remove its log."""
+        self._terminate()
+        with contextlib.suppress(OSError):
+            os.unlink(self._log_path)
+
+    def _terminate(self) -> None:
+        """Terminate the engine if it runs (SIGTERM, then SIGKILL after 5 s); reap it either way."""
         p = self._proc
         if p is not None and p.poll() is None:
             p.terminate()
@@ -110,5 +130,3 @@ class DevEngineProcess:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=5)
-        with contextlib.suppress(OSError):
-            os.unlink(self._log_path)

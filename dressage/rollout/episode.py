@@ -15,7 +15,10 @@ Order of effects (each one durable before the next):
    the lease (``done``, or ``retry`` until ``max_attempts``).
 
 A sandbox that fails to start, an agent that crashes or hangs, a reward that fails: each is a
-*failed attempt* (kept in the log, never trained on) and the task goes back to the queue. If the
+*failed attempt* (kept in the log, never trained on) and the task goes back to the queue, until
+``max_attempts``. An agent that failed because an engine died is no failed attempt but an
+*interrupted* one (an infrastructure fault: :func:`interrupt_for_engine`): the task goes back to the
+queue whatever attempt it was, and the next attempt continues the session on a live engine. If the
 lease is lost (this worker stalled past it and another worker took the task, abandoning this
 session), the episode stops without writing anything more.
 """
@@ -47,6 +50,7 @@ from dressage.proxy.contract import Proxy, SessionHandle
 from dressage.redact import redact, redact_json
 from dressage.rollout import task_kinds
 from dressage.rollout.config import RolloutConfig
+from dressage.rollout.engine_health import EngineSupervisor, is_engine_fault
 from dressage.rollout.proxy_ring import ProxyRing
 from dressage.rollout.rewards import RewardInput, Scorer
 from dressage.rollout.secrets import RunSecrets
@@ -77,11 +81,14 @@ class EpisodeEnv:
     directory of the per-session sockets to the session's proxy on the ring (instead of ``proxy_socket``)."""
     session_info: dict[str, Any] = field(default_factory=dict)
     """Joins every session's ``info`` (e.g. the Ray node that ran it: :mod:`dressage.cluster.actors`)."""
+    engines: EngineSupervisor | None = None
+    """The engines' supervisor when this worker runs its own proxy (:mod:`dressage.rollout.engine_health`)."""
 
 
 @dataclass
 class Outcome:
-    """How an episode ended: ``finished``, ``failed``, ``skipped`` (already done) or ``lease_lost``."""
+    """How an episode ended: ``finished``, ``failed``, ``skipped`` (already done), ``lease_lost`` or
+    ``interrupted`` (an engine died: an infrastructure fault, the pair goes back to the queue)."""
 
     status: str
     reward: float | None = None
@@ -156,6 +163,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
             await asyncio.to_thread(store.tasks.release, lease, "done")
         return Outcome("skipped")
     task = Task.from_payload(lease.payload)
+    mark = env.engines.mark() if env.engines is not None else 0
     handle, seed_from = await _open_or_resume(env, lease)
     sid = handle.session_id
     current = asyncio.current_task()
@@ -173,6 +181,12 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
             reward, details = await score_result(env, task, result, held)
         except EpisodeFailed as f:
             error = redact(str(f), store.db.secrets) or ""
+            fault = await _engine_fault(env, mark, error) if f.reason.startswith("agent_") else None
+            if fault is not None:
+                renewer.cancel()
+                return await interrupt_for_engine(
+                    env, lease, sid, error, held, agent_log, counts=fault == "reported"
+                )
             agent_log.write(f"FAILED ({f.reason}): {error}")
             await archive_session(env, sid, held.sandbox, agent_log)
             renewer.cancel()
@@ -217,6 +231,64 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
     finally:
         renewer.cancel()
         await held.release(sid)
+
+
+async def _engine_fault(env: EpisodeEnv, mark: int, error: str) -> str | None:
+    """Whether a failed episode failed because an engine died (an infrastructure fault, not the
+    agent's): ``seen`` (this worker's supervisor saw an engine die since ``mark``: it claims nothing
+    while none is up), ``reported`` (only the proxy's answer says its engine is unreachable:
+    standalone proxies, or a connection an engine dropped without dying) or None."""
+    if env.engines is not None and await env.engines.faulted_since(mark):
+        return "seen"
+    return "reported" if is_engine_fault(error) else None
+
+
+async def interrupt_for_engine(
+    env: EpisodeEnv,
+    lease: TaskLease,
+    sid: str,
+    error: str,
+    held: Held,
+    agent_log: AgentLog,
+    *,
+    counts: bool = False,
+) -> Outcome:
+    """End an attempt that an engine's death interrupted: an infrastructure fault, never a task failure.
+
+    The ``session_interrupted`` event records it (``failure_kind: infrastructure``). With
+    ``worker.resume_in_flight`` the session stays ``running`` and the next attempt takes it over on a
+    live engine (its recorded turns answered from the log); otherwise it is ``abandoned`` with
+    finish reason ``engine_unreachable``. The lease goes back to the queue whatever attempt it was
+    (the supervisor holds claims while no engine is up), unless ``counts``: a fault no supervisor
+    saw (standalone proxies, or an engine that dropped a connection and lives on) uses up an
+    attempt, so a worker whose engines never come back, or a request an engine always drops, does
+    not retry forever; the pair then ends ``failed`` on infrastructure, which ``rollout --resume``
+    retries.
+    """
+    store, run, cfg = env.store, env.run, env.cfg
+    payload = {"failure_kind": "infrastructure", "reason": "engine_unreachable", "error": error}
+    await asyncio.to_thread(
+        store.events.append,
+        run,
+        "session_interrupted",
+        {**payload, "attempt": lease.attempt},
+        key=deterministic_key(run.name, sid, "interrupted", lease.attempt),
+        session_id=sid,
+    )
+    if not cfg.worker.resume_in_flight:
+        agent_log.write(f"INTERRUPTED (engine_unreachable): {error}")
+        await archive_session(env, sid, held.sandbox, agent_log)
+        await env.proxy.finalize_session(
+            sid,
+            "abandoned",
+            finish_reason="engine_unreachable",
+            error=error,
+            info={**env.session_info, **_finish_info(lease, None), "failure_kind": "infrastructure"},
+            attempt=lease.attempt,
+        )
+    limit = cfg.worker.max_attempts if counts else None
+    await asyncio.to_thread(store.tasks.release, lease, "retry", max_attempts=limit)
+    return Outcome("interrupted", error=error)
 
 
 async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHandle, int]:

@@ -51,6 +51,7 @@ from dressage.rollout.datasets import (
     load_tasks,
     task_specs,
 )
+from dressage.rollout.engine_health import EngineSupervisor, supervise
 from dressage.rollout.engine_process import DevEngineProcess
 from dressage.rollout.episode import EpisodeEnv, Outcome, run_episode
 from dressage.rollout.evaluation import EvalScheduler, eval_line, read_eval_rounds
@@ -80,6 +81,9 @@ class WorkerOptions:
     """Joins every session's ``info`` (a Ray worker's node id and address)."""
     print_summary: bool = False
     """Print the end-of-run table even without ``show_progress`` (``rollout --no-progress``)."""
+    retry_failed: bool = False
+    """With ``resume``: also retry pairs whose sessions failed on the agent's side (``--retry-failed``);
+    pairs that failed on infrastructure are retried either way."""
 
 
 @dataclass
@@ -242,6 +246,8 @@ async def run_rollout(
             if tasks is not None and sum(store.tasks.counts(env.run).values()) == 0:
                 store.tasks.enqueue(env.run, task_specs(tasks), n_samples=cfg.n_samples_per_prompt)
             env.session_info = dict(opts.session_info or {})
+            if opts.resume is not None:
+                requeue_failed_pairs(store, env.run, console, agent_failures=opts.retry_failed)
             owner = opts.worker_id or default_worker_id()
             report = RolloutReport(run=env.run.name)
             progress = RolloutProgress(store, env.run, console=console, enabled=opts.show_progress)
@@ -283,6 +289,7 @@ async def serve_episodes(
     records another mechanism is refused too."""
     engine: DevEngineProcess | None = None
     proxy: Proxy | None = None
+    engines: EngineSupervisor | None = None
     forwarder: asyncio.Server | None = None
     socket_dir: str | None = None
     try:
@@ -301,6 +308,15 @@ async def serve_episodes(
             proxy = remote_proxies(store, cfg, settings)
         else:
             engine, proxy, _urls = await start_engine_and_proxy(store, cfg, settings, console)
+            engines = supervise(
+                proxy,
+                engine,
+                max_restarts=cfg.worker.engine_restarts,
+                probe_s=cfg.worker.engine_probe_s,
+                notify=lambda line: console.print(
+                    f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True
+                ),
+            )
         run: Run = await proxy.create_run(
             run_name or cfg.run, dict(snapshot) if snapshot is not None else None
         )
@@ -320,8 +336,11 @@ async def serve_episodes(
         env = EpisodeEnv(store, proxy, run, cfg, agent, scorer, provider, proxy_socket, sandbox_url, secrets)
         if cfg.proxy.urls and socket_dir is not None:
             env.session_socket_dir = socket_dir
+        env.engines = engines
         yield env
     finally:
+        if engines is not None:
+            await engines.stop()
         if forwarder is not None:
             forwarder.close()
         if socket_dir is not None:
@@ -401,6 +420,20 @@ async def eval_summary_row(store: EventStore, run: Run) -> dict[str, str]:
     return {f"{eval_cfg.get('name') or 'eval'} (eval)": eval_line(rounds).split(": ", 1)[1]}
 
 
+def requeue_failed_pairs(store: EventStore, run: Run, console: Console, *, agent_failures: bool) -> None:
+    """``--resume``: put the run's failed pairs back in the queue (agent failures with ``--retry-failed``)."""
+    done = store.tasks.requeue_failed(run, agent_failures=agent_failures)
+    if done.infrastructure:
+        console.print(f"retrying {done.infrastructure} pairs that failed on infrastructure", highlight=False)
+    if done.agent:
+        console.print(f"retrying {done.agent} pairs whose agent failed (--retry-failed)", highlight=False)
+    if done.agent_left:
+        console.print(
+            f"{done.agent_left} pairs whose agent failed stay failed (retry them with --retry-failed)",
+            highlight=False,
+        )
+
+
 def remote_proxies(store: EventStore, cfg: RolloutConfig, settings: Settings) -> ProxyRing:
     """The standalone proxies of ``proxy.urls`` (no engine or proxy of this worker's own)."""
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
@@ -417,6 +450,18 @@ def with_secrets(settings: Settings, secrets: RunSecrets) -> Settings:
 
 def _fmt_outcomes(outcomes: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "nothing"
+
+
+def engines_up(env: EpisodeEnv) -> bool:
+    """Whether an engine is up to take new sessions (always, without supervision)."""
+    return env.engines is None or env.engines.available
+
+
+async def raise_if_engines_lost(env: EpisodeEnv) -> None:
+    """Raise :class:`EnginesLostError` once no engine is left (and the episodes have ended)."""
+    if env.engines is not None and env.engines.lost.is_set():
+        counts = await asyncio.to_thread(env.store.tasks.counts, env.run)
+        raise env.engines.lost_error(env.run.name, counts["pending"] + counts["leased"])
 
 
 async def _lease_loop(
@@ -443,7 +488,7 @@ async def _lease_loop(
         while not await _stopped(stop):
             if evals is not None:
                 await asyncio.to_thread(evals.tick)
-            free = w.concurrency - len(active)
+            free = w.concurrency - len(active) if engines_up(env) else 0
             claimed = []
             if free > 0:
                 claimed = await asyncio.to_thread(
@@ -463,6 +508,7 @@ async def _lease_loop(
                 counts = await asyncio.to_thread(store.tasks.counts, run)
                 if counts["pending"] == 0 and counts["leased"] == 0:
                     return
+                await raise_if_engines_lost(env)
                 waiting = await asyncio.to_thread(describe_lease_wait, store, run, owner)
                 if waiting is not None and waiting.split(" (in ")[0] != announced:
                     announced = waiting.split(" (in ")[0]
@@ -478,6 +524,11 @@ async def _lease_loop(
                 except DressageError as e:  # e.g. the proxy could not open a session; the lease will expire
                     out = Outcome("error", error=redact(str(e), store.db.secrets))
                 report.outcomes[out.status] = report.outcomes.get(out.status, 0) + 1
+                if out.status == "interrupted":
+                    console.print(
+                        f"[yellow]interrupted[/] (an engine died; the pair goes back to the queue): {escape(out.error or '')}",
+                        highlight=False,
+                    )
                 if out.status in ("failed", "error"):
                     lines = (out.error or "").strip().splitlines()
                     report.last_error = lines[-1] if lines else report.last_error

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Row, and_, func, insert, or_, select, update
@@ -33,6 +34,18 @@ from dressage.store.records import (
 from dressage.store.runs import RunRepository
 
 TASK_STATES = ("pending", "leased", "done", "failed")
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """What :meth:`TaskRepository.requeue_failed` did: pairs requeued, and agent failures left failed."""
+
+    infrastructure: int
+    """Failed pairs whose last attempt failed on infrastructure (always requeued)."""
+    agent: int
+    """Failed pairs whose last session failed, requeued (``agent_failures``)."""
+    agent_left: int
+    """Failed pairs whose last session failed, left failed (without ``agent_failures``)."""
 
 
 class TaskRepository:
@@ -118,7 +131,9 @@ class TaskRepository:
     ) -> list[TaskLease]:
         """Claim up to ``n`` pending or lease-expired tasks for ``owner`` for ``lease_s`` seconds.
 
-        Tasks that already used ``max_attempts`` attempts are marked ``failed`` instead of claimed.
+        Expired tasks that already used ``max_attempts`` attempts are marked ``failed`` instead of
+        claimed (a pending task is claimed whatever its count: its failed attempts were counted when
+        it was released, see :meth:`release` and :meth:`requeue_failed`).
         An expired task's running session is abandoned, or with ``resume`` left running for the
         new attempt to take over (:meth:`~dressage.store.sessions.SessionRepository.take_over`).
         Eval tasks come first (``'eval' < 'train'``): they should be sampled by the policy version
@@ -145,7 +160,11 @@ class TaskRepository:
             rows = conn.execute(q).all()
             self._lock_running_sessions_tx(conn, [row.id for row in rows if row.state == "leased"])
             for row in rows:
-                exhausted = max_attempts is not None and row.attempts >= max_attempts
+                # Only an expired lease uses up an attempt here: a pending task's attempts were counted
+                # when it was released (requeued tasks and engine interruptions get another attempt).
+                exhausted = (
+                    row.state == "leased" and max_attempts is not None and row.attempts >= max_attempts
+                )
                 if row.state == "leased" and (exhausted or not resume):
                     self._abandon_sessions_tx(conn, r, row.id, reason="lease_expired")
                 if exhausted:
@@ -299,6 +318,43 @@ class TaskRepository:
             return n == 1
 
         return bool(self.db.retrying(tx))
+
+    def requeue_failed(self, run: str | Run, *, agent_failures: bool = False) -> Requeued:
+        """Put ``failed`` pairs back to ``pending`` (``rollout --resume``): each gets one more attempt.
+
+        A pair whose last session ``failed`` failed on the agent's side (its agent, sandbox or reward):
+        requeued only with ``agent_failures`` (``--retry-failed``). Any other failed pair failed on
+        infrastructure (its last attempt's lease expired: a worker or engine died) and is always
+        requeued. Records ``tasks_requeued`` with the task ids.
+        """
+        r = self.runs.get(run)
+        c, s = t.tasks.c, t.sessions.c
+
+        def tx(conn: Connection) -> Requeued:
+            failed = conn.execute(select(c.id).where(c.run_id == r.id, c.state == "failed")).scalars().all()
+            last: dict[int, str] = {}
+            if failed:
+                rows = conn.execute(
+                    select(s.task_id, s.status)
+                    .where(s.run_id == r.id, s.task_id.in_(failed))
+                    .order_by(s.task_id, s.attempt, s.created_at)
+                ).all()
+                last = {int(row.task_id): str(row.status) for row in rows}
+            agent = [i for i in failed if last.get(i) == "failed"]
+            infra = [i for i in failed if last.get(i) != "failed"]
+            again = sorted(infra + (agent if agent_failures else []))
+            if again:
+                conn.execute(
+                    update(t.tasks).where(c.id.in_(again)).values(state="pending", updated_at=time.time())
+                )
+                self.db.append_event_tx(
+                    conn, r.id, "tasks_requeued", {"task_ids": again, "agent_failures": agent_failures}
+                )
+            return Requeued(
+                len(infra), len(agent) if agent_failures else 0, 0 if agent_failures else len(agent)
+            )
+
+        return self.db.retrying(tx)
 
     def counts(self, run: str | Run, *, kind: str | None = None) -> dict[str, int]:
         """Number of (task, sample) pairs per state (of one ``kind``, ``train`` or ``eval``, if given)."""

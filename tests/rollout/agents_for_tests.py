@@ -66,3 +66,15 @@ async def multi_turn(ctx: AgentContext) -> str:
         messages += [{"role": "tool", "tool_call_id": c.id, "content": f"counted {k}"} for c in calls]
         await asyncio.sleep(float(os.environ.get("DRESSAGE_TEST_AGENT_SLEEP", "0.2")))
     return reply
+
+
+async def fails_while_flagged(ctx: AgentContext) -> str:
+    """Crashes while the file named by ``DRESSAGE_TEST_FAIL_FLAG`` exists (an agent failure a test
+    can end); otherwise one model call."""
+    flag = os.environ.get("DRESSAGE_TEST_FAIL_FLAG")
+    if flag and os.path.exists(flag):
+        raise RuntimeError("flagged to fail")
+    resp = await ctx.client.chat.completions.create(
+        model=ctx.model, messages=ctx.task.chat_messages(), max_tokens=4
+    )
+    return resp.choices[0].message.content or ""

@@ -501,3 +501,32 @@ def test_a_handed_back_lease_is_claimable_at_once_and_its_session_taken_over(
     assert store.tasks.hand_back(lease) is False  # no longer held by "stopping": nothing happens
     with pytest.raises(LeaseError):
         store.tasks.release(lease, "done")
+
+
+def test_requeue_failed_tells_infrastructure_from_agent_failures(store: EventStore, run_name: str) -> None:
+    store.runs.create(run_name)
+    store.tasks.enqueue(run_name, [TaskSpec(0, {}), TaskSpec(1, {})], n_samples=1)
+    agent, infra = store.tasks.claim(run_name, "w1", n=2, lease_s=-1)
+    # Task 0: its agent failed on the last attempt (session failed, released as failed).
+    s = store.sessions.open(run_name, task_id=agent.task_id, attempt=agent.attempt)
+    store.sessions.finalize(s.id, "failed", finish_reason="agent_crashed", error="boom")
+    assert store.tasks.release(agent, "retry", max_attempts=1) == "failed"
+    # Task 1: its worker died on the last attempt (the lease expired): infrastructure.
+    store.sessions.open(run_name, task_id=infra.task_id, attempt=infra.attempt)
+    assert store.tasks.claim(run_name, "w2", max_attempts=1) == []
+    assert store.tasks.counts(run_name)["failed"] == 2
+
+    plain = store.tasks.requeue_failed(run_name)
+    assert (plain.infrastructure, plain.agent, plain.agent_left) == (1, 0, 1)
+    [again] = store.tasks.claim(run_name, "w3", max_attempts=1)  # one more attempt despite max_attempts
+    assert (again.task_id, again.attempt) == (infra.task_id, 2)
+    assert store.tasks.release(again, "retry", max_attempts=1) == "failed"  # a failure there counts
+
+    both = store.tasks.requeue_failed(run_name, agent_failures=True)
+    assert (both.infrastructure, both.agent, both.agent_left) == (1, 1, 0)
+    assert store.tasks.counts(run_name) == {"pending": 2, "leased": 0, "done": 0, "failed": 0}
+    requeued = store.events.read(run_name, kinds=("tasks_requeued",))
+    assert [e.payload["task_ids"] for e in requeued] == [
+        [infra.task_id],
+        sorted([agent.task_id, infra.task_id]),
+    ]
