@@ -104,6 +104,24 @@ _MaxStaleness = Annotated[int | None, typer.Option(help="Mask tokens older than 
 _LastVersionOnly = Annotated[bool, typer.Option(help="Train only tokens of a segment's newest version.")]
 _GroupVersionWindow = Annotated[int | None, typer.Option(help="Drop groups with tokens older than this.")]
 _FailurePolicy = Annotated[str, typer.Option(help="drop_group | keep_finished")]
+_StalenessReference = Annotated[
+    str,
+    typer.Option(
+        help="Measure staleness against the trainer's version or the data's newest version: trainer | data | "
+        "auto (trainer with --push-to, else data: a recorded run trains its own data)."
+    ),
+]
+_EmptySteps = Annotated[
+    str,
+    typer.Option(help="A step that would train 0 tokens: stop (commit nothing, say why) | skip its groups."),
+]
+_WarnEntropyBelow = Annotated[
+    float | None, typer.Option(help="torch: warn when the mean entropy (nats) stays below this.")
+]
+_WarnGradNormAtMost = Annotated[
+    float | None, typer.Option(help="torch: warn when grad_norm stays at most this.")
+]
+_WarnAfterSteps = Annotated[int, typer.Option(help="Consecutive steps before those two warnings.")]
 _AdvantageEstimator = Annotated[str, typer.Option(help="Registered advantage estimator.")]
 _StdNormalize = Annotated[bool, typer.Option(help="Divide GRPO advantages by the group's std + eps.")]
 _InitialVersion = Annotated[int, typer.Option(help="Policy version of the weights before step 1.")]
@@ -188,6 +206,11 @@ def train_command(
     last_version_only: _LastVersionOnly = False,
     group_version_window: _GroupVersionWindow = None,
     failure_policy: _FailurePolicy = _DEFAULTS.failure_policy,
+    staleness_reference: _StalenessReference = _DEFAULTS.staleness_reference,
+    empty_steps: _EmptySteps = _DEFAULTS.empty_steps,
+    warn_entropy_below: _WarnEntropyBelow = _DEFAULTS.warn_entropy_below,
+    warn_grad_norm_at_most: _WarnGradNormAtMost = _DEFAULTS.warn_grad_norm_at_most,
+    warn_after_steps: _WarnAfterSteps = _DEFAULTS.warn_after_steps,
     advantage_estimator: _AdvantageEstimator = _DEFAULTS.advantage_estimator,
     std_normalize: _StdNormalize = False,
     initial_version: _InitialVersion = 0,
@@ -227,6 +250,11 @@ def train_command(
         last_version_only=last_version_only,
         group_version_window=group_version_window,
         failure_policy=failure_policy,
+        staleness_reference=staleness_reference,
+        empty_steps=empty_steps,
+        warn_entropy_below=warn_entropy_below,
+        warn_grad_norm_at_most=warn_grad_norm_at_most,
+        warn_after_steps=warn_after_steps,
         reference=reference,
         kl_coef=kl_coef,
     )
@@ -325,11 +353,10 @@ def _train_runs(
         if request.log_to:
             raise ConfigError("--log-to applies to one --from-run (its step metrics are in the log)")
         offsets = request.version_offsets
-        _train_many(
-            console, store, (runs, offsets), setup.consumer, step_options(cfg, setup), chosen, pace.max_steps
-        )
+        options = step_options(cfg, setup, pushes=pusher is not None)
+        _train_many(console, store, (runs, offsets), setup.consumer, (options, cfg), chosen, pace.max_steps)
     else:
-        trainer = build_trainer(cfg, store, setup, chosen, reader=reader)
+        trainer = build_trainer(cfg, store, setup, chosen, push=pusher, reader=reader)
         if not pace.follow and not _has_work(console, trainer):
             return
         _train(console, trainer, pace, _open_loggers(request.log_to, out, trainer.run))
@@ -509,6 +536,7 @@ def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | No
             bar.console.print(
                 f"step {result.batch.step} {result.batch.batch_hash}", highlight=False, soft_wrap=True
             )
+            _print_warnings(bar.console, result.warnings)
             loggers.step(result.batch.step, result.metrics)
 
         try:
@@ -518,7 +546,12 @@ def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | No
             loggers.versions(version_rewards(store, run))  # training and eval reward per version
         finally:
             loggers.close()
-    console.print(f"{len(results)} new steps committed for {trainer.consumer}", markup=False)
+    tokens = sum(r.batch.n_trainable for r in results)
+    console.print(
+        f"{len(results)} new steps committed for {trainer.consumer} ({tokens} tokens trained; staleness "
+        f"against the {options.masking.staleness_reference}'s versions)",
+        markup=False,
+    )
     _report_evals(console, store, run)
     pattern = getattr(backend, "pattern", None)
     if pattern is not None:
@@ -535,14 +568,22 @@ def _train_many(
     store: EventStore,
     sources: tuple[list[str], list[int] | None],
     consumer: str,
-    options: StepOptions,
+    configured: tuple[StepOptions, TrainConfig],
     backend: Backend,
     max_steps: int | None,
 ) -> None:
     from dressage.training.multirun import MultiRunTrainer
 
-    runs, offsets = sources
-    trainer = MultiRunTrainer(store, runs, options, backend, consumer=consumer, version_offsets=offsets)
+    (runs, offsets), (options, cfg) = sources, configured
+    trainer = MultiRunTrainer(
+        store,
+        runs,
+        options,
+        backend,
+        consumer=consumer,
+        version_offsets=offsets,
+        watch=cfg.collapse_watch(),
+    )
     for batch in trainer.run_steps(max_steps=max_steps):
         origins = sorted({e["run"] for e in batch.manifest["samples"]})
         console.print(
@@ -551,8 +592,17 @@ def _train_many(
             soft_wrap=True,
             markup=False,
         )
+        _print_warnings(console, trainer.warnings.get(batch.step, []))
     total = len(store.consumers.steps(runs[0], trainer.consumer))
     console.print(f"{total} steps recorded for {trainer.consumer} in run {runs[0]!r}", markup=False)
+
+
+def _print_warnings(console: Console, warnings: list[str]) -> None:
+    """A step's warnings (also in its manifest and on the ``dressage.training`` logger), in yellow."""
+    from rich.markup import escape
+
+    for w in warnings:
+        console.print(f"[yellow]warning: {escape(w)}[/]", highlight=False, soft_wrap=True)
 
 
 def _replay_many(console: Console, store: EventStore, runs: list[str], consumer: str) -> None:

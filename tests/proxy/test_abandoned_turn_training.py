@@ -75,6 +75,7 @@ def test_an_abandoned_turn_is_recorded_untrained(proxy_any: Harness, db_url: str
     assert {r["mask_reason"] for r in response} == {"recorded_untrained"}
     assert {r["mask_reason"] for r in dead[: aborted.context_ids.size]} == {"prompt"}
     live = by_segment[retry.segment_index]
-    assert [r["mask_reason"] for r in live[retry.context_ids.size :]] == ["trained"] * retry.generated_ids.size
+    trained = [r["mask_reason"] for r in live[retry.context_ids.size :]]
+    assert trained == ["trained"] * retry.generated_ids.size
     # the step trains the retry's tokens only
     assert result.batch.manifest["n_trainable_tokens"] == retry.generated_ids.size
