@@ -443,9 +443,11 @@ def _has_work(console: Console, trainer: Trainer) -> bool:
     pending in ``trainer``: its ``run_steps`` starts from them.
     """
     from dressage.errors import TrainingError
+    from dressage.training.health import unformed_warning
 
     if trainer.has_new_step():
         return True
+    _print_warnings(console, [w for w in [unformed_warning(trainer.builder.unformed_skips)] if w])
     store, run, options = trainer.store, trainer.run.name, trainer.options
     done = len(store.consumers.steps(run, trainer.consumer))
     sessions = store.runs.summary(run).sessions
@@ -546,6 +548,7 @@ def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | No
             loggers.versions(version_rewards(store, run))  # training and eval reward per version
         finally:
             loggers.close()
+    _print_warnings(console, trainer.tail_warnings)
     tokens = sum(r.batch.n_trainable for r in results)
     console.print(
         f"{len(results)} new steps committed for {trainer.consumer} ({tokens} tokens trained; staleness "

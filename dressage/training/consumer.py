@@ -34,7 +34,7 @@ from dressage.store.records import ConsumerCheckpoint, Run, TrainStep
 from dressage.store.replica import REPLAY_TIMEOUT_S, wait_for_replay
 from dressage.training.decisions import decision_drift, step_decisions
 from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
-from dressage.training.health import CollapseWatch, empty_step_reason, skipped_warning
+from dressage.training.health import CollapseWatch, empty_step_reason, skipped_warning, unformed_warning
 from dressage.training.manifest import first_drift
 from dressage.training.metrics import batch_metrics, checked, same
 from dressage.training.steps import StepBatch, StepBuilder, StepOptions
@@ -114,6 +114,9 @@ class Trainer:
         self.consumer = consumer_name(consumer)
         source = reader or store
         self.builder = StepBuilder(source, self.run, options)
+        self.tail_warnings: list[str] = []
+        """What the last :meth:`run_steps` warned about after its last step (groups skipped where
+        no step could form); logged too."""
         self.tracker = GroupTracker(source, self.run, options.n_samples_per_prompt)
         self._pending: list[ReadyGroup] = []
 
@@ -157,6 +160,7 @@ class Trainer:
         cursor: Cursor = tuple(ckpt.state.get("cursor", START_CURSOR)) if ckpt else START_CURSOR
         frontier = _frontier(ckpt)
         self.backend.resume(self.run, ckpt)
+        self.tail_warnings = []
         results: list[StepResult] = []
         while max_steps is None or len(results) < max_steps:
             if should_stop is not None and should_stop():
@@ -164,6 +168,7 @@ class Trainer:
             self._refresh(cursor)
             batch = self.builder.form(step + 1, self._pending, cursor, frontier)
             if batch is None:
+                self._warn_unformed()
                 if not follow:
                     break
                 time.sleep(poll_s)
@@ -208,6 +213,13 @@ class Trainer:
             if throttle_s:
                 time.sleep(throttle_s)
         return results
+
+    def _warn_unformed(self) -> None:
+        """Log (once per change) the groups a skip consumed where no step could form."""
+        warning = unformed_warning(self.builder.unformed_skips)
+        if warning is not None and warning not in self.tail_warnings:
+            log.warning("%s", warning)
+            self.tail_warnings.append(warning)
 
     def replay(
         self, on_step: Callable[[StepBatch], None] | None = None, *, upto: int | None = None

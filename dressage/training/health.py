@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from dressage.training.masking import newest_version, reason_counts
+from dressage.training.masking import reason_counts
 from dressage.training.steps import StepBatch, StepOptions
 
 
@@ -29,7 +30,6 @@ def empty_step_reason(batch: StepBatch, options: StepOptions) -> str:
     """Why ``batch`` trains no token: its response tokens by mask reason and the versions compared."""
     masked = reason_counts(batch.samples)
     policy = options.masking
-    newest = newest_version(batch.samples)
     versions = [int(v) for s in batch.samples for v in s.version_counts()]
     span = f"{min(versions)}..{max(versions)}" if versions else "none"
     why = (
@@ -40,7 +40,7 @@ def empty_step_reason(batch: StepBatch, options: StepOptions) -> str:
         against = (
             f"trainer version {batch.trainer_version}"
             if policy.staleness_reference == "trainer"
-            else f"the data's newest version {newest}"
+            else f"the newest version of the data consumed so far, {batch.data_version}"
         )
         why += (
             f", staleness measured against {against} with max_staleness {policy.max_staleness} "
@@ -54,14 +54,31 @@ def skipped_warning(batch: StepBatch) -> str | None:
     skipped = batch.skipped_groups
     if not skipped:
         return None
+    return (
+        f"step {batch.step}: skipped {_skipped(skipped)}; they are listed in the manifest as "
+        f"{skipped[0]['reason']}"
+    )
+
+
+def unformed_warning(skipped: list[dict[str, Any]]) -> str | None:
+    """The warning for empty-step groups a ``skip`` consumed where no further step could form."""
+    if not skipped:
+        return None
+    return (
+        f"skipped {_skipped(skipped)}; no step after them could be formed yet, so no manifest lists "
+        "them (they are skipped again when one is)"
+    )
+
+
+def _skipped(skipped: list[dict[str, Any]]) -> str:
     masked: dict[str, int] = {}
     for g in skipped:
         for name, n in g.get("mask_reasons", {}).items():
             masked[name] = masked.get(name, 0) + int(n)
     tasks = ", ".join(str(g["task_index"]) for g in skipped)
     return (
-        f"step {batch.step}: skipped {len(skipped)} group(s) (tasks {tasks}) that formed a step training "
-        f"0 tokens (masked: {_counts(masked)}); they are listed in the manifest as {skipped[0]['reason']}"
+        f"{len(skipped)} group(s) (tasks {tasks}) whose steps would train 0 tokens "
+        f"(masked: {_counts(masked)}; empty_steps: skip)"
     )
 
 

@@ -147,6 +147,11 @@ class StepFill:
         """Whether the step holds its kept groups."""
         return len(self._kept) == self.groups_per_step
 
+    @property
+    def skipped(self) -> list[dict[str, Any]]:
+        """The decisions of the groups consumed as an empty step's so far."""
+        return [d for d in self.decisions if d.get("reason") == NO_TRAINABLE_TOKENS]
+
     def take(self, decision: dict[str, Any], samples: list[TrainSample], origin: Any = None) -> None:
         """Consume one group (kept or dropped) with its decision and samples."""
         self.consumed += 1
@@ -174,6 +179,9 @@ class StepBuilder:
         self.run = run
         self.options = options
         self.prefetch = TurnPrefetcher(store)
+        self.unformed_skips: list[dict[str, Any]] = []
+        """Groups the last :meth:`form` that found too few groups had skipped as an empty step's
+        (``empty_steps`` ``skip``): they train nothing, and no step lists them until one forms."""
 
     def trainer_version(self, step: int) -> int:
         """Version of the weights step ``step`` updates: ``initial_version + step - 1``."""
@@ -333,6 +341,7 @@ class StepBuilder:
                 group, version, self._read(finished_sessions([group])) if ahead else None, fill.frontier
             )
             fill.take(decision, group_samples)
+        self.unformed_skips = [] if fill.full else fill.skipped
         if not fill.full:
             return None
         samples, decisions, consumed = fill.samples, fill.decisions, fill.consumed
