@@ -238,25 +238,9 @@ def train_command(
     check_train_options(
         out=out or Path(), lr=lr, global_batch_size=global_batch_size, n_samples=n_samples_per_prompt
     )
+    # every option named after a TrainConfig field (--log-to is parsed above), validated by it
     cfg = train_config(
-        keep_checkpoints=keep_checkpoints,
-        lr=lr,
-        optimizer=optimizer,
-        trainable=trainable,
-        global_batch_size=global_batch_size,
-        advantage_estimator=advantage_estimator,
-        std_normalize=std_normalize,
-        max_staleness=max_staleness,
-        last_version_only=last_version_only,
-        group_version_window=group_version_window,
-        failure_policy=failure_policy,
-        staleness_reference=staleness_reference,
-        empty_steps=empty_steps,
-        warn_entropy_below=warn_entropy_below,
-        warn_grad_norm_at_most=warn_grad_norm_at_most,
-        warn_after_steps=warn_after_steps,
-        reference=reference,
-        kl_coef=kl_coef,
+        **{k: v for k, v in locals().items() if k in TrainConfig.model_fields and k != "log_to"}
     )
     push = PushOptions(push_to, proxy_admin_url, push_every, push_keep)
     request = TrainRequest(
