@@ -174,11 +174,8 @@ class Trainer:
                 time.sleep(poll_s)
                 continue
             if batch.n_trainable == 0:
-                raise TrainingError(
-                    f"{empty_step_reason(batch, self.options)}. Not trained or committed; {self.consumer} of "
-                    f"run {self.run.name!r} stopped after {step} committed step(s) (empty_steps: stop). "
-                    + EMPTY_STEP_HINT
-                )
+                stopped = f"{self.consumer} of run {self.run.name!r} stopped after {step} committed step(s)"
+                raise empty_step_error(batch, self.options, stopped)
             started = time.perf_counter()
             metrics = self.backend.train_step(batch)
             metrics = step_metrics(batch, metrics, time.perf_counter() - started)
@@ -281,6 +278,16 @@ EMPTY_STEP_HINT = (
     "the default without --push-to), raise --max-staleness, or let such steps be skipped "
     "(--empty-steps skip; train.empty_steps in run.yaml)"
 )
+
+
+def empty_step_error(batch: StepBatch, options: StepOptions, stopped: str) -> TrainingError:
+    """The one-line error of a step that would train 0 tokens under ``empty_steps`` ``stop`` (logged too)."""
+    message = (
+        f"{empty_step_reason(batch, options)}. Not trained or committed; {stopped} (empty_steps: stop). "
+        + EMPTY_STEP_HINT
+    )
+    log.warning("%s", message)
+    return TrainingError(message)
 
 
 def _frontier(ckpt: ConsumerCheckpoint | None) -> int | None:

@@ -28,20 +28,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dressage.errors import ConfigError, ReplayDriftError, TrainingError
+from dressage.errors import ConfigError, ReplayDriftError
 from dressage.store.event_store import EventStore
 from dressage.store.records import Run
 from dressage.training.consumer import (
-    EMPTY_STEP_HINT,
     Backend,
     NullBackend,
     consumer_name,
+    empty_step_error,
     step_metrics,
     step_warnings,
 )
 from dressage.training.decisions import step_decisions
 from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
-from dressage.training.health import CollapseWatch, empty_step_reason
+from dressage.training.health import CollapseWatch
 from dressage.training.manifest import batch_hash, field_digests, first_drift, sample_entries
 from dressage.training.steps import StepBatch, StepBuilder, StepFill, StepOptions
 from dressage.training.weights import assign_loss_weights
@@ -201,9 +201,8 @@ class MultiRunTrainer:
                 break
             batch, new_cursors = formed
             if batch.n_trainable == 0:
-                raise TrainingError(
-                    f"{empty_step_reason(batch, self.options)}. Not trained or committed; {self.consumer} "
-                    f"stopped after {step} committed step(s) (empty_steps: stop). {EMPTY_STEP_HINT}"
+                raise empty_step_error(
+                    batch, self.options, f"{self.consumer} stopped after {step} committed step(s)"
                 )
             cursors = new_cursors
             started = time.perf_counter()
