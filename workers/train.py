@@ -111,6 +111,24 @@ _MaxStaleness = Annotated[int | None, typer.Option(help="Mask tokens older than 
 _LastVersionOnly = Annotated[bool, typer.Option(help="Train only tokens of a segment's newest version.")]
 _GroupVersionWindow = Annotated[int | None, typer.Option(help="Drop groups with tokens older than this.")]
 _FailurePolicy = Annotated[str, typer.Option(help="drop_group | keep_finished")]
+_StalenessReference = Annotated[
+    str,
+    typer.Option(
+        help="Measure staleness against the trainer's version or the data's newest version: trainer | data | "
+        "auto (trainer with --push-to, else data: a recorded run trains its own data)."
+    ),
+]
+_EmptySteps = Annotated[
+    str,
+    typer.Option(help="A step that would train 0 tokens: stop (commit nothing, say why) | skip its groups."),
+]
+_WarnEntropyBelow = Annotated[
+    float | None, typer.Option(help="torch: warn when the mean entropy (nats) stays below this.")
+]
+_WarnGradNormAtMost = Annotated[
+    float | None, typer.Option(help="torch: warn when grad_norm stays at most this.")
+]
+_WarnAfterSteps = Annotated[int, typer.Option(help="Consecutive steps before those two warnings.")]
 _AdvantageEstimator = Annotated[
     str | None,
     typer.Option(
@@ -206,6 +224,11 @@ def train_command(
     last_version_only: _LastVersionOnly = False,
     group_version_window: _GroupVersionWindow = None,
     failure_policy: _FailurePolicy = _DEFAULTS.failure_policy,
+    staleness_reference: _StalenessReference = _DEFAULTS.staleness_reference,
+    empty_steps: _EmptySteps = _DEFAULTS.empty_steps,
+    warn_entropy_below: _WarnEntropyBelow = _DEFAULTS.warn_entropy_below,
+    warn_grad_norm_at_most: _WarnGradNormAtMost = _DEFAULTS.warn_grad_norm_at_most,
+    warn_after_steps: _WarnAfterSteps = _DEFAULTS.warn_after_steps,
     advantage_estimator: _AdvantageEstimator = None,
     std_normalize: _StdNormalize = False,
     initial_version: _InitialVersion = 0,
@@ -234,20 +257,14 @@ def train_command(
     check_train_options(
         out=out or Path(), lr=lr, global_batch_size=global_batch_size, n_samples=n_samples_per_prompt
     )
+    # every option named after a TrainConfig field (--log-to is parsed above), validated by it
     cfg = train_config(
-        keep_checkpoints=keep_checkpoints,
-        lr=lr,
-        optimizer=optimizer,
-        trainable=trainable,
-        global_batch_size=global_batch_size,
+        **{
+            k: v
+            for k, v in locals().items()
+            if k in TrainConfig.model_fields and k not in ("log_to", "advantage_estimator")
+        },
         advantage_estimator=advantage_estimator or _DEFAULTS.advantage_estimator,
-        std_normalize=std_normalize,
-        max_staleness=max_staleness,
-        last_version_only=last_version_only,
-        group_version_window=group_version_window,
-        failure_policy=failure_policy,
-        reference=reference,
-        kl_coef=kl_coef,
     )
     push = PushOptions(push_to, proxy_admin_url, push_every, push_keep)
     request = TrainRequest(
@@ -348,9 +365,10 @@ def _train_runs(
         if request.log_to:
             raise ConfigError("--log-to applies to one --from-run (its step metrics are in the log)")
         offsets = request.version_offsets
-        _train_many(console, store, (runs, offsets), setup.consumer, step_options(cfg, setup), chosen, pace)
+        options = step_options(cfg, setup, pushes=pusher is not None)
+        _train_many(console, store, (runs, offsets), setup.consumer, (options, cfg), chosen, pace)
     else:
-        trainer = build_trainer(cfg, store, setup, chosen, reader=reader)
+        trainer = build_trainer(cfg, store, setup, chosen, push=pusher, reader=reader)
         if not pace.follow and not _has_work(console, trainer):
             return
         _train(console, trainer, pace, _open_loggers(request.log_to, out, trainer.run))
@@ -475,9 +493,11 @@ def _has_work(console: Console, trainer: Trainer) -> bool:
     pending in ``trainer``: its ``run_steps`` starts from them.
     """
     from dressage.errors import TrainingError
+    from dressage.training.health import unformed_warning
 
     if trainer.has_new_step():
         return True
+    _print_warnings(console, [w for w in [unformed_warning(trainer.builder.unformed_skips)] if w])
     store, run, options = trainer.store, trainer.run.name, trainer.options
     done = len(store.consumers.steps(run, trainer.consumer))
     sessions = store.runs.summary(run).sessions
@@ -570,6 +590,7 @@ def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | No
             bar.console.print(
                 f"step {result.batch.step} {result.batch.batch_hash}", highlight=False, soft_wrap=True
             )
+            _print_warnings(bar.console, result.warnings)
             loggers.step(result.batch.step, result.metrics)
 
         watch = StopRequestWatch(store, run, pace.stop).attach() if pace.stop is not None else None
@@ -586,7 +607,13 @@ def _train(console: Console, trainer: Trainer, pace: Pace, loggers: Loggers | No
             loggers.close()
             if watch is not None:
                 watch.detach()
-    console.print(f"{len(results)} new steps committed for {trainer.consumer}", markup=False)
+    _print_warnings(console, trainer.tail_warnings)
+    tokens = sum(r.batch.n_trainable for r in results)
+    console.print(
+        f"{len(results)} new steps committed for {trainer.consumer} ({tokens} tokens trained; staleness "
+        f"against the {options.masking.staleness_reference}'s versions)",
+        markup=False,
+    )
     _check_interrupted(
         pace, f"--from-run {run}", trainer.consumer, len(store.consumers.steps(run, trainer.consumer))
     )
@@ -621,14 +648,22 @@ def _train_many(
     store: EventStore,
     sources: tuple[list[str], list[int] | None],
     consumer: str,
-    options: StepOptions,
+    configured: tuple[StepOptions, TrainConfig],
     backend: Backend,
     pace: Pace,
 ) -> None:
     from dressage.training.multirun import MultiRunTrainer
 
-    runs, offsets = sources
-    trainer = MultiRunTrainer(store, runs, options, backend, consumer=consumer, version_offsets=offsets)
+    (runs, offsets), (options, cfg) = sources, configured
+    trainer = MultiRunTrainer(
+        store,
+        runs,
+        options,
+        backend,
+        consumer=consumer,
+        version_offsets=offsets,
+        watch=cfg.collapse_watch(),
+    )
     should_stop = pace.stop.poll if pace.stop is not None else None
     for batch in trainer.run_steps(max_steps=pace.max_steps, should_stop=should_stop):
         origins = sorted({e["run"] for e in batch.manifest["samples"]})
@@ -638,9 +673,18 @@ def _train_many(
             soft_wrap=True,
             markup=False,
         )
+        _print_warnings(console, trainer.warnings.get(batch.step, []))
     total = len(store.consumers.steps(runs[0], trainer.consumer))
     console.print(f"{total} steps recorded for {trainer.consumer} in run {runs[0]!r}", markup=False)
     _check_interrupted(pace, " ".join(f"--from-run {r}" for r in runs), consumer, total)
+
+
+def _print_warnings(console: Console, warnings: list[str]) -> None:
+    """A step's warnings (also in its manifest and on the ``dressage.training`` logger), in yellow."""
+    from rich.markup import escape
+
+    for w in warnings:
+        console.print(f"[yellow]warning: {escape(w)}[/]", highlight=False, soft_wrap=True)
 
 
 def _replay_many(console: Console, store: EventStore, runs: list[str], consumer: str) -> None:

@@ -5,8 +5,12 @@ lease loop (check the config and dataset, create the run, enqueue its (task, sam
 then, instead of playing episodes itself, places actors (:mod:`dressage.cluster.layout` decides
 where, :mod:`dressage.cluster.actors` are the actors):
 
-1. ``engine.kind: dev``: the dev engine as an actor (``ray.engine`` resources); SGLang engines are
-   the run's ``engine.urls`` (or slime's, :mod:`dressage.integrations.slime`);
+0. before any actor is created, the whole placement is checked against what each node has free
+   (:func:`dressage.cluster.layout.service_slots`, :func:`~dressage.cluster.layout.worker_slots`):
+   a demand no node can meet is refused in one line instead of an actor waiting for room forever;
+1. ``engine.kind: dev``: the dev engine as an actor (``ray.engine`` resources) on the node the
+   check chose; SGLang engines are the run's ``engine.urls`` (or slime's,
+   :mod:`dressage.integrations.slime`);
 2. one proxy actor per engine, pinned to the engine's node (hard affinity to the dev engine's actor,
    soft to the node whose address is an SGLang URL's host); with ``proxy.urls`` the run's own
    standalone proxies are used instead;
@@ -34,12 +38,13 @@ from typing import Any
 
 import ray
 import yaml
+from ray._private.state import available_resources_per_node
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rich.console import Console
 
 from dressage.agents import Task, build_agent
 from dressage.cluster.actors import ActorSettings, EngineActor, ProxyActor, RolloutWorkerActor, WorkerResult
-from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
+from dressage.cluster.layout import NodeInfo, service_slots, worker_slots
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError
 from dressage.interrupts import StopFlag
@@ -110,8 +115,9 @@ async def remote_call(ref: Awaitable[object], what: str) -> Any:
 
 
 def alive_nodes() -> list[NodeInfo]:
-    """The cluster's alive nodes."""
-    return [NodeInfo.from_ray(n) for n in ray.nodes() if n.get("Alive")]
+    """The cluster's alive nodes, with what each has free now (not held by running actors)."""
+    free = available_resources_per_node()  # Ray's DeveloperAPI (its TPU utilities use it too)
+    return [NodeInfo.from_ray(n, free.get(n["NodeID"])) for n in ray.nodes() if n.get("Alive")]
 
 
 def actor_settings(settings: Settings, admin_token: str | None = None) -> ActorSettings:
@@ -147,27 +153,38 @@ class Placement:
     workers: list[Any] = field(default_factory=list)
     worker_nodes: list[NodeInfo] = field(default_factory=list)
     passes: list[Any] = field(default_factory=list)
+    free_nodes: list[NodeInfo] | None = None
+    """What the nodes have free for workers once this run's engine and proxies are placed."""
+    taken: str = ""
 
     async def start_proxies(self, engine_urls: list[str] | None = None) -> list[str]:
-        """The proxies to use: ``proxy.urls``, else one proxy actor per engine (started here)."""
+        """The proxies to use: ``proxy.urls``, else one proxy actor per engine (started here).
+
+        The whole placement (engine, proxies, workers) is checked first against what the nodes
+        have free: nothing is created when some part cannot be placed (one-line ConfigError).
+        """
         if self.cfg.proxy.urls:
             self.proxy_urls = list(self.cfg.proxy.urls)
+            worker_slots(alive_nodes(), self.ray_cfg)  # refused now, not by a worker waiting for room
             return self.proxy_urls
+        dev = engine_urls is None and self.cfg.engine.kind == "dev"
+        urls = None if dev else (engine_urls if engine_urls is not None else list(self.cfg.engine.urls))
+        services = service_slots(alive_nodes(), self.ray_cfg, urls)
+        worker_slots(services.nodes, self.ray_cfg, services.taken)
+        self.free_nodes, self.taken = services.nodes, services.taken
         slots: list[tuple[str, str | None, bool]]  # engine url, node id, hard affinity
-        if engine_urls is None and self.cfg.engine.kind == "dev":
+        if dev:
+            assert services.engine_node is not None
             e = self.cfg.engine
-            self.engine = ENGINE_ACTOR.options(**self.ray_cfg.engine.ray_options()).remote(
-                e.model, e.seed, e.threads
-            )
+            self.engine = ENGINE_ACTOR.options(
+                **self.ray_cfg.engine.ray_options(),
+                scheduling_strategy=NodeAffinitySchedulingStrategy(services.engine_node.node_id, soft=False),
+            ).remote(e.model, e.seed, e.threads)
             with self.console.status(f"starting the dev engine (model {e.model}) as a Ray actor"):
                 url, node_id = await remote_call(self.engine.start.remote(), "the dev engine actor")
             slots = [(url, node_id, True)]
         else:
-            urls = engine_urls if engine_urls is not None else list(self.cfg.engine.urls)
-            slots = [
-                (s.engine_url, s.node.node_id if s.node else None, False)
-                for s in proxy_slots(urls, alive_nodes())
-            ]
+            slots = [(s.engine_url, s.node.node_id if s.node else None, False) for s in services.proxies]
         options = {
             "profile": self.cfg.model_profile,
             "record_experts": self.cfg.proxy.record_experts,
@@ -187,9 +204,11 @@ class Placement:
         return self.proxy_urls
 
     def start_workers(self, run: str) -> None:
-        """Create the worker actors, spread over the nodes that have their resources."""
+        """Create the worker actors, spread over the nodes that have their resources free (after
+        this run's engine and proxies, when :meth:`start_proxies` placed them)."""
         restarts = self.ray_cfg.max_restarts
-        for i, slot in enumerate(worker_slots(alive_nodes(), self.ray_cfg)):
+        nodes = self.free_nodes if self.free_nodes is not None else alive_nodes()
+        for i, slot in enumerate(worker_slots(nodes, self.ray_cfg, self.taken)):
             self.workers.append(
                 WORKER_ACTOR.options(
                     name=f"dressage-worker:{run}:{i}",

@@ -315,6 +315,7 @@ def masking_options(args: Namespace) -> MaskingPolicy:
         last_version_only=bool(_arg(args, "dressage_last_version_only")),
         group_version_window=_arg(args, "dressage_group_version_window"),
         failure_policy=policy,
+        staleness_reference="trainer",  # slime's rollout id is its trainer's version
     )
 
 

@@ -441,6 +441,8 @@ class Loop:
         stats.train_s = time.monotonic() - started
         for result in results:
             self.loggers.step(result.batch.step, result.metrics)
+        for warning in [w for r in results for w in r.warnings] + self.trainer.tail_warnings:
+            self.console.print(f"warning: {warning}", style="yellow", markup=False, highlight=False)
         if results:
             stats.metrics = dict(results[-1].metrics)
             pushed = stats.metrics.get("pushed_version")

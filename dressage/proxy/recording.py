@@ -466,7 +466,12 @@ def _turn_info(
 def _store_record(
     job: TurnJob, f: _Placement, stop: _Stop, turn_index: int, turn_id: str, info: dict[str, object]
 ) -> NewTurn:
-    """The log's turn: ids, logprobs, versions, placement and the turn's info."""
+    """The log's turn: ids, logprobs, versions, placement and the turn's info.
+
+    A turn the client abandoned (``tito.aborted``) is recorded with loss mask 0 on every generated
+    token: it is a cut-off answer the client never saw (its retry is the one trained), so the
+    trainer reports its tokens as ``recorded_untrained`` (docs/training.md).
+    """
     gen, state = job.generation, job.state
     experts = gen.experts
     expected = len(f.context) + len(gen.ids) - (1 if f.offset == 0 else 0)
@@ -480,6 +485,7 @@ def _store_record(
         generated_ids=gen.ids,
         logprobs=gen.logprobs,
         policy_versions=gen.versions,
+        loss_mask=[False] * len(gen.ids) if f.tito.get("aborted") else None,
         thread_index=f.segment.thread_index,
         parent_turn_id=f.parent_turn_id,
         route=f.route,

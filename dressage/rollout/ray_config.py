@@ -58,10 +58,18 @@ class ActorResources(_Strict):
         return out
 
 
+class ServiceResources(ActorResources):
+    """What the proxy or the dev engine actor asks Ray for: half a CPU by default, so the engine,
+    its proxy and one rollout worker (1 CPU) fit a 2-CPU machine (``--ray local`` on a laptop)."""
+
+    num_cpus: float = Field(default=0.5, ge=0, description="CPUs reserved per actor (fractions allowed).")
+
+
 class RayConfig(_Strict):
     """``ray:``: rollout workers, proxies and the dev engine as Ray actors (``--ray``; docs/scale.md).
 
-    Every alive node that has ``workers_per_node`` times ``worker``'s resources gets
+    Every alive node that has ``workers_per_node`` times ``worker``'s resources free (after the
+    engine and proxy actors, :mod:`dressage.cluster.layout`) gets
     ``workers_per_node`` rollout worker actors (at most ``max_nodes`` nodes, in the order Ray lists
     them); each runs the same lease loop as ``dressage-worker rollout`` with ``worker.concurrency``
     episodes at once. One proxy actor per engine runs on the engine's node. Ray restarts an actor
@@ -72,8 +80,8 @@ class RayConfig(_Strict):
     workers_per_node: int = Field(default=1, ge=1, le=1024, description="Rollout worker actors per node.")
     max_nodes: int | None = Field(default=None, ge=1, description="Use at most this many nodes for workers.")
     worker: ActorResources = Field(default_factory=ActorResources, description="Per rollout worker actor.")
-    proxy: ActorResources = Field(default_factory=ActorResources, description="Per proxy actor.")
-    engine: ActorResources = Field(
-        default_factory=ActorResources, description="The dev engine's actor (engine.kind: dev)."
+    proxy: ServiceResources = Field(default_factory=ServiceResources, description="Per proxy actor.")
+    engine: ServiceResources = Field(
+        default_factory=ServiceResources, description="The dev engine's actor (engine.kind: dev)."
     )
     max_restarts: int = Field(default=3, ge=-1, description="Restarts of a dead actor; -1: unlimited.")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dressage.errors import ConfigError
 from dressage.training.consumer import Backend, NullBackend, Trainer
+from dressage.training.health import CollapseWatch
 from dressage.training.masking import MaskingPolicy
 from dressage.training.steps import StepOptions
 
@@ -64,6 +65,24 @@ class TrainConfig(BaseModel):
         default="drop_group",
         description="A group with a failed member: dropped whole, or trained on its finished members.",
     )
+    staleness_reference: Literal["auto", "trainer", "data"] = Field(
+        default="auto",
+        description="Staleness against the trainer's version or the data's newest; auto: trainer when "
+        "its weights are pushed to the engines (loop, --push-to), else data (offline).",
+    )
+    empty_steps: Literal["stop", "skip"] = Field(
+        default="stop",
+        description="A step that would train 0 tokens: stop (commit nothing, say why) or skip its groups.",
+    )
+    warn_entropy_below: float | None = Field(
+        default=0.1, ge=0, description="Warn when the mean entropy (nats) stays below this (torch)."
+    )
+    warn_grad_norm_at_most: float | None = Field(
+        default=0.0, ge=0, description="Warn when grad_norm stays at most this (torch)."
+    )
+    warn_after_steps: int = Field(
+        default=2, ge=1, description="Consecutive steps before the entropy or grad_norm warning."
+    )
     reference: Literal["initial"] | None = Field(
         default=None,
         description="torch: keep a frozen copy of the initial weights and record kl_reference each step.",
@@ -85,11 +104,23 @@ class TrainConfig(BaseModel):
             raise ValueError("kl_coef > 0 needs a reference model: set reference: initial")
         return self
 
-    def masking(self) -> MaskingPolicy:
-        """The version-aware masking and failure policy of the steps."""
+    def masking(self, *, pushes: bool = False) -> MaskingPolicy:
+        """The version-aware masking and failure policy of the steps; ``pushes``: the trainer's
+        weights become the engines' next policy versions (resolves ``staleness_reference: auto``)."""
+        reference = self.staleness_reference
+        if reference == "auto":
+            reference = "trainer" if pushes else "data"
         return MaskingPolicy(
-            self.max_staleness, self.last_version_only, self.group_version_window, self.failure_policy
+            self.max_staleness,
+            self.last_version_only,
+            self.group_version_window,
+            self.failure_policy,
+            reference,
         )
+
+    def collapse_watch(self) -> CollapseWatch:
+        """The entropy and grad_norm warnings of these thresholds (:mod:`dressage.training.health`)."""
+        return CollapseWatch(self.warn_entropy_below, self.warn_grad_norm_at_most, self.warn_after_steps)
 
 
 @dataclass(frozen=True)
@@ -107,8 +138,9 @@ class TrainerSetup:
     initial_version: int = 0
 
 
-def step_options(cfg: TrainConfig, setup: TrainerSetup) -> StepOptions:
-    """The step options ``cfg`` and ``setup`` make (``cfg.global_batch_size`` must be resolved)."""
+def step_options(cfg: TrainConfig, setup: TrainerSetup, *, pushes: bool = False) -> StepOptions:
+    """The step options ``cfg`` and ``setup`` make (``cfg.global_batch_size`` must be resolved);
+    ``pushes``: see :meth:`TrainConfig.masking`."""
     if cfg.global_batch_size is None:
         raise ConfigError("train.global_batch_size is unset: give the trajectories per optimizer step")
     return StepOptions(
@@ -117,7 +149,8 @@ def step_options(cfg: TrainConfig, setup: TrainerSetup) -> StepOptions:
         cfg.advantage_estimator,
         cfg.std_normalize,
         initial_version=setup.initial_version,
-        masking=cfg.masking(),
+        masking=cfg.masking(pushes=pushes),
+        empty_steps=cfg.empty_steps,
     )
 
 
@@ -145,7 +178,11 @@ def build_trainer(
     reader: EventStore | None = None,
 ) -> Trainer:
     """The trainer of ``train`` and ``loop``: steps from ``cfg``, the backend ``setup`` names (or
-    ``backend``, built by the caller), groups and turns read from ``reader`` (a streaming replica)."""
-    options = step_options(cfg, setup)
+    ``backend``, built by the caller), groups and turns read from ``reader`` (a streaming replica).
+    With ``push`` the trainer's weights become the engines' policy versions, so staleness is
+    measured against the trainer's version (``staleness_reference: auto``)."""
+    options = step_options(cfg, setup, pushes=push is not None)
     chosen = backend if backend is not None else build_backend(cfg, setup, push)
-    return Trainer(store, setup.run, options, chosen, consumer=setup.consumer, reader=reader)
+    return Trainer(
+        store, setup.run, options, chosen, consumer=setup.consumer, reader=reader, watch=cfg.collapse_watch()
+    )

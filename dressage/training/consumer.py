@@ -11,24 +11,36 @@ With a ``reader`` (a streaming replica), groups and turns are read from it and e
 (checkpoints, step commits) from and to the primary; before each look at the log the replica is
 waited for until it has replayed all the primary held at that moment, so the batches are
 byte-identical to the ones the primary would give.
+
+A step that would train no token is never committed silently (:mod:`dressage.training.health`):
+with ``empty_steps`` ``stop`` the trainer raises :class:`TrainingError` saying why, with ``skip``
+the step builder consumed such groups and the next step's manifest and warnings say so. The
+backend's metrics go through a :class:`~dressage.training.health.CollapseWatch`; its warnings are
+logged (``dressage.training``), kept in the step's manifest (``warnings``) and returned with the
+step (:attr:`StepResult.warnings`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from dressage.errors import ReplayDriftError
+from dressage.errors import ReplayDriftError, TrainingError
 from dressage.store.event_store import EventStore
 from dressage.store.records import ConsumerCheckpoint, Run, TrainStep
 from dressage.store.replica import REPLAY_TIMEOUT_S, wait_for_replay
 from dressage.training.decisions import decision_drift, step_decisions
 from dressage.training.groups import START_CURSOR, Cursor, GroupTracker, ReadyGroup
+from dressage.training.health import CollapseWatch, empty_step_reason, skipped_warning, unformed_warning
 from dressage.training.manifest import first_drift
 from dressage.training.metrics import batch_metrics, checked, same
 from dressage.training.steps import StepBatch, StepBuilder, StepOptions
+
+log = logging.getLogger("dressage.training")
+log.addHandler(logging.NullHandler())  # a library's logger: shown where the application configures logging
 
 
 class Backend(Protocol):
@@ -64,6 +76,8 @@ class StepResult:
     batch: StepBatch
     metrics: dict[str, float]
     record: TrainStep
+    warnings: list[str] = field(default_factory=list)
+    """What the step warned about (skipped empty groups, a collapsed policy); also in its manifest."""
 
 
 def consumer_name(name: str) -> str:
@@ -85,8 +99,11 @@ class Trainer:
         start_step: int = 0,
         reader: EventStore | None = None,
         replica_timeout_s: float = REPLAY_TIMEOUT_S,
+        watch: CollapseWatch | None = None,
     ) -> None:
         self.store = store
+        self.watch = watch if watch is not None else CollapseWatch()
+        """Warns when the policy's entropy or gradient collapses (:mod:`dressage.training.health`)."""
         self.reader = reader
         """A read replica (:mod:`dressage.store.replica`) that groups and turns are read from, or None."""
         self.replica_timeout_s = replica_timeout_s
@@ -97,6 +114,9 @@ class Trainer:
         self.consumer = consumer_name(consumer)
         source = reader or store
         self.builder = StepBuilder(source, self.run, options)
+        self.tail_warnings: list[str] = []
+        """What the last :meth:`run_steps` warned about after its last step (groups skipped where
+        no step could form); logged too."""
         self.tracker = GroupTracker(source, self.run, options.n_samples_per_prompt)
         self._pending: list[ReadyGroup] = []
 
@@ -121,7 +141,7 @@ class Trainer:
         step = ckpt.step if ckpt else self.start_step
         cursor: Cursor = tuple(ckpt.state.get("cursor", START_CURSOR)) if ckpt else START_CURSOR
         self._refresh(cursor)  # the groups read stay pending: run_steps starts from the same cursor
-        return self.builder.form(step + 1, self._pending, cursor) is not None
+        return self.builder.form(step + 1, self._pending, cursor, _frontier(ckpt)) is not None
 
     def run_steps(
         self,
@@ -137,51 +157,72 @@ class Trainer:
 
         A consumer without a checkpoint numbers its first step ``start_step + 1`` (its weights were
         trained ``start_step`` steps elsewhere) and keeps ``start_step`` in its checkpoint state.
+        A step that would train no token raises :class:`TrainingError` under ``empty_steps`` ``stop``
+        (nothing of it is trained or committed).
         """
         ckpt = self.store.consumers.checkpoint(self.run, self.consumer)
         step = ckpt.step if ckpt else self.start_step
         start_step = int(ckpt.state.get("start_step", 0)) if ckpt else self.start_step
         cursor: Cursor = tuple(ckpt.state.get("cursor", START_CURSOR)) if ckpt else START_CURSOR
+        frontier = _frontier(ckpt)
         self.backend.resume(self.run, ckpt)
+        self.tail_warnings = []
         results: list[StepResult] = []
         while max_steps is None or len(results) < max_steps:
             if should_stop is not None and should_stop():
                 break
             self._refresh(cursor)
-            batch = self.builder.form(step + 1, self._pending, cursor)
+            batch = self.builder.form(step + 1, self._pending, cursor, frontier)
             if batch is None:
+                self._warn_unformed()
                 if not follow:
                     break
                 time.sleep(poll_s)
                 continue
+            if batch.n_trainable == 0:
+                stopped = f"{self.consumer} of run {self.run.name!r} stopped after {step} committed step(s)"
+                raise empty_step_error(batch, self.options, stopped)
             started = time.perf_counter()
             metrics = self.backend.train_step(batch)
             metrics = step_metrics(batch, metrics, time.perf_counter() - started)
+            warnings = step_warnings(batch, metrics, self.watch)
             record = self.store.consumers.commit_step(
                 self.run,
                 self.consumer,
                 step=batch.step,
                 position=batch.position,
                 batch_hash=batch.batch_hash,
-                manifest={**batch.manifest, "backend": self.backend.name},
+                manifest={
+                    **batch.manifest,
+                    "backend": self.backend.name,
+                    **({"warnings": warnings} if warnings else {}),
+                },
                 state={
                     "cursor": list(batch.cursor),
                     "trainer_version": batch.produced_version,
                     **({"start_step": start_step} if start_step else {}),
+                    **({"data_version": batch.data_version} if batch.data_version is not None else {}),
                 },
                 start_step=start_step,
                 metrics=metrics,
                 decisions=step_decisions(batch),
             )
             self._pending = self._pending[batch.consumed :]
-            cursor, step = batch.cursor, batch.step
-            result = StepResult(batch, metrics, record)
+            cursor, step, frontier = batch.cursor, batch.step, batch.data_version
+            result = StepResult(batch, metrics, record, warnings)
             results.append(result)
             if on_step is not None:
                 on_step(result)
             if throttle_s:
                 time.sleep(throttle_s)
         return results
+
+    def _warn_unformed(self) -> None:
+        """Log (once per change) the groups a skip consumed where no step could form."""
+        warning = unformed_warning(self.builder.unformed_skips)
+        if warning is not None and warning not in self.tail_warnings:
+            log.warning("%s", warning)
+            self.tail_warnings.append(warning)
 
     def replay(
         self, on_step: Callable[[StepBatch], None] | None = None, *, upto: int | None = None
@@ -200,10 +241,11 @@ class Trainer:
         if upto is not None:
             recorded = [rec for rec in recorded if rec.step <= upto]
         cursor: Cursor = START_CURSOR
+        frontier: int | None = None
         checked: list[StepBatch] = []
         for rec in recorded:
             self._refresh(cursor)
-            batch = self.builder.form(rec.step, self._pending, cursor)
+            batch = self.builder.form(rec.step, self._pending, cursor, frontier)
             if batch is None:
                 raise ReplayDriftError(
                     f"{self.consumer} step {rec.step} of run {self.run.name!r}: the log no longer holds "
@@ -220,7 +262,7 @@ class Trainer:
             if drift is not None:
                 raise ReplayDriftError(f"{self.consumer} step {rec.step} of run {self.run.name!r}: {drift}")
             self._pending = self._pending[batch.consumed :]
-            cursor = batch.cursor
+            cursor, frontier = batch.cursor, batch.data_version
             checked.append(batch)
             if on_step is not None:
                 on_step(batch)
@@ -235,6 +277,38 @@ class Trainer:
                     f"{self.consumer} step {batch.step} of run {self.run.name!r}: metric {name} was "
                     f"recorded as {stored[name]!r}, the replayed batch gives {value!r}"
                 )
+
+
+EMPTY_STEP_HINT = (
+    "Train a recorded run with staleness measured against its own versions (--staleness-reference data, "
+    "the default without --push-to), raise --max-staleness, or let such steps be skipped "
+    "(--empty-steps skip; train.empty_steps in run.yaml)"
+)
+
+
+def empty_step_error(batch: StepBatch, options: StepOptions, stopped: str) -> TrainingError:
+    """The one-line error of a step that would train 0 tokens under ``empty_steps`` ``stop`` (logged too)."""
+    message = (
+        f"{empty_step_reason(batch, options)}. Not trained or committed; {stopped} (empty_steps: stop). "
+        + EMPTY_STEP_HINT
+    )
+    log.warning("%s", message)
+    return TrainingError(message)
+
+
+def _frontier(ckpt: ConsumerCheckpoint | None) -> int | None:
+    """The data frontier a checkpoint keeps (staleness reference ``data``), None without one."""
+    value = ckpt.state.get("data_version") if ckpt else None
+    return int(value) if value is not None else None
+
+
+def step_warnings(batch: StepBatch, metrics: dict[str, float], watch: CollapseWatch) -> list[str]:
+    """The step's warnings (skipped empty groups, a collapsing policy), each logged as it is found."""
+    skipped = skipped_warning(batch)
+    warnings = ([skipped] if skipped else []) + watch.observe(batch.step, metrics)
+    for w in warnings:
+        log.warning("%s", w)
+    return warnings
 
 
 def step_metrics(batch: StepBatch, trainer: dict[str, float], seconds: float) -> dict[str, float]:

@@ -1,13 +1,23 @@
 """Version-aware masking: what to do with tokens and groups from older policies.
 
-With ``v_train`` the version of the weights the trainer is about to update (``initial_version +
-step - 1``), a generated token stamped with version ``v``:
+Staleness is measured against a reference version ``v_ref``, by ``staleness_reference``:
 
-* is masked (``loss_mask`` 0) when ``v < v_train - max_staleness`` (``max_staleness`` None: off; default 1, as :class:`~dressage.training.config.TrainConfig`);
+* ``trainer``: the version of the weights the trainer is about to update (``initial_version +
+  step - 1``): right when the trainer's weights are what the rollout samples with (the loop,
+  ``train --push-to``), as each step's update becomes the next policy version;
+* ``data``: the newest policy version of the data the trainer has consumed so far (the *data
+  frontier*: every group up to and including the one being masked, in consumption order): right
+  for a recorded run trained offline, whose versions do not grow with the trainer's steps (all of
+  the quickstart's tokens are version 0; against the trainer's version they would all be stale
+  from step 3 on).
+
+A generated token stamped with version ``v``:
+
+* is masked (``loss_mask`` 0) when ``v < v_ref - max_staleness`` (``max_staleness`` None: off; default 1, as :class:`~dressage.training.config.TrainConfig`);
 * with ``last_version_only``, is masked when ``v`` is not the newest version in its segment
   (a turn that spanned a weight update keeps only the part generated after it).
 
-A whole group is dropped when any of its tokens has ``v < v_train - group_version_window``.
+A whole group is dropped when any of its tokens has ``v < v_ref - group_version_window``.
 Every decision is counted per sample (``TrainSample.masking``) and lands in the step manifest, and
 each response token's reason (:data:`MASK_REASONS`, ``TrainSample.mask_reasons``) is stored with the
 step (``train_token_decisions``, the ``token_decisions`` view; docs/training.md).
@@ -24,6 +34,7 @@ from dressage.errors import ConfigError
 from dressage.training.samples import TrainSample
 
 FAILURE_POLICIES = ("drop_group", "keep_finished")
+STALENESS_REFERENCES = ("trainer", "data")
 
 MASK_REASONS: tuple[tuple[str, str], ...] = (
     ("trained", "not masked: the token is trained"),
@@ -50,6 +61,10 @@ class MaskingPolicy:
     last_version_only: bool = False
     group_version_window: int | None = None
     failure_policy: str = "drop_group"
+    staleness_reference: str = "data"
+    """``trainer`` or ``data`` (the module docstring). ``data`` unless the trainer's weights become
+    the engines' next versions (the loop, ``--push-to``, slime); manifests recorded before this
+    option existed were formed with ``trainer`` (:meth:`StepOptions.from_dict` restores it)."""
 
     def __post_init__(self) -> None:
         for name in ("max_staleness", "group_version_window"):
@@ -60,6 +75,22 @@ class MaskingPolicy:
             raise ConfigError(
                 f"failure policy must be one of {FAILURE_POLICIES}, got {self.failure_policy!r}"
             )
+        if self.staleness_reference not in STALENESS_REFERENCES:
+            raise ConfigError(
+                f"staleness reference must be one of {STALENESS_REFERENCES}, got {self.staleness_reference!r}"
+            )
+
+    def reference_version(
+        self, samples: Sequence[TrainSample], trainer_version: int, frontier: int | None
+    ) -> int:
+        """The version a group's staleness is measured against: the trainer's, or (``data``) the
+        data frontier once the group's own newest version is counted (``frontier``: the newest
+        version of the groups consumed before it, None before the first)."""
+        if self.staleness_reference == "trainer":
+            return trainer_version
+        newest = newest_version(samples)
+        known = [v for v in (frontier, newest) if v is not None]
+        return max(known) if known else trainer_version
 
     def as_dict(self) -> dict[str, object]:
         """For the manifest."""
@@ -91,6 +122,22 @@ def apply_version_mask(sample: TrainSample, policy: MaskingPolicy, trainer_versi
     sample.loss_mask = keep_R.astype(np.int32)
     sample.mask_reasons = reasons_R
     sample.masking = counts
+
+
+def newest_version(samples: Sequence[TrainSample]) -> int | None:
+    """The newest policy version that generated a token of ``samples``; None when none did."""
+    versions = [int(s.policy_versions.max()) for s in samples if s.policy_versions.size]
+    newest = max(versions, default=-1)
+    return newest if newest >= 0 else None
+
+
+def reason_counts(samples: Sequence[TrainSample]) -> dict[str, int]:
+    """How many response tokens of ``samples`` have each mask reason (after :func:`apply_version_mask`)."""
+    total = np.zeros(len(MASK_REASONS), dtype=np.int64)
+    for s in samples:
+        if s.mask_reasons is not None:
+            total += np.bincount(s.mask_reasons, minlength=len(MASK_REASONS))
+    return {MASK_REASONS[code][0]: int(n) for code, n in enumerate(total) if n}
 
 
 def group_outside_window(

@@ -4,8 +4,16 @@ A step takes ready groups in consumption order (``(ready_position, task_index)``
 ``global_batch_size / n_samples_per_prompt`` kept groups; groups dropped on the way (failed
 members under ``drop_group``, outside the version window, malformed) are consumed too and listed
 in the step's manifest with their reason. Samples are ordered by group, then sample index, then
-segment order. Everything here is a pure function of the log, the step number and the options,
-which is what makes resume and replay byte-identical.
+segment order.
+
+A step whose kept groups would train no token at all (every response token masked) is never
+trained silently: with ``empty_steps`` ``stop`` (the default) the trainer refuses to commit it
+and says why; with ``skip`` its groups are consumed as dropped (reason ``no_trainable_tokens``,
+listed in the manifest of the step formed after them) and the step is formed from the groups
+that follow.
+
+Everything here is a pure function of the log, the step number, the options and the data
+frontier carried from step to step, which is what makes resume and replay byte-identical.
 """
 
 from __future__ import annotations
@@ -20,12 +28,17 @@ from dressage.store.records import Run
 from dressage.training.advantages import assign_advantages, get_estimator
 from dressage.training.groups import Cursor, ReadyGroup
 from dressage.training.manifest import batch_hash, field_digests, sample_entries
-from dressage.training.masking import MaskingPolicy, apply_version_mask, group_outside_window
+from dressage.training.masking import MaskingPolicy, apply_version_mask, group_outside_window, reason_counts
 from dressage.training.materialize import Trajectory, materialize_trajectory
 from dressage.training.samples import TrainSample
 from dressage.training.trees import apply_tree, build_tree, tree_rollout_ids, tree_sessions
 from dressage.training.turn_prefetch import TurnPrefetcher, finished_sessions
 from dressage.training.weights import assign_loss_weights
+
+EMPTY_STEPS = ("stop", "skip")
+"""What a trainer does with a step that would train no token (see the module docstring)."""
+NO_TRAINABLE_TOKENS = "no_trainable_tokens"
+"""The manifest's reason for the groups of a skipped empty step."""
 
 
 @dataclass(frozen=True)
@@ -39,8 +52,11 @@ class StepOptions:
     eps: float = 1e-6
     initial_version: int = 0
     masking: MaskingPolicy = field(default_factory=MaskingPolicy)
+    empty_steps: str = "stop"
 
     def __post_init__(self) -> None:
+        if self.empty_steps not in EMPTY_STEPS:
+            raise ConfigError(f"empty_steps must be one of {EMPTY_STEPS}, got {self.empty_steps!r}")
         n, gbs = self.n_samples_per_prompt, self.global_batch_size
         if n < 1 or gbs < 1 or gbs % n:
             raise ConfigError(
@@ -62,7 +78,8 @@ class StepOptions:
     def from_dict(cls, data: dict[str, Any]) -> StepOptions:
         """Rebuild the options a manifest recorded (replay uses the recorded ones)."""
         data = dict(data)
-        masking = MaskingPolicy(**data.pop("masking", {}))
+        # steps recorded before staleness_reference existed measured staleness against the trainer
+        masking = MaskingPolicy(**{"staleness_reference": "trainer", **data.pop("masking", {})})
         return cls(**data, masking=masking)
 
 
@@ -78,6 +95,19 @@ class StepBatch:
     position: int
     manifest: dict[str, Any]
     batch_hash: str
+    data_version: int | None = None
+    """The data frontier after this step: the newest policy version of every group consumed so far
+    (with ``staleness_reference`` ``data``; None otherwise). A trainer keeps it with its cursor."""
+
+    @property
+    def n_trainable(self) -> int:
+        """Tokens the step trains (loss mask 1)."""
+        return int(self.manifest["n_trainable_tokens"])
+
+    @property
+    def skipped_groups(self) -> list[dict[str, Any]]:
+        """The manifest decisions of the groups consumed as an empty step's (``empty_steps`` ``skip``)."""
+        return [g for g in self.manifest["groups"] if g.get("reason") == NO_TRAINABLE_TOKENS]
 
     @property
     def produced_version(self) -> int:
@@ -93,6 +123,54 @@ def rollout_id_of(group_index: int, sample_index: int, n_samples_per_prompt: int
     return group_index * n_samples_per_prompt + sample_index
 
 
+@dataclass
+class StepFill:
+    """The groups taken for one step, in consumption order: the kept groups' samples (with an
+    origin each, e.g. their run), every group's decision, and the data frontier.
+
+    When the step is full and its samples would train no token, ``empty_steps`` ``skip`` turns its
+    kept groups into dropped ones (:data:`NO_TRAINABLE_TOKENS`, with their mask reason counts) and
+    the step goes on filling from the groups after them.
+    """
+
+    groups_per_step: int
+    empty_steps: str
+    frontier: int | None = None
+    samples: list[TrainSample] = field(default_factory=list)
+    origins: list[Any] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    consumed: int = 0
+    _kept: list[int] = field(default_factory=list)
+
+    @property
+    def full(self) -> bool:
+        """Whether the step holds its kept groups."""
+        return len(self._kept) == self.groups_per_step
+
+    @property
+    def skipped(self) -> list[dict[str, Any]]:
+        """The decisions of the groups consumed as an empty step's so far."""
+        return [d for d in self.decisions if d.get("reason") == NO_TRAINABLE_TOKENS]
+
+    def take(self, decision: dict[str, Any], samples: list[TrainSample], origin: Any = None) -> None:
+        """Consume one group (kept or dropped) with its decision and samples."""
+        self.consumed += 1
+        self.decisions.append(decision)
+        if "staleness_reference" in decision:
+            self.frontier = int(decision["staleness_reference"])
+        if not decision["kept"]:
+            return
+        self._kept.append(len(self.decisions) - 1)
+        self.samples += samples
+        self.origins += [origin] * len(samples)
+        if self.full and self.empty_steps == "skip" and not any(s.n_trainable for s in self.samples):
+            masked = reason_counts(self.samples)
+            for i in self._kept:
+                self.decisions[i] = {**self.decisions[i], "kept": False, "reason": NO_TRAINABLE_TOKENS}
+                self.decisions[i]["mask_reasons"] = masked
+            self.samples, self.origins, self._kept = [], [], []
+
+
 class StepBuilder:
     """Materializes groups and assembles :class:`StepBatch` es."""
 
@@ -101,18 +179,27 @@ class StepBuilder:
         self.run = run
         self.options = options
         self.prefetch = TurnPrefetcher(store)
+        self.unformed_skips: list[dict[str, Any]] = []
+        """Groups the last :meth:`form` that found too few groups had skipped as an empty step's
+        (``empty_steps`` ``skip``): they train nothing, and no step lists them until one forms."""
 
     def trainer_version(self, step: int) -> int:
         """Version of the weights step ``step`` updates: ``initial_version + step - 1``."""
         return self.options.initial_version + step - 1
 
     def materialize_group(
-        self, group: ReadyGroup, trainer_version: int, turns_by_session: dict[str, list[Any]] | None = None
+        self,
+        group: ReadyGroup,
+        trainer_version: int,
+        turns_by_session: dict[str, list[Any]] | None = None,
+        frontier: int | None = None,
     ) -> tuple[list[TrainSample], dict[str, Any]]:
         """The group's samples (empty when dropped) and its manifest decision.
 
         ``turns_by_session`` (prefetched by :meth:`form`, one query for a whole step) must hold every
-        finished member's turns when given; otherwise the group's turns are read here.
+        finished member's turns when given; otherwise the group's turns are read here. ``frontier``:
+        the data frontier before this group (staleness reference ``data``); the decision then
+        records the version the group was measured against as ``staleness_reference``.
         """
         opts, policy = self.options, self.options.masking
         members = [
@@ -128,7 +215,7 @@ class StepBuilder:
         if not kept:
             return [], {**decision, "kept": False, "reason": "no_finished_member"}
         if group.forks:
-            return self._materialize_tree(group, trainer_version, turns_by_session, decision)
+            return self._materialize_tree(group, (trainer_version, frontier), turns_by_session, decision)
         by_session = turns_by_session
         if by_session is None or any(m.session_id not in by_session for m in kept if m.session_id):
             by_session = self._read([m.session_id for m in kept if m.session_id])
@@ -143,7 +230,7 @@ class StepBuilder:
                 samples += materialize_trajectory(by_session.get(m.session_id, []), traj)
         except TrainingError as e:
             return [], {**decision, "kept": False, "reason": "invalid", "error": str(e)}
-        dropped = self._version_window(samples, trainer_version, decision)
+        dropped = self._version_window(samples, (trainer_version, frontier), decision)
         if dropped is not None:
             return [], dropped
         adv = assign_advantages(
@@ -157,7 +244,7 @@ class StepBuilder:
     def _materialize_tree(
         self,
         group: ReadyGroup,
-        trainer_version: int,
+        versions: tuple[int, int | None],
         turns_by_session: dict[str, list[Any]] | None,
         decision: dict[str, Any],
     ) -> tuple[list[TrainSample], dict[str, Any]]:
@@ -193,7 +280,7 @@ class StepBuilder:
             tree = build_tree(sized, std_normalize=opts.std_normalize, eps=opts.eps)
         except TrainingError as e:
             return [], {**decision, "kept": False, "reason": "invalid", "error": str(e)}
-        dropped = self._version_window(samples, trainer_version, decision)
+        dropped = self._version_window(samples, versions, decision)
         if dropped is not None:
             return [], dropped
         apply_tree(tree, samples, by_session)
@@ -202,15 +289,21 @@ class StepBuilder:
         return samples, {**decision, "kept": True}
 
     def _version_window(
-        self, samples: list[TrainSample], trainer_version: int, decision: dict[str, Any]
+        self, samples: list[TrainSample], versions: tuple[int, int | None], decision: dict[str, Any]
     ) -> dict[str, Any] | None:
         """Drop decision when the group is outside the version window; else mask its samples' versions.
 
-        Returns the manifest decision for a dropped group, or ``None`` after
-        :func:`apply_version_mask` has been applied to every sample (both flat and tree groups).
+        ``versions``: the trainer's version and the data frontier before the group, from which the
+        reference the group is measured against comes (:meth:`MaskingPolicy.reference_version`;
+        recorded in ``decision`` under ``data``). Returns the manifest decision for a dropped group,
+        or ``None`` after :func:`apply_version_mask` has been applied to every sample (both flat and
+        tree groups).
         """
         policy = self.options.masking
-        oldest = group_outside_window(samples, policy, trainer_version)
+        reference = policy.reference_version(samples, *versions)
+        if policy.staleness_reference == "data":
+            decision["staleness_reference"] = reference
+        oldest = group_outside_window(samples, policy, reference)
         if oldest is not None:
             return {
                 **decision,
@@ -219,15 +312,18 @@ class StepBuilder:
                 "oldest_version": oldest,
             }
         for s in samples:
-            apply_version_mask(s, policy, trainer_version)
+            apply_version_mask(s, policy, reference)
         return None
 
     def _read(self, session_ids: list[str]) -> dict[str, list[Any]]:
         return dict(self.prefetch.turns(session_ids)) if session_ids else {}
 
-    def form(self, step: int, pending: Sequence[ReadyGroup], cursor: Cursor) -> StepBatch | None:
+    def form(
+        self, step: int, pending: Sequence[ReadyGroup], cursor: Cursor, frontier: int | None = None
+    ) -> StepBatch | None:
         """Step ``step`` from the front of ``pending``; None until enough groups are ready.
 
+        ``frontier``: the data frontier after the previous step (:attr:`StepBatch.data_version`).
         The turns of the first ``groups_per_step`` pending groups are read ahead a few groups per
         query (:class:`TurnPrefetcher`) while earlier groups are materialized; groups needed beyond
         them are read one by one. Before hashing, the next step's groups are asked for.
@@ -237,23 +333,18 @@ class StepBuilder:
         if len(ahead) < self.options.groups_per_step:
             ahead = []  # not enough groups yet: nothing worth reading ahead
         self.prefetch.want(ahead)
-        samples: list[TrainSample] = []
-        decisions: list[dict[str, Any]] = []
-        n_kept = 0
-        consumed = 0
+        fill = StepFill(self.options.groups_per_step, self.options.empty_steps, frontier)
         for group in pending:
-            if n_kept == self.options.groups_per_step:
+            if fill.full:
                 break
             group_samples, decision = self.materialize_group(
-                group, version, self._read(finished_sessions([group])) if ahead else None
+                group, version, self._read(finished_sessions([group])) if ahead else None, fill.frontier
             )
-            consumed += 1
-            decisions.append(decision)
-            if decision["kept"]:
-                n_kept += 1
-                samples += group_samples
-        if n_kept < self.options.groups_per_step:
+            fill.take(decision, group_samples)
+        self.unformed_skips = [] if fill.full else fill.skipped
+        if not fill.full:
             return None
+        samples, decisions, consumed = fill.samples, fill.decisions, fill.consumed
         self.prefetch.want(pending[consumed : consumed + self.options.groups_per_step])
         assign_loss_weights(samples)
         last = pending[consumed - 1]
@@ -271,4 +362,14 @@ class StepBuilder:
             "n_trainable_tokens": sum(s.n_trainable for s in samples),
             "samples": sample_entries(samples, digests),
         }
-        return StepBatch(step, version, samples, consumed, last.cursor, last.ready_position, manifest, digest)
+        return StepBatch(
+            step,
+            version,
+            samples,
+            consumed,
+            last.cursor,
+            last.ready_position,
+            manifest,
+            digest,
+            fill.frontier,
+        )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dressage.cluster.layout import NodeInfo, proxy_slots, worker_slots
+from dressage.cluster.layout import NodeInfo, proxy_slots, service_slots, worker_slots
 from dressage.errors import ConfigError
 from dressage.rollout.config import parse_config
 from dressage.rollout.ray_config import RayConfig
@@ -98,7 +98,9 @@ def test_workers_go_to_the_nodes_that_have_their_resources() -> None:
 
 def test_no_node_with_the_resources_is_an_error_saying_what_is_missing() -> None:
     cfg = RayConfig.model_validate({"worker": {"resources": {"sandbox_host": 1}}})
-    with pytest.raises(ConfigError, match=r"sandbox_host=1.*nodes: 10\.0\.0\.1 \(n1-id\): CPU=8"):
+    with pytest.raises(
+        ConfigError, match=r"sandbox_host=1.*nodes \(free of total\): 10\.0\.0\.1 \(n1-id\): CPU=8 of 8"
+    ):
         worker_slots([node("n1", 8)], cfg)
 
 
@@ -109,3 +111,53 @@ def test_a_proxy_goes_to_its_engine_s_node() -> None:
         ("http://10.0.0.2:30000", "n2-id"),
         ("http://gpu-elsewhere:30000", None),
     ]
+
+
+def test_the_defaults_fit_a_two_cpu_machine() -> None:
+    """The quickstart's case: the dev engine, its proxy and one worker on one 2-CPU node."""
+    cfg = RayConfig()
+    two = node("n1", 2)
+    services = service_slots([two], cfg, None)
+    assert services.engine_node is not None and services.engine_node.node_id == "n1-id"
+    assert services.nodes[0].available["CPU"] == pytest.approx(1.0)
+    assert [s.node.node_id for s in worker_slots(services.nodes, cfg, services.taken)] == ["n1-id"]
+
+
+def test_a_worker_is_checked_against_what_the_engine_and_proxy_leave() -> None:
+    """1.5 CPUs fit the node's 2, not the 1 the engine and proxy leave: refused in one line."""
+    cfg = RayConfig.model_validate({"worker": {"num_cpus": 1.5}})
+    services = service_slots([node("n1", 2)], cfg, None)
+    with pytest.raises(ConfigError) as e:
+        worker_slots(services.nodes, cfg, services.taken)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "ray: no node has what 1 worker(s) need (CPU=1.5) free after this run's dev engine (CPU=0.5) and "
+        "proxy (CPU=0.5) actors on 10.0.0.1; nodes (free of total): 10.0.0.1 (n1-id): CPU=1 of 2, "
+        "memory=16384 of 16384MiB."
+    )
+
+
+def test_what_other_actors_hold_is_not_free() -> None:
+    busy = NodeInfo("n1-id", "10.0.0.1", {"CPU": 8.0}, free={"CPU": 0.75})
+    with pytest.raises(
+        ConfigError, match=r"dev engine and its proxy \(CPU=0.5 \+ CPU=0.5\) free; .*CPU=0.75 of 8"
+    ):
+        service_slots([busy], RayConfig(), None)
+
+
+def test_the_engine_goes_where_it_leaves_room_for_the_most_workers() -> None:
+    cfg = RayConfig.model_validate({"worker": {"num_cpus": 2}})
+    nodes = [node("n1", 2), node("n2", 3), node("n3", 2)]
+    services = service_slots(nodes, cfg, None)
+    assert services.engine_node is not None and services.engine_node.node_id == "n2-id"
+    assert [s.node.node_id for s in worker_slots(services.nodes, cfg)] == ["n1-id", "n2-id", "n3-id"]
+
+
+def test_proxies_go_to_their_engine_s_node_while_it_has_room() -> None:
+    cfg = RayConfig.model_validate({"proxy": {"num_cpus": 1}})
+    nodes = [node("n1", 8), node("n2", 1)]
+    urls = ["http://10.0.0.2:30000", "http://10.0.0.2:30001", "http://gpu-elsewhere:30000"]
+    services = service_slots(nodes, cfg, urls)
+    assert [s.node.node_id if s.node else None for s in services.proxies] == ["n2-id", "n1-id", "n1-id"]
+    assert [n.available["CPU"] for n in services.nodes] == [6.0, 0.0]

@@ -124,7 +124,7 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
     assert aborted.finish_reason == "abort" and aborted.info["client_disconnected"] is True
     assert aborted.info["tito"] == {"aborted": True}
     assert 3 <= aborted.generated_ids.size < 200  # every token received, nothing invented
-    assert aborted.logprobs.size == aborted.generated_ids.size and bool(aborted.loss_mask.all())
+    assert aborted.logprobs.size == aborted.generated_ids.size and not aborted.loss_mask.any()  # untrained
     assert (aborted.route, aborted.boundary_reason) == ("create", "client_disconnected")
     # The same request again (same idempotency key): a fresh generation, not a replay of the part.
     client = OpenAI(base_url=s.base_url, api_key="x", max_retries=0)

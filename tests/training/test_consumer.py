@@ -90,7 +90,10 @@ def test_version_window_and_staleness_are_recorded(store: EventStore, run_name: 
     spanning = TrajSpec(1.0, [SegmentSpec(0, [TurnSpec(4, 3, versions=[2, 3, 3]), TurnSpec(4, 3, 3)])])
     build_run(store, run_name, [[simple(1.0, version=0), simple(0.0, version=0)], [spanning, simple(0.0, 2)]])
     opts = StepOptions(
-        2, 2, initial_version=3, masking=MaskingPolicy(max_staleness=0, group_version_window=2)
+        2,
+        2,
+        initial_version=3,
+        masking=MaskingPolicy(max_staleness=0, group_version_window=2, staleness_reference="trainer"),
     )
     results = Trainer(store, run_name, opts).run_steps()
     assert len(results) == 1

@@ -353,14 +353,16 @@ def test_masking_options_from_slimes_args(
     slime_on_path: None, store: EventStore, db_url: str, run_name: str
 ) -> None:
     # tokens of version 0; a consumer starting at rollout 2 updates version 2 weights:
-    # --dressage-max-staleness 1 masks every generated token (0 < 2 - 1), 2 keeps them all
+    # --dressage-max-staleness 1 masks every generated token (0 < 2 - 1): a step that would train
+    # nothing is refused, not served (docs/training.md); 2 keeps them all
     build_run(store, run_name, GROUPS[4:], seed=5, config=RECORDED)
     strict = slime_args(run_name, db_url, dressage_max_staleness=1, dressage_consumer="strict")
-    _, flat, _ = call_like_slime(strict, 2)
-    assert flat and all(sum(s.loss_mask) == 0 for s in flat)
-    (step,) = store.consumers.steps(run_name, "train:strict")
-    assert step.manifest["options"]["masking"]["max_staleness"] == 1
-    assert all(e["masking"]["masked_stale"] > 0 for e in step.manifest["samples"])
+    with pytest.raises(
+        TrainingError,
+        match=r"step 3 would train 0 tokens: .*stale \d+.*trainer version 2 with max_staleness 1",
+    ):
+        call_like_slime(strict, 2)
+    assert store.consumers.steps(run_name, "train:strict") == []
     loose = slime_args(run_name, db_url, dressage_max_staleness=2, dressage_consumer="loose")
     _, flat, _ = call_like_slime(loose, 2)
     assert all(sum(s.loss_mask) == s.response_length - 4 for s in flat)  # 2 turns x 3, the 2nd's 4 context
