@@ -47,6 +47,10 @@ BOUNDARIES: dict[tuple[str, str], str] = {
     ): "a group's unexpected failure goes to each waiting caller's future; logged",
     ("dressage/proxy/recording.py", "_parse_safely"): "a reply the parser cannot read is recorded as text",
     ("dressage/proxy/turns.py", "_stream"): "a stream's failure becomes the stream's error event",
+    (
+        "dressage/rollout/engine_health.py",
+        "_probe_forever",
+    ): "a failed probe round must never stop engine supervision; logged",
 }
 
 NOT_LOGGED_BEING_FIXED: set[tuple[str, str]] = set()

@@ -7,13 +7,18 @@ starts fast for other sub-commands.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.commandline import console as make_console
 from dressage.errors import AgentError, ConfigError, Interrupted, NotSupportedError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dressage.rollout.worker import RolloutReport
 
 
 @handle_errors
@@ -54,19 +59,11 @@ def rollout_command(
     """Create (or --resume) a run and drive episodes until every (task, sample) is done."""
     import asyncio
 
-    from rich.markup import escape
-
     from dressage.config import load_settings
     from dressage.interrupts import graceful_stop
     from dressage.rollout.worker import WorkerOptions, run_rollout
 
-    if retry_failed and resume is None:
-        raise ConfigError("--retry-failed retries the failed pairs of a run: give it with --resume RUN")
-    if retry_failed and ray_address is not None:
-        raise NotSupportedError(
-            "--retry-failed with --ray is not built yet; run `dressage-worker rollout --resume RUN "
-            "--retry-failed` without --ray (pairs that failed on infrastructure are retried either way)"
-        )
+    _check_retry_failed(retry_failed, resume, ray_address)
     stop = graceful_stop()
     settings = load_settings(database_url=database_url)
     opts = WorkerOptions(
@@ -94,6 +91,24 @@ def rollout_command(
             f"resume with dressage-worker rollout --resume {report.run}{db}{ray}",
             stop.exit_code,
         )
+    _closing_lines(console, report, db)
+
+
+def _check_retry_failed(retry_failed: bool, resume: str | None, ray_address: str | None) -> None:
+    """``--retry-failed`` goes with ``--resume`` and without ``--ray``: refused otherwise, in one line."""
+    if retry_failed and resume is None:
+        raise ConfigError("--retry-failed retries the failed pairs of a run: give it with --resume RUN")
+    if retry_failed and ray_address is not None:
+        raise NotSupportedError(
+            "--retry-failed with --ray is not built yet; run `dressage-worker rollout --resume RUN "
+            "--retry-failed` without --ray (pairs that failed on infrastructure are retried either way)"
+        )
+
+
+def _closing_lines(console: Console, report: RolloutReport, db: str) -> None:
+    """What to look at next; a run none of whose sessions finished is an error (exit non-zero)."""
+    from rich.markup import escape
+
     console.print(
         f"\nrun [bold]{escape(report.run)}[/] done. Look at it with:\n"
         f"  dressage-worker runs{db}\n"

@@ -180,26 +180,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
             result = await play_agent(env, task, handle, agent_log, held, sampling)
             reward, details = await score_result(env, task, result, held)
         except EpisodeFailed as f:
-            error = redact(str(f), store.db.secrets) or ""
-            fault = await _engine_fault(env, mark, error) if f.reason.startswith("agent_") else None
-            if fault is not None:
-                renewer.cancel()
-                return await interrupt_for_engine(
-                    env, lease, sid, error, held, agent_log, counts=fault == "reported"
-                )
-            agent_log.write(f"FAILED ({f.reason}): {error}")
-            await archive_session(env, sid, held.sandbox, agent_log)
-            renewer.cancel()
-            await env.proxy.finalize_session(
-                sid,
-                "failed",
-                finish_reason=f.reason,
-                error=error,
-                info={**env.session_info, **_finish_info(lease, None)},
-                attempt=lease.attempt,
-            )
-            await asyncio.to_thread(store.tasks.release, lease, "retry", max_attempts=cfg.worker.max_attempts)
-            return Outcome("failed", error=error)
+            return await _episode_failed(env, lease, sid, f, (held, agent_log, renewer, mark))
         await asyncio.to_thread(
             store.events.append,
             run,
@@ -231,6 +212,37 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
     finally:
         renewer.cancel()
         await held.release(sid)
+
+
+async def _episode_failed(
+    env: EpisodeEnv,
+    lease: TaskLease,
+    sid: str,
+    f: EpisodeFailed,
+    state: tuple[Held, AgentLog, asyncio.Task[None], int],
+) -> Outcome:
+    """An episode that failed: an infrastructure interruption when an engine died meanwhile (the pair
+    goes back to the queue), else a ``failed`` session and a retry (or ``failed`` pair)."""
+    held, agent_log, renewer, mark = state
+    store, cfg = env.store, env.cfg
+    error = redact(str(f), store.db.secrets) or ""
+    fault = await _engine_fault(env, mark, error) if f.reason.startswith("agent_") else None
+    if fault is not None:
+        renewer.cancel()
+        return await interrupt_for_engine(env, lease, sid, error, held, agent_log, counts=fault == "reported")
+    agent_log.write(f"FAILED ({f.reason}): {error}")
+    await archive_session(env, sid, held.sandbox, agent_log)
+    renewer.cancel()
+    await env.proxy.finalize_session(
+        sid,
+        "failed",
+        finish_reason=f.reason,
+        error=error,
+        info={**env.session_info, **_finish_info(lease, None)},
+        attempt=lease.attempt,
+    )
+    await asyncio.to_thread(store.tasks.release, lease, "retry", max_attempts=cfg.worker.max_attempts)
+    return Outcome("failed", error=error)
 
 
 async def _engine_fault(env: EpisodeEnv, mark: int, error: str) -> str | None:
