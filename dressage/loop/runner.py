@@ -566,26 +566,22 @@ async def run_loop(
             await loop.run_all(show_progress=opts.show_progress)
             if not loop.stop_flag.is_set():
                 await loop.final_eval()
-            if loop.stop_flag.is_set():
-                return LoopReport(
-                    run=loop.run_name,
-                    mode=loop.loop_cfg.mode,
-                    iterations=loop.stats,
-                    out_dir=loop.out_dir,
-                    seconds=time.monotonic() - started,
-                    interrupted=loop.stop_flag.reason,
-                )
-            await asyncio.to_thread(loop.refresh_versions)
-            assert loop.run is not None
-            loop.loggers.versions(version_rewards(store, loop.run))
+            interrupted = loop.stop_flag.is_set()
+            if not interrupted:
+                await asyncio.to_thread(loop.refresh_versions)
+                assert loop.run is not None
+                loop.loggers.versions(version_rewards(store, loop.run))
         return LoopReport(
             run=loop.run_name,
             mode=loop.loop_cfg.mode,
             iterations=loop.stats,
             out_dir=loop.out_dir,
             seconds=time.monotonic() - started,
-            evals=read_eval_rounds(store, loop.run_name) if loop.evals is not None else [],
+            evals=read_eval_rounds(store, loop.run_name)
+            if loop.evals is not None and not interrupted
+            else [],
             eval_name=loop.cfg.eval.name if loop.cfg.eval is not None else "eval",
+            interrupted=loop.stop_flag.reason if interrupted else None,
         )
     finally:
         store.close()
