@@ -10,7 +10,7 @@ import torch
 
 from dressage.engines import EngineClient, SamplingParams
 from dressage.engines.tiny_model import RouterCapture
-from tests.engines.conftest import RunningEngine
+from tests.dev_engine import RunningEngine
 
 pytestmark = pytest.mark.anyio
 
@@ -154,7 +154,7 @@ async def test_pause_in_place_then_continue_resumes_the_stream(engine: RunningEn
 
 async def test_errors_are_translated(engine: RunningEngine) -> None:
     from dressage.errors import EngineError, EngineHTTPError
-    from tests.engines.conftest import free_port
+    from tests.dev_engine import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"
     async with EngineClient(dead) as c:
