@@ -83,3 +83,57 @@ def test_without_postgresql_the_tier_skips_and_ci_turns_the_skip_into_a_failure(
     env["DRESSAGE_REQUIRE_ALL"] = "1"
     failed = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1 and "PostgreSQL is not reachable" in failed.stdout, failed.stdout
+
+
+def test_under_xdist_workers_keep_the_tiers_and_turn_skips_into_failures(tmp_path: Path) -> None:
+    """The README's ``-n 2``: this conftest's hooks run in each worker (tier selection without
+    arguments, and a service tier's skip failing under ``DRESSAGE_REQUIRE_ALL=1``)."""
+    import os
+
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pytest_addoption, pytest_collection_modifyitems, pytest_runtest_makereport\n"
+        '__all__ = ["pytest_addoption", "pytest_collection_modifyitems", "pytest_runtest_makereport"]\n'
+    )
+    (tmp_path / "test_tiered.py").write_text(
+        "import pytest\n\n\n@pytest.mark.postgres\ndef test_needs_a_service() -> None:\n"
+        '    pytest.skip("the service is absent")\n\n\ndef test_default() -> None:\n    pass\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("DRESSAGE_REQUIRE_ALL", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "2", "-p", "no:cacheprovider", *args]
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    default = run()  # no arguments: the default tier only
+    assert default.returncode == 0 and "1 passed" in default.stdout, default.stdout + default.stderr
+    assert "skipped" not in default.stdout
+    every = run("--tier", "all")
+    assert every.returncode == 0 and "1 passed, 1 skipped" in every.stdout, every.stdout + every.stderr
+    env["DRESSAGE_REQUIRE_ALL"] = "1"
+    on_ci = run("--tier", "all")
+    assert on_ci.returncode == 1, on_ci.stdout + on_ci.stderr
+    assert "DRESSAGE_REQUIRE_ALL=1: a postgres test skipped: " in on_ci.stdout, on_ci.stdout
+    assert "the service is absent" in on_ci.stdout and "1 failed, 1 passed" in on_ci.stdout
+
+
+def test_a_missing_extra_skips_a_module_and_fails_it_on_ci(tmp_path: Path) -> None:
+    """``require_module`` at a module's top (tests/engines, tests/proxy, tests/loop): a skip without the
+    extra, a collection error under ``DRESSAGE_REQUIRE_ALL=1`` (CI installs every extra)."""
+    import os
+
+    (tmp_path / "test_needs_extra.py").write_text(
+        "from tests.conftest import require_module\n\n"
+        'require_module("dressage_no_such_extra", "the made-up extra")\n\n\n'
+        "def test_nothing() -> None:\n    pass\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("DRESSAGE_REQUIRE_ALL", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_needs_extra.py"]
+    skipped = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert skipped.returncode in (0, 5) and "1 skipped" in skipped.stdout, skipped.stdout + skipped.stderr
+    assert "the made-up extra (dressage_no_such_extra" in skipped.stdout
+    env["DRESSAGE_REQUIRE_ALL"] = "1"
+    failed = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0, failed.stdout
+    assert "DRESSAGE_REQUIRE_ALL=1: the made-up extra" in failed.stdout, failed.stdout
