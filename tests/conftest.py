@@ -16,18 +16,26 @@ reason; ``DRESSAGE_REQUIRE_ALL=1`` (set by CI) turns those skips into failures, 
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
+from typer.testing import CliRunner
 
 from dressage.store import EventStore
 from dressage.store.db import upgrade
 from tests.pg_roles import drop_created_roles
 from tests.stores import open_store
+
+if TYPE_CHECKING:
+    from tests.dev_engine import RunningEngine
 
 PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PG_TEST_DB = os.environ.get("DRESSAGE_TEST_PG_DB", f"dressage_test_{os.getpid()}")
@@ -133,6 +141,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def require_module(name: str, reason: str) -> ModuleType:
+    """Import an optional extra's module for a test module (at its top) or a fixture: without it the
+    caller skips, visibly to ``DRESSAGE_REQUIRE_ALL=1``, which fails instead (CI installs every extra).
+    ``pytest.importorskip`` at a module's top would skip a whole folder whatever the tier."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        message = f"{reason} ({name}: {e})"
+        if REQUIRE_ALL:
+            pytest.fail(f"DRESSAGE_REQUIRE_ALL=1: {message}", pytrace=False)
+        pytest.skip(message, allow_module_level=True)
+
+
+ENGINE_EXTRA = "the dev engine needs the 'engine' extra (torch, transformers)"
+
+
 def pg_unavailable(reason: str) -> None:
     """Skip (or, with ``DRESSAGE_REQUIRE_ALL=1``, fail) a test whose PostgreSQL is not there."""
     message = (
@@ -202,6 +226,20 @@ def db_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue(name)
 
 
+@pytest.fixture(scope="session")
+def rollout_pg_url() -> str:
+    """A second PostgreSQL database, for the rollout and Harbor tests (their workers write whole runs)."""
+    return create_pg_database("dressage_rollout_test")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh SQLite file, or the rollout PostgreSQL database: rollout tests run on both."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("rollout_pg_url"))
+    return f"sqlite:///{tmp_path / 'log.db'}"
+
+
 @pytest.fixture
 def store(db_url: str, tmp_path: Path) -> Iterator[EventStore]:
     """An :class:`EventStore` on each backend, with a local artifact directory."""
@@ -213,3 +251,39 @@ def store(db_url: str, tmp_path: Path) -> Iterator[EventStore]:
 def run_name() -> str:
     """A fresh run name (tests share a database per backend)."""
     return f"run-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The anyio plugin's tests run on asyncio only."""
+    return "asyncio"
+
+
+@pytest.fixture
+def cli() -> CliRunner:
+    """A runner for the ``dressage-worker`` app (stderr kept apart from stdout, wide, no colour)."""
+    return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[RunningEngine]:
+    """The dev engine (tiny model, seed 0) served in a thread of this process, shared by the session."""
+    torch = require_module("torch", ENGINE_EXTRA)
+    require_module("transformers", ENGINE_EXTRA)
+    from tests.dev_engine import serve_tiny_engine
+
+    torch.set_num_threads(1)
+    yield from serve_tiny_engine(seed=0)
+
+
+@pytest.fixture(scope="session")
+def engine_url() -> Iterator[str]:
+    """The dev engine (tiny model, seed 0) as ``dressage-worker engine`` in a child process, shared by
+    the session: rollout workers in other processes point at it."""
+    require_module("torch", ENGINE_EXTRA)
+    from dressage.rollout.engine_process import DevEngineProcess
+
+    engine = DevEngineProcess("tiny", seed=0)
+    url = asyncio.run(engine.start())
+    yield url
+    engine.stop()

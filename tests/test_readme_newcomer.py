@@ -68,3 +68,12 @@ def test_the_readme_quickstart_runs_as_printed(tmp_path: Path) -> None:
     assert session.group(1) in outputs[1]  # show
     assert "10 row(s)" in outputs[2]  # sql
     assert (tmp_path / ".dressage" / "dressage.db").is_file()
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """``.ci/run``'s default-tier stage is the README's test command, character for character."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"Run the tests: the default tier.*?```bash\n([^\n]+)\n```", readme, re.DOTALL)
+    assert found is not None and found.group(1).startswith(".venv/bin/pytest "), "no test command"
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert f'stage "tests: default tier" {found.group(1)}\n' in ci

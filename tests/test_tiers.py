@@ -1,6 +1,6 @@
 """The test tiers (issue 26, point 11): markers set from the fixtures a test uses, selected by --tier.
 
-Collected in a child pytest on a few real modules (collection only: nothing runs): a test of the
+Collected by pytest in a child process on a few real modules (collection only: nothing runs): a test of the
 store on PostgreSQL is in the postgres tier and its SQLite twin in the default one; a browser fixture,
 an agent CLI module and the E2B cloud module land in their tiers; unknown markers are refused.
 """
@@ -8,6 +8,7 @@ an agent CLI module and the E2B cloud module land in their tiers; unknown marker
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +22,51 @@ MODULES = [
 ]
 
 
+ARGUMENTS = (
+    ("--tier", "default"),
+    ("--tier", "postgres"),
+    ("--tier", "browser"),
+    ("--tier", "external"),
+    ("--tier", "cloud"),
+    ("--tier", "all"),
+    ("--tier", "default,postgres"),
+    (),
+    ("-m", "postgres"),
+)
+"""Every selection these tests compare, collected in one child process (imports paid once)."""
+COLLECT = """
+import json, sys
+import pytest
+
+class Selected:
+    def pytest_collection_finish(self, session):
+        self.ids = [item.nodeid for item in session.items]
+
+found = {}
+for args in json.loads(sys.argv[1]):
+    selected = Selected()
+    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *args, *sys.argv[2:]], plugins=[selected])
+    found[" ".join(args)] = [int(code), getattr(selected, "ids", [])]
+print(json.dumps(found))
+"""
+
+
 @functools.cache
+def all_collected() -> dict[str, list[str]]:
+    """Node ids that ``pytest --collect-only ARGS MODULES`` selects, for each of :data:`ARGUMENTS`:
+    one child process runs ``pytest.main`` once per selection."""
+    cmd = [sys.executable, "-c", COLLECT, json.dumps(ARGUMENTS), *MODULES]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    for args, (code, _) in found.items():
+        assert code in (0, 5), f"pytest --collect-only {args} exited {code}:\n{out.stdout}"
+    return {args: ids for args, (_, ids) in found.items()}
+
+
 def collected(*args: str) -> list[str]:
     """Node ids ``pytest --collect-only ARGS`` selects among :data:`MODULES`."""
-    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args, *MODULES]
-    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.returncode in (0, 5), out.stdout + out.stderr
-    return [line for line in out.stdout.splitlines() if "::" in line]
+    return all_collected()[" ".join(args)]
 
 
 def test_the_default_tier_holds_sqlite_tests_only() -> None:
@@ -83,3 +122,55 @@ def test_without_postgresql_the_tier_skips_and_ci_turns_the_skip_into_a_failure(
     env["DRESSAGE_REQUIRE_ALL"] = "1"
     failed = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1 and "PostgreSQL is not reachable" in failed.stdout, failed.stdout
+
+
+def test_under_xdist_workers_keep_the_tiers_and_turn_skips_into_failures(tmp_path: Path) -> None:
+    """The README's ``-n 2``: this conftest's hooks run in each worker (tier selection without
+    arguments, and a service tier's skip failing under ``DRESSAGE_REQUIRE_ALL=1``)."""
+    import os
+
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pytest_addoption, pytest_collection_modifyitems, pytest_runtest_makereport\n"
+        '__all__ = ["pytest_addoption", "pytest_collection_modifyitems", "pytest_runtest_makereport"]\n'
+    )
+    (tmp_path / "test_tiered.py").write_text(
+        "import pytest\n\n\n@pytest.mark.postgres\ndef test_needs_a_service() -> None:\n"
+        '    pytest.skip("the service is absent")\n\n\ndef test_default() -> None:\n    pass\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("DRESSAGE_REQUIRE_ALL", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "2", "-p", "no:cacheprovider", *args]
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    default = run()  # no arguments: the default tier only
+    assert default.returncode == 0 and "1 passed" in default.stdout, default.stdout + default.stderr
+    assert "skipped" not in default.stdout
+    env["DRESSAGE_REQUIRE_ALL"] = "1"
+    on_ci = run("--tier", "all")
+    assert on_ci.returncode == 1, on_ci.stdout + on_ci.stderr
+    assert "DRESSAGE_REQUIRE_ALL=1: a postgres test skipped: " in on_ci.stdout, on_ci.stdout
+    assert "the service is absent" in on_ci.stdout and "1 failed, 1 passed" in on_ci.stdout
+
+
+def test_a_missing_extra_skips_a_module_and_fails_it_on_ci(tmp_path: Path) -> None:
+    """``require_module`` at a module's top (tests/engines, tests/proxy, tests/loop): a skip without the
+    extra, a collection error under ``DRESSAGE_REQUIRE_ALL=1`` (CI installs every extra)."""
+    import os
+
+    (tmp_path / "test_needs_extra.py").write_text(
+        "from tests.conftest import require_module\n\n"
+        'require_module("dressage_no_such_extra", "the made-up extra")\n\n\n'
+        "def test_nothing() -> None:\n    pass\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("DRESSAGE_REQUIRE_ALL", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_needs_extra.py"]
+    skipped = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert skipped.returncode in (0, 5) and "1 skipped" in skipped.stdout, skipped.stdout + skipped.stderr
+    assert "the made-up extra (dressage_no_such_extra" in skipped.stdout
+    env["DRESSAGE_REQUIRE_ALL"] = "1"
+    failed = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0, failed.stdout
+    assert "DRESSAGE_REQUIRE_ALL=1: the made-up extra" in failed.stdout, failed.stdout

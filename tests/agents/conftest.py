@@ -10,16 +10,9 @@ from openai import AsyncOpenAI
 
 from dressage.agents import AgentContext, Task
 from dressage.paddock import Sandbox, SandboxSpec, SandboxTools, get_provider
-from tests.paddock.conftest import bwrap_unavailable_reason
+from tests.paddock.conftest import bwrap_unavailable_reason, requires_bwrap
 
-requires_bwrap = pytest.mark.skipif(
-    bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason())
-)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+__all__ = ["make_context", "play", "requires_bwrap"]
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from dressage.store import EventStore, NewTurn
 
@@ -107,9 +106,3 @@ def populated(store: EventStore, run_name: str) -> Populated:
     other = store.sessions.open(p.other_run, session_id=f"{run_name}-o1")
     store.turns.append(p.other_run, _turn(other.id, 0, [1, 2, 3], [4], [-0.1], [0]))
     return p
-
-
-@pytest.fixture
-def cli() -> CliRunner:
-    """A runner for the ``dressage-worker`` app (stderr kept apart from stdout)."""
-    return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})

@@ -10,7 +10,7 @@ import torch
 
 from dressage.engines import EngineClient, SamplingParams
 from dressage.engines.tiny_model import RouterCapture
-from tests.engines.conftest import RunningEngine
+from tests.dev_engine import RunningEngine
 
 pytestmark = pytest.mark.anyio
 
@@ -125,8 +125,8 @@ async def test_pause_abort_mode_ends_requests_and_holds_new_ones(engine: Running
             r = await asyncio.wait_for(long, 10)
             assert r.aborted and 0 < len(r.output_ids) < 2000
             held = asyncio.create_task(c.generate(PROMPT, GREEDY))
-            await asyncio.sleep(0.2)
-            assert not held.done()
+            done, _ = await asyncio.wait({held}, timeout=0.2)  # held while paused: not answered
+            assert not done
         finally:
             await c.continue_()
         assert (await asyncio.wait_for(held, 10)).finish_reason.type == "length"
@@ -154,7 +154,7 @@ async def test_pause_in_place_then_continue_resumes_the_stream(engine: RunningEn
 
 async def test_errors_are_translated(engine: RunningEngine) -> None:
     from dressage.errors import EngineError, EngineHTTPError
-    from tests.engines.conftest import free_port
+    from tests.dev_engine import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"
     async with EngineClient(dead) as c:

@@ -13,7 +13,7 @@ import torch
 from dressage.engines import EngineClient, SamplingParams
 from dressage.engines.grammar import GrammarBackend, GrammarSpec
 from dressage.errors import EngineHTTPError, RequestError
-from tests.engines.conftest import RunningEngine
+from tests.dev_engine import RunningEngine
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import pytest
 from dressage.engines import EngineClient, EnginePool, SamplingParams
 from dressage.engines.tiny_model import build_tiny_model
 from dressage.errors import EngineError
-from tests.engines.conftest import RunningEngine, free_port
+from tests.dev_engine import RunningEngine, free_port
 
 pytestmark = pytest.mark.anyio
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from dressage.exports.importer import import_run
@@ -12,11 +11,6 @@ from dressage.exports.verify import verify_export
 from dressage.store import EventStore
 from tests.cli.helpers import invoke
 from tests.exports.conftest import RichRun
-
-
-@pytest.fixture
-def cli() -> CliRunner:
-    return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
 
 
 def test_archive_drops_only_after_verifying(

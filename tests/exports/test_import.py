@@ -25,11 +25,6 @@ from tests.stores import open_store
 from tests.view.builders import build_fork_tree
 
 
-@pytest.fixture
-def cli() -> CliRunner:
-    return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
-
-
 def _hashes(manifest: dict) -> dict[str, str]:
     return {name: f["sha256"] for name, f in manifest["files"].items()}
 

@@ -13,7 +13,6 @@ import duckdb
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
-import pytest
 from typer.testing import CliRunner
 
 from dressage.exports.arrow import cube_from_column
@@ -24,11 +23,6 @@ from dressage.store.db import head_revision
 from dressage.training.materialize import Trajectory, materialize_trajectory
 from tests.cli.helpers import assert_tampering_caught, invoke
 from tests.exports.conftest import RichRun
-
-
-@pytest.fixture
-def cli() -> CliRunner:
-    return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
 
 
 def _check_turn(got: dict[str, Any], rec: Any) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from dressage.exports.export import export_run
@@ -15,11 +14,6 @@ from dressage.training import StepOptions, Trainer
 from dressage.training.consumer import NullBackend, consumer_name
 from tests.cli.helpers import invoke
 from tests.exports.conftest import RichRun
-
-
-@pytest.fixture
-def cli() -> CliRunner:
-    return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
 
 
 def test_train_from_an_export_directory(

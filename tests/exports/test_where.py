@@ -18,11 +18,6 @@ from tests.pg_roles import reader_url, writer_url
 from tests.stores import open_store
 
 
-@pytest.fixture
-def cli() -> CliRunner:
-    return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
-
-
 def test_where_exports_the_good_trajectories(
     cli: CliRunner, db_url: str, store: EventStore, rich_run: RichRun, tmp_path: Path
 ) -> None:

@@ -8,22 +8,21 @@ docs/harbor.md show the curve of a longer run).
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-import pytest
 import yaml
 
-pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' extra)")
+from tests.conftest import require_module
 
-from rich.console import Console
+require_module("torch", "the loop trains with torch (the 'engine' extra)")
 
-from dressage.config import Settings
-from dressage.loop.runner import Loop, LoopOptions
-from dressage.store import EventStore
-from tests.harbor.conftest import REPO
-from tests.log_builders import tiny_loop_config
-from tests.rollout.conftest import requires_bwrap
+
+from dressage.config import Settings  # noqa: E402
+from dressage.store import EventStore  # noqa: E402
+from tests.harbor.conftest import REPO  # noqa: E402
+from tests.log_builders import tiny_loop_config  # noqa: E402
+from tests.loop_driver import drive_loop  # noqa: E402
+from tests.rollout.conftest import requires_bwrap  # noqa: E402
 
 pytestmark = [requires_bwrap]
 
@@ -35,13 +34,7 @@ def test_loop_trains_on_a_harbor_dataset(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(cfg))
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'log.db'}", home=tmp_path / "home")
     store = EventStore.open(settings=settings)
-    loop = Loop(store, settings, LoopOptions(str(path), out_dir=tmp_path / "out"), Console(quiet=True))
-
-    async def go() -> None:
-        async with loop:
-            await loop.run_all(show_progress=False)
-
-    asyncio.run(go())
+    loop, _ = drive_loop(store, settings, path, tmp_path / "out", quiet=True)
     try:
         run = store.runs.get(loop.run_name)
         assert sorted(run.config["harbor_tasks"]) == ["01-e", "02-a"]

@@ -12,9 +12,6 @@ from typing import Any
 
 import pytest
 import yaml
-
-pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' extra)")
-
 from rich.console import Console
 from sqlalchemy import text
 from typer.testing import CliRunner
@@ -27,6 +24,7 @@ from dressage.loop.runner import Loop, LoopOptions
 from dressage.rollout.evaluation import read_eval_rounds
 from dressage.store import EventStore
 from dressage.store.views import REFERENCE_STEP_METRICS, STEP_METRIC_COLUMNS
+from tests.loop_driver import drive_loop
 
 
 def write_config(tmp: Path, mode: str, train: dict[str, Any] | None = None) -> Path:
@@ -74,17 +72,14 @@ def drive(tmp: Path, mode: str, train: dict[str, Any] | None = None) -> tuple[Lo
     settings = Settings(database_url=f"sqlite:///{tmp / 'log.db'}", home=tmp / "home")
     store = EventStore.open(settings=settings)
     config = write_config(tmp, mode, train)
-    loop = Loop(store, settings, LoopOptions(str(config), out_dir=tmp / "out"), Console())
 
-    async def go() -> str | None:
-        async with loop:
-            await loop.run_all(show_progress=False)
-            await asyncio.to_thread(loop.refresh_versions)
-            assert loop.engine is not None
-            async with EngineClient(loop.engine.url) as client:
-                return (await client.model_info()).weight_version
+    async def engine_version(loop: Loop) -> str | None:
+        await asyncio.to_thread(loop.refresh_versions)
+        assert loop.engine is not None
+        async with EngineClient(loop.engine.url) as client:
+            return (await client.model_info()).weight_version
 
-    version = asyncio.run(go())
+    loop, version = drive_loop(store, settings, config, tmp / "out", on_done=engine_version)
     return loop, version, settings
 
 

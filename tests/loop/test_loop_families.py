@@ -7,8 +7,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.importorskip("torch", reason="the loop needs the 'engine' extra (torch, transformers)")
-
 from dressage.store import EventStore
 from dressage.tito.profiles import RUN_RECORD_KEY, get_profile
 from tests.loop.test_loop import drive, write_config

@@ -10,20 +10,14 @@ every step bitwise.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-import pytest
 import yaml
 
-pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' extra)")
-
-from rich.console import Console
-
 from dressage.config import Settings
-from dressage.loop.runner import Loop, LoopOptions
 from dressage.store import EventStore
 from tests.loop.test_loop import replay
+from tests.loop_driver import drive_loop
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "quickstart-tree.yaml"
 
@@ -43,13 +37,7 @@ def _config(tmp: Path) -> Path:
 def test_the_loop_trains_trees_with_shared_tokens_once(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'log.db'}", home=tmp_path / "home")
     store = EventStore.open(settings=settings)
-    loop = Loop(store, settings, LoopOptions(str(_config(tmp_path)), out_dir=tmp_path / "out"), Console())
-
-    async def go() -> None:
-        async with loop:
-            await loop.run_all(show_progress=False)
-
-    asyncio.run(go())
+    loop, _ = drive_loop(store, settings, _config(tmp_path), tmp_path / "out")
     try:
         run = loop.run_name
         steps = store.consumers.steps(run, "train:loop")

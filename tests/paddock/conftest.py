@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator
 
@@ -12,8 +13,9 @@ from dressage.paddock import Sandbox, SandboxSpec, get_provider
 from dressage.paddock.bwrap import check_bwrap, find_bwrap
 
 
+@functools.cache
 def bwrap_unavailable_reason() -> str | None:
-    """Why real bubblewrap tests cannot run here, or None."""
+    """Why real bubblewrap tests cannot run here, or None (checked once per session)."""
     try:
         check_bwrap(find_bwrap())
     except SandboxUnavailableError as e:
@@ -24,6 +26,7 @@ def bwrap_unavailable_reason() -> str | None:
 requires_bwrap = pytest.mark.skipif(
     bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason())
 )
+"""Marks the tests that run real bubblewrap sandboxes (imported by every suite that needs one)."""
 
 SPEC = dict(timeout_s=10.0, max_processes=64, memory_mb=512, output_cap_bytes=4096, kill_grace_s=0.5)
 
@@ -61,8 +64,3 @@ def secret_env():
     os.environ["DRESSAGE_TEST_SECRET"] = "hunter2"
     yield "hunter2"
     os.environ.pop("DRESSAGE_TEST_SECRET", None)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

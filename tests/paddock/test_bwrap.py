@@ -138,7 +138,10 @@ async def test_terminate_kills_running_and_background(tmp_path: Path) -> None:
     await sb.terminate()
     with pytest.raises(SandboxError):
         await task
-    await asyncio.sleep(0.2)
+    for _ in range(200):  # the kill reaches every process: wait for that, up to 10 s
+        if not _host_procs_with("987.5") and not _host_procs_with("987.6"):
+            break
+        await asyncio.sleep(0.05)
     assert not _host_procs_with("987.5") and not _host_procs_with("987.6")
     assert not root.exists()
     await sb.terminate()  # idempotent

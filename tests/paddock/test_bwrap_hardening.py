@@ -8,6 +8,7 @@ command line inside the sandbox, nor in the worker's own ``ps`` view of bubblewr
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -40,12 +41,15 @@ async def test_no_host_path_or_env_value_in_any_cmdline(tmp_path: Path) -> None:
         seen: list[str] = []
 
         async def host_side() -> None:  # the worker's view of bubblewrap while the command runs
-            await asyncio.sleep(0.4)
-            for p in Path("/proc").glob("[0-9]*/cmdline"):
-                try:
-                    seen.append(p.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-                except OSError:
-                    continue
+            deadline = time.monotonic() + 30
+            while not any("echo $MY_TOKEN" in c for c in seen) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)  # until the sandboxed shell (its command's text) is up
+                seen[:] = []
+                for p in Path("/proc").glob("[0-9]*/cmdline"):
+                    try:
+                        seen.append(p.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                    except OSError:
+                        continue
 
         r, _ = await asyncio.gather(
             sb.exec(

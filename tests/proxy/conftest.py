@@ -1,4 +1,5 @@
-"""Fixtures: a real dev engine, and real proxies served from an event loop in a background thread.
+"""Fixtures: real proxies, on the session's dev engine (``engine``, tests/conftest.py), served from an
+event loop in a background thread.
 
 The proxy runs in its own loop thread so the sync OpenAI client can call it from the test thread;
 async-client tests run their own loop with ``asyncio.run``. Stores are real SQLite / PostgreSQL.
@@ -14,13 +15,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-pytest.importorskip("torch", reason="the dev engine needs the 'engine' extra (torch, transformers)")
+from tests.conftest import ENGINE_EXTRA, require_module
 
-from dressage.config import Settings
-from dressage.proxy import ProxyServer
-from dressage.store import EventStore
-from tests.engines.conftest import RunningEngine, _serve
-from tests.stores import open_store
+require_module("torch", ENGINE_EXTRA)
+
+from dressage.config import Settings  # noqa: E402
+from dressage.proxy import ProxyServer  # noqa: E402
+from dressage.store import EventStore  # noqa: E402
+from tests.dev_engine import RunningEngine  # noqa: E402
+from tests.stores import open_store  # noqa: E402
 
 T = TypeVar("T")
 ADMIN = "admin-secret-token-123"
@@ -72,15 +75,6 @@ class Harness:
 
     def session(self, run: str) -> Any:
         return self.loop.call(self.server.open_session(run, task_id=None, agent="test"))
-
-
-@pytest.fixture(scope="session")
-def engine() -> Iterator[RunningEngine]:
-    """One dev engine (tiny model, seed 0) for every proxy test."""
-    import torch
-
-    torch.set_num_threads(1)
-    yield from _serve(seed=0)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from dressage.config import Settings
 from dressage.proxy import ProxyServer
 from dressage.proxy.admission import AdmissionGate
 from dressage.store import EventStore
-from tests.engines.conftest import RunningEngine
+from tests.dev_engine import RunningEngine
 from tests.proxy.conftest import ADMIN, LoopThread
 
 CHAT = {

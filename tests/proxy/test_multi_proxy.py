@@ -129,7 +129,7 @@ class ProxyProcess:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[GatedEngine]:
+def gated() -> Iterator[GatedEngine]:
     eng = GatedEngine()
     with eng.running():
         yield eng
@@ -144,7 +144,7 @@ def _start(db_url: str, engine_url: str, home: Path, n: int) -> list[ProxyProces
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def shared(
-    request: pytest.FixtureRequest, engine: GatedEngine, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, gated: GatedEngine, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[list[str], EventStore]]:
     """Two proxy processes on one database, and a store on it for the test's checks."""
     home = tmp_path_factory.mktemp("multi-proxy")
@@ -153,7 +153,7 @@ def shared(
     else:
         db_url = f"sqlite:///{home / 'log.db'}"
         upgrade(db_url)
-    procs = _start(db_url, engine.url, home, 2)
+    procs = _start(db_url, gated.url, home, 2)
     store = EventStore.open(settings=Settings(database_url=db_url, home=home), auto_upgrade=False)
     try:
         yield [p.url for p in procs], store
@@ -237,7 +237,7 @@ def test_turns_alternate_between_proxies_token_exact_and_dense(
 
 
 def test_two_proxies_racing_on_one_turn_record_it_once(
-    shared: tuple[list[str], EventStore], engine: GatedEngine
+    shared: tuple[list[str], EventStore], gated: GatedEngine
 ) -> None:
     urls, store = shared
     run, sid, token = _session(urls)
@@ -257,7 +257,7 @@ def test_two_proxies_racing_on_one_turn_record_it_once(
     def send(i: int) -> None:
         results[i] = _chat(urls[i], token, messages)
 
-    engine.arrived, engine.gate = 0, 2  # both generations run before either is recorded
+    gated.arrived, gated.gate = 0, 2  # both generations run before either is recorded
     try:
         threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
         for th in threads:
@@ -265,7 +265,7 @@ def test_two_proxies_racing_on_one_turn_record_it_once(
         for th in threads:
             th.join(timeout=90)
     finally:
-        engine.gate = 0
+        gated.gate = 0
     statuses = sorted(r.status_code for r in results.values())
     assert statuses == [200, 409], [r.text for r in results.values()]
     loser = next(i for i, r in results.items() if r.status_code == 409)
@@ -294,14 +294,14 @@ def test_hash_ring_keeps_sessions_and_moves_only_a_dead_proxys_share() -> None:
         assert smaller.walk(k)[0] == expected
 
 
-def test_rollout_over_proxies_survives_killing_one(tmp_path: Path, pg_url: str, engine: GatedEngine) -> None:
+def test_rollout_over_proxies_survives_killing_one(tmp_path: Path, pg_url: str, gated: GatedEngine) -> None:
     from tests.paddock.conftest import bwrap_unavailable_reason
     from tests.rollout.conftest import start_worker, write_config, write_tasks
 
     if bwrap_unavailable_reason() is not None:
         pytest.skip(str(bwrap_unavailable_reason()))
     home = tmp_path / "home"
-    procs = _start(pg_url, engine.url, home, 2)
+    procs = _start(pg_url, gated.url, home, 2)
     store = EventStore.open(settings=Settings(database_url=pg_url, home=home), auto_upgrade=False)
     try:
         n_tasks = 6
@@ -310,7 +310,7 @@ def test_rollout_over_proxies_survives_killing_one(tmp_path: Path, pg_url: str, 
         )
         cfg = write_config(
             tmp_path,
-            engine.url,
+            gated.url,
             n_samples_per_prompt=1,
             agent={"kind": "python", "path": "tests.rollout.agents_for_tests:multi_turn"},
             proxy={"urls": [p.url for p in procs]},
@@ -399,7 +399,7 @@ def test_a_session_resumed_through_another_proxys_admin_api_replays_from_the_log
 
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="curl and jq are needed")
 def test_blackbox_agents_without_network_reach_their_sessions_proxy_on_the_ring(
-    tmp_path: Path, pg_url: str, engine: GatedEngine
+    tmp_path: Path, pg_url: str, gated: GatedEngine
 ) -> None:
     """The example's curl+jq agent in bwrap with network off, its worker on two standalone proxies:
     each sandbox reaches its own session's proxy through a per-session socket (a session opened on
@@ -412,14 +412,14 @@ def test_blackbox_agents_without_network_reach_their_sessions_proxy_on_the_ring(
     if bwrap_unavailable_reason() is not None:
         pytest.skip(str(bwrap_unavailable_reason()))
     home = tmp_path / "home"
-    procs = _start(pg_url, engine.url, home, 2)
+    procs = _start(pg_url, gated.url, home, 2)
     store = EventStore.open(settings=Settings(database_url=pg_url, home=home), auto_upgrade=False)
     try:
         example = yaml.safe_load((REPO / "examples" / "blackbox.yaml").read_text())
         write_tasks(tmp_path / "tasks.jsonl", [{"prompt": f"Task {i}.", "label": "x"} for i in range(6)])
         cfg = write_config(
             tmp_path,
-            engine.url,
+            gated.url,
             agent=example["agent"],
             sandbox={"network": False},
             proxy={"urls": [p.url for p in procs]},

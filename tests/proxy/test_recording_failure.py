@@ -64,7 +64,10 @@ def test_a_refused_append_leaves_the_session_state_unchanged(proxy: Harness) -> 
     follow_up.append({"role": "user", "content": "Again."})
     sender = threading.Thread(target=lambda: got.append(_chat(s.base_url, s.token, follow_up)))
     sender.start()
-    time.sleep(2.0)  # authenticated and planned; waiting for the paused engine
+    deadline = time.monotonic() + 60
+    while not state.inflight:  # authenticated, planned and registered: it waits for the paused engine
+        assert sender.is_alive() and time.monotonic() < deadline, f"the turn was not held: {got}"
+        time.sleep(0.01)
     proxy.store.sessions.finalize(s.session_id, "failed", error="taken by another worker")
     proxy.loop.call(proxy.server.continue_generation(None))
     sender.join(timeout=60)

@@ -54,9 +54,8 @@ def test_embedded_proxy_leaves_signal_handlers_alone(tmp_path: Path) -> None:
         before = {sig: signal.getsignal(sig) for sig in signals}  # asyncio.run's own SIGINT handler
         store = EventStore.open(settings=Settings(home=tmp_path))
         server = ProxyServer(store, ["http://127.0.0.1:9"], settings=Settings())
-        await server.start()
+        await server.start()  # returns once serve() has started in this thread's loop (signals taken)
         try:
-            await asyncio.sleep(0.05)  # serve() is running in the main thread's loop
             return before, {sig: signal.getsignal(sig) for sig in signals}
         finally:
             await server.stop()

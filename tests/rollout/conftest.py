@@ -1,67 +1,30 @@
-"""Fixtures for rollout tests: one shared CPU dev engine, databases, configs and worker processes.
+"""Helpers for rollout tests: configs and worker processes.
 
-Workers point at the shared engine as ``engine: {kind: sglang, urls: [...]}`` (the dev engine speaks
-SGLang's protocol), so each test does not pay for starting torch. PostgreSQL tests use their own
-database (``dressage_rollout_test``) so they never disturb other suites sharing the server.
+Workers point at the session's dev engine (``engine_url``, tests/conftest.py) as ``engine: {kind:
+sglang, urls: [...]}`` (the dev engine speaks SGLang's protocol), so each test does not pay for
+starting torch. The databases are ``any_db_url`` and ``rollout_pg_url`` (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from dressage.config import Settings
-from dressage.rollout.engine_process import DevEngineProcess
 from dressage.store import EventStore
-from tests.conftest import create_pg_database
-from tests.paddock.conftest import bwrap_unavailable_reason
+from tests.paddock.conftest import bwrap_unavailable_reason, requires_bwrap
+
+__all__ = ["bwrap_unavailable_reason", "requires_bwrap"]
 
 REPO = Path(__file__).resolve().parents[2]
-PG_DB = "dressage_rollout_test"
-
-requires_bwrap = pytest.mark.skipif(
-    bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason())
-)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="session")
-def engine_url() -> Iterator[str]:
-    """A dev engine (tiny model) in a child process, shared by the session."""
-    pytest.importorskip("torch", reason="the dev engine needs the 'engine' extra (torch, transformers)")
-    engine = DevEngineProcess("tiny", seed=0)
-    url = asyncio.run(engine.start())
-    yield url
-    engine.stop()
-
-
-@pytest.fixture(scope="session")
-def rollout_pg_url() -> str:
-    """A fresh, migrated PostgreSQL database for these tests."""
-    return create_pg_database(PG_DB)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A SQLite file or the PostgreSQL test database."""
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("rollout_pg_url"))
-    return f"sqlite:///{tmp_path / 'log.db'}"
 
 
 def open_store(url: str, home: Path) -> EventStore:

@@ -36,7 +36,7 @@ SEED = 100
 
 
 @pytest.fixture
-def engine() -> Iterator[tuple[ScriptedEngine, ForkScript]]:
+def scripted() -> Iterator[tuple[ScriptedEngine, ForkScript]]:
     script = ForkScript()
     with ScriptedEngine(script).running() as eng:
         yield eng, script
@@ -59,9 +59,9 @@ def _tree(db_url: str, root: str) -> list[tuple[object, ...]]:
 
 
 def test_fork_at_turn_3_into_4_branches(
-    tmp_path: Path, any_db_url: str, engine: tuple[ScriptedEngine, ForkScript]
+    tmp_path: Path, any_db_url: str, scripted: tuple[ScriptedEngine, ForkScript]
 ) -> None:
-    eng, script = engine
+    eng, script = scripted
     run, parent_id = record_parent(tmp_path, any_db_url, eng.url)
     assert [step for step, _ in script.requests("parent")] == list(range(TURNS))
 

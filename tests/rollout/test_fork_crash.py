@@ -35,16 +35,16 @@ HOLD = (4, SEED + 1)
 
 
 @pytest.fixture
-def engine() -> Iterator[tuple[ScriptedEngine, ForkScript]]:
+def scripted() -> Iterator[tuple[ScriptedEngine, ForkScript]]:
     script = ForkScript()
     with ScriptedEngine(script).running() as eng:
         yield eng, script
 
 
 def test_kill_9_during_a_fork_then_resume(
-    tmp_path: Path, any_db_url: str, engine: tuple[ScriptedEngine, ForkScript]
+    tmp_path: Path, any_db_url: str, scripted: tuple[ScriptedEngine, ForkScript]
 ) -> None:
-    eng, script = engine
+    eng, script = scripted
     run, parent_id = record_parent(tmp_path, any_db_url, eng.url)
     home = tmp_path / "home"
     args = [parent_id, "--at-turn", str(SEED_STEP), "--branches", str(BRANCHES), "--seed", str(SEED)]

@@ -34,16 +34,18 @@ class _Policy:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[tuple[ScriptedEngine, _Policy]]:
+def scripted() -> Iterator[tuple[ScriptedEngine, _Policy]]:
     policy = _Policy()
     with ScriptedEngine(policy).running() as eng:
         yield eng, policy
 
 
 @pytest.fixture(scope="module")
-def reference(engine: tuple[ScriptedEngine, _Policy], tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+def reference(
+    scripted: tuple[ScriptedEngine, _Policy], tmp_path_factory: pytest.TempPathFactory
+) -> list[Any]:
     """The uninterrupted run's trajectory (the same task, sample and seed)."""
-    eng, policy = engine
+    eng, policy = scripted
     tmp = tmp_path_factory.mktemp("reference")
     traj = uninterrupted(tmp, f"sqlite:///{tmp / 'log.db'}", eng.url)
     assert len(traj) == len(PLAN) + 1
@@ -52,9 +54,9 @@ def reference(engine: tuple[ScriptedEngine, _Policy], tmp_path_factory: pytest.T
 
 
 def test_kill_9_then_resume_continues_the_trajectory(
-    tmp_path: Path, any_db_url: str, engine: tuple[ScriptedEngine, _Policy], reference: list[Any]
+    tmp_path: Path, any_db_url: str, scripted: tuple[ScriptedEngine, _Policy], reference: list[Any]
 ) -> None:
-    eng, policy = engine
+    eng, policy = scripted
     script = policy.script = CodingScript(hold_at=HOLD_AT)
     out = crash_and_resume(tmp_path, any_db_url, script, eng.url)
 

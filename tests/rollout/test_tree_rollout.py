@@ -54,7 +54,7 @@ class TreeScript(ForkScript):
 
 
 @pytest.fixture
-def engine() -> Iterator[tuple[ScriptedEngine, TreeScript]]:
+def scripted() -> Iterator[tuple[ScriptedEngine, TreeScript]]:
     script = TreeScript(phase="first")
     with ScriptedEngine(script).running() as eng:
         yield eng, script
@@ -90,9 +90,9 @@ def _live_turns(store: EventStore, session_ids: list[str]) -> int:
 
 
 def test_kill_9_during_a_tree_rollout_then_resume(
-    tmp_path: Path, any_db_url: str, engine: tuple[ScriptedEngine, TreeScript]
+    tmp_path: Path, any_db_url: str, scripted: tuple[ScriptedEngine, TreeScript]
 ) -> None:
-    eng, script = engine
+    eng, script = scripted
     home = tmp_path / "home"
     cfg = _config(tmp_path, eng.url)
     name = yaml.safe_load(cfg.read_text())["run"]
@@ -125,9 +125,9 @@ def test_kill_9_during_a_tree_rollout_then_resume(
         store.close()
 
 
-def test_the_token_budget_stops_forking(tmp_path: Path, engine: tuple[ScriptedEngine, TreeScript]) -> None:
+def test_the_token_budget_stops_forking(tmp_path: Path, scripted: tuple[ScriptedEngine, TreeScript]) -> None:
     """With ``token_budget: 1`` the root alone spends it: no fork point opens, the sample is done."""
-    eng, script = engine
+    eng, script = scripted
     script.phase = "budget"  # never holds
     home, url = tmp_path / "home", f"sqlite:///{tmp_path / 'log.db'}"
     cfg = _config(tmp_path, eng.url)

@@ -37,9 +37,20 @@ def _spawn(
     )
 
 
-def _collect(proc: subprocess.Popen[str]) -> list[str]:
+class _Lines(list[str]):
+    """A writer's stdout lines, appended by a background reader; :meth:`drained` waits for its end."""
+
+    reader: threading.Thread
+
+    def drained(self) -> _Lines:
+        self.reader.join(timeout=60)
+        assert not self.reader.is_alive(), "the writer's stdout was not closed"
+        return self
+
+
+def _collect(proc: subprocess.Popen[str]) -> _Lines:
     """Read a writer's stdout lines in the background as they are printed."""
-    lines: list[str] = []
+    lines = _Lines()
 
     def pump() -> None:
         assert proc.stdout is not None
@@ -47,7 +58,8 @@ def _collect(proc: subprocess.Popen[str]) -> list[str]:
             if line.strip():
                 lines.append(line.strip())
 
-    threading.Thread(target=pump, daemon=True).start()
+    lines.reader = threading.Thread(target=pump, daemon=True)
+    lines.reader.start()
     return lines
 
 
@@ -121,8 +133,7 @@ def test_kill9_keeps_every_acknowledged_append(
             p.kill()  # SIGKILL at a random point, possibly mid-transaction
         for w, p in procs.items():
             p.wait(timeout=60)
-            time.sleep(0.2)
-            rows = _acks("\n".join(lines[w]))
+            rows = _acks("\n".join(lines[w].drained()))
             for _kind, i, pos, key in rows:
                 acked[key] = (pos, prepare_turn(run_name, make_turn(w, i)).content_hash)
             # restart after the last acknowledged turn; an unacknowledged one may or may not be in the log

@@ -70,8 +70,8 @@ async def _held_together(
     group = _group(store)
     async with group.alone():
         tasks = [asyncio.ensure_future(a) for a in appends]
-        await asyncio.sleep(0.05)
-        assert not any(t.done() for t in tasks), "an append did not wait for the group"
+        done, _ = await asyncio.wait(tasks, timeout=0.05)  # none may end while the lone append is in flight
+        assert not done, "an append did not wait for the group"
     results = await asyncio.gather(*tasks, return_exceptions=True)
     await store.turns.aclose_async()
     return results, group.groups, group.grouped_turns

@@ -10,7 +10,6 @@ the viewer's store reads from the replica.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -154,10 +153,10 @@ def test_the_loops_trainer_reads_from_the_replica(clusters: tuple[Cluster, Stand
     trainer forms."""
     pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' extra)")
     import yaml
-    from rich.console import Console
 
-    from dressage.loop.runner import Loop, LoopOptions
+    from dressage.loop.runner import Loop
     from dressage.training.masking import MaskingPolicy
+    from tests.loop_driver import drive_loop
     from tests.rollout.conftest import bwrap_unavailable_reason
 
     if bwrap_unavailable_reason() is not None:
@@ -172,16 +171,13 @@ def test_the_loops_trainer_reads_from_the_replica(clusters: tuple[Cluster, Stand
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     store = EventStore.open(settings=settings, auto_upgrade=False)
-    loop = Loop(store, settings, LoopOptions(str(path), out_dir=tmp_path / "out"), Console(quiet=True))
     reader_port: list[int | None] = []
 
-    async def go() -> None:
-        async with loop:
-            reader_port.append(loop.reader.db.engine.url.port if loop.reader is not None else None)
-            await loop.run_all(show_progress=False)
+    def note_reader(loop: Loop) -> None:
+        reader_port.append(loop.reader.db.engine.url.port if loop.reader is not None else None)
 
     try:
-        asyncio.run(go())
+        loop, _ = drive_loop(store, settings, path, tmp_path / "out", quiet=True, on_start=note_reader)
         assert reader_port == [standby_c.port]  # the trainer's groups and turns came from the replica
         assert loop.reader is None  # closed with the loop
         (step,) = store.consumers.steps(loop.run_name, "train:loop")

@@ -10,10 +10,11 @@ from dressage.training.advantages import assign_advantages
 from dressage.training.materialize import Trajectory, materialize_trajectory
 from dressage.training.samples import TrainSample
 from dressage.training.weights import assign_loss_weights
+from tests.conftest import require_module
 from tests.training.builders import LAYERS, TOP_K, make_turn
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("megatron.core", reason="the 'megatron' extra (megatron-core) is not installed")
+torch = require_module("torch", "the 'engine' extra (torch) is not installed")
+require_module("megatron.core", "the 'megatron' extra (megatron-core) is not installed")
 
 from megatron.core.packed_seq_params import PackedSeqParams  # noqa: E402
 

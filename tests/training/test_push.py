@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the torch backend needs the 'engine' extra")
-pytest.importorskip("transformers", reason="the torch backend needs the 'engine' extra")
+from tests.conftest import require_module
+
+torch = require_module("torch", "the torch backend needs the 'engine' extra")
+require_module("transformers", "the torch backend needs the 'engine' extra")
 
 import httpx  # noqa: E402
 from sqlalchemy import select  # noqa: E402
@@ -25,7 +27,7 @@ from dressage.store import schema as t  # noqa: E402
 from dressage.training import StepOptions, Trainer  # noqa: E402
 from dressage.training.torch_backend import TorchBackend  # noqa: E402
 from dressage.training.weight_push import WeightPusher, parse_urls  # noqa: E402
-from tests.engines.conftest import free_port, serve_dev_engine  # noqa: E402
+from tests.dev_engine import free_port, serve_dev_engine  # noqa: E402
 from tests.training.builders import build_run, simple  # noqa: E402
 
 PROMPT = [11, 22, 33, 44, 55]

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -258,7 +257,7 @@ def test_generate_rollout_serves_each_step_once_and_resumes(
     got: list[Any] = []
     waiting = threading.Thread(target=lambda: got.append(call_like_slime(args, 2)), daemon=True)
     waiting.start()
-    time.sleep(1.5)
+    waiting.join(timeout=1.5)  # it must still be waiting after 1.5 s
     assert waiting.is_alive() and store.consumers.checkpoint(run_name, "train:slime").step == 2
     build_run(store, run_name, GROUPS[4:], seed=6, first_task=4)
     waiting.join(timeout=60)
@@ -419,7 +418,7 @@ def test_evaluation_serves_the_newest_complete_round_at_or_after_the_current_ver
     got: list[Any] = []
     waiting = threading.Thread(target=lambda: got.append(generate_rollout(args, 1, None, True)), daemon=True)
     waiting.start()
-    time.sleep(1.5)
+    waiting.join(timeout=1.5)  # it must still be waiting after 1.5 s
     assert waiting.is_alive()
     play_eval(store, run_name, 1, [0.25, 0.75, 1.0], seed=1)
     waiting.join(timeout=60)

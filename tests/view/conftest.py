@@ -37,10 +37,8 @@ from dressage.view.server import ViewServer
 from tests.conftest import create_pg_database
 from tests.loopback import ThreadedServer
 from tests.paddock.conftest import bwrap_unavailable_reason
-from tests.rollout.conftest import engine_url, write_config, write_tasks
+from tests.rollout.conftest import write_config, write_tasks
 from tests.view.builders import EvalRun, MultiSession, build_eval_run, build_multi_session
-
-__all__ = ["engine_url"]
 
 CHROMIUM = os.environ.get("DRESSAGE_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("DRESSAGE_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
