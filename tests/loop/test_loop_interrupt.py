@@ -21,8 +21,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.importorskip("torch", reason="the loop trains with torch (the 'engine' extra)")
-
 from dressage.config import Settings
 from dressage.store import EventStore
 from tests.loop.test_loop import policy_versions, replay, write_config

@@ -5,7 +5,6 @@ ready groups too few for a step are named, tree by tree, instead of being left u
 
 from __future__ import annotations
 
-import pytest
 from typer.testing import CliRunner
 
 from dressage.cli import app
@@ -14,11 +13,6 @@ from dressage.training.consumer import consumer_name
 from tests.cli.helpers import invoke
 from tests.log_builders import record_one_turn_session
 from tests.training.test_trees import build_tree_run
-
-
-@pytest.fixture
-def cli() -> CliRunner:
-    return CliRunner(env={"COLUMNS": "250", "NO_COLOR": "1"})
 
 
 def _args(*extra: str) -> list[str]:
