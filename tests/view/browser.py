@@ -18,7 +18,7 @@ def url(base: str, path: str, **params: Any) -> str:
     return f"{base}{path}" + (f"?{urlencode(params)}" if params else "")
 
 
-def wait(driver: WebDriver, condition: Callable[[WebDriver], Any], timeout: float = 15) -> Any:
+def wait(driver: WebDriver, condition: Callable[[WebDriver], Any], timeout: float = 30) -> Any:
     """Wait until ``condition(driver)`` is truthy and return it (elements replaced meanwhile: retry)."""
     ignored = (StaleElementReferenceException, NoSuchElementException)
     return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored).until(condition)
