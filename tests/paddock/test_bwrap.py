@@ -120,10 +120,16 @@ async def test_memory_limit(sb) -> None:
 
 async def test_sigterm_ignoring_child_killed_on_timeout(sb) -> None:
     t = time.monotonic()
-    r = await sb.exec("trap '' TERM; (trap '' TERM; sleep 300) & sleep 300", timeout=1)
+    r = await sb.exec("trap '' TERM; (trap '' TERM; sleep 300.25) & sleep 300.25", timeout=1)
     assert r.timed_out and r.exit_code == 137
     assert time.monotonic() - t < 5
-    assert not _host_procs_with("sleep 300")
+    # The kernel ends the sandbox's pid namespace after its init dies, asynchronously: wait for that
+    # (up to 10 s); a process still there after it was not killed.
+    for _ in range(200):
+        if not _host_procs_with("sleep 300.25"):
+            break
+        await asyncio.sleep(0.05)
+    assert not _host_procs_with("sleep 300.25")
 
 
 async def test_terminate_kills_running_and_background(tmp_path: Path) -> None:
