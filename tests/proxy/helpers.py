@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from openai import OpenAI
 
 NOTHINK = {"chat_template_kwargs": {"enable_thinking": False}}
@@ -45,3 +46,21 @@ def step(client: OpenAI, probe: OpenAI, messages: list[dict[str, Any]], **kw: An
         {"role": "tool", "tool_call_id": f"call{len(messages)}", "content": f"file{len(messages)}.txt"}
     )
     return r
+
+
+def abandon_mid_stream(base_url: str, token: str, messages: list[dict[str, Any]]) -> None:
+    """Stream a reply (idempotency key ``turn-1``) and close the connection once three tokens
+    arrived: the client goes away mid-stream."""
+    body = {"model": "m", "messages": messages, "max_tokens": 200, "seed": 4, "stream": True,
+            "logprobs": True, **NOTHINK}  # fmt: skip
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "turn-1"}
+    received = 0
+    with (
+        httpx.Client(base_url=base_url, timeout=30) as http,
+        http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as resp,
+    ):
+        for line in resp.iter_lines():
+            if line.startswith("data:") and '"logprobs":{' in line:
+                received += 1
+            if received >= 3:
+                break

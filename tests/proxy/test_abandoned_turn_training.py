@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 from openai import OpenAI
 from typer.testing import CliRunner
 
@@ -14,26 +13,9 @@ from dressage.store import TaskSpec
 from dressage.training import StepOptions, Trainer
 from tests.cli.helpers import sql_json
 from tests.proxy.conftest import Harness
-from tests.proxy.helpers import NOTHINK
+from tests.proxy.helpers import NOTHINK, abandon_mid_stream
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
-
-
-def _abandon_mid_stream(proxy: Harness, token: str) -> None:
-    """Stream a reply and close the connection after three tokens arrived."""
-    body = {"model": "m", "messages": MSGS, "max_tokens": 200, "seed": 4, "stream": True, "logprobs": True,
-            **NOTHINK}  # fmt: skip
-    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "turn-1"}
-    received = 0
-    with (
-        httpx.Client(base_url=proxy.server.base_url, timeout=30) as http,
-        http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as resp,
-    ):
-        for line in resp.iter_lines():
-            if line.startswith("data:") and '"logprobs":{' in line:
-                received += 1
-            if received >= 3:
-                break
 
 
 def test_an_abandoned_turn_is_recorded_untrained(proxy_any: Harness, db_url: str) -> None:
@@ -42,7 +24,7 @@ def test_an_abandoned_turn_is_recorded_untrained(proxy_any: Harness, db_url: str
     store.tasks.enqueue(run, [TaskSpec(0, {"prompt": "colour"})], n_samples=1)
     [lease] = store.tasks.claim(run, "test-worker", n=1)
     s = proxy.loop.call(proxy.server.open_session(run, task_id=lease.task_id, agent="test"))
-    _abandon_mid_stream(proxy, s.token)
+    abandon_mid_stream(proxy.server.base_url, s.token, MSGS)
     deadline = time.monotonic() + 30
     while not store.turns.read(run, session_id=s.session_id) and time.monotonic() < deadline:
         time.sleep(0.05)

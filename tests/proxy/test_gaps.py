@@ -10,7 +10,7 @@ from openai import OpenAI
 
 from dressage.tito import get_profile
 from tests.proxy.conftest import Harness
-from tests.proxy.helpers import NOTHINK, TOOLS
+from tests.proxy.helpers import NOTHINK, TOOLS, abandon_mid_stream
 
 MSGS = [{"role": "system", "content": "Tools."}, {"role": "user", "content": "List the files."}]
 NAMED = {"type": "function", "function": {"name": "ls"}}
@@ -103,19 +103,7 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
 ) -> None:
     run = proxy.run()
     s = proxy.session(run)
-    body = {"model": "m", "messages": MSGS, "max_tokens": 200, "seed": 4, "stream": True, "logprobs": True,
-            **NOTHINK}  # fmt: skip
-    headers = {"Authorization": f"Bearer {s.token}", "Idempotency-Key": "turn-1"}
-    received = 0
-    with (
-        httpx.Client(base_url=proxy.server.base_url, timeout=30) as http,
-        http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as resp,
-    ):
-        for line in resp.iter_lines():
-            if line.startswith("data:") and '"logprobs":{' in line:
-                received += 1
-            if received >= 3:
-                break  # the client goes away: the connection is closed mid-stream
+    abandon_mid_stream(proxy.server.base_url, s.token, MSGS)  # the client goes away mid-stream
     deadline = time.monotonic() + 30
     while not (turns := proxy.store.turns.read(run, session_id=s.session_id)) and time.monotonic() < deadline:
         time.sleep(0.05)
