@@ -46,7 +46,6 @@ from dressage.errors import ConfigError
 from dressage.interrupts import StopFlag
 from dressage.loop.progress import LoopProgress
 from dressage.loop.report import IterationStats, read_iteration
-from dressage.paddock import get_provider
 from dressage.paddock.limits import LimitsInForce
 from dressage.proxy.contract import ServedProxy
 from dressage.rollout.config import LoopConfig, RolloutConfig, load_config, parse_config
@@ -64,6 +63,7 @@ from dressage.rollout.worker import (
     load_new_run,
     run_snapshot,
     sandbox_limits,
+    sandbox_provider,
     start_engine_and_proxy,
     with_secrets,
 )
@@ -279,9 +279,7 @@ class Loop:
                 "the loop runs whitebox agents (or sandboxes with network); for blackbox agents in "
                 "bwrap run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
             )
-        provider = get_provider(
-            cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
-        )
+        provider = sandbox_provider(cfg)
         self.sandbox_limits = await sandbox_limits(provider, cfg, self.console)
         self.engine, proxy, urls = await start_engine_and_proxy(self.store, cfg, self.settings, self.console)
         self.proxy = proxy

@@ -298,9 +298,7 @@ async def serve_episodes(
         settings = with_secrets(settings, secrets)
         agent = build_agent(cfg.agent)
         scorer = build_scorer(cfg.reward)
-        provider = get_provider(
-            cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
-        )
+        provider = sandbox_provider(cfg)
         limits = await sandbox_limits(provider, cfg, console)
         snapshot = snapshot_of(secrets, limits)
         check_recorded_limits(snapshot, limits, run_name or cfg.run)
@@ -368,6 +366,13 @@ def run_snapshot(
     if limits is not None:
         snapshot["sandbox_limits"] = limits.mechanism
     return snapshot
+
+
+def sandbox_provider(cfg: RolloutConfig) -> SandboxProvider:
+    """The provider of ``cfg.sandbox`` (rooted at its ``root_dir`` when one is set)."""
+    return get_provider(
+        cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
+    )
 
 
 async def sandbox_limits(provider: SandboxProvider, cfg: RolloutConfig, console: Console) -> LimitsInForce:
