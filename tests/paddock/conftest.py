@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +30,26 @@ requires_bwrap = pytest.mark.skipif(
     bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason())
 )
 """Marks the tests that run real bubblewrap sandboxes (imported by every suite that needs one)."""
+
+
+def closed_to_other_users() -> str | None:
+    """Why an unprivileged host uid cannot reach this checkout's code and bubblewrap, or None.
+
+    A sandbox under ``rlimit`` (and a non-root worker) runs as another uid: every folder above the
+    repository, the virtualenv and the bwrap binary must let other users enter (o+x), which a checkout
+    under a private folder (``mktemp -d`` makes 0700 ones) does not."""
+    repo = Path(__file__).resolve().parents[2]
+    for place in (repo, Path(sys.prefix).resolve(), Path(find_bwrap()).resolve().parent):
+        for folder in (place, *place.parents):
+            if not folder.stat().st_mode & stat.S_IXOTH:
+                return f"{folder} is closed to other users (no o+x): the rlimit sandbox's own uid cannot reach {place}"
+    return None
+
+
+requires_open_checkout = pytest.mark.skipif(
+    closed_to_other_users() is not None, reason=str(closed_to_other_users())
+)
+"""Marks the tests that run bubblewrap or the worker as an unprivileged host uid."""
 
 SPEC = dict(timeout_s=10.0, max_processes=64, memory_mb=512, output_cap_bytes=4096, kill_grace_s=0.5)
 

@@ -27,7 +27,7 @@ import pytest
 
 from dressage.errors import SandboxError, SandboxUnavailableError
 from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
-from tests.paddock.conftest import requires_bwrap
+from tests.paddock.conftest import requires_bwrap, requires_open_checkout
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
 
@@ -169,6 +169,7 @@ asyncio.run(main())
 
 
 @requires_root
+@requires_open_checkout
 async def test_a_non_root_worker_is_refused_a_cgroup_it_lacks_and_contains_a_fork_bomb_with_rlimits() -> None:
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv (util-linux) is needed to run the worker as an unprivileged uid")
@@ -218,6 +219,7 @@ async def test_a_non_root_worker_is_refused_a_cgroup_it_lacks_and_contains_a_for
 
 
 @requires_root
+@requires_open_checkout
 async def test_a_root_workers_rlimit_sandbox_owns_its_workspace_and_reaches_the_proxy_socket(
     tmp_path: Path,
 ) -> None:

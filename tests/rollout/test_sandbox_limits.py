@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.paddock.conftest import requires_open_checkout
 from tests.rollout.conftest import open_store, requires_bwrap, start_worker, write_config, write_tasks
 
 pytestmark = [requires_bwrap]
@@ -49,6 +50,7 @@ def test_a_config_requiring_cgroups_is_refused_where_none_can_be_made(tmp_path: 
         store.close()
 
 
+@requires_open_checkout
 def test_a_config_accepting_rlimits_runs_with_them_and_records_it(tmp_path: Path, engine_url: str) -> None:
     write_tasks(tmp_path / "tasks.jsonl", TASKS)
     no_cgroups = tmp_path / "no-cgroups"
