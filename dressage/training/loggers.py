@@ -114,13 +114,17 @@ class WandbLogger:
             config=dict(config),
             reinit="create_new",
         )
+        # Each series has its own x axis, logged as a value: W&B's own step stays implicit, so no row
+        # waits for a later step to be committed and none is dropped for arriving "out of order".
+        self.run.define_metric("train/step")
+        self.run.define_metric("train/*", step_metric="train/step")
         self.run.define_metric("policy_version")
         self.run.define_metric("reward/*", step_metric="policy_version")
         self.dir = Path(self.run.dir).parent
 
     def step(self, step: int, metrics: Mapping[str, float]) -> None:
-        """``train/<name>`` at W&B step ``step``."""
-        self.run.log({f"train/{k}": v for k, v in metrics.items()}, step=step)
+        """``train/<name>`` against ``train/step`` (the trainer's step), one committed row per step."""
+        self.run.log({"train/step": step, **{f"train/{k}": v for k, v in metrics.items()}})
 
     def version(self, version: int, rewards: Mapping[str, float]) -> None:
         """``reward/<kind>`` against ``policy_version``."""

@@ -59,9 +59,13 @@ def test_tensorboard_and_wandb_hold_the_logs_values(
 
     [run_dir] = (out / "wandb").glob("offline-run-*")
     rows = history(run_dir)
-    by_step = {r["_step"]: r for r in rows if "train/loss" in r}
+    by_step = {r["train/step"]: r for r in rows if "train/loss" in r}
+    assert sorted(by_step) == [1, 2], rows
     for step in (1, 2):
-        assert {k[6:]: v for k, v in by_step[step].items() if k.startswith("train/")} == logged[step]
+        row = by_step[step]
+        assert {k[6:]: v for k, v in row.items() if k.startswith("train/") and k != "train/step"} == logged[
+            step
+        ]
     [version_row] = [r for r in rows if "policy_version" in r]
     assert (version_row["policy_version"], version_row["reward/train"], version_row["reward/eval"]) == (
         0,
