@@ -9,6 +9,7 @@ conversation; malformed requests get a 400 in Google's error shape naming the fi
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -210,3 +211,82 @@ def test_the_api_key_is_never_logged_nor_stored(
         assert s.token not in repr(turn)
     for session in store.sessions.list(run):
         assert s.token not in repr(session)
+
+
+def test_generation_config_reaches_the_engine(proxy_s: Harness, scripted: ScriptedEngine) -> None:  # noqa: F811
+    """Sampling, stops, seed, several candidates and a JSON schema: as SGLang sampling params, and a
+    reply with one candidate per recorded turn whose usage sums them."""
+    run = proxy_s.run()
+    s = proxy_s.session(run)
+    schema = {"type": "OBJECT", "properties": {"b": {"type": "STRING", "nullable": True}, "a": {"type": "INTEGER"}},
+              "propertyOrdering": ["a", "b"]}  # fmt: skip
+    config = {"temperature": 0.3, "topP": 0.9, "topK": 5, "seed": 7, "stopSequences": ["END"], "candidateCount": 2,
+              "maxOutputTokens": 64, "responseMimeType": "application/json", "responseSchema": schema,
+              "thinking_config": {"thinkingBudget": 0}}  # fmt: skip
+    body = {"contents": [{"parts": [{"text": "What is in /tmp?"}]}], "generationConfig": config}
+    with httpx.Client(base_url=s.base_url.removesuffix("/v1"), timeout=30) as http:
+        r = http.post("/v1beta/models/m:generateContent", json=body)
+        assert r.status_code == 200, r.text
+        reply = r.json()
+        streamed = http.post("/v1beta/models/m:streamGenerateContent?alt=sse", json=body)
+        assert streamed.status_code == 200
+    sent = scripted.sampling[-4]
+    assert (
+        sent["temperature"] == 0.3
+        and sent["top_p"] == 0.9
+        and sent["top_k"] == 5
+        and sent["max_new_tokens"] == 64
+    )
+    assert sent["stop"] == ["END"] and sent["sampling_seed"] == 7
+    assert sent["json_schema"] == (
+        '{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": ["string", "null"]}}}'
+    )
+    assert [c["index"] for c in reply["candidates"]] == [0, 1]
+    turns = _turns(proxy_s, s.session_id)
+    assert len(turns) == 4 and [t.info["dialect"] for t in turns] == ["gemini"] * 4
+    usage = reply["usageMetadata"]
+    assert scripted.prompts[-4].endswith("<think>\n\n</think>\n\n")  # thinkingBudget 0: thinking off
+    generated = len(turns[0].generated_ids) + len(turns[1].generated_ids)
+    assert usage["candidatesTokenCount"] + usage["thoughtsTokenCount"] == generated
+    assert usage["totalTokenCount"] == usage["promptTokenCount"] + generated
+    assert usage["promptTokenCount"] == len(turns[0].context_ids)
+    chunks = [
+        json.loads(line[len("data: ") :]) for line in streamed.text.splitlines() if line.startswith("data: ")
+    ]
+    assert sorted({c["candidates"][0]["index"] for c in chunks}) == [0, 1]
+    last = chunks[-1]["usageMetadata"]
+    assert last["candidatesTokenCount"] + last["thoughtsTokenCount"] == sum(
+        len(t.generated_ids) for t in turns[2:]
+    )
+    assert [c["candidates"][0]["finishReason"] for c in chunks if "finishReason" in c["candidates"][0]] == [
+        "STOP"
+    ] * 2
+
+
+def test_function_calling_config_and_thinking_map_onto_the_conversation() -> None:
+    """``functionCallingConfig`` and ``thinkingConfig`` as the shared conversation's switches."""
+    from dressage.proxy.dialects.gemini import parse_gemini_request
+
+    fns = [{"name": "ls", "parametersJsonSchema": {"type": "object"}}, {"name": "cat"}]
+
+    def parse(**extra: Any) -> Any:
+        body = {"contents": [{"parts": [{"text": "hi"}]}], "tools": [{"functionDeclarations": fns}], **extra}
+        return parse_gemini_request(json.dumps(body).encode(), stream=False)
+
+    def fcc(**config: Any) -> dict[str, Any]:
+        return {"toolConfig": {"functionCallingConfig": config}}
+
+    assert (parse().parse_tools, parse().force_tool) == (True, None)
+    assert (parse(**fcc(mode="NONE")).parse_tools, parse(**fcc(mode="NONE")).force_tool) == (False, None)
+    assert parse(**fcc(mode="ANY")).force_tool == ""
+    assert parse(**fcc(mode="ANY", allowedFunctionNames=["cat"])).force_tool == "cat"
+    assert parse(**fcc(mode="ANY", allowedFunctionNames=["cat", "ls"])).force_tool == ""
+    thinking = {"generationConfig": {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True}}}
+    conv = parse(**thinking)
+    assert conv.enable_thinking is True and conv.include_thoughts
+    assert conv.ignored == ["generationConfig.thinkingConfig.thinkingBudget"]
+    assert parse().enable_thinking is None and not parse().include_thoughts
+    level = parse(generationConfig={"thinkingConfig": {"thinkingLevel": "LOW"}})
+    assert level.enable_thinking is True and level.ignored == [
+        "generationConfig.thinkingConfig.thinkingLevel"
+    ]
