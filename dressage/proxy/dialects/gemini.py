@@ -70,6 +70,7 @@ from dressage.proxy.dialects.gemini_models import (
     GenerateContentRequest,
     GenerateContentResponse,
     GenerationConfig,
+    Part,
     ReplyContent,
     ReplyFunctionCall,
     ReplyPart,
@@ -187,10 +188,29 @@ def _text(content: Content, where: str) -> str:
     """A content that may only hold text parts (``systemInstruction``) as one string."""
     out = []
     for j, part in enumerate(content.parts):
-        if part.text is None or part.function_call or part.function_response or part.thought:
+        part_kind(part, f"{where}.parts[{j}]")
+        if part.text is None or part.thought:
             raise RequestError(f"{where}.parts[{j}] must be a text part", param=f"{where}.parts[{j}]")
         out.append(part.text)
     return "".join(out)
+
+
+def part_kind(part: Part, at: str) -> str | None:
+    """``text``, ``functionCall`` or ``functionResponse``: what a part holds (None: only a signature)."""
+    kinds = [
+        name
+        for name, value in (("text", part.text), ("functionCall", part.function_call),
+                            ("functionResponse", part.function_response))
+        if value is not None
+    ]  # fmt: skip
+    if len(kinds) > 1:
+        raise RequestError(
+            f"{at} holds {' and '.join(kinds)}; a part holds one of text, functionCall, functionResponse",
+            param=at,
+        )
+    if part.thought and part.text is None:
+        raise RequestError(f"{at} is a thought part without text", param=f"{at}.text")
+    return kinds[0] if kinds else None
 
 
 def _tool_result(response: dict[str, Any]) -> str:
@@ -207,7 +227,8 @@ def _user(content: Content, where: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for j, part in enumerate(content.parts):
         at = f"{where}.parts[{j}]"
-        if part.thought or part.thought_signature or part.function_call:
+        kind = part_kind(part, at)
+        if part.thought or part.thought_signature or kind == "functionCall":
             raise RequestError(
                 f"{at}: thought, thoughtSignature and functionCall parts belong to role 'model'", param=at
             )
@@ -233,6 +254,7 @@ def _model(content: Content, where: str) -> dict[str, Any]:
     signed: str | None = None
     for j, part in enumerate(content.parts):
         at = f"{where}.parts[{j}]"
+        kind = part_kind(part, at)
         if part.thought_signature is not None:
             got = signed_reasoning(part.thought_signature, f"{at}.thoughtSignature")
             signed = got if got is not None else signed
@@ -248,7 +270,7 @@ def _model(content: Content, where: str) -> dict[str, Any]:
             calls.append(call)
         elif part.text is not None:
             (thoughts if part.thought else text).append(part.text)
-        elif part.thought_signature is None:
+        elif kind is None and part.thought_signature is None:
             raise RequestError(f"{at} has no text or functionCall", param=at, code="invalid_value")
     msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
     reasoning = signed if signed is not None else ("".join(thoughts) if thoughts else None)

@@ -61,7 +61,11 @@ class FunctionResponse(_Request):
 
 
 class Part(_Request):
-    """One part of a content: text (a thought when ``thought``), a function call or a function response."""
+    """One part of a content: text (a thought when ``thought``), a function call or a function response.
+
+    Gemini's ``Part`` is a oneof; :func:`dressage.proxy.dialects.gemini.part_kind` refuses a part
+    holding several (checked where the parts are walked anyway: a validator per part costs a Python
+    call per part of a long history)."""
 
     text: str | None = None
     thought: bool | None = None
@@ -74,7 +78,7 @@ class Content(_Request):
     """One turn: ``user`` or ``model`` and its parts."""
 
     role: Literal["user", "model"] | None = None
-    parts: list[Part] = Field(default_factory=list)
+    parts: list[Part] = Field(min_length=1)
 
 
 class FunctionDeclaration(_Request):
