@@ -106,11 +106,18 @@ def test_sdk_tool_loop_is_token_exact(proxy_s: Harness) -> None:  # noqa: F811
     _assert_one_exact_segment(turns, _final(call.id), [LS_TOOL])
 
 
-def test_sdk_stream_with_thoughts_is_token_exact(proxy_s: Harness) -> None:  # noqa: F811
-    """Streamed, thought parts on: the SDK's chunks rebuild the same turn, and the loop stays exact."""
+def test_sdk_stream_with_thoughts_is_token_exact(
+    proxy_s: Harness,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Streamed, thought parts on: the SDK's chunks rebuild the same turn, and the loop stays exact.
+
+    Configured as the Gemini CLI is: ``GOOGLE_GEMINI_BASE_URL`` is the session's ``/s/<token>`` base
+    and the API key is anything."""
     run = proxy_s.run()
     s = proxy_s.session(run)
-    client = _client(proxy_s, s.token)
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", s.base_url.removesuffix("/v1"))
+    client = genai.Client(api_key="not-the-token")
     contents: list[Any] = [types.Content(role="user", parts=[types.Part(text="What is in /tmp?")])]
     chunks = list(
         client.models.generate_content_stream(model="gemini-x", contents=contents, config=_config(True))
