@@ -102,6 +102,7 @@ _STATUS = {
     502: "UNAVAILABLE",
     503: "UNAVAILABLE",
 }
+_SCHEMA_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
 _SCHEMA_KEYS = frozenset(
     {"type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties",
      "required", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "example",
@@ -150,32 +151,44 @@ def openapi_to_json_schema(schema: Mapping[str, Any], where: str) -> dict[str, A
     if unknown:
         raise unsupported(f"{where}.{unknown[0]}", f"schema field {where}.{unknown[0]} is not supported")
     out: dict[str, Any] = {}
-    order = schema.get("propertyOrdering")
     for key, value in schema.items():
+        at = f"{where}.{key}"
         if key in ("nullable", "propertyOrdering"):
             continue
         if key == "type":
-            if not isinstance(value, str):
+            if not isinstance(value, str) or value.lower() not in _SCHEMA_TYPES:
                 raise RequestError(
-                    f"{where}.type must be a string", param=f"{where}.type", code="invalid_type"
+                    f"{at} must be one of {', '.join(sorted(_SCHEMA_TYPES)).upper()}", param=at
                 )
             out["type"] = value.lower()
-        elif key == "properties" and isinstance(value, dict):
-            names = (
-                [n for n in order if n in value] + [n for n in value if n not in order] if order else value
-            )
-            out["properties"] = {n: openapi_to_json_schema(_obj(value[n], f"{where}.properties.{n}"),
-                                                           f"{where}.properties.{n}") for n in names}  # fmt: skip
+        elif key == "properties":
+            props = _obj(value, at)
+            out["properties"] = {
+                n: openapi_to_json_schema(_obj(props[n], f"{at}.{n}"), f"{at}.{n}")
+                for n in _ordered(props, schema.get("propertyOrdering"), f"{where}.propertyOrdering")
+            }
         elif key == "items":
-            out["items"] = openapi_to_json_schema(_obj(value, f"{where}.items"), f"{where}.items")
-        elif key == "anyOf" and isinstance(value, list):
-            out["anyOf"] = [openapi_to_json_schema(_obj(s, f"{where}.anyOf[{i}]"), f"{where}.anyOf[{i}]")
-                            for i, s in enumerate(value)]  # fmt: skip
+            out["items"] = openapi_to_json_schema(_obj(value, at), at)
+        elif key == "anyOf":
+            if not isinstance(value, list):
+                raise RequestError(f"{at} must be an array of schemas", param=at, code="invalid_type")
+            out["anyOf"] = [
+                openapi_to_json_schema(_obj(s, f"{at}[{i}]"), f"{at}[{i}]") for i, s in enumerate(value)
+            ]
         else:
             out[key] = value
     if schema.get("nullable") is True and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
     return out
+
+
+def _ordered(props: Mapping[str, Any], order: object, where: str) -> list[str]:
+    """Property names in ``propertyOrdering``'s order, then the rest in the order given."""
+    if order is None:
+        return list(props)
+    if not isinstance(order, list) or not all(isinstance(n, str) for n in order):
+        raise RequestError(f"{where} must be an array of property names", param=where, code="invalid_type")
+    return [n for n in order if n in props] + [n for n in props if n not in order]
 
 
 def _obj(value: object, where: str) -> dict[str, Any]:
