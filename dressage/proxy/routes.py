@@ -1,17 +1,17 @@
 """The model-facing routes of every dialect, under ``/v1`` and ``/s/{token}/v1`` (Gemini also ``/v1beta``).
 
-=========================================  ==========================================
-route                                      dialect
-=========================================  ==========================================
-``POST /v1/chat/completions``              OpenAI chat completions (:mod:`.dialects.chat`)
-``POST /v1/messages``                      Anthropic Messages (:mod:`.dialects.messages`)
-``POST /v1/messages/count_tokens``         Anthropic token counting (exact, our tokenizer)
-``POST /v1/responses``                     OpenAI Responses (:mod:`.dialects.responses`)
-``GET /v1/models``, ``/v1/models/{id}``    the one model this proxy serves
-``POST /v1beta/models/{m}:generateContent``  Gemini API (:mod:`.dialects.gemini`; also ``/v1``)
-``POST .../models/{m}:streamGenerateContent``  Gemini API streamed (``?alt=sse``)
-``POST .../models/{m}:countTokens``          Gemini token counting (exact, our tokenizer)
-=========================================  ==========================================
+=============================================  ========================================================
+route                                          dialect
+=============================================  ========================================================
+``POST /v1/chat/completions``                  OpenAI chat completions (:mod:`.dialects.chat`)
+``POST /v1/messages``                          Anthropic Messages (:mod:`.dialects.messages`)
+``POST /v1/messages/count_tokens``             Anthropic token counting (exact, our tokenizer)
+``POST /v1/responses``                         OpenAI Responses (:mod:`.dialects.responses`)
+``GET /v1/models``, ``/v1/models/{id}``        the one model this proxy serves
+``POST /v1beta/models/{m}:generateContent``    Gemini API (:mod:`.dialects.gemini`; also under ``/v1``)
+``POST .../models/{m}:streamGenerateContent``  Gemini API streamed (``?alt=sse`` only)
+``POST .../models/{m}:countTokens``            Gemini token counting (exact, our tokenizer)
+=============================================  ========================================================
 
 Each generate route is the same :class:`~dressage.proxy.turns.TurnHandler` with another dialect;
 the URL form ``/s/<token>/v1/...`` lets an unmodified client work by setting its base URL alone.

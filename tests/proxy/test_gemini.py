@@ -88,6 +88,12 @@ def test_sdk_tool_loop_is_token_exact(proxy_s: Harness) -> None:  # noqa: F811
     call = parts[0].function_call
     assert call.name == "ls" and call.args == {"path": "/tmp"} and call.id
     assert first.candidates[0].finish_reason == types.FinishReason.STOP
+    retried = client.models.generate_content(model="gemini-x", contents=contents, config=_config(False))
+    assert retried.model_dump(exclude={"sdk_http_response"}) == first.model_dump(
+        exclude={"sdk_http_response"}
+    )
+    assert retried.sdk_http_response.headers["x-dressage-replayed"] == "1"  # the same body: from the log
+    assert len(_turns(proxy_s, s.session_id)) == 1
     contents += [first.candidates[0].content, _answer(call)]
     counted = client.models.count_tokens(model="gemini-x", contents=contents)
     second = client.models.generate_content(model="gemini-x", contents=contents, config=_config(False))
