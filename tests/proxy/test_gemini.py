@@ -303,3 +303,17 @@ def test_function_calling_config_and_thinking_map_onto_the_conversation() -> Non
     assert level.enable_thinking is True and level.ignored == [
         "generationConfig.thinkingConfig.thinkingLevel"
     ]
+
+
+def test_sdk_sees_the_served_model(proxy_s: Harness) -> None:  # noqa: F811
+    """``models.get`` / ``models.list``: the one served model with its context window; another is a 404."""
+    run = proxy_s.run()
+    s = proxy_s.session(run)
+    client = _client(proxy_s, s.token)
+    name = proxy_s.server.model_name
+    got = client.models.get(model=name)
+    assert got.name == f"models/{name}" and got.input_token_limit == 4096
+    assert "generateContent" in (got.supported_actions or [])
+    assert [m.name for m in client.models.list()] == [f"models/{name}"]
+    with pytest.raises(genai.errors.ClientError, match="404"):
+        client.models.get(model="gemini-other")

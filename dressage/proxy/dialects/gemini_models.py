@@ -204,6 +204,25 @@ class GenerateContentResponse(_Reply):
     response_id: str
 
 
+class ModelInfo(_Reply):
+    """A ``Model`` resource (``GET models/{model}``, and each of ``GET models``)."""
+
+    name: str
+    base_model_id: str
+    version: str = "dressage"
+    display_name: str
+    input_token_limit: int
+    output_token_limit: int
+    supported_generation_methods: list[str] = ["generateContent", "streamGenerateContent", "countTokens"]
+    thinking: bool = True
+
+
+class ModelList(_Reply):
+    """``GET models``: the one model this proxy serves."""
+
+    models: list[ModelInfo]
+
+
 def _where(loc: tuple[int | str, ...]) -> str:
     """A validation error's location as a path: ``contents[0].parts[1].text``."""
     out = ""
