@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from dressage.redact import redact
 from dressage.store import EventStore
 from tests.conftest import require_module
 from tests.proxy.conftest import Harness
@@ -215,6 +216,13 @@ def test_the_api_key_is_never_logged_nor_stored(
         assert failed.status_code == 502 and failed.json()["error"]["status"] == "UNAVAILABLE", failed.text
     turns = _turns(proxy_s, s.session_id)
     assert len(turns) == 2
+    for line in (
+        f"POST /v1beta/models/m:generateContent?alt=sse&key={s.token}",
+        f"x-goog-api-key: {s.token}",
+    ):
+        assert s.token not in (
+            redact(line) or ""
+        )  # were a URL or header ever logged, redaction hides the key
     server_side = [
         r for r in caplog.records if not r.name.startswith(("httpx", "httpcore"))
     ]  # the client's own
