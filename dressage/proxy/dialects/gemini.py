@@ -13,10 +13,11 @@ Request -> shared conversation (the shapes: :mod:`.gemini_models`, validated str
   in their order (a ``response`` of exactly ``{"output": str}`` or ``{"result": str}`` is that
   text, any other object its compact JSON); ``model`` parts: ``thought`` text parts the reasoning,
   text parts the content, ``functionCall`` parts the tool calls (``args`` rendered as any dialect's
-  arguments). Reasoning also comes back in ``thoughtSignature``: every reply carries one (its
-  reasoning, encoded) so a client that drops thought parts from its history (as the Gemini CLI
-  does) still sends back the exact reasoning; a signature wins over thought parts. A signature this
-  proxy did not issue is refused, except the Gemini CLI's ``skip_thought_signature_validator``.
+  arguments). Reasoning also comes back in ``thoughtSignature``: every reply with reasoning carries
+  one (its reasoning, encoded; on the first ``functionCall`` part, else on the text), so a client
+  that drops thought parts from its history (as the Gemini CLI does) still sends back the exact
+  reasoning; a signature wins over thought parts. A signature this proxy did not issue is refused,
+  except the Gemini CLI's ``skip_thought_signature_validator``.
 - ``tools[].functionDeclarations`` (``parameters`` as Gemini's OpenAPI schema, converted to JSON
   Schema: types lower-cased, ``nullable`` a ``null`` type, ``propertyOrdering`` the key order; or
   ``parametersJsonSchema`` as is); hosted tools (``googleSearch``, ``codeExecution``...) are refused.
@@ -486,7 +487,9 @@ def finish_reason(reply: ReplyData) -> str:
 
 
 def reply_parts(parsed: ParsedAssistant, include_thoughts: bool, text: bool = True) -> list[ReplyPart]:
-    """A parse as parts: thought (when asked), text, function calls; the signature on the first non-thought part."""
+    """A parse as parts: thought (when asked), text, function calls; the reasoning's signature on the
+    first function call, else on the text, else on an empty text part (clients merge text parts, and
+    keep a call's signature)."""
     parts: list[ReplyPart] = []
     reasoning = parsed.reasoning_content
     if include_thoughts and reasoning:
@@ -497,12 +500,12 @@ def reply_parts(parsed: ParsedAssistant, include_thoughts: bool, text: bool = Tr
         fn = call["function"]
         args = json.loads(fn["arguments"] or "{}")
         parts.append(ReplyPart(function_call=ReplyFunctionCall(id=call["id"], name=fn["name"], args=args)))
-    if reasoning is not None:
-        plain = [p for p in parts if not p.thought]
-        if plain:
-            plain[0].thought_signature = thought_signature(reasoning)
-        else:
-            parts.append(ReplyPart(text="", thought_signature=thought_signature(reasoning)))
+    if reasoning is not None:  # where Gemini puts it: the first call, else the last (text) part
+        calls = [p for p in parts if p.function_call is not None]
+        signed = calls[0] if calls else (parts[-1] if parts and not parts[-1].thought else None)
+        if signed is None:
+            parts.append(signed := ReplyPart(text=""))
+        signed.thought_signature = thought_signature(reasoning)
     return parts
 
 
