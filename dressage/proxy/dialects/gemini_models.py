@@ -56,8 +56,6 @@ class FunctionResponse(_Request):
     name: str = Field(min_length=1)
     response: dict[str, Any]
     id: str | None = None
-    will_continue: bool | None = None
-    scheduling: None = None
 
 
 class Part(_Request):
