@@ -42,7 +42,9 @@ def breaking(loop_thread: LoopThread, sqlite_store: EventStore) -> Iterator[Harn
         loop_thread.call(h.server.stop())
 
 
-@pytest.mark.parametrize("path", ["/chat/completions", "/messages", "/responses"])
+@pytest.mark.parametrize(
+    "path", ["/chat/completions", "/messages", "/responses", "/models/m:streamGenerateContent?alt=sse"]
+)
 def test_engine_failing_mid_stream_ends_the_stream_and_records_the_tokens(
     breaking: Harness, path: str
 ) -> None:
@@ -51,6 +53,9 @@ def test_engine_failing_mid_stream_ends_the_stream_and_records_the_tokens(
     body = {"model": "m", "stream": True, "max_tokens": 50, "messages": MSGS}
     if path == "/responses":
         body = {"model": "m", "stream": True, "max_output_tokens": 50, "input": MSGS}
+    if "streamGenerateContent" in path:  # Gemini
+        contents = [{"role": "user", "parts": [{"text": m["content"]}]} for m in MSGS]
+        body = {"contents": contents, "generationConfig": {"maxOutputTokens": 50}}
     with httpx.Client(base_url=s.base_url, timeout=30) as http:
         r = http.post(path, json=body)
     assert r.status_code == 200
@@ -59,6 +64,8 @@ def test_engine_failing_mid_stream_ends_the_stream_and_records_the_tokens(
         assert '"engine_error"' in last_events[0] and last_events[1] == "data: [DONE]"
     elif path == "/messages":
         assert last_events[-1].startswith("event: error")
+    elif "streamGenerateContent" in path:
+        assert last_events[-1].startswith('data: {"error":') and '"status":"UNAVAILABLE"' in last_events[-1]
     else:
         assert last_events[-1].startswith("event: response.failed")
     turns = _wait_turns(breaking.store, s.session_id, 1)
