@@ -234,6 +234,7 @@ class ImageStore:
                 raw = self._run(["skopeo", "inspect", "--config", f"oci:{image}"], ref, "inspect")
             config = _image_config(json.loads(raw), json.loads((tmp / "config.json").read_text()))
             (tmp / "image.json").write_text(config.model_dump_json())
+            os.chmod(tmp, 0o755)  # umoci makes it 0700: a sandbox under its own host uid must reach rootfs/
             shutil.rmtree(bundle, ignore_errors=True)  # a half-evicted leftover
             os.rename(tmp, bundle)
         finally:

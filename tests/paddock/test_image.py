@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from dressage.paddock import SandboxSpec, get_provider
 from dressage.paddock.image import ImageProvider, ImageSandbox
 from dressage.paddock.image_store import ImageStore
 from dressage.rollout.config import parse_config
-from tests.paddock.conftest import SPEC, requires_bwrap
+from tests.paddock.conftest import SPEC, requires_bwrap, requires_open_checkout
 from tests.paddock.images import ENV, GID, UID, BuiltImage
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
@@ -204,3 +206,26 @@ def _layers(store: ImageStore, digest: str) -> list[str]:
 
 def _blobs(store: ImageStore) -> set[str]:
     return set(os.listdir(store.layout / "blobs/sha256"))
+
+
+@requires_open_checkout
+async def test_a_root_workers_rlimit_image_sandbox_runs_as_its_own_host_uid(
+    test_image: BuiltImage, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("this case is the root worker's: its rlimit sandboxes run as a host uid of their own")
+    open_dir = Path(tempfile.mkdtemp(prefix="dressage-test-images-"))  # reachable by other uids
+    try:
+        open_dir.chmod(0o755)
+        provider = ImageProvider(root_dir=open_dir / "ws", store=ImageStore(open_dir / "cache"))
+        spec = _spec(test_image.oci, limits=("rlimit",))
+        assert (await provider.limits_in_force(spec)).mechanism == "rlimit"
+        async with await provider.create("own", spec) as sb:
+            r = await sb.exec("id -u; cat /opt/lower.txt; echo made > made.txt; echo t > /tmp/t && cat /tmp/t")
+            assert r.stdout == f"{UID}\nlower\nt\n", r
+            assert os.stat(sb.root / "made.txt").st_uid not in (0, os.geteuid())
+        closed = ImageProvider(store=ImageStore(tmp_path / "cache"))  # under pytest's 0700 folder
+        with pytest.raises(SandboxError, match="cannot reach the image's root filesystem"):
+            await closed.create("closed", spec)
+    finally:
+        shutil.rmtree(open_dir, ignore_errors=True)
