@@ -35,8 +35,8 @@ from tests.pg_roles import drop_created_roles
 from tests.stores import open_store
 
 if TYPE_CHECKING:
-    from tests.paddock.images import BuiltImage
     from tests.dev_engine import RunningEngine
+    from tests.paddock.images import BuiltImage
 
 PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PG_TEST_DB = os.environ.get("DRESSAGE_TEST_PG_DB", f"dressage_test_{os.getpid()}")

@@ -221,7 +221,9 @@ async def test_a_root_workers_rlimit_image_sandbox_runs_as_its_own_host_uid(
         spec = _spec(test_image.oci, limits=("rlimit",))
         assert (await provider.limits_in_force(spec)).mechanism == "rlimit"
         async with await provider.create("own", spec) as sb:
-            r = await sb.exec("id -u; cat /opt/lower.txt; echo made > made.txt; echo t > /tmp/t && cat /tmp/t")
+            r = await sb.exec(
+                "id -u; cat /opt/lower.txt; echo made > made.txt; echo t > /tmp/t && cat /tmp/t"
+            )
             assert r.stdout == f"{UID}\nlower\nt\n", r
             assert os.stat(sb.root / "made.txt").st_uid not in (0, os.geteuid())
         closed = ImageProvider(store=ImageStore(tmp_path / "cache"))  # under pytest's 0700 folder
