@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dressage.errors import ConfigError, SandboxError
+from dressage.errors import ConfigError, NotSupportedError, SandboxError
 from dressage.paddock import SandboxSpec, get_provider
 from dressage.paddock.image import ImageProvider, ImageSandbox
 from dressage.paddock.image_store import ImageStore
@@ -178,6 +178,8 @@ async def test_missing_image_bad_reference_and_unreachable_registry_refused(tmp_
         await get_provider("bwrap").create("x", SandboxSpec(image="oci:/x"))
     with pytest.raises(SandboxError, match="give one"):
         await provider.create("both", _spec("oci:/x", rootfs="/"))
+    with pytest.raises(NotSupportedError, match="needs sandbox provider 'image'"):
+        await get_provider("local").create("x", SandboxSpec(provider="local", image="oci:/x"))
 
 
 def test_config_validation_names_the_field() -> None:
