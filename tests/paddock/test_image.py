@@ -147,11 +147,14 @@ def test_eviction_spares_images_in_use(test_image: BuiltImage, tmp_path: Path) -
     store = ImageStore(tmp_path / "cache", max_mb=1)  # smaller than any image: evict what it can
     first = store.resolve(test_image.oci)
     second = store.resolve(test_image.other)
+    crashed = tmp_path / f"cache/rootfs/.{first.split(':')[1]}.dead1234"  # an unpack a crash cut short
+    (crashed / "rootfs").mkdir(parents=True)
     with store.lease(test_image.oci, first) as held:
         with store.lease(test_image.other, second):
             assert held.rootfs.is_dir()  # both in use: neither evicted by the second unpack
         assert (tmp_path / f"cache/rootfs/{second.split(':')[1]}").is_dir()
         assert store.evict() == [second]  # not in use any more; the held one stays
+        assert not crashed.exists()  # swept: nobody was unpacking that digest
         assert (held.rootfs / "opt/lower.txt").read_text() == "lower\n"
     assert not (tmp_path / f"cache/rootfs/{second.split(':')[1]}").exists()
     assert f"d-{second.split(':')[1]}" not in _tags(store)
