@@ -18,12 +18,14 @@ from dressage.agents.config import (
     CodexAgentConfig,
     CodingAgentConfig,
     CommandAgentConfig,
+    MiniSweAgentConfig,
     OpenClawAgentConfig,
     OpenCodeAgentConfig,
     OracleAgentConfig,
     PythonAgentConfig,
+    QwenCodeAgentConfig,
 )
-from dressage.agents.native_clis import ClaudeCodeAgent, CodexAgent
+from dressage.agents.native_clis import ClaudeCodeAgent, CodexAgent, MiniSweAgent, QwenCodeAgent
 from dressage.agents.whitebox import AnswerAgent, CodingAgent, FunctionAgent, load_python_agent
 from dressage.errors import ConfigError, NotSupportedError
 
@@ -60,6 +62,10 @@ def build_agent(cfg: AgentConfig) -> Agent:
         return ClaudeCodeAgent(cfg)
     if isinstance(cfg, CodexAgentConfig):
         return CodexAgent(cfg)
+    if isinstance(cfg, QwenCodeAgentConfig):
+        return QwenCodeAgent(cfg)
+    if isinstance(cfg, MiniSweAgentConfig):
+        return MiniSweAgent(cfg)
     raise NotSupportedError(f"agent kind {getattr(cfg, 'kind', cfg)!r} is not supported yet")
 
 
@@ -78,8 +84,10 @@ __all__ = [
     "CodingAgent",
     "CommandAgent",
     "FunctionAgent",
+    "MiniSweAgent",
     "OpenClawAgent",
     "OpenCodeAgent",
+    "QwenCodeAgent",
     "Task",
     "build_agent",
     "load_python_agent",

@@ -1,4 +1,5 @@
-"""A scripted model on loopback speaking all three dialects, streaming, for real agent CLIs in tests.
+"""A scripted model on loopback speaking all three dialects, streaming, for real agent CLIs in tests
+(chat completions also unstreamed).
 
 Like :mod:`tests.agents.scripted_llm` it is not a copy of the proxy: it answers
 ``/s/<token>/v1/messages`` (Anthropic Messages), ``/s/<token>/v1/responses`` (OpenAI Responses) and
@@ -219,6 +220,25 @@ def chat_events(model: str, reply: Reply) -> list[tuple[str | None, dict[str, An
     ]
 
 
+def chat_completion(model: str, reply: Reply) -> dict[str, Any]:
+    """A non-streamed ``chat.completion`` for ``reply`` (mini-swe-agent, through litellm, never streams)."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if reply.tool:
+        call = {"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function"}
+        call["function"] = {"name": reply.tool, "arguments": json.dumps(reply.arguments)}
+        message["tool_calls"] = [call]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:8]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool else "stop"}
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
 class ScriptedDialects(ServedInThread):
     """The server; ``port`` for the Unix-socket forwarder, ``requests`` what it received."""
 
@@ -236,6 +256,8 @@ class ScriptedDialects(ServedInThread):
                 token = token or (credential or "").removeprefix("Bearer ")
                 seen = Seen(dialect, token, credential, body, tool_results(dialect, body))
                 self.requests.append(seen)
+                if not body.get("stream") and dialect == "chat":
+                    return JSONResponse(chat_completion(str(body.get("model", "m")), self.script(seen)))
                 if not body.get("stream"):
                     return JSONResponse(
                         {"error": {"message": "this scripted model only streams"}}, status_code=400
