@@ -3,7 +3,7 @@
 A 100-turn tool loop (one tool call per turn, ~300-token tool results) grows the conversation
 to about 30k tokens, against an engine that answers instantly: a minimal SGLang-protocol server
 written here (a benchmark harness, not a test double) that returns a fixed tool call with
-logprobs. Each dialect (chat completions, Anthropic Messages, OpenAI Responses) runs the loop in
+logprobs. Each dialect (chat completions, Anthropic Messages, OpenAI Responses, Gemini) runs the loop in
 its own wire format, streaming and not. Three processes, as deployed: the engine, the proxy
 (``dressage-worker proxy``, its own event loop) and this client. Per turn the client measures
 send-to-last-byte through the proxy, then a direct engine call with a prompt of the same length
@@ -19,7 +19,7 @@ N sessions (``--sessions``, 64) x ``--concurrent-turns`` (20) at once through on
 the same client calling the engine directly: turns/s ratio (target >= 0.5), errors, p99. And the
 load average (the machine is shared: noisy numbers).
 
-Run: ``python bench/proxy_overhead.py [--turns 100] [--reps 3] [--dialects chat,messages,responses]
+Run: ``python bench/proxy_overhead.py [--turns 100] [--reps 3] [--dialects chat,messages,responses,gemini]
 [--backends postgresql,sqlite]``. PostgreSQL: ``--pg-url`` (default ``DRESSAGE_BENCH_PG_URL`` or
 ``postgresql://postgres@127.0.0.1:5432/postgres``); the backend is skipped when unreachable.
 """
@@ -280,7 +280,35 @@ class ResponsesLoop:
         )
 
 
-LOOPS = {"chat": ChatLoop, "messages": MessagesLoop, "responses": ResponsesLoop}
+class GeminiLoop:
+    """An agent speaking the Gemini API (as the Gemini CLI does: the model's parts back, functionResponse parts)."""
+
+    path = "/models/m:generateContent"
+    stream_path = "/models/m:streamGenerateContent?alt=sse"
+
+    def __init__(self) -> None:
+        self.contents: list[dict[str, Any]] = [
+            {"role": "user", "parts": [{"text": "Find the bug in main.py."}]}
+        ]
+
+    def body(self, stream: bool) -> dict[str, Any]:
+        decls = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                  "parametersJsonSchema": t["function"]["parameters"]} for t in TOOLS]  # fmt: skip
+        return {"systemInstruction": {"parts": [{"text": "You are a coding agent."}]}, "contents": self.contents,
+                "tools": [{"functionDeclarations": decls}],
+                "generationConfig": {"maxOutputTokens": 64, "thinkingConfig": {"thinkingBudget": 0}}}  # fmt: skip
+
+    def extend(self, raw: str, stream: bool, turn: int) -> None:
+        chunks = [e for _, e in sse_events(raw)] if stream else [json.loads(raw)]
+        parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
+        calls = [p["functionCall"] for p in parts if "functionCall" in p]
+        assert calls, raw[:500]
+        self.contents.append({"role": "model", "parts": parts})
+        answer = {"id": calls[0]["id"], "name": calls[0]["name"], "response": {"output": tool_result(turn)}}
+        self.contents.append({"role": "user", "parts": [{"functionResponse": answer}]})
+
+
+LOOPS = {"chat": ChatLoop, "messages": MessagesLoop, "responses": ResponsesLoop, "gemini": GeminiLoop}
 WARMUP = 5
 
 
@@ -398,7 +426,10 @@ class Bench:
     ) -> tuple[float, float, int, float, float]:
         """One proxied turn, then the direct call: (added ms, proxy CPU ms, prompt length, proxied ms, direct ms)."""
         before = cpu_ns(self.proxy.proc.pid)
-        proxied, raw, headers = await timed(client, base + loop.path, loop.body(stream))
+        path = (
+            getattr(loop, "stream_path", loop.path) if stream else loop.path
+        )  # Gemini streams at its own URL
+        proxied, raw, headers = await timed(client, base + path, loop.body(stream))
         cpu = (cpu_ns(self.proxy.proc.pid) - before) / 1e6
         prompt_len = int(headers.get("x-dressage-prompt-tokens", "0"))
         direct_body = {
@@ -548,7 +579,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=64, help="Concurrent sessions (0: skip).")
     parser.add_argument("--concurrent-turns", type=int, default=20)
     parser.add_argument(
-        "--dialects", default=None, help="Default: chat,messages,responses (Qwen), chat (others)."
+        "--dialects", default=None, help="Default: chat,messages,responses,gemini (Qwen), chat (others)."
     )
     parser.add_argument(
         "--profile", default="qwen3.5", help="Model profile (qwen3.5, qwen3.6, deepseek-v3, ...)."
@@ -562,7 +593,7 @@ def main() -> None:
     PROFILE.update(name=args.profile, family=family)
     if args.serve_engine:
         return serve_engine()
-    default = "chat,messages,responses" if family == "qwen" else "chat"  # the others turn thinking off
+    default = "chat,messages,responses,gemini" if family == "qwen" else "chat"  # the others turn thinking off
     dialects = [d for d in (args.dialects or default).split(",") if d]
     unknown = set(dialects) - set(LOOPS)
     if unknown:

@@ -25,7 +25,7 @@ import orjson
 
 from dressage.errors import RequestError
 
-DIALECTS = ("chat", "messages", "responses")
+DIALECTS = ("chat", "messages", "responses", "gemini")
 MAX_JSON_DEPTH = 64
 """Deepest nesting of objects and arrays a request may have (messages, tool schemas, arguments).
 

@@ -1,14 +1,17 @@
-"""The model-facing routes of every dialect, under ``/v1`` and ``/s/{token}/v1``.
+"""The model-facing routes of every dialect, under ``/v1`` and ``/s/{token}/v1`` (Gemini also ``/v1beta``).
 
-=========================================  ==========================================
-route                                      dialect
-=========================================  ==========================================
-``POST /v1/chat/completions``              OpenAI chat completions (:mod:`.dialects.chat`)
-``POST /v1/messages``                      Anthropic Messages (:mod:`.dialects.messages`)
-``POST /v1/messages/count_tokens``         Anthropic token counting (exact, our tokenizer)
-``POST /v1/responses``                     OpenAI Responses (:mod:`.dialects.responses`)
-``GET /v1/models``, ``/v1/models/{id}``    the one model this proxy serves
-=========================================  ==========================================
+=============================================  ========================================================
+route                                          dialect
+=============================================  ========================================================
+``POST /v1/chat/completions``                  OpenAI chat completions (:mod:`.dialects.chat`)
+``POST /v1/messages``                          Anthropic Messages (:mod:`.dialects.messages`)
+``POST /v1/messages/count_tokens``             Anthropic token counting (exact, our tokenizer)
+``POST /v1/responses``                         OpenAI Responses (:mod:`.dialects.responses`)
+``GET /v1/models``, ``/v1/models/{id}``        the one model this proxy serves
+``POST /v1beta/models/{m}:generateContent``    Gemini API (:mod:`.dialects.gemini`; also under ``/v1``)
+``POST .../models/{m}:streamGenerateContent``  Gemini API streamed (``?alt=sse`` only)
+``POST .../models/{m}:countTokens``            Gemini token counting (exact, our tokenizer)
+=============================================  ========================================================
 
 Each generate route is the same :class:`~dressage.proxy.turns.TurnHandler` with another dialect;
 the URL form ``/s/<token>/v1/...`` lets an unmodified client work by setting its base URL alone.
@@ -25,6 +28,8 @@ from starlette.routing import Route
 from dressage.errors import DressageError, RequestError
 from dressage.proxy.dialects.base import Dialect
 from dressage.proxy.dialects.chat import ChatDialect
+from dressage.proxy.dialects.gemini import GeminiDialect
+from dressage.proxy.dialects.gemini import parse_count_tokens_request as parse_gemini_count
 from dressage.proxy.dialects.messages import MessagesDialect, parse_count_tokens_request
 from dressage.proxy.dialects.responses import ResponsesDialect
 from dressage.proxy.service import ProxyService
@@ -95,6 +100,48 @@ def _count_tokens(handler: TurnHandler, dialect: MessagesDialect) -> Endpoint:
     return count_tokens
 
 
+def _gemini_stream(handler: TurnHandler, dialect: GeminiDialect) -> Endpoint:
+    async def endpoint(request: Request) -> Response:
+        """``:streamGenerateContent``: server-sent events only (``?alt=sse``, what the SDK asks for)."""
+        if request.query_params.get("alt") != "sse":
+            err = RequestError(
+                "streamGenerateContent is served as server-sent events only: add ?alt=sse", param="alt"
+            )
+            return dialect.error_response(err, handler.svc.secrets)
+        return await handler.handle(request, dialect)
+
+    return endpoint
+
+
+def _gemini_count_tokens(handler: TurnHandler, dialect: GeminiDialect) -> Endpoint:
+    svc = handler.svc
+
+    async def count_tokens(request: Request) -> Response:
+        """``:countTokens``: the exact prompt length this conversation would have."""
+        try:
+            state = await handler.authenticate(request, dialect)
+            conv = parse_gemini_count(await read_body(request, svc.settings.max_request_bytes))
+            plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
+        except DressageError as e:
+            return dialect.error_response(e, svc.secrets)
+        return JSONResponse({"totalTokens": plan.prompt_len})
+
+    return count_tokens
+
+
+def gemini_routes(handler: TurnHandler, prefix: str) -> list[Route]:
+    """The Gemini API's routes under ``prefix`` (``/v1beta``, ``/v1``, and both below ``/s/{token}``)."""
+    svc = handler.svc
+    plain = GeminiDialect(svc.profile, svc.model_name)
+    streamed = GeminiDialect(svc.profile, svc.model_name, stream=True)
+    base = f"{prefix}/models/{{model}}"
+    return [
+        Route(f"{base}:generateContent", _generate(handler, plain), methods=["POST"]),
+        Route(f"{base}:streamGenerateContent", _gemini_stream(handler, streamed), methods=["POST"]),
+        Route(f"{base}:countTokens", _gemini_count_tokens(handler, plain), methods=["POST"]),
+    ]
+
+
 def model_routes(svc: ProxyService) -> list[Route]:
     """Every dialect's routes, under ``/v1`` and ``/s/{token}/v1``."""
     handler = TurnHandler(svc)
@@ -110,6 +157,8 @@ def model_routes(svc: ProxyService) -> list[Route]:
             Route(f"{prefix}/messages/count_tokens", _count_tokens(handler, messages), methods=["POST"])
         )
         routes.append(Route(f"{prefix}/responses", _generate(handler, responses), methods=["POST"]))
+        routes += gemini_routes(handler, prefix)
+        routes += gemini_routes(handler, prefix.removesuffix("/v1") + "/v1beta")
         routes.append(Route(f"{prefix}/models", models, methods=["GET"]))
         routes.append(Route(f"{prefix}/models/{{model_id:path}}", model, methods=["GET"]))
     return routes

@@ -1,4 +1,5 @@
-"""Anthropic Messages and OpenAI Responses at the proxy: tool loops token-exact on the shared path.
+"""Anthropic Messages and OpenAI Responses at the proxy: tool loops token-exact on the shared path;
+and one conversation through every dialect (chat, Messages, Responses, Gemini) records the same ids.
 
 A scripted engine (SGLang's protocol on loopback) plays the policy and writes Qwen3.5 XML tool
 calls; the official ``anthropic`` and ``openai`` clients play the agents. Every loop must land in
@@ -261,3 +262,87 @@ def test_responses_refusals_are_clear(proxy_s: Harness) -> None:
             r = http.post("/responses", json=body)
             assert r.status_code == 400, (body, r.text)
             assert needle in json.dumps(r.json()["error"]), r.text
+
+
+SYSTEM = "You are careful."
+QUESTION = "What is in /tmp?"
+LS_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+
+
+def _chat_loop(http: httpx.Client) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "ls", "description": "List a directory", "parameters": LS_SCHEMA},
+        }
+    ]
+    messages: list[Any] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+    body = {
+        "model": "m",
+        "messages": messages,
+        "tools": tools,
+        "chat_template_kwargs": {"enable_thinking": True},
+    }
+    reply = http.post("chat/completions", json=body).json()["choices"][0]["message"]
+    call = reply["tool_calls"][0]
+    messages += [reply, {"role": "tool", "tool_call_id": call["id"], "content": "a.txt"}]
+    assert http.post("chat/completions", json=body).status_code == 200
+
+
+def _messages_loop(http: httpx.Client) -> None:
+    tools = [{"name": "ls", "description": "List a directory", "input_schema": LS_SCHEMA}]
+    messages: list[Any] = [{"role": "user", "content": QUESTION}]
+    body = {"model": "m", "max_tokens": 256, "system": SYSTEM, "messages": messages, "tools": tools,
+            "thinking": {"type": "enabled"}}  # fmt: skip
+    reply = http.post("messages", json=body).json()
+    call = reply["content"][-1]
+    messages += [{"role": "assistant", "content": reply["content"]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "a.txt"}]}]  # fmt: skip
+    assert http.post("messages", json=body).status_code == 200
+
+
+def _responses_loop(http: httpx.Client) -> None:
+    tools = [{"type": "function", "name": "ls", "description": "List a directory", "parameters": LS_SCHEMA}]
+    items: list[Any] = [{"type": "message", "role": "user", "content": QUESTION}]
+    body = {"model": "m", "instructions": SYSTEM, "input": items, "tools": tools, "store": False,
+            "reasoning": {"effort": "medium"}}  # fmt: skip
+    output = http.post("responses", json=body).json()["output"]
+    items += [*output, {"type": "function_call_output", "call_id": output[-1]["call_id"], "output": "a.txt"}]
+    assert http.post("responses", json=body).status_code == 200
+
+
+def _gemini_loop(http: httpx.Client) -> None:
+    tools = [
+        {
+            "functionDeclarations": [
+                {"name": "ls", "description": "List a directory", "parametersJsonSchema": LS_SCHEMA}
+            ]
+        }
+    ]
+    contents: list[Any] = [{"role": "user", "parts": [{"text": QUESTION}]}]
+    body = {"systemInstruction": {"parts": [{"text": SYSTEM}]}, "contents": contents, "tools": tools,
+            "generationConfig": {"thinkingConfig": {"thinkingBudget": -1}}}  # fmt: skip
+    reply = http.post("../v1beta/models/m:generateContent", json=body).json()["candidates"][0]["content"]
+    call = reply["parts"][-1]["functionCall"]
+    answer = {"functionResponse": {"id": call["id"], "name": "ls", "response": {"output": "a.txt"}}}
+    contents += [reply, {"role": "user", "parts": [answer]}]
+    assert http.post("../v1beta/models/m:generateContent", json=body).status_code == 200
+
+
+def test_every_dialect_records_the_same_ids(proxy_s: Harness) -> None:
+    """One conversation (system prompt, question, reasoned tool call, result, reasoned answer) through
+    each dialect as its clients send it back: every session records the same token ids, one segment."""
+    run = proxy_s.run()
+    recorded = {}
+    for name, loop in [("chat", _chat_loop), ("messages", _messages_loop), ("responses", _responses_loop),
+                       ("gemini", _gemini_loop)]:  # fmt: skip
+        s = proxy_s.session(run)
+        with httpx.Client(base_url=s.base_url + "/", timeout=30) as http:
+            loop(http)
+        turns = _turns(proxy_s, s.session_id)
+        assert [t.info["dialect"] for t in turns] == [name, name]
+        assert [t.route for t in turns] == ["create", "append"]
+        recorded[name] = (_segment_ids(turns), [len(t.generated_ids) for t in turns])
+    assert all(ids == recorded["chat"] for ids in recorded.values()), {
+        k: len(v[0]) for k, v in recorded.items()
+    }

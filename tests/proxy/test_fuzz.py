@@ -25,6 +25,7 @@ FN = {"type": "function", "function": {"name": "ls", "parameters": {"type": "obj
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 MSGS = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 RESP = {"model": "m", "input": "hi", "max_output_tokens": 8}
+GEM = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 8}}
 
 
 def deep(n: int) -> str:
@@ -162,6 +163,51 @@ def responses_bodies() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def gemini_bodies() -> list[dict[str, Any]]:
+    fd = {"name": "ls", "parameters": {"type": "OBJECT"}}
+    call = {"functionCall": {"name": "ls", "args": {}}}
+
+    def c(*parts: Any, role: str = "user") -> dict[str, Any]:
+        return _with(GEM, contents=[{"role": role, "parts": list(parts)}])
+
+    return [
+        _with(GEM, contents=None), _with(GEM, contents=[]), _with(GEM, contents="hi"), _with(GEM, contents=[5]),
+        _with(GEM, contents=[{"role": "system", "parts": [{"text": "x"}]}]), c({}), c({"text": 5}), c({"mystery": 1}),
+        c({"inlineData": {"mimeType": "image/png", "data": "AA=="}}), c({"fileData": {"fileUri": "gs://x"}}),
+        c({"executableCode": {"code": "1"}}), c(call), c({"text": "x", "thought": True}),
+        c({"functionResponse": {"name": "ls"}}), c({"functionResponse": {"name": "ls", "response": "x"}}),
+        c({"functionResponse": {"name": "ls", "response": deep(1000)}}),
+        c({"functionCall": {"name": "ls", "args": "x"}}, role="model"), c({"functionCall": {"args": {}}}, role="model"),
+        c({"text": "x", "thoughtSignature": "%%%"}, role="model"), c({"text": "x", "thoughtSignature": 5}, role="model"),
+        c({"functionResponse": {"name": "ls", "response": {}}}, role="model"),
+        _with(GEM, systemInstruction="x"), _with(GEM, systemInstruction={"parts": [call]}),
+        _with(GEM, tools="x"), _with(GEM, tools=[5]), _with(GEM, tools=[{}]), _with(GEM, tools=[{"codeExecution": {}}]),
+        _with(GEM, tools=[{"functionDeclarations": [{"name": ""}]}]),
+        _with(GEM, tools=[{"functionDeclarations": [{"name": "ls", "parameters": "x"}]}]),
+        _with(GEM, tools=[{"functionDeclarations": [{"name": "ls", "parameters": {"type": 5}}]}]),
+        _with(GEM, tools=[{"functionDeclarations": [{"name": "ls", "parameters": {"type": "OBJECT", "properties": {"a": 5}}}]}]),
+        _with(GEM, tools=[{"functionDeclarations": [{**fd, "parametersJsonSchema": {}}]}]),
+        _with(GEM, tools=[{"functionDeclarations": [{**fd, "behavior": "NON_BLOCKING"}]}]),
+        _with(GEM, toolConfig={"functionCallingConfig": {"mode": "ANY"}}),
+        _with(GEM, tools=[{"functionDeclarations": [fd]}], toolConfig={"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["rm"]}}),
+        _with(GEM, tools=[{"functionDeclarations": [fd]}], toolConfig={"functionCallingConfig": {"mode": "AUTO", "allowedFunctionNames": ["ls"]}}),
+        _with(GEM, toolConfig={"functionCallingConfig": {"mode": "VALIDATED"}}), _with(GEM, toolConfig="x"),
+        _with(GEM, generationConfig="x"), _with(GEM, generationConfig={"temperature": 3}),
+        _with(GEM, generationConfig={"temperature": True}), _with(GEM, generationConfig={"topK": 0}),
+        _with(GEM, generationConfig={"maxOutputTokens": 0}), _with(GEM, generationConfig={"maxOutputTokens": "8"}),
+        _with(GEM, generationConfig={"stopSequences": "x"}), _with(GEM, generationConfig={"stopSequences": [""]}),
+        _with(GEM, generationConfig={"candidateCount": 99}), _with(GEM, generationConfig={"seed": 2**40}),
+        _with(GEM, generationConfig={"responseMimeType": "application/xml"}),
+        _with(GEM, generationConfig={"responseMimeType": "application/json", "responseSchema": {"type": "OBJECT", "oneOf": []}}),
+        _with(GEM, generationConfig={"responseMimeType": "application/json", "responseSchema": {}, "responseJsonSchema": {}}),
+        _with(GEM, generationConfig={"responseLogprobs": True}), _with(GEM, generationConfig={"responseModalities": ["IMAGE"]}),
+        _with(GEM, generationConfig={"thinkingConfig": {"thinkingBudget": -7}}),
+        _with(GEM, generationConfig={"thinkingConfig": {"thinkingBudget": 0, "thinkingLevel": "HIGH"}}),
+        _with(GEM, generationConfig={"thinkingConfig": {"includeThoughts": "yes"}}),
+        _with(GEM, safetySettings=[]), _with(GEM, cachedContent="cachedContents/x"), _with(GEM, labels={}),
+    ]  # fmt: skip
+
+
 def admin_requests(session_id: str) -> list[tuple[str, Any]]:
     """(path, JSON body or raw bytes) sent with the admin token."""
     fin = f"/admin/sessions/{session_id}/finalize"
@@ -210,6 +256,12 @@ def test_hostile_requests_get_clear_4xx_and_lose_nothing(proxy_f: Harness) -> No
             send("/v1/messages", body, {"x-api-key": s.token})
         for body in responses_bodies():
             send(f"/s/{s.token}/v1/responses", body, {})
+        gemini = "/v1beta/models/m:generateContent"
+        for raw in raw_bodies():
+            send(gemini, raw, {"x-goog-api-key": s.token})
+        send(gemini, GEM, {"x-goog-api-key": "not-a-session-key"})
+        for body in gemini_bodies():
+            send(f"{gemini}?key={s.token}", body, {})
         for path, body in admin_requests(s.session_id):
             send(path, body, {"authorization": f"Bearer {ADMIN}"})
         send("/admin/runs", {"name": "x"}, {"authorization": "Bearer wrong"})
@@ -218,6 +270,8 @@ def test_hostile_requests_get_clear_4xx_and_lose_nothing(proxy_f: Harness) -> No
         assert http.get("/health").json()["status"] == "ok"
 
     assert len(sent) >= 150, len(sent)
+    gemini_refused = [(code, text) for path, code, text in sent if "generateContent?key=" in path]
+    assert gemini_refused and all(code == 400 for code, _ in gemini_refused), gemini_refused
     server_errors = [x for x in sent if x[1] >= 500]
     assert not server_errors, server_errors
     ok = [x for x in sent if x[1] < 400]
