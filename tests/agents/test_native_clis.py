@@ -1,4 +1,4 @@
-"""Real Claude Code, Codex, Qwen Code, mini-swe-agent and openclaw in a real bubblewrap sandbox with the network off.
+"""Real Claude Code, Codex, Gemini CLI, Qwen Code, mini-swe-agent and openclaw in a real bubblewrap sandbox with the network off.
 
 Each CLI (pinned, installed by scripts/install-agents.sh) reaches a scripted model on the host only
 through the Unix socket bound into the sandbox, in its own dialect (Anthropic Messages, OpenAI
@@ -23,6 +23,7 @@ from dressage.agents import (
     Agent,
     ClaudeCodeAgent,
     CodexAgent,
+    GeminiCliAgent,
     MiniSweAgent,
     OpenClawAgent,
     QwenCodeAgent,
@@ -31,6 +32,7 @@ from dressage.agents import (
 from dressage.agents.config import (
     ClaudeCodeAgentConfig,
     CodexAgentConfig,
+    GeminiCliAgentConfig,
     MiniSweAgentConfig,
     OpenClawAgentConfig,
     QwenCodeAgentConfig,
@@ -215,3 +217,18 @@ async def test_mini_swe_agent_runs_a_tool_loop_offline_over_chat_completions() -
     users = [m["content"] for m in first.body["messages"] if m["role"] == "user"]
     texts = [u if isinstance(u, str) else "".join(p.get("text", "") for p in u) for u in users]
     assert any('Please solve this issue: make "made.txt"' in t for t in texts), texts
+
+
+@pytest.mark.skipif(cli_in_usr("gemini") is not None, reason=str(cli_in_usr("gemini")))
+async def test_gemini_cli_runs_a_tool_loop_offline_over_the_gemini_api() -> None:
+    llm = ScriptedDialects(two_step("run_shell_command", {"command": COMMAND}))
+    with llm.running():
+        result, (made, log) = await run_cli(GeminiCliAgent(GeminiCliAgentConfig()), llm, 'make "made.txt"')
+    assert_two_step_loop(llm, "gemini", "sk-test-token", result, made, log)
+    first = next(s for s in llm.requests if s.body.get("tools"))
+    names = {d["name"] for t in first.body["tools"] for d in t.get("functionDeclarations", [])}
+    assert "run_shell_command" in names
+    texts = [
+        "".join(p.get("text", "") for p in c["parts"]) for c in first.body["contents"] if c["role"] == "user"
+    ]
+    assert any('make "made.txt"' in t for t in texts), texts

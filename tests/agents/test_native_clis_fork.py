@@ -65,7 +65,7 @@ def _fork(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("kind", ["codex", "claude_code", "qwen_code", "mini_swe_agent"])
+@pytest.mark.parametrize("kind", ["codex", "claude_code", "qwen_code", "mini_swe_agent", "gemini_cli"])
 def test_cli_session_forked_at_its_answer(tmp_path: Path, kind: str) -> None:
     tool, arguments, dialect = require_cli(kind)
     policy = _Policy(tool, arguments)
@@ -86,7 +86,11 @@ def test_cli_session_forked_at_its_answer(tmp_path: Path, kind: str) -> None:
         )
         assert forked.returncode == 0, forked.stdout[-3000:] + forked.stderr[-3000:]
     try:
-        assert sorted(c[2] for c in policy.calls if c[:2] == ("fork", "answer")) == [SEED, SEED + 1]
+        branches = [
+            (s.status, s.error) for s in store.sessions.list(name) if s.parent_session_id == parent.id
+        ]
+        answered = sorted(c[2] for c in policy.calls if c[:2] == ("fork", "answer"))
+        assert answered == [SEED, SEED + 1], (policy.calls, branches, forked.stdout[-2000:])
         assert not [c for c in policy.calls if c[:2] == ("fork", "call")]  # the tool call was copied
         children = [s for s in store.sessions.list(name) if s.parent_session_id == parent.id]
         assert len(children) == 2

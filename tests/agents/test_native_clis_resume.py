@@ -46,7 +46,7 @@ class _Policy(ToolThenAnswer):
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("kind", ["codex", "qwen_code", "mini_swe_agent"])
+@pytest.mark.parametrize("kind", ["codex", "qwen_code", "mini_swe_agent", "gemini_cli"])
 def test_cli_killed_mid_run_resumes_from_the_log(tmp_path: Path, kind: str) -> None:
     tool, arguments, _ = require_cli(kind)
     policy = _Policy(tool, arguments)

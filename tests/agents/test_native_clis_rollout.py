@@ -1,4 +1,5 @@
-"""``dressage-worker rollout`` with the agent CLI kinds (Claude Code, Codex, openclaw, Qwen Code, mini-swe-agent), end to end.
+"""``dressage-worker rollout`` with the agent CLI kinds (Claude Code, Codex, Gemini CLI, openclaw, Qwen Code,
+mini-swe-agent), end to end.
 
 The worker (a real child process, started as the CLI is) runs its in-process TITO proxy in front of a
 scripted SGLang-protocol engine (tests/scripted_engine.py) and the real agent CLI in a real
@@ -33,6 +34,7 @@ CASES = {
     "openclaw": ("openclaw", "exec", {"command": COMMAND}, "chat"),
     "qwen_code": ("qwen", "run_shell_command", {"command": COMMAND}, "chat"),
     "mini_swe_agent": ("mini-swe-agent", "bash", {"command": COMMAND}, "chat"),
+    "gemini_cli": ("gemini", "run_shell_command", {"command": COMMAND}, "gemini"),
 }
 SUBMITS = {"mini_swe_agent"}
 """Kinds that answer only through a tool call (mini-swe-agent submits with its ``bash`` tool)."""
@@ -43,6 +45,7 @@ IGNORED = {
     "openclaw": set(),
     "qwen_code": set(),
     "mini_swe_agent": set(),
+    "gemini_cli": set(),
 }
 
 
