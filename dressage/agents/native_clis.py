@@ -1,4 +1,4 @@
-"""Vendor agent CLIs that speak their vendor's own API dialect, pointed at the proxy's routes for it.
+"""Agent CLIs run unmodified, each pointed at the proxy's route for the API dialect it speaks.
 
 - **Claude Code** (``claude``) speaks only the Anthropic Messages API: it appends
   ``/v1/messages?beta=true`` to ``ANTHROPIC_BASE_URL``, so the base is the session's root
