@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -289,7 +290,8 @@ def test_a_forced_call_with_thinking_on_comes_after_the_reasoning(
     scripted_client: OpenAI, tools: list[dict[str, Any]], choice: Any
 ) -> None:
     """Thinking on: the model reasons, then the grammar (sent as ``ebnf``) forces the call, in chat
-    and Responses; the reply carries both the reasoning and the call (SGLang's and vLLM's shape)."""
+    (plain and streamed), Responses and Messages; the reply carries both the reasoning and the call
+    (SGLang's and vLLM's shape)."""
     import xgrammar as xgr
     from xgrammar.testing import _is_grammar_accept_string
 
@@ -306,6 +308,21 @@ def test_a_forced_call_with_thinking_on_comes_after_the_reasoning(
     assert msg.reasoning_content == "I must call ls."  # type: ignore[attr-defined]
     assert msg.tool_calls and msg.tool_calls[0].function.name == "ls"
     assert json.loads(msg.tool_calls[0].function.arguments) == {"path": "/tmp"}
+    chunks = list(
+        scripted_client.chat.completions.create(
+            model="m",
+            messages=msgs,
+            tools=tools,
+            tool_choice=choice,
+            stream=True,
+            **THINK_ON,  # type: ignore[arg-type]
+        )
+    )
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "I must call ls."
+    streamed = [tc for d in deltas for tc in d.tool_calls or ()]
+    assert [tc.function.name for tc in streamed if tc.function and tc.function.name] == ["ls"]  # type: ignore[union-attr]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
     named = choice if isinstance(choice, str) else {"type": "function", "name": "ls"}
     resp_tools = [{"type": "function", **t["function"]} for t in tools]
     resp = scripted_client.responses.create(
@@ -317,10 +334,22 @@ def test_a_forced_call_with_thinking_on_comes_after_the_reasoning(
     )
     kinds = [item.type for item in resp.output]
     assert kinds == ["reasoning", "function_call"] and resp.output[1].name == "ls"  # type: ignore[union-attr]
+    root = str(scripted_client.base_url).rstrip("/").removesuffix("/v1")
+    claude = anthropic.Anthropic(base_url=root, api_key="x", max_retries=0)
+    forced_msg = claude.messages.create(
+        model="m", max_tokens=256, messages=msgs,  # type: ignore[arg-type]
+        tools=[{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in tools],
+        tool_choice={"type": "any"} if isinstance(choice, str) else {"type": "tool", "name": "ls"},
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    )  # fmt: skip
+    assert [b.type for b in forced_msg.content] == [
+        "thinking",
+        "tool_use",
+    ] and forced_msg.stop_reason == "tool_use"
     # What the engine was sent: the grammar of the allowed calls, which the scripted answer satisfies.
     turns = _turns(scripted_client.harness, scripted_client)  # type: ignore[attr-defined]
     grammar = turns[0].sampling_params["ebnf"]
-    assert turns[1].sampling_params["ebnf"] == grammar  # Responses: the same grammar
+    assert all(t.sampling_params["ebnf"] == grammar for t in turns)  # stream, Responses, Messages
     names = ['"ls"', '"cat"'] if len(tools) == 2 else ['"ls"']
     assert grammar.count("name ::=") == 1 and all(n in grammar for n in names)
     assert ('"cat"' in grammar) == (len(tools) == 2)
