@@ -18,12 +18,21 @@ from dressage.agents.config import (
     CodexAgentConfig,
     CodingAgentConfig,
     CommandAgentConfig,
+    GeminiCliAgentConfig,
+    MiniSweAgentConfig,
     OpenClawAgentConfig,
     OpenCodeAgentConfig,
     OracleAgentConfig,
     PythonAgentConfig,
+    QwenCodeAgentConfig,
 )
-from dressage.agents.native_clis import ClaudeCodeAgent, CodexAgent
+from dressage.agents.native_clis import (
+    ClaudeCodeAgent,
+    CodexAgent,
+    GeminiCliAgent,
+    MiniSweAgent,
+    QwenCodeAgent,
+)
 from dressage.agents.whitebox import AnswerAgent, CodingAgent, FunctionAgent, load_python_agent
 from dressage.errors import ConfigError, NotSupportedError
 
@@ -60,6 +69,12 @@ def build_agent(cfg: AgentConfig) -> Agent:
         return ClaudeCodeAgent(cfg)
     if isinstance(cfg, CodexAgentConfig):
         return CodexAgent(cfg)
+    if isinstance(cfg, QwenCodeAgentConfig):
+        return QwenCodeAgent(cfg)
+    if isinstance(cfg, MiniSweAgentConfig):
+        return MiniSweAgent(cfg)
+    if isinstance(cfg, GeminiCliAgentConfig):
+        return GeminiCliAgent(cfg)
     raise NotSupportedError(f"agent kind {getattr(cfg, 'kind', cfg)!r} is not supported yet")
 
 
@@ -78,8 +93,11 @@ __all__ = [
     "CodingAgent",
     "CommandAgent",
     "FunctionAgent",
+    "GeminiCliAgent",
+    "MiniSweAgent",
     "OpenClawAgent",
     "OpenCodeAgent",
+    "QwenCodeAgent",
     "Task",
     "build_agent",
     "load_python_agent",

@@ -134,8 +134,43 @@ class CodexAgentConfig(_BlackboxBase):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class QwenCodeAgentConfig(_BlackboxBase):
+    """Qwen Code (``@qwen-code/qwen-code``, needs Node >= 22; ``scripts/install-agents.sh`` installs it
+    with its own node): ``qwen -p`` against the proxy's OpenAI chat-completions route."""
+
+    kind: Literal["qwen_code"] = "qwen_code"
+    binary: str = "qwen"
+    max_turns: int | None = Field(default=None, ge=1, description="--max-session-turns: model turns at most.")
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class GeminiCliAgentConfig(_BlackboxBase):
+    """Gemini CLI (``@google/gemini-cli``): ``gemini -p`` against the proxy's Gemini API route."""
+
+    kind: Literal["gemini_cli"] = "gemini_cli"
+    binary: str = "gemini"
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class MiniSweAgentConfig(_BlackboxBase):
+    """mini-swe-agent (PyPI ``mini-swe-agent``, in its own venv by ``scripts/install-agents.sh``): ``mini``
+    in yolo mode against the proxy's OpenAI chat-completions route, through litellm's ``openai/`` route."""
+
+    kind: Literal["mini_swe_agent"] = "mini_swe_agent"
+    binary: str = "mini-swe-agent"
+    step_limit: int = Field(default=0, ge=0, description="agent.step_limit: model calls at most (0: none).")
+    extra_args: list[str] = Field(default_factory=list)
+
+
 BlackboxConfig = (
-    CommandAgentConfig | OpenCodeAgentConfig | OpenClawAgentConfig | ClaudeCodeAgentConfig | CodexAgentConfig
+    CommandAgentConfig
+    | OpenCodeAgentConfig
+    | OpenClawAgentConfig
+    | ClaudeCodeAgentConfig
+    | CodexAgentConfig
+    | QwenCodeAgentConfig
+    | MiniSweAgentConfig
+    | GeminiCliAgentConfig
 )
 """Any blackbox adapter's config."""
 
@@ -148,10 +183,22 @@ AgentConfig = Annotated[
     | OpenCodeAgentConfig
     | OpenClawAgentConfig
     | ClaudeCodeAgentConfig
-    | CodexAgentConfig,
+    | CodexAgentConfig
+    | QwenCodeAgentConfig
+    | MiniSweAgentConfig
+    | GeminiCliAgentConfig,
     Field(discriminator="kind"),
 ]
 """The ``agent:`` section: pick one ``kind``."""
 
 WHITEBOX_KINDS = ("answer", "coding", "python", "oracle")
-BLACKBOX_KINDS = ("command", "opencode", "openclaw", "claude_code", "codex")
+BLACKBOX_KINDS = (
+    "command",
+    "opencode",
+    "openclaw",
+    "claude_code",
+    "codex",
+    "qwen_code",
+    "mini_swe_agent",
+    "gemini_cli",
+)

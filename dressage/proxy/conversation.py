@@ -264,8 +264,12 @@ def hoist_system(system: list[str], messages: list[dict[str, Any]]) -> list[dict
     return ([{"role": "system", "content": "\n\n".join(texts)}] if texts else []) + rest
 
 
-def thinking_token_count(ids: list[int], think_end_id: int | None) -> int:
-    """Generated tokens up to and including the think-closing token (0 when there is none)."""
+def thinking_token_count(ids: list[int], think_end_id: int | None, think_open: bool = False) -> int:
+    """Generated tokens up to and including the think-closing token.
+
+    Without one: every generated token when the generation prompt opened a thinking block
+    (``think_open``: the output ended inside it, e.g. at ``max_tokens``), else 0.
+    """
     if think_end_id is None or think_end_id not in ids:
-        return 0
+        return len(ids) if think_open and think_end_id is not None else 0
     return ids.index(think_end_id) + 1

@@ -20,7 +20,11 @@ message after it: a new user turn after thinking, a tools change, a compaction t
 task) and otherwise opens a new one: a subagent that shares only the system prompt (and tools)
 with the main agent gets its own thread, so it can never become the trajectory's anchor.
 
-Forced tool calls (``tool_choice`` required / named): the profile's forced opening (Qwen3.5:
+Forced tool calls (``tool_choice`` required / named), thinking on: as SGLang and vLLM do, the model
+thinks freely and a grammar (the profile's, sent as SGLang's ``ebnf`` with ``require_reasoning``)
+forces a call of the allowed function(s) after ``</think>``; everything is sampled, nothing is
+forced into the prompt, and the reply is parsed as any other. Thinking off (or a profile without
+such a grammar): the profile's forced opening (Qwen3.5:
 ``<tool_call>\n<function=NAME>\n``) is appended to the prompt and the engine continues from it.
 Those ids were not sampled: they are recorded at the end of the turn's ``context_ids`` (loss mask
 0, no logprob) and count as prompt tokens; the segment index sees them as part of the turn's
@@ -148,7 +152,8 @@ def prepare_turn(
     forced_text = ""
     forced_ids: tuple[int, ...] = ()
     prompt_ids: Sequence[int] = plan.prompt  # a view: the id list is built only for the engine request
-    if conv.force_tool is not None:
+    forcing = _forced_call_grammar(state, conv)
+    if conv.force_tool is not None and forcing is None:
         profile = state.index.profile
         forced_text = profile.forced_tool_call_prefix(conv.force_tool, conv.enable_thinking)
         forced_ids = tuple(profile.tokenizer.encode(forced_text))
@@ -162,10 +167,9 @@ def prepare_turn(
     cap = default_max_tokens if conv.max_tokens is None else conv.max_tokens
     max_new = min(cap, room)
     capped = cap > room
-    sampling = SamplingParams(
-        max_new_tokens=max_new,
-        **conv.sampling,
-    )
+    sampling = SamplingParams(max_new_tokens=max_new, **conv.sampling)
+    if forcing is not None:
+        sampling = sampling.model_copy(update=forcing)
     if sampling.sampling_seed is None and state.sampling_seed is not None:
         sampling = sampling.model_copy(update={"sampling_seed": state.sampling_seed})
     gen = Generation(
@@ -177,7 +181,7 @@ def prepare_turn(
         experts_start=_experts_start(state, plan) if record_experts else None,
         decode=state.index.tokenizer.decode if conv.sampling.get("stop") else None,
         top_logprobs_num=conv.top_logprobs,
-        **_reasoning_gate(state, conv),
+        **_reasoning_gate(state, conv, forced=forcing is not None),
     )
     return TurnJob(
         state=state,
@@ -202,9 +206,27 @@ class _ReasoningGate(TypedDict, total=False):
     think_end_id: int | None
 
 
-def _reasoning_gate(state: SessionState, conv: Conversation) -> _ReasoningGate:
-    """With a grammar and an open thinking block: constrain only the answer (SGLang's ``require_reasoning``)."""
-    if not any(conv.sampling.get(k) is not None for k in GRAMMAR_PARAMS):
+def _forced_call_grammar(state: SessionState, conv: Conversation) -> dict[str, str] | None:
+    """A forced tool call with an open thinking block: the profile's grammar as SGLang's ``ebnf``.
+
+    SGLang and vLLM force ``tool_choice`` required / named with a constraint that applies after the
+    reasoning (``require_reasoning``): the model thinks first, then must call one of the allowed
+    functions (the named one, or any of the tools). ``None`` when no call is forced, the thinking
+    is off or the profile has no such grammar: then the forced opening is written into the prompt.
+    """
+    if conv.force_tool is None or not think_open(state.index.profile, conv):
+        return None
+    names = [conv.force_tool] if conv.force_tool else [t["function"]["name"] for t in conv.tools or ()]
+    grammar = state.index.profile.forced_tool_call_grammar(names)
+    return None if grammar is None else {"ebnf": grammar}
+
+
+def _reasoning_gate(state: SessionState, conv: Conversation, *, forced: bool = False) -> _ReasoningGate:
+    """With a grammar and an open thinking block: constrain only the answer (SGLang's ``require_reasoning``).
+
+    ``forced``: the grammar is :func:`_forced_call_grammar`'s (always behind an open thinking block).
+    """
+    if not forced and not any(conv.sampling.get(k) is not None for k in GRAMMAR_PARAMS):
         return {}
     profile = state.index.profile
     if not think_open(profile, conv):

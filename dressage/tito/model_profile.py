@@ -130,6 +130,16 @@ class ModelProfile(ABC):
             param="tool_choice",
         )
 
+    def forced_tool_call_grammar(self, names: Sequence[str]) -> str | None:
+        """EBNF for the answer after a thinking block when a tool call is forced (``None``: none).
+
+        With thinking on, SGLang and vLLM force ``tool_choice`` required / named with a grammar that
+        applies once the reasoning closes (``require_reasoning``), so the model thinks first and
+        then must call one of ``names``. A profile without such a grammar closes the thinking block
+        empty and writes :meth:`forced_tool_call_prefix` instead.
+        """
+        return None
+
     def think_open(
         self, enable_thinking: bool | None = None, messages: Sequence[object] | None = None
     ) -> bool:

@@ -8,6 +8,7 @@ with a :class:`~dressage.tito.chat_template.QwenFlavor` for what Qwen3.6 changed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 
@@ -115,6 +116,22 @@ class _QwenProfile(ModelProfile):
         """
         opening = "<tool_call>\n<function=" + (f"{name}>\n" if name else "")
         return ("\n</think>\n\n" + opening) if self._thinking(enable_thinking) else opening
+
+    def forced_tool_call_grammar(self, names: Sequence[str]) -> str:
+        """After ``</think>``: ``\\n\\n`` then one or more calls of ``names``, as the template writes them.
+
+        Each call is ``<tool_call>\\n<function=NAME>\\n``, its parameters (``<parameter=P>\\nVALUE\\n``
+        ``</parameter>\\n``), then ``</function>\\n</tool_call>``; calls are separated by ``\\n``. A value
+        is free text (xgrammar's Earley matcher ends it at the closing tag); the end token is allowed
+        only after a closed call.
+        """
+        alternatives = " | ".join(json.dumps(n) for n in names)
+        return (
+            'root ::= "\\n\\n" call ("\\n" call)*\n'
+            'call ::= "<tool_call>\\n<function=" name ">\\n" param* "</function>\\n</tool_call>"\n'
+            f"name ::= {alternatives}\n"
+            'param ::= "<parameter=" [^>\\n]+ ">\\n" [^\\x00]* "\\n</parameter>\\n"\n'
+        )
 
     def parse_assistant(
         self,

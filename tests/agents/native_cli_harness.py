@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
-from tests.agents.test_native_clis import cli_in_usr
+from tests.agents.test_native_clis import cli_in_usr, command_output, mini_submission
 from tests.agents.test_native_clis_rollout import CASES, PROMPT
 from tests.rollout.conftest import write_config, write_tasks
 from tests.scripted_engine import qwen_tool_call
@@ -48,6 +48,8 @@ class ToolThenAnswer:
     def __init__(self, tool: str, arguments: dict[str, str], phase: str) -> None:
         self.tool, self.arguments = tool, arguments
         self.phase = phase
+        self.submit = False
+        """Answer as a mini-swe-agent submission (a call of ``tool``), not as text."""
         self.lock = threading.Lock()
 
     def step(self, prompt: str, answer_prefix: str = "") -> tuple[str, str]:
@@ -55,8 +57,8 @@ class ToolThenAnswer:
         (the tool call) or ``side``."""
         responses = re.findall(r"<tool_response>\n?(.*?)\n?</tool_response>", prompt, re.DOTALL)
         if responses:
-            last = (responses[-1].strip().splitlines() or [""])[-1].strip()
-            return "answer", f"{answer_prefix}final answer: {last}"
+            answer = f"{answer_prefix}final answer: {command_output(responses[-1])}"
+            return "answer", qwen_tool_call(self.tool, **mini_submission(answer)) if self.submit else answer
         if f'"name": "{self.tool}"' in prompt:
             return "call", qwen_tool_call(self.tool, **self.arguments)
         return "side", "side request"

@@ -1,9 +1,10 @@
-"""A scripted model on loopback speaking all three dialects, streaming, for real agent CLIs in tests.
+"""A scripted model on loopback speaking the agent CLIs' dialects, streaming, for real agent CLIs in
+tests (chat completions and the Gemini API also unstreamed).
 
 Like :mod:`tests.agents.scripted_llm` it is not a copy of the proxy: it answers
 ``/s/<token>/v1/messages`` (Anthropic Messages), ``/s/<token>/v1/responses`` (OpenAI Responses) and
-``/s/<token>/v1/chat/completions`` (and the same under ``/v1`` with the token in the credential
-header) with server-sent events built from what the test's script
+``/s/<token>/v1/chat/completions``, ``/s/<token>/v1beta/models/{model}:(stream)generateContent``
+(and the same under ``/v1`` / ``/v1beta`` with the token in the credential header) with server-sent events built from what the test's script
 returns for the request, so a CLI's tool loop can be driven deterministically. The script sees the
 request's count of tool results and returns either a tool call or a final text. Every request is
 kept (dialect, token, credential header, body).
@@ -69,6 +70,13 @@ def tool_results(dialect: str, body: dict[str, Any]) -> list[str]:
     if dialect == "responses":
         items = body.get("input") if isinstance(body.get("input"), list) else []
         return [_text_of(i.get("output")) for i in items if i.get("type") == "function_call_output"]
+    if dialect == "gemini":
+        return [
+            _text_of(response.get("output") or response.get("error") or json.dumps(response))
+            for content in body.get("contents", [])
+            for part in content.get("parts", [])
+            if isinstance(response := (part.get("functionResponse") or {}).get("response"), dict)
+        ]
     return [_text_of(m.get("content")) for m in body.get("messages", []) if m.get("role") == "tool"]
 
 
@@ -219,6 +227,39 @@ def chat_events(model: str, reply: Reply) -> list[tuple[str | None, dict[str, An
     ]
 
 
+def chat_completion(model: str, reply: Reply) -> dict[str, Any]:
+    """A non-streamed ``chat.completion`` for ``reply`` (mini-swe-agent, through litellm, never streams)."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if reply.tool:
+        call = {"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function"}
+        call["function"] = {"name": reply.tool, "arguments": json.dumps(reply.arguments)}
+        message["tool_calls"] = [call]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:8]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool else "stop"}
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+def gemini_response(model: str, reply: Reply) -> dict[str, Any]:
+    """A ``GenerateContentResponse`` for ``reply`` (one ``functionCall`` part, or one text part)."""
+    part: dict[str, Any] = (
+        {"functionCall": {"name": reply.tool, "args": reply.arguments}}
+        if reply.tool
+        else {"text": reply.text}
+    )
+    return {
+        "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+        "modelVersion": model,
+    }
+
+
 class ScriptedDialects(ServedInThread):
     """The server; ``port`` for the Unix-socket forwarder, ``requests`` what it received."""
 
@@ -236,6 +277,8 @@ class ScriptedDialects(ServedInThread):
                 token = token or (credential or "").removeprefix("Bearer ")
                 seen = Seen(dialect, token, credential, body, tool_results(dialect, body))
                 self.requests.append(seen)
+                if not body.get("stream") and dialect == "chat":
+                    return JSONResponse(chat_completion(str(body.get("model", "m")), self.script(seen)))
                 if not body.get("stream"):
                     return JSONResponse(
                         {"error": {"message": "this scripted model only streams"}}, status_code=400
@@ -244,6 +287,21 @@ class ScriptedDialects(ServedInThread):
 
             return handle
 
+        async def gemini(request: Request, spec: str, token: str = "") -> Response:
+            """``models/{model}:generateContent`` / ``:streamGenerateContent`` (the model, which the
+            Gemini API names in the path, is kept in the recorded body as ``model``)."""
+            model, _, method = spec.partition(":")
+            body = {**(await request.json()), "model": model}
+            credential = request.headers.get("x-goog-api-key")
+            seen = Seen("gemini", token or credential or "", credential, body, tool_results("gemini", body))
+            self.requests.append(seen)
+            reply = gemini_response(model, self.script(seen))
+            if method == "streamGenerateContent":
+                return _sse([(None, reply)])
+            return JSONResponse(reply)
+
+        for prefix in ("/s/{token}/v1beta", "/v1beta"):
+            app.add_api_route(f"{prefix}/models/{{spec}}", gemini, methods=["POST"])
         for prefix in ("/s/{token}/v1", "/v1"):  # the token in the path, or only in the credential header
             app.add_api_route(f"{prefix}/messages", route("messages", anthropic_events), methods=["POST"])
             app.add_api_route(f"{prefix}/responses", route("responses", responses_events), methods=["POST"])

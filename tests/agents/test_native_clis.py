@@ -1,4 +1,4 @@
-"""Real Claude Code, Codex and openclaw in a real bubblewrap sandbox with the network off.
+"""Real Claude Code, Codex, Gemini CLI, Qwen Code, mini-swe-agent and openclaw in a real bubblewrap sandbox with the network off.
 
 Each CLI (pinned, installed by scripts/install-agents.sh) reaches a scripted model on the host only
 through the Unix socket bound into the sandbox, in its own dialect (Anthropic Messages, OpenAI
@@ -11,6 +11,7 @@ tests/agents/test_native_clis_rollout.py.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,8 +19,24 @@ from typing import Any
 
 import pytest
 
-from dressage.agents import Agent, ClaudeCodeAgent, CodexAgent, OpenClawAgent, Task
-from dressage.agents.config import ClaudeCodeAgentConfig, CodexAgentConfig, OpenClawAgentConfig
+from dressage.agents import (
+    Agent,
+    ClaudeCodeAgent,
+    CodexAgent,
+    GeminiCliAgent,
+    MiniSweAgent,
+    OpenClawAgent,
+    QwenCodeAgent,
+    Task,
+)
+from dressage.agents.config import (
+    ClaudeCodeAgentConfig,
+    CodexAgentConfig,
+    GeminiCliAgentConfig,
+    MiniSweAgentConfig,
+    OpenClawAgentConfig,
+    QwenCodeAgentConfig,
+)
 from dressage.agents.native_clis import session_root
 from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
 from tests.agents.conftest import make_context, play, requires_bwrap
@@ -39,13 +56,27 @@ def cli_in_usr(name: str) -> str | None:
     return f"{name} is not installed under /usr where bwrap sandboxes see it: run scripts/install-agents.sh"
 
 
+def command_output(result: str) -> str:
+    """``tool-ran-ok`` when the tool result holds the command's output, else its last line (Codex
+    and Qwen Code wrap a command's output in a header and a footer)."""
+    return "tool-ran-ok" if "tool-ran-ok" in result else (result.strip().splitlines() or [""])[-1].strip()
+
+
+SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+def mini_submission(answer: str) -> dict[str, str]:
+    """mini-swe-agent's ``bash`` arguments that submit ``answer`` (the output after its marker line)."""
+    return {"command": f"printf '{SUBMIT}\\n%s\\n' {shlex.quote(answer)}"}
+
+
 def two_step(tool: str, arguments: dict[str, Any]) -> Any:
     """Script: ask for ``tool`` once (on a request offering tools), then answer with the last line of
     its result (Codex wraps a command's output in a header)."""
 
     def script(seen: Seen) -> Reply:
         if seen.tool_results:
-            return Reply(text=f"final answer: {seen.tool_results[-1].strip().splitlines()[-1]}")
+            return Reply(text=f"final answer: {command_output(seen.tool_results[-1])}")
         if seen.body.get("tools"):
             return Reply(tool=tool, arguments=arguments)
         return Reply(text="side request")
@@ -151,3 +182,53 @@ async def test_openclaw_runs_a_tool_loop_offline_over_chat_completions() -> None
     users = [m["content"] for m in first.body["messages"] if m["role"] == "user"]
     texts = [u if isinstance(u, str) else "".join(p.get("text", "") for p in u) for u in users]
     assert first.body["stream"] is True and any('] make "made.txt"' in t for t in texts), texts
+
+
+@pytest.mark.skipif(cli_in_usr("qwen") is not None, reason=str(cli_in_usr("qwen")))
+async def test_qwen_code_runs_a_tool_loop_offline_over_chat_completions() -> None:
+    llm = ScriptedDialects(two_step("run_shell_command", {"command": COMMAND}))
+    with llm.running():
+        result, (made, log) = await run_cli(QwenCodeAgent(QwenCodeAgentConfig()), llm, 'make "made.txt"')
+    assert_two_step_loop(llm, "chat", "Bearer sk-test-token", result, made, log)
+    first = next(s for s in llm.requests if s.body.get("tools"))
+    assert first.body["stream"] is True
+    assert "run_shell_command" in {t["function"]["name"] for t in first.body["tools"]}
+    users = [m["content"] for m in first.body["messages"] if m["role"] == "user"]
+    texts = [u if isinstance(u, str) else "".join(p.get("text", "") for p in u) for u in users]
+    assert any('make "made.txt"' in t for t in texts), texts
+
+
+@pytest.mark.skipif(cli_in_usr("mini-swe-agent") is not None, reason=str(cli_in_usr("mini-swe-agent")))
+async def test_mini_swe_agent_runs_a_tool_loop_offline_over_chat_completions() -> None:
+    def script(seen: Seen) -> Reply:  # mini-swe-agent answers only by submitting through its bash tool
+        if seen.tool_results:
+            return Reply(
+                tool="bash",
+                arguments=mini_submission(f"final answer: {command_output(seen.tool_results[-1])}"),
+            )
+        return Reply(tool="bash", arguments={"command": COMMAND})
+
+    llm = ScriptedDialects(script)
+    with llm.running():
+        result, (made, log) = await run_cli(MiniSweAgent(MiniSweAgentConfig()), llm, 'make "made.txt"')
+    assert_two_step_loop(llm, "chat", "Bearer sk-test-token", result, made, log)
+    first = llm.requests[0]
+    assert [t["function"]["name"] for t in first.body["tools"]] == ["bash"]
+    users = [m["content"] for m in first.body["messages"] if m["role"] == "user"]
+    texts = [u if isinstance(u, str) else "".join(p.get("text", "") for p in u) for u in users]
+    assert any('Please solve this issue: make "made.txt"' in t for t in texts), texts
+
+
+@pytest.mark.skipif(cli_in_usr("gemini") is not None, reason=str(cli_in_usr("gemini")))
+async def test_gemini_cli_runs_a_tool_loop_offline_over_the_gemini_api() -> None:
+    llm = ScriptedDialects(two_step("run_shell_command", {"command": COMMAND}))
+    with llm.running():
+        result, (made, log) = await run_cli(GeminiCliAgent(GeminiCliAgentConfig()), llm, 'make "made.txt"')
+    assert_two_step_loop(llm, "gemini", "sk-test-token", result, made, log)
+    first = next(s for s in llm.requests if s.body.get("tools"))
+    names = {d["name"] for t in first.body["tools"] for d in t.get("functionDeclarations", [])}
+    assert "run_shell_command" in names
+    texts = [
+        "".join(p.get("text", "") for p in c["parts"]) for c in first.body["contents"] if c["role"] == "user"
+    ]
+    assert any('make "made.txt"' in t for t in texts), texts

@@ -1,6 +1,7 @@
 """``dressage-worker fork`` of a real agent CLI's session, through the CLI's own dialect.
 
-Codex (OpenAI Responses) and Claude Code (Anthropic Messages), real CLIs in a bwrap sandbox without
+Codex (OpenAI Responses), Claude Code (Anthropic Messages), Qwen Code and mini-swe-agent (chat
+completions), real CLIs in a bwrap sandbox without
 network as in ``test_native_clis_rollout.py``, call the shell once, then answer from its output.
 The session is forked at turn 1 into two branches: each branch's CLI starts in a fresh sandbox, its
 first request is answered with the parent's recorded tool call (copied into the branch id for id,
@@ -22,6 +23,7 @@ import pytest
 
 from dressage.tito import get_profile
 from tests.agents.native_cli_harness import ToolThenAnswer, cli_run, require_cli
+from tests.agents.test_native_clis_rollout import SUBMITS
 from tests.rollout.conftest import open_store, requires_bwrap, start_worker, worker_env
 from tests.scripted_engine import ScriptedEngine
 
@@ -63,10 +65,11 @@ def _fork(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("kind", ["codex", "claude_code"])
+@pytest.mark.parametrize("kind", ["codex", "claude_code", "qwen_code", "mini_swe_agent", "gemini_cli"])
 def test_cli_session_forked_at_its_answer(tmp_path: Path, kind: str) -> None:
     tool, arguments, dialect = require_cli(kind)
     policy = _Policy(tool, arguments)
+    policy.submit = kind in SUBMITS
     with ScriptedEngine(policy).running() as eng:
         cfg, db, home, name = cli_run(tmp_path, eng.url, kind, max_attempts=1, concurrency=2)
         first = start_worker(["--config", str(cfg), "--database-url", db], home)
@@ -83,7 +86,11 @@ def test_cli_session_forked_at_its_answer(tmp_path: Path, kind: str) -> None:
         )
         assert forked.returncode == 0, forked.stdout[-3000:] + forked.stderr[-3000:]
     try:
-        assert sorted(c[2] for c in policy.calls if c[:2] == ("fork", "answer")) == [SEED, SEED + 1]
+        branches = [
+            (s.status, s.error) for s in store.sessions.list(name) if s.parent_session_id == parent.id
+        ]
+        answered = sorted(c[2] for c in policy.calls if c[:2] == ("fork", "answer"))
+        assert answered == [SEED, SEED + 1], (policy.calls, branches, forked.stdout[-2000:])
         assert not [c for c in policy.calls if c[:2] == ("fork", "call")]  # the tool call was copied
         children = [s for s in store.sessions.list(name) if s.parent_session_id == parent.id]
         assert len(children) == 2
@@ -101,7 +108,9 @@ def test_cli_session_forked_at_its_answer(tmp_path: Path, kind: str) -> None:
             # The command's output the CLI sent back (turn 1's new context) is the parent's
             # (but for the chunk id and wall time Codex writes into it).
             assert _stable(turns[1].context_ids) == _stable(parent_turns[1].context_ids)
-            assert "tool-ran-ok\n</tool_response>" in _stable(turns[1].context_ids)
+            response = _stable(turns[1].context_ids).rsplit("<tool_response>", 1)[-1]
+            # the output alone (Codex, Claude Code), after "Output: " (Qwen Code), or in JSON (mini-swe-agent)
+            assert re.search(r'^(Output: )?tool-ran-ok$|"output": "tool-ran-ok\\n"', response, re.M), response
             assert turns[1].info["dialect"] == dialect and "replayed_from" not in turns[1].info
             answers.add(tuple(turns[1].generated_ids.tolist()))
         assert len(answers) == 2  # each branch's own seed

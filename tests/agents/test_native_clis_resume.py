@@ -1,10 +1,10 @@
 """In-flight resume of a blackbox agent CLI: ``kill -9`` the worker mid-run, ``--resume`` continues.
 
-Codex (OpenAI Responses dialect, a real CLI in a bwrap sandbox without network, as in
-``test_native_clis_rollout.py``) calls the shell once, then answers from its output. The worker is
+Codex (OpenAI Responses dialect), Qwen Code and mini-swe-agent (chat completions), real CLIs in a bwrap sandbox
+without network, as in ``test_native_clis_rollout.py``, call the shell once, then answers from its output. The worker is
 killed while the engine holds the answer request (the tool-call turn recorded). ``--resume``
-restarts Codex in a fresh sandbox: its first request renders to the recorded turn's prompt, so the
-proxy answers it from the log (no engine call), Codex runs the command again, and the answer is
+restarts the CLI in a fresh sandbox: its first request renders to the recorded turn's prompt, so the
+proxy answers it from the log (no engine call), the CLI runs the command again, and the answer is
 generated live on the same session, appended to the same segment. (Claude Code resumes the same
 way; checked by hand, left out here to keep the suite short.)
 """
@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.agents.native_cli_harness import ToolThenAnswer, cli_run, require_cli
+from tests.agents.test_native_clis_rollout import SUBMITS
 from tests.rollout.conftest import open_store, requires_bwrap, start_worker
 from tests.scripted_engine import ScriptedEngine
 
@@ -45,11 +46,13 @@ class _Policy(ToolThenAnswer):
 
 
 @pytest.mark.timeout(900)
-def test_codex_killed_mid_run_resumes_from_the_log(tmp_path: Path) -> None:
-    tool, arguments, _ = require_cli("codex")
+@pytest.mark.parametrize("kind", ["codex", "qwen_code", "mini_swe_agent", "gemini_cli"])
+def test_cli_killed_mid_run_resumes_from_the_log(tmp_path: Path, kind: str) -> None:
+    tool, arguments, _ = require_cli(kind)
     policy = _Policy(tool, arguments)
+    policy.submit = kind in SUBMITS
     with ScriptedEngine(policy).running() as eng:
-        cfg, db, home, name = cli_run(tmp_path, eng.url, "codex", max_attempts=3, concurrency=1, lease_s=3)
+        cfg, db, home, name = cli_run(tmp_path, eng.url, kind, max_attempts=3, concurrency=1, lease_s=3)
         proc = start_worker(["--config", str(cfg), "--database-url", db], home)
         try:
             assert policy.reached.wait(300), proc.communicate(timeout=60)[0].decode(errors="replace")[-3000:]

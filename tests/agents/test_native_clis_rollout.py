@@ -1,4 +1,5 @@
-"""``dressage-worker rollout`` with agent kinds ``claude_code``, ``codex`` and ``openclaw``, end to end.
+"""``dressage-worker rollout`` with the agent CLI kinds (Claude Code, Codex, Gemini CLI, openclaw, Qwen Code,
+mini-swe-agent), end to end.
 
 The worker (a real child process, started as the CLI is) runs its in-process TITO proxy in front of a
 scripted SGLang-protocol engine (tests/scripted_engine.py) and the real agent CLI in a real
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.agents.test_native_clis import COMMAND, cli_in_usr
+from tests.agents.test_native_clis import COMMAND, cli_in_usr, command_output, mini_submission
 from tests.rollout.conftest import open_store, requires_bwrap, worker_env, write_config, write_tasks
 from tests.scripted_engine import Script, ScriptedEngine, logprob_of, qwen_tool_call
 
@@ -31,24 +32,35 @@ CASES = {
     "claude_code": ("claude", "Bash", {"command": COMMAND, "description": "Write a file"}, "messages"),
     "codex": ("codex", "exec_command", {"cmd": COMMAND}, "responses"),
     "openclaw": ("openclaw", "exec", {"command": COMMAND}, "chat"),
+    "qwen_code": ("qwen", "run_shell_command", {"command": COMMAND}, "chat"),
+    "mini_swe_agent": ("mini-swe-agent", "bash", {"command": COMMAND}, "chat"),
+    "gemini_cli": ("gemini", "run_shell_command", {"command": COMMAND}, "gemini"),
 }
+SUBMITS = {"mini_swe_agent"}
+"""Kinds that answer only through a tool call (mini-swe-agent submits with its ``bash`` tool)."""
 # What each CLI sends that the proxy accepts without effect: recorded on the turn, never silent.
 IGNORED = {
     "claude_code": {"metadata", "output_config.effort", "context_management"},
     "codex": {"client_metadata", "prompt_cache_key", "parallel_tool_calls"},
     "openclaw": set(),
+    "qwen_code": set(),
+    "mini_swe_agent": set(),
+    "gemini_cli": set(),
 }
 
 
-def scripted_policy(tool: str, arguments: dict[str, str]) -> Script:
+def scripted_policy(tool: str, arguments: dict[str, str], submit: bool = False) -> Script:
     """The model: call ``tool`` while no tool response is in the prompt and the tool is offered,
-    then answer with the last line of the last response; ``side request`` otherwise. A prompt that
-    ends in an open ``<think>`` gets a short reasoning block first."""
+    then answer with the command's output (``submit``: as a mini-swe-agent submission through
+    ``tool``); ``side request`` otherwise. A prompt that ends in an open ``<think>`` gets a short
+    reasoning block first."""
 
     def script(prompt: str, _n: int, _sampling: Mapping[str, Any]) -> str:
         responses = re.findall(r"<tool_response>\n?(.*?)\n?</tool_response>", prompt, re.DOTALL)
         if responses:
-            body = "final answer: " + (responses[-1].strip().splitlines() or [""])[-1].strip()
+            body = "final answer: " + command_output(responses[-1])
+            if submit:
+                body = qwen_tool_call(tool, **mini_submission(body))
         elif f'"name": "{tool}"' in prompt:
             body = qwen_tool_call(tool, **arguments)
         else:
@@ -108,7 +120,7 @@ def test_agent_cli_rollout_through_the_proxy_is_recorded_token_exact(tmp_path: P
     if cli_in_usr(binary):
         pytest.skip(str(cli_in_usr(binary)))
     timeout_s = 900.0 if kind == "openclaw" else 240.0
-    script = scripted_policy(tool, arguments)
+    script = scripted_policy(tool, arguments, submit=kind in SUBMITS)
     engine = ScriptedEngine(script)
     with engine.running():
         proc = run_worker(tmp_path, engine, kind, timeout_s)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -14,7 +16,7 @@ from dressage.store import EventStore
 from dressage.training.materialize import Trajectory, materialize_trajectory
 from tests.proxy.conftest import Harness, LoopThread
 from tests.proxy.helpers import NOTHINK, TOOLS
-from tests.scripted_engine import ScriptedEngine
+from tests.scripted_engine import ScriptedEngine, qwen_tool_call
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
 THINK_OFF: dict[str, Any] = {"extra_body": NOTHINK}
@@ -228,9 +230,14 @@ def test_an_invalid_grammar_is_the_engines_400(client: OpenAI) -> None:
 # --- shapes, on a scripted engine (a model that closes its thinking and its forced call) --------
 
 
+FORCED_AFTER_THINKING = "I must call ls.\n</think>\n\n" + qwen_tool_call("ls", path="/tmp")
+
+
 def _scripted_policy(prompt: str, n: int, sampling: Mapping[str, Any]) -> str:
     if prompt.endswith("<function=ls>\n"):  # the proxy forced the call's opening: finish it
         return "<parameter=path>\n/tmp\n</parameter>\n</function>\n</tool_call>"
+    if "ebnf" in sampling:  # a call forced by a grammar after the thinking (checked by the test)
+        return FORCED_AFTER_THINKING
     return "I should look.\n</think>\n\nThere is one file."
 
 
@@ -240,6 +247,8 @@ def scripted_client(loop_thread: LoopThread, sqlite_store: EventStore) -> Iterat
         h = Harness(loop_thread, sqlite_store, engine.url)
         session = h.session(h.run())
         with OpenAI(base_url=session.base_url, api_key="x", max_retries=0) as c:
+            c.session_id = session.session_id  # type: ignore[attr-defined]
+            c.harness = h  # type: ignore[attr-defined]
             yield c
         loop_thread.call(h.server.stop())
 
@@ -269,3 +278,81 @@ def test_forced_tool_call_content_is_empty_string_and_reasoning_has_both_keys(
     assert "".join(d.reasoning or "" for d in deltas) == "I should look."  # type: ignore[attr-defined]
     assert "".join(d.content or "" for d in deltas) == "There is one file."
     assert chunks[-1].choices[0].finish_reason == "stop" and chunks[-1].choices[0].delta.content
+
+
+TWO_TOOLS = [*TOOLS, {"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice"), [(TWO_TOOLS, "required"), (TOOLS, {"type": "function", "function": {"name": "ls"}})]
+)
+def test_a_forced_call_with_thinking_on_comes_after_the_reasoning(
+    scripted_client: OpenAI, tools: list[dict[str, Any]], choice: Any
+) -> None:
+    """Thinking on: the model reasons, then the grammar (sent as ``ebnf``) forces the call, in chat
+    (plain and streamed), Responses and Messages; the reply carries both the reasoning and the call
+    (SGLang's and vLLM's shape)."""
+    import xgrammar as xgr
+    from xgrammar.testing import _is_grammar_accept_string
+
+    msgs = [{"role": "user", "content": "list /tmp"}]
+    r = scripted_client.chat.completions.create(
+        model="m",
+        messages=msgs,
+        tools=tools,
+        tool_choice=choice,
+        **THINK_ON,  # type: ignore[arg-type]
+    )
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and msg.content == ""
+    assert msg.reasoning_content == "I must call ls."  # type: ignore[attr-defined]
+    assert msg.tool_calls and msg.tool_calls[0].function.name == "ls"
+    assert json.loads(msg.tool_calls[0].function.arguments) == {"path": "/tmp"}
+    chunks = list(
+        scripted_client.chat.completions.create(
+            model="m",
+            messages=msgs,
+            tools=tools,
+            tool_choice=choice,
+            stream=True,
+            **THINK_ON,  # type: ignore[arg-type]
+        )
+    )
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "I must call ls."
+    streamed = [tc for d in deltas for tc in d.tool_calls or ()]
+    assert [tc.function.name for tc in streamed if tc.function and tc.function.name] == ["ls"]  # type: ignore[union-attr]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    named = choice if isinstance(choice, str) else {"type": "function", "name": "ls"}
+    resp_tools = [{"type": "function", **t["function"]} for t in tools]
+    resp = scripted_client.responses.create(
+        model="m",
+        input="list /tmp",
+        tools=resp_tools,
+        tool_choice=named,
+        reasoning={"effort": "high"},  # type: ignore[arg-type]
+    )
+    kinds = [item.type for item in resp.output]
+    assert kinds == ["reasoning", "function_call"] and resp.output[1].name == "ls"  # type: ignore[union-attr]
+    root = str(scripted_client.base_url).rstrip("/").removesuffix("/v1")
+    claude = anthropic.Anthropic(base_url=root, api_key="x", max_retries=0)
+    forced_msg = claude.messages.create(
+        model="m", max_tokens=256, messages=msgs,  # type: ignore[arg-type]
+        tools=[{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in tools],
+        tool_choice={"type": "any"} if isinstance(choice, str) else {"type": "tool", "name": "ls"},
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    )  # fmt: skip
+    assert [b.type for b in forced_msg.content] == [
+        "thinking",
+        "tool_use",
+    ] and forced_msg.stop_reason == "tool_use"
+    # What the engine was sent: the grammar of the allowed calls, which the scripted answer satisfies.
+    turns = _turns(scripted_client.harness, scripted_client)  # type: ignore[attr-defined]
+    grammar = turns[0].sampling_params["ebnf"]
+    assert all(t.sampling_params["ebnf"] == grammar for t in turns)  # stream, Responses, Messages
+    names = ['"ls"', '"cat"'] if len(tools) == 2 else ['"ls"']
+    assert grammar.count("name ::=") == 1 and all(n in grammar for n in names)
+    assert ('"cat"' in grammar) == (len(tools) == 2)
+    after = FORCED_AFTER_THINKING.split("</think>", 1)[1]
+    assert _is_grammar_accept_string(xgr.Grammar.from_ebnf(grammar), after)
+    assert not _is_grammar_accept_string(xgr.Grammar.from_ebnf(grammar), "\n\nThere is one file.")

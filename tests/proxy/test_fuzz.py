@@ -159,7 +159,7 @@ def responses_bodies() -> list[dict[str, Any]]:
         _with(RESP, text={"format": {"type": "json_schema"}}), _with(RESP, reasoning="high"),
         _with(RESP, reasoning={"effort": "turbo"}), _with(RESP, max_output_tokens=0), _with(RESP, temperature=-2),
         _with(RESP, store="yes"), _with(RESP, background=True), _with(RESP, instructions=5), _with(RESP, stream="x"),
-        _with(RESP, conversation="c"), _with(RESP, truncation="auto"),
+        _with(RESP, conversation="c"), _with(RESP, truncation="middle"), _with(RESP, truncation=5),
     ]  # fmt: skip
 
 

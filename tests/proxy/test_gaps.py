@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import anthropic
 import httpx
+import pytest
 from openai import OpenAI
 
 from dressage.tito import get_profile
@@ -87,15 +89,51 @@ def test_required_tool_choice_with_one_tool_forces_its_name_and_streams(proxy: H
     chunks = list(
         client.chat.completions.create(
             model="m", messages=MSGS, tools=TOOLS, tool_choice="required", max_tokens=4, seed=2,
-            stream=True, extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+            stream=True, extra_body=NOTHINK,
         )
     )  # fmt: skip
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert content.startswith("<tool_call>\n<function=ls>\n")
     assert chunks[-1].choices[0].finish_reason == "length"
     turn = proxy.store.turns.read(run, session_id=s.session_id)[0]
-    forced = _encode("\n</think>\n\n<tool_call>\n<function=ls>\n")
+    forced = _encode("<tool_call>\n<function=ls>\n")
     assert turn.context_ids.tolist()[-len(forced) :] == forced and turn.generated_ids.size == 4
+
+
+@pytest.mark.parametrize("choice", ["required", NAMED])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_call_with_thinking_on_thinks_first_and_max_tokens_ends_in_the_reasoning(
+    proxy: Harness, choice: object, stream: bool
+) -> None:
+    """SGLang's and vLLM's shape: the call is forced by a grammar after ``</think>``, not prefilled.
+
+    The random model never closes its thinking, so ``max_tokens`` ends inside it: the reply is the
+    partial reasoning, ``content`` null, no tool call, ``finish_reason`` ``length``.
+    """
+    run = proxy.run()
+    s = proxy.session(run)
+    client = OpenAI(base_url=s.base_url, api_key="x", max_retries=0)
+    kw: dict[str, Any] = {
+        "model": "m", "messages": MSGS, "tools": TOOLS, "tool_choice": choice, "max_tokens": 5, "seed": 3,
+        "extra_body": {"chat_template_kwargs": {"enable_thinking": True}},
+    }  # fmt: skip
+    if stream:
+        chunks = list(client.chat.completions.create(**kw, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        reasoning = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+        assert not "".join(d.content or "" for d in deltas) and not any(d.tool_calls for d in deltas)
+        finish = chunks[-1].choices[0].finish_reason
+    else:
+        r = client.chat.completions.create(**kw)
+        msg = r.choices[0].message
+        assert msg.content is None and not msg.tool_calls
+        reasoning, finish = msg.reasoning_content, r.choices[0].finish_reason  # type: ignore[attr-defined]
+    assert reasoning and finish == "length"
+    turn = proxy.store.turns.read(run, session_id=s.session_id)[0]
+    prompt = get_profile("qwen3.5").render(MSGS, TOOLS, True, True)
+    assert turn.context_ids.tolist() == _encode(prompt)  # nothing forced into the prompt
+    assert turn.generated_ids.size == 5 and turn.loss_mask.all()  # every token sampled, trained
+    assert '"ls"' in turn.sampling_params["ebnf"] and "<tool_call>" in turn.sampling_params["ebnf"]
 
 
 def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generates_anew(
@@ -194,3 +232,63 @@ def test_stop_string_spanning_a_pause_resume_seam_stops_generation(proxy: Harnes
     # the record equals an uninterrupted generation with the same stop string
     alone = asyncio.run(generate([stop], [], [], False))
     assert alone.ids == gen.ids and alone.finish is not None and alone.finish.matched == stop
+
+
+def test_max_tokens_inside_the_thinking_answers_the_partial_reasoning_in_every_dialect(
+    proxy: Harness,
+) -> None:
+    """SGLang / vLLM / Anthropic: the partial reasoning is the reply; finish ``length`` / ``max_tokens``."""
+    run = proxy.run()
+    s = proxy.session(run)
+    client = OpenAI(base_url=s.base_url, api_key="x", max_retries=0)
+    chat = client.chat.completions.create(
+        model="m", messages=MSGS, max_tokens=4, extra_body={"chat_template_kwargs": {"enable_thinking": True}}
+    )
+    assert chat.choices[0].finish_reason == "length" and chat.choices[0].message.content is None
+    assert chat.choices[0].message.reasoning_content  # type: ignore[attr-defined]
+    resp = client.responses.create(model="m", input="hi", max_output_tokens=4, reasoning={"effort": "high"})
+    assert (
+        resp.status == "incomplete"
+        and resp.incomplete_details
+        and resp.incomplete_details.reason == "max_output_tokens"
+    )
+    assert [item.type for item in resp.output] == ["reasoning"] and resp.output_text == ""
+    assert resp.usage and resp.usage.output_tokens_details.reasoning_tokens == resp.usage.output_tokens == 4
+    a = anthropic.Anthropic(base_url=s.base_url.removesuffix("/v1"), api_key="x", max_retries=0)
+    msg = a.messages.create(
+        model="m", max_tokens=4, messages=[{"role": "user", "content": "hi"}],
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    )  # fmt: skip
+    assert msg.stop_reason == "max_tokens" and [b.type for b in msg.content] == ["thinking"]
+    assert msg.content[0].thinking  # type: ignore[union-attr]
+
+
+def test_responses_truncation_disabled_and_auto_are_served_by_the_context_window_path(proxy: Harness) -> None:
+    run = proxy.run()
+    s = proxy.session(run)
+    client = OpenAI(base_url=s.base_url, api_key="x", max_retries=0)
+    for value in ("disabled", "auto"):
+        r = client.responses.create(
+            model="m",
+            input="hi",
+            max_output_tokens=2,
+            truncation=value,
+            reasoning={"effort": "none"},  # type: ignore[arg-type]
+        )
+        assert r.truncation == value
+    default = client.responses.create(
+        model="m", input="hi", max_output_tokens=2, reasoning={"effort": "none"}
+    )
+    assert default.truncation == "disabled"
+    turns = proxy.store.turns.read(run, session_id=s.session_id)
+    assert [t.info.get("truncation") for t in turns] == ["disabled", "auto", None]
+    # An input over the context window is refused either way (never cut: the prompt is the agent's).
+    huge = "word " * 5000  # over the 4096-token window, under the body limit
+    for value in ("disabled", "auto"):
+        r2 = httpx.post(
+            s.base_url + "/responses", headers={"Authorization": "Bearer x"},
+            json={"model": "m", "input": huge, "max_output_tokens": 2, "truncation": value}, timeout=120,
+        )  # fmt: skip
+        assert r2.status_code == 400 and r2.json()["error"]["code"] == "context_length_exceeded", r2.text
+    bad = httpx.post(s.base_url + "/responses", json={"model": "m", "input": "hi", "truncation": "middle"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "truncation"

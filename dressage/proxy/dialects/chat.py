@@ -23,7 +23,9 @@ keys are accepted and their names recorded on the turn (``info.ignored_params``)
 The reply: ``choices`` in choice order; a message's reasoning under both ``reasoning_content``
 (SGLang) and ``reasoning`` (vLLM), and in a stream both keys are in every delta (``null`` when the
 delta has no reasoning); a forced tool call's ``content`` is ``""`` (vLLM's shape), an automatic
-one's ``null``. ``logprobs.content`` has one entry per generated token, *including* the
+one's ``null``; a reply that is only reasoning (``max_tokens`` reached inside the thinking block,
+``finish_reason`` ``length``) has ``content`` ``null`` and the partial reasoning, as SGLang and
+vLLM answer. ``logprobs.content`` has one entry per generated token, *including* the
 think-closing ``</think>`` and the final end token (``<|im_end|>``), which ``completion_tokens``
 counts too, so ``len(logprobs.content) == completion_tokens``; a forced tool call's opening is
 not generated (it counts as prompt) and has no entry. Logprobs below OpenAI's floor (``-9999.0``,
@@ -31,9 +33,11 @@ e.g. tokens a grammar masked) are reported as ``-9999.0``.
 
 ``tool_choice``: ``auto`` (default) parses tool calls out of the output; ``none`` keeps the tools in
 the prompt (the lineage is not cut) but never parses a call: what the model writes stays content;
-``required`` and ``{"type": "function", "function": {"name": N}}`` force the call's opening (see
-:mod:`dressage.proxy.recording`); ``required`` with one tool forces that tool's name, with several
-the model writes the name.
+``required`` and ``{"type": "function", "function": {"name": N}}`` force a call (see
+:mod:`dressage.proxy.recording`): with thinking off the call's opening is written into the prompt
+(``required`` with one tool forces that tool's name, with several the model writes the name);
+with thinking on the model thinks first and a grammar after ``</think>`` forces a call of the
+named function (or of one of the tools), as SGLang and vLLM force it.
 """
 
 from __future__ import annotations
@@ -470,10 +474,17 @@ def logprobs_content(
 
 
 def assistant_message(conv: Conversation, parsed: ParsedAssistant) -> dict[str, object]:
-    """The OpenAI assistant message: reasoning under both keys; a forced call's content ``""``."""
+    """The OpenAI assistant message: reasoning under both keys; a forced call's content ``""``.
+
+    An output that is only reasoning (``max_tokens`` reached inside the thinking block) has
+    ``content`` ``null``, as SGLang's and vLLM's reasoning parsers answer: the partial reasoning
+    is the reply.
+    """
     msg = parsed.to_message()
     if "reasoning_content" in msg:
         msg["reasoning"] = msg["reasoning_content"]
+        if msg["content"] == "" and not parsed.tool_calls:
+            msg["content"] = None
     if conv.force_tool is not None and parsed.tool_calls and msg.get("content") is None:
         msg["content"] = ""
     return msg

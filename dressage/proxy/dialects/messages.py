@@ -22,7 +22,9 @@ Request -> shared conversation:
   than ``custom``) are refused: this proxy runs no tools.
 - ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none``; ``thinking`` ``enabled`` / ``adaptive``
   turn the template's thinking switch on, ``disabled`` off, absent leaves the template default;
-  ``budget_tokens`` is not enforced (recorded as ignored).
+  ``budget_tokens`` is not enforced (recorded as ignored). ``any`` / ``tool`` with thinking on: the
+  model thinks first, then a grammar forces the call (as SGLang and vLLM force it; Anthropic's API
+  refuses the pair, this proxy serves it: see :mod:`dressage.proxy.recording`).
 - ``max_tokens`` (required), ``stop_sequences``, ``temperature`` (0-1), ``top_p``, ``top_k``,
   ``metadata`` (recorded as ignored), ``stream``.
 - Claude Code 2.1 also sends ``output_config: {effort}`` (adaptive thinking's effort: the template's

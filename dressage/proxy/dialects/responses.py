@@ -20,7 +20,12 @@ Request -> shared conversation:
 - ``tool_choice`` (``auto`` / ``none`` / ``required`` / ``{"type": "function", "name"}``),
   ``reasoning.effort`` (``none`` / ``minimal`` turn thinking off, any other effort on; absent
   leaves the template default), ``reasoning.summary`` (the summary is the reasoning itself),
-  ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``.
+  ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``, ``truncation`` (``disabled`` /
+  ``auto``: both mean this proxy's context-window path, an input over the window is refused with
+  ``context_length_exceeded`` and the output is capped at the room left; ``auto`` drops no input
+  items, since the recorded prompt must be the one the agent sent; echoed in the response).
+- ``tool_choice`` required / named with thinking on: the model thinks first, then a grammar forces
+  the call (see :mod:`dressage.proxy.recording`), as SGLang and vLLM do.
 - Accepted without effect on generation and recorded as ignored: ``parallel_tool_calls``,
   ``prompt_cache_key`` (the engine's prefix cache is automatic), ``metadata``, ``client_metadata``
   (Codex 0.169 sends its turn metadata there), ``user``,
@@ -73,7 +78,7 @@ from dressage.proxy.conversation import (
 )
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
 from dressage.proxy.errors import classify, error_response
-from dressage.proxy.replies import reply_text
+from dressage.proxy.replies import reply_text, think_open
 from dressage.proxy.reply_data import ReplyData
 from dressage.proxy.sessions import SessionState, response_id
 from dressage.tito.model_profile import ModelProfile
@@ -81,7 +86,7 @@ from dressage.tito.tool_calls import ParsedAssistant, split_think
 
 _HANDLED = frozenset(
     {"model", "input", "instructions", "tools", "tool_choice", "reasoning", "max_output_tokens",
-     "temperature", "top_p", "stream", "store", "previous_response_id", "include", "text"}
+     "temperature", "top_p", "stream", "store", "previous_response_id", "include", "text", "truncation"}
 )  # fmt: skip
 _IGNORED = frozenset(
     {"parallel_tool_calls", "prompt_cache_key", "metadata", "client_metadata", "user", "safety_identifier",
@@ -280,6 +285,24 @@ def _check_text_and_include(body: dict[str, object], ignored: list[str]) -> set[
     return set(include)
 
 
+def _truncation(body: dict[str, object], info: dict[str, object]) -> None:
+    """``truncation`` ``disabled`` / ``auto``, recorded on the turn (``info.truncation``) when given.
+
+    Both are served by the context-window path: an input over the window is refused with
+    ``context_length_exceeded`` (and a ``context_overflow`` event), and the generation is capped
+    at the room left (``status`` ``incomplete``). ``auto`` does not drop input items: the proxy
+    never rewrites the prompt an agent sent, since the recorded tokens must be what it saw.
+    """
+    value = body.get("truncation")
+    if value is None:
+        return
+    if value not in ("disabled", "auto"):
+        raise RequestError(
+            "'truncation' must be 'disabled' or 'auto'", param="truncation", code="invalid_value"
+        )
+    info["truncation"] = value
+
+
 def _sampling(body: dict[str, object]) -> dict[str, object]:
     sampling: dict[str, object] = {}
     for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
@@ -319,6 +342,7 @@ class ResponsesDialect(Dialect):
                 "previous": previous, "input": new, "parse_tools": parse_tools, "enable_thinking": thinking
             }  # fmt: skip
         info["include"] = sorted(include)
+        _truncation(body, info)
         sampling = _sampling(body)
         model = body.get("model")
         if model is not None and not isinstance(model, str):
@@ -477,6 +501,7 @@ def response_object(
         "tool_choice": _choice_name(conv),
         "tools": [{"type": "function", **t["function"]} for t in conv.tools or ()],
         "max_output_tokens": conv.max_tokens,
+        "truncation": conv.info.get("truncation", "disabled"),
         "usage": None,
     }
     if reply is not None:
@@ -488,7 +513,9 @@ def response_object(
             "output_tokens": n_out,
             "output_tokens_details": {
                 "reasoning_tokens": thinking_token_count(
-                    reply.generated_ids, think_end[0] if len(think_end) == 1 else None
+                    reply.generated_ids,
+                    think_end[0] if len(think_end) == 1 else None,
+                    think_open(profile, conv),
                 )
             },
             "total_tokens": reply.prompt_tokens + n_out,
