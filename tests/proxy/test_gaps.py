@@ -261,6 +261,23 @@ def test_max_tokens_inside_the_thinking_answers_the_partial_reasoning_in_every_d
     )  # fmt: skip
     assert msg.stop_reason == "max_tokens" and [b.type for b in msg.content] == ["thinking"]
     assert msg.content[0].thinking  # type: ignore[union-attr]
+    gemini = httpx.post(
+        f"{s.base_url.removesuffix('/v1')}/v1beta/models/m:generateContent",
+        json={
+            "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {
+                "maxOutputTokens": 4,
+                "thinkingConfig": {"includeThoughts": True, "thinkingBudget": 1024},
+            },
+        },
+        timeout=60,
+    ).json()
+    [candidate] = gemini["candidates"]
+    parts = candidate["content"]["parts"]
+    assert candidate["finishReason"] == "MAX_TOKENS" and parts[0].get("thought") and parts[0]["text"]
+    assert "".join(p.get("text", "") for p in parts if not p.get("thought")) == ""  # no answer, only thoughts
+    usage = gemini["usageMetadata"]
+    assert usage["thoughtsTokenCount"] == 4 and usage.get("candidatesTokenCount", 0) == 0, usage
 
 
 def test_responses_truncation_disabled_and_auto_are_served_by_the_context_window_path(proxy: Harness) -> None:

@@ -79,7 +79,7 @@ from dressage.proxy.dialects.gemini_models import (
     validate,
 )
 from dressage.proxy.errors import classify, error_message
-from dressage.proxy.replies import reply_parse
+from dressage.proxy.replies import reply_parse, think_open
 from dressage.proxy.reply_data import ReplyData
 from dressage.proxy.sessions import SessionState
 from dressage.proxy.streaming import sse
@@ -509,12 +509,14 @@ def reply_parts(parsed: ParsedAssistant, include_thoughts: bool, text: bool = Tr
     return parts
 
 
-def usage_metadata(profile: ModelProfile, replies: list[ReplyData]) -> UsageMetadata:
-    """Usage from the log: the shared prompt, thoughts (through ``</think>``) and the other generated tokens."""
+def usage_metadata(profile: ModelProfile, conv: Conversation, replies: list[ReplyData]) -> UsageMetadata:
+    """Usage from the log: the shared prompt, thoughts (through ``</think>``, or every generated token
+    when the output ended inside an opened thinking block) and the other generated tokens."""
     end = profile.tokenizer.encode("</think>")
     end_id = end[0] if len(end) == 1 else None
+    opened = think_open(profile, conv)
     generated = sum(len(r.generated_ids) for r in replies)
-    thoughts = sum(thinking_token_count(r.generated_ids, end_id) for r in replies)
+    thoughts = sum(thinking_token_count(r.generated_ids, end_id, opened) for r in replies)
     prompt = replies[0].prompt_tokens
     return UsageMetadata(
         prompt_token_count=prompt,
@@ -538,7 +540,7 @@ def response_body(
     ]
     return GenerateContentResponse(
         candidates=candidates,
-        usage_metadata=usage_metadata(profile, reply.choices),
+        usage_metadata=usage_metadata(profile, conv, reply.choices),
         model_version=model,
         response_id=reply.rid or reply.turn_id,
     )
@@ -594,7 +596,7 @@ class GeminiStream(StreamRenderer):
         tail = reply_parts(parsed, include_thoughts=False, text=False)  # calls, the signature
         self.ended.append(reply)
         last = len(self.ended) == self.conv.n
-        usage = usage_metadata(self.profile, self.ended) if last else None
+        usage = usage_metadata(self.profile, self.conv, self.ended) if last else None
         return [self._chunk(parts + tail, finish_reason(reply), usage)]
 
     def error(self, exc: BaseException, message: str) -> list[bytes]:
