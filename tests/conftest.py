@@ -53,8 +53,9 @@ FIXTURE_TIERS = {
     "ray_cluster": "slow",
 }
 """A test that uses one of these fixtures (directly or through another fixture) gets the tier."""
-PARAM_TIERS = {"postgresql": "postgres"}
-"""A test parametrized with one of these values (the backend of ``db_url``, ``any_db_url``, ``viewed``)."""
+PARAM_TIERS = {"postgresql": "postgres", "docker": "external"}
+"""A test parametrized with one of these values (the backend of ``db_url``, ``any_db_url``, ``viewed``;
+the provider of ``any_sandbox``: a container engine outside the venv)."""
 MODULE_TIERS: dict[str, tuple[str, ...]] = {
     "tests/cluster/": ("slow",),
     "tests/loop/": ("slow",),

@@ -1,6 +1,7 @@
 """paddock: sandboxes where agents run real tools, and the tools themselves.
 
-Providers: ``bwrap`` (bubblewrap namespaces; the default), ``e2b`` (E2B cloud sandboxes),
+Providers: ``bwrap`` (bubblewrap namespaces; the default), ``docker`` (a Docker or Podman container
+of an image per session), ``e2b`` (E2B cloud sandboxes),
 ``local`` (plain subprocesses, no isolation, for development). Get one with :func:`get_provider`.
 """
 
@@ -11,7 +12,7 @@ from dressage.paddock.base import ExecResult, FileInfo, Sandbox, SandboxProvider
 from dressage.paddock.proxy_socket import serve_unix_socket_forwarder, serve_unix_socket_router
 from dressage.paddock.tools import SandboxTools
 
-PROVIDERS = ("bwrap", "e2b", "local")
+PROVIDERS = ("bwrap", "docker", "e2b", "local")
 
 
 def get_provider(name: str = "bwrap", **kwargs: object) -> SandboxProvider:
@@ -20,6 +21,10 @@ def get_provider(name: str = "bwrap", **kwargs: object) -> SandboxProvider:
         from dressage.paddock.bwrap import BwrapProvider
 
         return BwrapProvider(**kwargs)  # type: ignore[arg-type]
+    if name == "docker":
+        from dressage.paddock.docker import DockerProvider
+
+        return DockerProvider(**kwargs)  # type: ignore[arg-type]
     if name == "local":
         from dressage.paddock.local import LocalProvider
 

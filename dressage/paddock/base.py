@@ -66,6 +66,8 @@ class SandboxSpec:
     #: bwrap only: a root filesystem directory used read-only as ``/`` instead of the host's
     #: ``/usr`` (a cached Debian rootfs built from a task's Dockerfile, see :mod:`dressage.harbor`).
     rootfs: str | None = None
+    #: docker: the OCI image each session's container runs (``python:3.12-slim``); pulled when absent.
+    image: str | None = None
     #: bwrap: the mechanisms accepted for ``memory_mb`` / ``max_processes`` (``cgroup``, ``rlimit``);
     #: the strongest one this machine offers is used, or the sandbox is refused
     #: (:mod:`dressage.paddock.limits`).
@@ -206,9 +208,16 @@ class Sandbox(abc.ABC):
 
 
 class SandboxProvider(abc.ABC):
-    """Creates sandboxes of one kind (``bwrap``, ``e2b``, ``local``)."""
+    """Creates sandboxes of one kind (``bwrap``, ``docker``, ``e2b``, ``local``)."""
 
     name: str
+
+    async def remove_orphans(self) -> list[str]:
+        """Remove what sandboxes of workers that died without cleaning up left running; their ids.
+
+        Called when a worker starts. Nothing outlives a worker of most providers (bwrap's die with
+        it); ``docker`` removes the containers of this host whose worker is gone."""
+        return []
 
     @abc.abstractmethod
     async def create(self, session_id: str, spec: SandboxSpec) -> Sandbox:

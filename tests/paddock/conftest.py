@@ -14,6 +14,8 @@ import pytest
 from dressage.errors import SandboxUnavailableError
 from dressage.paddock import Sandbox, SandboxSpec, get_provider
 from dressage.paddock.bwrap import check_bwrap, find_bwrap
+from dressage.paddock.container_engine import find_engine
+from tests.paddock.container_image import test_image
 
 
 @functools.cache
@@ -54,18 +56,30 @@ requires_open_checkout = pytest.mark.skipif(
 SPEC = dict(timeout_s=10.0, max_processes=64, memory_mb=512, output_cap_bytes=4096, kill_grace_s=0.5)
 
 
-@pytest.fixture(params=["bwrap", "local", "e2b"])
+async def container_image() -> str:
+    """The tests' image in the container engine provider ``docker`` finds here; skips (external tier:
+    fails under DRESSAGE_REQUIRE_ALL=1) with the reason where no engine works."""
+    try:
+        engine = await find_engine()
+        return test_image(engine.cli)
+    except SandboxUnavailableError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(params=["bwrap", "local", "e2b", "docker"])
 async def any_sandbox(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Sandbox]:
-    """The same contract runs on every provider (e2b against the local fake server)."""
+    """The same contract runs on every provider (e2b against the local fake server, docker against
+    the engine found here: tier external)."""
     name = request.param
     if name == "bwrap" and bwrap_unavailable_reason():
         pytest.skip(bwrap_unavailable_reason())
     kwargs: dict[str, object] = {}
+    image = await container_image() if name == "docker" else None
     if name == "e2b":
         fake = request.getfixturevalue("fake_e2b")
         kwargs = {"api_url": fake.url, "sandbox_url": fake.url, "api_key": "e2b_fake"}
     provider = get_provider(name, **kwargs)
-    spec = SandboxSpec(provider=name, files={"seed.txt": "seeded\n"}, **SPEC)
+    spec = SandboxSpec(provider=name, files={"seed.txt": "seeded\n"}, image=image, **SPEC)
     sb = await provider.create(f"test-{name}", spec)
     try:
         yield sb
