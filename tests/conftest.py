@@ -76,6 +76,7 @@ MODULE_TIERS: dict[str, tuple[str, ...]] = {
     "tests/harbor/test_harbor_run.py": ("external",),
     "tests/training/test_slime_contract.py": ("external",),
     "tests/paddock/test_e2b_cloud.py": ("cloud",),
+    "tests/paddock/test_docker.py": ("external",),
 }
 """Modules whose every test needs a tier (path prefixes relative to the repository)."""
 REPO = Path(__file__).resolve().parents[1]

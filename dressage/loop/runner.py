@@ -39,7 +39,7 @@ from urllib.request import url2pathname
 from pydantic import SecretStr
 from rich.console import Console
 
-from dressage.agents import BlackboxAgent, build_agent
+from dressage.agents import build_agent
 from dressage.cleanup import logged_failures
 from dressage.config import Settings
 from dressage.errors import ConfigError
@@ -61,6 +61,8 @@ from dressage.rollout.worker import (
     _lease_loop,
     default_worker_id,
     load_new_run,
+    over_socket,
+    remove_orphans,
     run_snapshot,
     sandbox_limits,
     sandbox_provider,
@@ -270,17 +272,14 @@ class Loop:
             )
         cfg = self.cfg
         self.agent = build_agent(cfg.agent)  # checked before anything starts or is created
-        if (
-            isinstance(self.agent, BlackboxAgent)
-            and cfg.sandbox.provider == "bwrap"
-            and not cfg.sandbox.network
-        ):
+        if over_socket(cfg, self.agent):
             raise ConfigError(
                 "the loop runs whitebox agents (or sandboxes with network); for blackbox agents in "
-                "bwrap run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
+                "bwrap or docker run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
             )
         provider = sandbox_provider(cfg)
         self.sandbox_limits = await sandbox_limits(provider, cfg, self.console)
+        await remove_orphans(provider, self.console)
         self.engine, proxy, urls = await start_engine_and_proxy(self.store, cfg, self.settings, self.console)
         self.proxy = proxy
         snapshot = self.store.runs.get(self.run_name).config if self.opts.resume else self.snapshot()

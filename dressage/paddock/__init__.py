@@ -13,6 +13,8 @@ from dressage.paddock.proxy_socket import serve_unix_socket_forwarder, serve_uni
 from dressage.paddock.tools import SandboxTools
 
 PROVIDERS = ("bwrap", "docker", "e2b", "local")
+SOCKET_PROVIDERS = ("bwrap", "docker")
+"""Providers whose sandboxes without network reach the proxy through ``SandboxSpec.proxy_socket``."""
 
 
 def get_provider(name: str = "bwrap", **kwargs: object) -> SandboxProvider:
@@ -43,6 +45,7 @@ async def create_sandbox(session_id: str, spec: SandboxSpec) -> Sandbox:
 
 __all__ = [
     "PROVIDERS",
+    "SOCKET_PROVIDERS",
     "ExecResult",
     "FileInfo",
     "Sandbox",

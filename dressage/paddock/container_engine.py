@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dressage.config import load_settings
+from dressage.config import environment_values, load_settings
 from dressage.errors import SandboxError, SandboxUnavailableError
 
 LABEL_SANDBOX = "dressage.sandbox"
@@ -32,6 +32,8 @@ LABEL_RUN = "dressage.run"
 LABEL_SESSION = "dressage.session"
 LABEL_OWNER = "dressage.owner"
 """``<host>:<pid>:<start time>`` of the worker process that started the container."""
+LABEL_WORKSPACE = "dressage.workspace"
+"""The host folder of the container's workspace (``dressage-docker-*``), removed with an orphan."""
 ENGINE_TIMEOUT_S = 120.0
 """How long one engine call other than a command's ``exec`` may take (container start, removal)."""
 
@@ -86,8 +88,8 @@ async def call(
 def client_env(extra: Mapping[str, str]) -> dict[str, str]:
     """The engine client's own environment: what it needs to find its daemon or storage, plus ``extra``
     (the values of the ``-e NAME`` of an ``exec``, so that no secret shows on a command line)."""
-    settings_env = {k: v for k, v in os.environ.items() if k in _CLIENT_VARS}
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **settings_env, **extra}
+    found = {k: v for k, v in environment_values(("PATH", *_CLIENT_VARS)).items() if v is not None}
+    return {"PATH": "/usr/bin:/bin", **found, **extra}
 
 
 _CLIENT_VARS = (
@@ -174,16 +176,19 @@ async def remove_containers(engine: Engine, ids: Sequence[str]) -> None:
 
 
 async def remove_orphans(engine: Engine | None = None) -> list[str]:
-    """Remove the sandbox containers of this host whose worker is gone; returns their ids.
-
-    Containers of other hosts sharing the engine, and of live workers, are left alone."""
+    """Remove the sandbox containers of this host whose worker is gone, and their workspace folders;
+    returns their ids. Containers of other hosts sharing the engine, and of live workers, are left alone."""
     engine = engine or await find_engine()
     ids = await labelled(engine, LABEL_SANDBOX)
     if not ids:
         return []
-    fmt = '{{.Id}} {{index .Config.Labels "' + LABEL_OWNER + '"}}'
-    r = await call(engine, "inspect", "--format", fmt, *ids)
-    owners = dict(line.split(" ", 1) for line in r.out.splitlines() if " " in line)
-    orphans = [cid for cid, owner in owners.items() if is_orphan(owner.strip())]
-    await remove_containers(engine, orphans)
-    return orphans
+    labels = "\t".join(f'{{{{index .Config.Labels "{label}"}}}}' for label in (LABEL_OWNER, LABEL_WORKSPACE))
+    r = await call(engine, "inspect", "--format", "{{.Id}}\t" + labels, *ids)
+    rows = [line.split("\t") for line in r.out.splitlines() if line.count("\t") == 2]
+    orphans = [(cid, workspace.strip()) for cid, owner, workspace in rows if is_orphan(owner.strip())]
+    await remove_containers(engine, [cid for cid, _ in orphans])
+    for _, workspace in orphans:
+        folder = Path(workspace)
+        if folder.is_absolute() and folder.name.startswith("dressage-docker-"):
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+    return [cid for cid, _ in orphans]

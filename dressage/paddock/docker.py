@@ -77,6 +77,7 @@ _WITH_FORWARDER = (
 """With a proxy: the forwarder (``$1``) listens on port ``$0`` and relays to socket ``$2``, then runs
 the sleeper ``$3`` as its child."""
 _WRAPPER = """echo $$ > "$0"
+trap : TERM INT HUP
 [ "$1" = - ] || ulimit -f "$1"
 shift
 "$@"
@@ -91,7 +92,8 @@ rm -f "$0"
 exit $rc"""
 """Runs one command (``$@`` after ``$1``) as the leader of its exec session: writes its pid to the
 file ``$0`` (how a timeout finds the session), caps one file at ``$1`` blocks of 512 bytes
-(``RLIMIT_FSIZE``; ``-``: no cap), then kills what the command left running in the session. (The
+(``RLIMIT_FSIZE``; ``-``: no cap), then kills what the command left running in the session. It
+outlives a SIGTERM of the session (a handler, which the command does not inherit) to do that. (The
 engines' ``--ulimit`` would replace their configured default rlimits, which some hosts need.)"""
 _SIGNAL_SESSION = """p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] || exit 0
 for d in /proc/[0-9]*; do
@@ -299,15 +301,8 @@ class DockerProvider(SandboxProvider):
         self, engine: ce.Engine, name: str, session_id: str, spec: SandboxSpec, root: Path
     ) -> None:
         """``<engine> run -d`` the session's container; with a proxy, wait until its forwarder listens."""
-        flags = [
-            "-d",
-            "--name",
-            name,
-            *self._labels(session_id),
-            *_limit_flags(spec),
-            "--hostname",
-            "sandbox",
-        ]
+        flags = ["-d", "--name", name, *self._labels(session_id), *_limit_flags(spec)]
+        flags += ["--hostname", "sandbox", "--label", f"{ce.LABEL_WORKSPACE}={root.parent}"]
         flags += ["--stop-signal", "SIGKILL", "--security-opt", "no-new-privileges", "-w", WORKSPACE_MOUNT]
         flags += [] if spec.network else ["--network", "none"]  # with network: the engine's default one
         if spec.disk_mb:

@@ -183,7 +183,7 @@ class E2BSandboxConfig(_Strict):
 class SandboxConfig(_Strict):
     """The ``sandbox:`` section; see :class:`dressage.paddock.SandboxSpec` for the meaning of fields."""
 
-    provider: Literal["bwrap", "local", "e2b"] = "bwrap"
+    provider: Literal["bwrap", "local", "e2b", "docker"] = "bwrap"
     network: bool = False
     timeout_s: float = Field(default=60.0, gt=0)
     max_timeout_s: float = Field(default=600.0, gt=0)
@@ -195,6 +195,12 @@ class SandboxConfig(_Strict):
     output_cap_bytes: int = Field(default=64 * 1024, ge=1024)
     env: dict[str, str] = Field(default_factory=dict)
     template: str | None = Field(default=None, description="e2b: sandbox template.")
+    image: str | None = Field(
+        default=None,
+        validate_default=True,
+        min_length=1,
+        description="docker: the OCI image each session's container runs (e.g. python:3.12-slim); required.",
+    )
     e2b: E2BSandboxConfig = Field(default_factory=E2BSandboxConfig)
     proxy_port: int = Field(default=18080, ge=1, le=65535, description="Loopback port of the proxy inside.")
     root_dir: str | None = Field(default=None, description="bwrap: where workspaces are created.")
@@ -204,6 +210,16 @@ class SandboxConfig(_Strict):
         "[cgroup, rlimit]; the strongest one the machine offers is used, else the run refuses to start "
         '(docs/rollout.md "Limits").',
     )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None, info: ValidationInfo) -> str | None:
+        provider = info.data.get("provider", "bwrap")
+        if provider == "docker" and not v:
+            raise ValueError("provider docker needs the image its containers run, e.g. python:3.12-slim")
+        if provider != "docker" and v is not None:
+            raise ValueError(f"applies to provider docker; provider {provider} does not run images")
+        return v
 
     @field_validator("limits")
     @classmethod
@@ -215,7 +231,8 @@ class SandboxConfig(_Strict):
         provider = info.data.get("provider", "bwrap")
         if provider != "bwrap" and tuple(v) != DEFAULT_LIMITS:
             raise ValueError(
-                f"applies to provider bwrap; {provider} enforces its own (e2b: the template's VM, local: none)"
+                f"applies to provider bwrap; {provider} enforces its own (docker: the container's cgroup, "
+                "e2b: the template's VM, local: none)"
             )
         return v
 
@@ -235,6 +252,7 @@ class SandboxConfig(_Strict):
             env={**self.env, **(secret_env or {})},
             files=dict(files),
             template=self.template,
+            image=self.image,
             proxy_socket=proxy_socket,
             proxy_port=self.proxy_port,
             limits=tuple(self.limits),
@@ -447,6 +465,8 @@ class RolloutConfig(_Strict):
         sandbox: set[str] = set()
         if self.sandbox.e2b == E2BSandboxConfig():
             sandbox.add("e2b")  # likewise for runs from before E2B templates
+        if self.sandbox.image is None:
+            sandbox.add("image")  # and from before provider docker
         if tuple(self.sandbox.limits) == DEFAULT_LIMITS:
             sandbox.add("limits")  # and from before sandbox.limits
         if sandbox:

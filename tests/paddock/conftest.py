@@ -6,7 +6,9 @@ import functools
 import os
 import stat
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,24 @@ def secret_env():
     os.environ["DRESSAGE_TEST_SECRET"] = "hunter2"
     yield "hunter2"
     os.environ.pop("DRESSAGE_TEST_SECRET", None)
+
+
+@pytest.fixture
+def host_http() -> Iterator[int]:
+    """A real HTTP server on the host loopback that answers 'hello from host'; yields its port."""
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"hello from host"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv.server_address[1]
+    srv.shutdown()
