@@ -39,7 +39,7 @@ from urllib.request import url2pathname
 from pydantic import SecretStr
 from rich.console import Console
 
-from dressage.agents import build_agent
+from dressage.agents import BlackboxAgent, build_agent
 from dressage.cleanup import logged_failures
 from dressage.config import Settings
 from dressage.errors import ConfigError
@@ -61,12 +61,12 @@ from dressage.rollout.worker import (
     _lease_loop,
     default_worker_id,
     load_new_run,
-    over_socket,
     remove_orphans,
     run_snapshot,
     sandbox_limits,
     sandbox_provider,
     start_engine_and_proxy,
+    via_proxy_socket,
     with_secrets,
 )
 from dressage.store import EventStore, Run, TaskSpec
@@ -272,10 +272,10 @@ class Loop:
             )
         cfg = self.cfg
         self.agent = build_agent(cfg.agent)  # checked before anything starts or is created
-        if over_socket(cfg, self.agent):
+        if isinstance(self.agent, BlackboxAgent) and via_proxy_socket(cfg):
             raise ConfigError(
                 "the loop runs whitebox agents (or sandboxes with network); for blackbox agents in "
-                "bwrap or docker run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
+                "bwrap, image or docker run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
             )
         provider = sandbox_provider(cfg)
         self.sandbox_limits = await sandbox_limits(provider, cfg, self.console)

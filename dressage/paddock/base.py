@@ -66,7 +66,12 @@ class SandboxSpec:
     #: bwrap only: a root filesystem directory used read-only as ``/`` instead of the host's
     #: ``/usr`` (a cached Debian rootfs built from a task's Dockerfile, see :mod:`dressage.harbor`).
     rootfs: str | None = None
-    #: docker: the OCI image each session's container runs (``python:3.12-slim``); pulled when absent.
+    #: provider ``image`` only: the OCI image whose root filesystem, seen through a per-session
+    #: copy-on-write overlay, is ``/`` (``docker://...``, ``oci:DIR[:TAG]``, ``oci-archive:TAR``,
+    #: ``docker-archive:TAR``, ``containers-storage:[DRIVER@ROOT+RUNROOT]NAME``; see
+    #: :mod:`dressage.paddock.image`).
+    #: provider ``docker``: the engine's image reference each session's container runs
+    #: (``python:3.12-slim``), pulled when the engine lacks it (:mod:`dressage.paddock.docker`).
     image: str | None = None
     #: bwrap: the mechanisms accepted for ``memory_mb`` / ``max_processes`` (``cgroup``, ``rlimit``);
     #: the strongest one this machine offers is used, or the sandbox is refused

@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from dressage.agents.config import AgentConfig, AnswerAgentConfig
-from dressage.errors import ConfigError
+from dressage.errors import ConfigError, SandboxError
 from dressage.paddock import SandboxSpec
 from dressage.paddock.limits import DEFAULT_LIMITS, LIMIT_MECHANISMS, LimitMechanism
 from dressage.rollout.ray_config import RayConfig
@@ -183,7 +183,13 @@ class E2BSandboxConfig(_Strict):
 class SandboxConfig(_Strict):
     """The ``sandbox:`` section; see :class:`dressage.paddock.SandboxSpec` for the meaning of fields."""
 
-    provider: Literal["bwrap", "local", "e2b", "docker"] = "bwrap"
+    provider: Literal["bwrap", "image", "docker", "local", "e2b"] = "bwrap"
+    image: str | None = Field(
+        default=None,
+        description="image: the OCI image whose root filesystem is / (docker://HOST/NAME:TAG, oci:DIR[:TAG], "
+        "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME; docs/rollout.md). "
+        "docker: the engine's image reference each session's container runs (e.g. python:3.12-slim).",
+    )
     network: bool = False
     timeout_s: float = Field(default=60.0, gt=0)
     max_timeout_s: float = Field(default=600.0, gt=0)
@@ -195,31 +201,15 @@ class SandboxConfig(_Strict):
     output_cap_bytes: int = Field(default=64 * 1024, ge=1024)
     env: dict[str, str] = Field(default_factory=dict)
     template: str | None = Field(default=None, description="e2b: sandbox template.")
-    image: str | None = Field(
-        default=None,
-        validate_default=True,
-        min_length=1,
-        description="docker: the OCI image each session's container runs (e.g. python:3.12-slim); required.",
-    )
     e2b: E2BSandboxConfig = Field(default_factory=E2BSandboxConfig)
     proxy_port: int = Field(default=18080, ge=1, le=65535, description="Loopback port of the proxy inside.")
-    root_dir: str | None = Field(default=None, description="bwrap: where workspaces are created.")
+    root_dir: str | None = Field(default=None, description="bwrap, image: where workspaces are created.")
     limits: list[LimitMechanism] = Field(
         default_factory=lambda: list(DEFAULT_LIMITS),
         description="bwrap: the mechanisms accepted to enforce memory_mb and max_processes, e.g. "
         "[cgroup, rlimit]; the strongest one the machine offers is used, else the run refuses to start "
         '(docs/rollout.md "Limits").',
     )
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, v: str | None, info: ValidationInfo) -> str | None:
-        provider = info.data.get("provider", "bwrap")
-        if provider == "docker" and not v:
-            raise ValueError("provider docker needs the image its containers run, e.g. python:3.12-slim")
-        if provider != "docker" and v is not None:
-            raise ValueError(f"applies to provider docker; provider {provider} does not run images")
-        return v
 
     @field_validator("limits")
     @classmethod
@@ -229,12 +219,41 @@ class SandboxConfig(_Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"each mechanism once, got {v}")
         provider = info.data.get("provider", "bwrap")
-        if provider != "bwrap" and tuple(v) != DEFAULT_LIMITS:
+        if provider not in ("bwrap", "image") and tuple(v) != DEFAULT_LIMITS:
             raise ValueError(
                 f"applies to provider bwrap; {provider} enforces its own (docker: the container's cgroup, "
                 "e2b: the template's VM, local: none)"
             )
         return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None, info: ValidationInfo) -> str | None:
+        provider = info.data.get("provider", "bwrap")
+        if v is not None and provider not in ("image", "docker"):
+            raise ValueError(f"applies to providers image and docker (sandbox.provider is {provider})")
+        if v is not None and provider == "docker":
+            if not v.strip():
+                raise ValueError("provider docker needs the image its containers run, e.g. python:3.12-slim")
+            return v.strip()
+        if v is not None:
+            from dressage.paddock.image_store import check_ref
+
+            try:
+                return check_ref(v)
+            except SandboxError as e:
+                raise ValueError(str(e).split(" ", 1)[1]) from None
+        return v
+
+    @model_validator(mode="after")
+    def _image_given(self) -> SandboxConfig:
+        if self.provider == "image" and not self.image:
+            raise ValueError("sandbox.image: provider image needs an image reference (e.g. oci:DIR:TAG)")
+        if self.provider == "docker" and not self.image:
+            raise ValueError(
+                "sandbox.image: provider docker needs the image its containers run, e.g. python:3.12-slim"
+            )
+        return self
 
     def spec(
         self, files: dict[str, str], proxy_socket: str | None, secret_env: dict[str, str] | None = None
@@ -252,10 +271,10 @@ class SandboxConfig(_Strict):
             env={**self.env, **(secret_env or {})},
             files=dict(files),
             template=self.template,
-            image=self.image,
             proxy_socket=proxy_socket,
             proxy_port=self.proxy_port,
             limits=tuple(self.limits),
+            image=self.image,
         )
 
 
@@ -465,10 +484,10 @@ class RolloutConfig(_Strict):
         sandbox: set[str] = set()
         if self.sandbox.e2b == E2BSandboxConfig():
             sandbox.add("e2b")  # likewise for runs from before E2B templates
-        if self.sandbox.image is None:
-            sandbox.add("image")  # and from before provider docker
         if tuple(self.sandbox.limits) == DEFAULT_LIMITS:
             sandbox.add("limits")  # and from before sandbox.limits
+        if self.sandbox.image is None:
+            sandbox.add("image")  # and from before the image and docker providers
         if sandbox:
             exclude["sandbox"] = sandbox
         return self.model_dump(mode="json", exclude=exclude)

@@ -321,7 +321,7 @@ async def serve_episodes(
         )
         proxy_socket = None
         sandbox_url = cfg.proxy.public_url or proxy.base_url
-        if over_socket(cfg, agent):
+        if isinstance(agent, BlackboxAgent) and via_proxy_socket(cfg):
             socket_dir = tempfile.mkdtemp(prefix="dressage-proxy-")
             sandbox_url = f"http://127.0.0.1:{cfg.sandbox.proxy_port}"
             if (
@@ -369,14 +369,9 @@ def run_snapshot(
     return snapshot
 
 
-def over_socket(cfg: RolloutConfig, agent: object) -> bool:
-    """Whether ``agent``'s sandboxes reach the proxy through a socket: a blackbox agent in a sandbox
-    of a socket provider (bwrap, docker) without network."""
-    return (
-        isinstance(agent, BlackboxAgent)
-        and cfg.sandbox.provider in SOCKET_PROVIDERS
-        and not cfg.sandbox.network
-    )
+def via_proxy_socket(cfg: RolloutConfig) -> bool:
+    """Whether the run's sandboxes reach the proxy through a Unix socket (no network; bwrap, image or docker)."""
+    return cfg.sandbox.provider in SOCKET_PROVIDERS and not cfg.sandbox.network
 
 
 def sandbox_provider(cfg: RolloutConfig) -> SandboxProvider:

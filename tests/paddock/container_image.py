@@ -82,7 +82,7 @@ def _tar(files: dict[str, Path]) -> bytes:
 
 
 @functools.cache
-def test_image(cli: str) -> str:
+def engine_test_image(cli: str) -> str:
     """The reference of the tests' image in the engine ``cli``, imported unless it is there already."""
     files = _files()
     digest = hashlib.sha256()
