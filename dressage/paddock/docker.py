@@ -10,7 +10,10 @@ What a session gets and what holds it:
   provider when the engine lacks it) and removed with everything in it at :meth:`DockerSandbox.terminate`.
   Its main process is a shell that sleeps; its stop signal is SIGKILL, so removal never waits.
 - workspace: a host directory bound at ``/workspace`` (the working directory of commands; file calls
-  go to it host side, escapes refused as for bwrap); ``spec.mounts`` are bound likewise.
+  go to it host side, escapes refused as for bwrap); ``spec.mounts`` are bound likewise. For an image
+  whose user is not root, a root worker gives the workspace (and every file written later) to that
+  user's uid and gid as ``id`` reads them inside: right for rootful engines, whose container ids are
+  host ids.
 - commands: ``<engine> exec`` per command, as the image's user, with the image's environment plus
   ``spec.env`` and the call's ``env`` (passed as ``-e NAME``, values in the client's environment, so
   no value shows on a command line). Each command is the leader of a session of its own inside
@@ -114,18 +117,35 @@ class DockerSandbox(HostWorkspaceSandbox):
     """A container plus a host workspace bound into it; see the module doc."""
 
     def __init__(
-        self, session_id: str, spec: SandboxSpec, engine: ce.Engine, container: str, root: Path
+        self,
+        session_id: str,
+        spec: SandboxSpec,
+        engine: ce.Engine,
+        container: str,
+        root: Path,
+        owner: tuple[int, int] | None = None,
     ) -> None:
         self.session_id = session_id
         self.spec = spec
         self.engine = engine
         self.container = container
         self.root = root
+        self.owner = owner
         self._tasks: set[asyncio.Task[ExecResult]] = set()
         self._signals: set[asyncio.Task[ce.EngineResult]] = set()
         self._counter = itertools.count()
         self._terminated = False
         self._over_quota = 0
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a workspace file; where the image's user owns the workspace, the file (and new parents) too."""
+        await super().write_file(path, data)
+        if self.owner is not None:
+            target = resolve_in_workspace(self.root, path)
+            for p in [target, *target.parents]:
+                if p == self.root:
+                    break
+                os.lchown(p, *self.owner)
 
     async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command through ``<engine> exec`` in the session's container; see :meth:`Sandbox.exec`."""
@@ -227,6 +247,7 @@ class DockerProvider(SandboxProvider):
         self._owner = ce.owner_label()
         self._images: dict[str, asyncio.Lock] = {}
         self._present: set[str] = set()
+        self._users: dict[str, str] = {}  # image -> its configured user
 
     async def limits_in_force(self, spec: SandboxSpec) -> LimitsInForce:
         """Start a container of ``spec.image`` with the limits and read them back from its cgroup;
@@ -290,12 +311,36 @@ class DockerProvider(SandboxProvider):
         name = f"dressage-{uuid.uuid4().hex[:16]}"
         try:
             await self._start(engine, name, session_id, spec, root)
+            owner = await self._hand_workspace(engine, name, image, root)
         except BaseException:
             with contextlib.suppress(SandboxError):
                 await ce.remove_containers(engine, [name])
             await asyncio.to_thread(shutil.rmtree, root.parent, True)
             raise
-        return DockerSandbox(session_id, spec, engine, name, root)
+        return DockerSandbox(session_id, spec, engine, name, root, owner)
+
+    async def _hand_workspace(
+        self, engine: ce.Engine, name: str, image: str, root: Path
+    ) -> tuple[int, int] | None:
+        """For an image whose user is not root: give the workspace to that user's uid and gid (read
+        inside the container); None for root. The host folder is chowned, which holds where the
+        engine maps container ids to the same host ids (rootful); a rootless engine maps them
+        elsewhere, and a worker that is not root cannot chown: the folder stays the worker's."""
+        if image not in self._users:
+            r = await ce.call(engine, "image", "inspect", "--format", "{{.Config.User}}", image)
+            self._users[image] = r.out.strip() if r.rc == 0 else ""
+        if self._users[image] in ("", "0", "root", "0:0", "root:root") or os.geteuid() != 0:
+            return None
+        ids = await ce.call(engine, "exec", name, "/bin/sh", "-c", "id -u; id -g")
+        try:
+            uid, gid = (int(x) for x in ids.out.split())
+        except ValueError:
+            raise SandboxError(
+                f"cannot read the uid of user {self._users[image]!r} of image {image} (id -u; id -g said "
+                f"{_last(ids.err or ids.out)!r}): the workspace could not be made theirs"
+            ) from None
+        await asyncio.to_thread(hand_over_tree, root, uid, gid)
+        return uid, gid
 
     async def _start(
         self, engine: ce.Engine, name: str, session_id: str, spec: SandboxSpec, root: Path
@@ -361,6 +406,14 @@ class DockerProvider(SandboxProvider):
     async def remove_orphans(self) -> list[str]:
         """Remove this host's sandbox containers whose worker is gone (killed before its cleanup)."""
         return await ce.remove_orphans(await ce.find_engine())
+
+
+def hand_over_tree(root: Path, uid: int, gid: int) -> None:
+    """Make ``root`` and everything under it ``uid:gid``'s; links are not followed."""
+    os.lchown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            os.lchown(os.path.join(dirpath, name), uid, gid)
 
 
 def _image(spec: SandboxSpec) -> str:

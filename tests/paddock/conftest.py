@@ -61,12 +61,12 @@ requires_open_checkout = pytest.mark.skipif(
 SPEC = dict(timeout_s=10.0, max_processes=64, memory_mb=512, output_cap_bytes=4096, kill_grace_s=0.5)
 
 
-async def container_image() -> str:
+async def container_image(user: str | None = None) -> str:
     """The tests' image in the container engine provider ``docker`` finds here; skips (external tier:
     fails under DRESSAGE_REQUIRE_ALL=1) with the reason where no engine works."""
     try:
         engine = await find_engine()
-        return engine_test_image(engine.cli)
+        return engine_test_image(engine.cli, user)
     except SandboxUnavailableError as e:
         pytest.skip(str(e))
 

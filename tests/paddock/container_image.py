@@ -82,17 +82,23 @@ def _tar(files: dict[str, Path]) -> bytes:
 
 
 @functools.cache
-def engine_test_image(cli: str) -> str:
-    """The reference of the tests' image in the engine ``cli``, imported unless it is there already."""
+def engine_test_image(cli: str, user: str | None = None) -> str:
+    """The reference of the tests' image in the engine ``cli``, imported unless it is there already;
+    ``user``: the image's configured user (``USER``), none (root) by default."""
     files = _files()
     digest = hashlib.sha256()
     for name, host in sorted(files.items()):
         st = host.stat()
         digest.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    if user:
+        digest.update(f"user {user}".encode())
     ref = f"localhost/dressage-test-sandbox:{digest.hexdigest()[:16]}"
     if subprocess.run([cli, "image", "inspect", ref], capture_output=True, check=False).returncode == 0:
         return ref
-    r = subprocess.run([cli, "import", "-", ref], input=_tar(files), capture_output=True, check=False)
+    change = ["--change", f"USER {user}"] if user else []
+    r = subprocess.run(
+        [cli, "import", *change, "-", ref], input=_tar(files), capture_output=True, check=False
+    )
     if r.returncode != 0:
         raise SandboxUnavailableError(f"{cli} import of the tests' image failed: {r.stderr.decode().strip()}")
     return ref

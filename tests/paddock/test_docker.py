@@ -154,3 +154,16 @@ async def test_killed_workers_containers_are_removed(image: str, sb: DockerSandb
     assert not Path(workspace).exists() and len(removed) >= 1
     assert (await sb.exec("echo alive")).stdout == "alive\n"  # a live worker's container stays
     assert container.startswith("dressage-")
+
+
+async def test_image_user_owns_the_workspace() -> None:
+    image = await container_image(user="1000")
+    spec = SandboxSpec(provider="docker", image=image, files={"seed.txt": "s"}, **SPEC)
+    async with await get_provider("docker").create("user", spec) as sb:
+        assert (await sb.exec("id -u")).stdout == "1000\n"
+        await sb.write_file("late/added.txt", "a")
+        r = await sb.exec(
+            "echo x >> seed.txt && echo y >> late/added.txt && echo z > late/new.txt && cat late/*"
+        )
+        assert r.ok and r.stdout == "ay\nz\n", r
+        assert await sb.read_file("seed.txt") == b"sx\n"
