@@ -20,7 +20,7 @@ from dressage.paddock.bwrap import SANDBOX_UID, check_bwrap, find_bwrap
 from dressage.paddock.container_engine import find_engine
 from dressage.paddock.image_store import ImageStore
 from tests.paddock.container_image import engine_test_image
-from tests.paddock.images import UID, BuiltImage, build_test_image, missing_tools
+from tests.paddock.images import UID
 
 
 @functools.cache
@@ -73,15 +73,6 @@ async def container_image(user: str | None = None) -> str:
 
 IMAGE = pytest.param("image", marks=pytest.mark.slow)
 """The image provider as a parameter: its tests build an image with buildah (the slow tier)."""
-
-
-@pytest.fixture(scope="session")
-def test_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
-    """The test image (tests/paddock/images.py), built once per test session (per xdist worker)."""
-    reason = missing_tools() or bwrap_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return build_test_image(tmp_path_factory.mktemp("image"))
 
 
 @pytest.fixture(scope="session")
