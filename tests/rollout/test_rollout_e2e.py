@@ -262,6 +262,7 @@ DOCKER_AGENT = (
 )
 
 
+@pytest.mark.external  # a container engine outside the venv
 @pytest.mark.parametrize("agent", ["answer", "command"])
 async def test_rollout_in_docker_containers(tmp_path: Path, engine_url: str, agent: str) -> None:
     """Provider ``docker`` under the worker (tier external, on the engine found here): a whitebox agent,
