@@ -77,6 +77,11 @@ class Settings(BaseSettings):
         description="Where the cgroup hierarchies are mounted (bwrap's per-sandbox cgroups: docs/rollout.md "
         '"Limits").',
     )
+    container_engine: str | None = Field(
+        default=None,
+        description="The container engine CLI of sandbox provider docker (docker or podman, a name on PATH or a "
+        'path); unset: docker where its daemon answers, else podman (docs/rollout.md "Sandbox providers").',
+    )
     e2b_api_key: SecretStr | None = Field(
         default=None,
         validation_alias="E2B_API_KEY",

@@ -55,8 +55,9 @@ FIXTURE_TIERS = {
     "test_image": "slow",
 }
 """A test that uses one of these fixtures (directly or through another fixture) gets the tier."""
-PARAM_TIERS = {"postgresql": "postgres"}
-"""A test parametrized with one of these values (the backend of ``db_url``, ``any_db_url``, ``viewed``)."""
+PARAM_TIERS = {"postgresql": "postgres", "docker": "external"}
+"""A test parametrized with one of these values (the backend of ``db_url``, ``any_db_url``, ``viewed``;
+the provider of ``any_sandbox``: a container engine outside the venv)."""
 MODULE_TIERS: dict[str, tuple[str, ...]] = {
     "tests/cluster/": ("slow",),
     "tests/loop/": ("slow",),
@@ -77,6 +78,7 @@ MODULE_TIERS: dict[str, tuple[str, ...]] = {
     "tests/harbor/test_harbor_run.py": ("external",),
     "tests/training/test_slime_contract.py": ("external",),
     "tests/paddock/test_e2b_cloud.py": ("cloud",),
+    "tests/paddock/test_docker.py": ("external",),
 }
 """Modules whose every test needs a tier (path prefixes relative to the repository)."""
 REPO = Path(__file__).resolve().parents[1]

@@ -46,7 +46,6 @@ from dressage.errors import ConfigError
 from dressage.interrupts import StopFlag
 from dressage.loop.progress import LoopProgress
 from dressage.loop.report import IterationStats, read_iteration
-from dressage.paddock import SOCKET_PROVIDERS
 from dressage.paddock.limits import LimitsInForce
 from dressage.proxy.contract import ServedProxy
 from dressage.rollout.config import LoopConfig, RolloutConfig, load_config, parse_config
@@ -62,10 +61,12 @@ from dressage.rollout.worker import (
     _lease_loop,
     default_worker_id,
     load_new_run,
+    remove_orphans,
     run_snapshot,
     sandbox_limits,
     sandbox_provider,
     start_engine_and_proxy,
+    via_proxy_socket,
     with_secrets,
 )
 from dressage.store import EventStore, Run, TaskSpec
@@ -271,17 +272,14 @@ class Loop:
             )
         cfg = self.cfg
         self.agent = build_agent(cfg.agent)  # checked before anything starts or is created
-        if (
-            isinstance(self.agent, BlackboxAgent)
-            and cfg.sandbox.provider in SOCKET_PROVIDERS
-            and not cfg.sandbox.network
-        ):
+        if isinstance(self.agent, BlackboxAgent) and via_proxy_socket(cfg):
             raise ConfigError(
                 "the loop runs whitebox agents (or sandboxes with network); for blackbox agents in "
-                "bwrap run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
+                "bwrap, image or docker run `dressage-worker rollout` and `dressage-worker train --follow --push-to` side by side"
             )
         provider = sandbox_provider(cfg)
         self.sandbox_limits = await sandbox_limits(provider, cfg, self.console)
+        await remove_orphans(provider, self.console)
         self.engine, proxy, urls = await start_engine_and_proxy(self.store, cfg, self.settings, self.console)
         self.proxy = proxy
         snapshot = self.store.runs.get(self.run_name).config if self.opts.resume else self.snapshot()

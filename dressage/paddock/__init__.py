@@ -1,7 +1,8 @@
 """paddock: sandboxes where agents run real tools, and the tools themselves.
 
 Providers: ``bwrap`` (bubblewrap namespaces; the default), ``image`` (bwrap over an OCI image's
-root filesystem), ``e2b`` (E2B cloud sandboxes),
+root filesystem), ``docker`` (a Docker or Podman container of an image per session), ``e2b`` (E2B
+cloud sandboxes),
 ``local`` (plain subprocesses, no isolation, for development). Get one with :func:`get_provider`.
 """
 
@@ -12,8 +13,8 @@ from dressage.paddock.base import ExecResult, FileInfo, Sandbox, SandboxProvider
 from dressage.paddock.proxy_socket import serve_unix_socket_forwarder, serve_unix_socket_router
 from dressage.paddock.tools import SandboxTools
 
-PROVIDERS = ("bwrap", "image", "e2b", "local")
-SOCKET_PROVIDERS = ("bwrap", "image")
+PROVIDERS = ("bwrap", "image", "docker", "e2b", "local")
+SOCKET_PROVIDERS = ("bwrap", "image", "docker")
 """Providers whose sandboxes without network reach the proxy through a Unix socket (``spec.proxy_socket``)."""
 
 
@@ -27,6 +28,10 @@ def get_provider(name: str = "bwrap", **kwargs: object) -> SandboxProvider:
         from dressage.paddock.bwrap import BwrapProvider
 
         return BwrapProvider(**kwargs)  # type: ignore[arg-type]
+    if name == "docker":
+        from dressage.paddock.docker import DockerProvider
+
+        return DockerProvider(**kwargs)  # type: ignore[arg-type]
     if name == "local":
         from dressage.paddock.local import LocalProvider
 

@@ -70,6 +70,8 @@ class SandboxSpec:
     #: copy-on-write overlay, is ``/`` (``docker://...``, ``oci:DIR[:TAG]``, ``oci-archive:TAR``,
     #: ``docker-archive:TAR``, ``containers-storage:[DRIVER@ROOT+RUNROOT]NAME``; see
     #: :mod:`dressage.paddock.image`).
+    #: provider ``docker``: the engine's image reference each session's container runs
+    #: (``python:3.12-slim``), pulled when the engine lacks it (:mod:`dressage.paddock.docker`).
     image: str | None = None
     #: bwrap: the mechanisms accepted for ``memory_mb`` / ``max_processes`` (``cgroup``, ``rlimit``);
     #: the strongest one this machine offers is used, or the sandbox is refused
@@ -211,9 +213,16 @@ class Sandbox(abc.ABC):
 
 
 class SandboxProvider(abc.ABC):
-    """Creates sandboxes of one kind (``bwrap``, ``e2b``, ``local``)."""
+    """Creates sandboxes of one kind (``bwrap``, ``docker``, ``e2b``, ``local``)."""
 
     name: str
+
+    async def remove_orphans(self) -> list[str]:
+        """Remove what sandboxes of workers that died without cleaning up left running; their ids.
+
+        Called when a worker starts. Nothing outlives a worker of most providers (bwrap's die with
+        it); ``docker`` removes the containers of this host whose worker is gone."""
+        return []
 
     @abc.abstractmethod
     async def create(self, session_id: str, spec: SandboxSpec) -> Sandbox:

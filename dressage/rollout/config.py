@@ -183,11 +183,12 @@ class E2BSandboxConfig(_Strict):
 class SandboxConfig(_Strict):
     """The ``sandbox:`` section; see :class:`dressage.paddock.SandboxSpec` for the meaning of fields."""
 
-    provider: Literal["bwrap", "image", "local", "e2b"] = "bwrap"
+    provider: Literal["bwrap", "image", "docker", "local", "e2b"] = "bwrap"
     image: str | None = Field(
         default=None,
         description="image: the OCI image whose root filesystem is / (docker://HOST/NAME:TAG, oci:DIR[:TAG], "
-        "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME; docs/rollout.md).",
+        "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME; docs/rollout.md). "
+        "docker: the engine's image reference each session's container runs (e.g. python:3.12-slim).",
     )
     network: bool = False
     timeout_s: float = Field(default=60.0, gt=0)
@@ -220,7 +221,8 @@ class SandboxConfig(_Strict):
         provider = info.data.get("provider", "bwrap")
         if provider not in ("bwrap", "image") and tuple(v) != DEFAULT_LIMITS:
             raise ValueError(
-                f"applies to provider bwrap; {provider} enforces its own (e2b: the template's VM, local: none)"
+                f"applies to provider bwrap; {provider} enforces its own (docker: the container's cgroup, "
+                "e2b: the template's VM, local: none)"
             )
         return v
 
@@ -228,8 +230,12 @@ class SandboxConfig(_Strict):
     @classmethod
     def _image(cls, v: str | None, info: ValidationInfo) -> str | None:
         provider = info.data.get("provider", "bwrap")
-        if v is not None and provider != "image":
-            raise ValueError(f"applies to provider image only (sandbox.provider is {provider})")
+        if v is not None and provider not in ("image", "docker"):
+            raise ValueError(f"applies to providers image and docker (sandbox.provider is {provider})")
+        if v is not None and provider == "docker":
+            if not v.strip():
+                raise ValueError("provider docker needs the image its containers run, e.g. python:3.12-slim")
+            return v.strip()
         if v is not None:
             from dressage.paddock.image_store import check_ref
 
@@ -243,6 +249,10 @@ class SandboxConfig(_Strict):
     def _image_given(self) -> SandboxConfig:
         if self.provider == "image" and not self.image:
             raise ValueError("sandbox.image: provider image needs an image reference (e.g. oci:DIR:TAG)")
+        if self.provider == "docker" and not self.image:
+            raise ValueError(
+                "sandbox.image: provider docker needs the image its containers run, e.g. python:3.12-slim"
+            )
         return self
 
     def spec(
@@ -477,7 +487,7 @@ class RolloutConfig(_Strict):
         if tuple(self.sandbox.limits) == DEFAULT_LIMITS:
             sandbox.add("limits")  # and from before sandbox.limits
         if self.sandbox.image is None:
-            sandbox.add("image")  # and from before the image provider
+            sandbox.add("image")  # and from before the image and docker providers
         if sandbox:
             exclude["sandbox"] = sandbox
         return self.model_dump(mode="json", exclude=exclude)

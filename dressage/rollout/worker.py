@@ -300,6 +300,7 @@ async def serve_episodes(
         scorer = build_scorer(cfg.reward)
         provider = sandbox_provider(cfg)
         limits = await sandbox_limits(provider, cfg, console)
+        await remove_orphans(provider, console)
         snapshot = snapshot_of(secrets, limits)
         check_recorded_limits(snapshot, limits, run_name or cfg.run)
         if cfg.proxy.urls:
@@ -369,15 +370,16 @@ def run_snapshot(
 
 
 def via_proxy_socket(cfg: RolloutConfig) -> bool:
-    """Whether the run's sandboxes reach the proxy through a Unix socket (no network, bwrap or image)."""
+    """Whether the run's sandboxes reach the proxy through a Unix socket (no network; bwrap, image or docker)."""
     return cfg.sandbox.provider in SOCKET_PROVIDERS and not cfg.sandbox.network
 
 
 def sandbox_provider(cfg: RolloutConfig) -> SandboxProvider:
     """The provider of ``cfg.sandbox`` (rooted at its ``root_dir`` when one is set)."""
-    return get_provider(
-        cfg.sandbox.provider, **({"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {})
-    )
+    kwargs: dict[str, object] = {"root_dir": cfg.sandbox.root_dir} if cfg.sandbox.root_dir else {}
+    if cfg.sandbox.provider == "docker":
+        kwargs["run"] = cfg.run  # the containers' label
+    return get_provider(cfg.sandbox.provider, **kwargs)
 
 
 async def sandbox_limits(provider: SandboxProvider, cfg: RolloutConfig, console: Console) -> LimitsInForce:
@@ -386,6 +388,17 @@ async def sandbox_limits(provider: SandboxProvider, cfg: RolloutConfig, console:
     limits = await provider.limits_in_force(cfg.sandbox.spec({}, None))
     console.print(limits.line(), markup=False, highlight=False, soft_wrap=True)
     return limits
+
+
+async def remove_orphans(provider: SandboxProvider, console: Console) -> None:
+    """Remove what sandboxes of workers killed before their cleanup left here (docker: containers),
+    saying how many; a failure is logged, not raised (:meth:`SandboxProvider.remove_orphans`)."""
+    with logged_failures(log, "removing orphaned sandboxes"):
+        removed = await provider.remove_orphans()
+        if removed:
+            console.print(
+                f"removed {len(removed)} orphaned {provider.name} sandbox(es) of workers that are gone"
+            )
 
 
 def check_recorded_limits(snapshot: Mapping[str, object] | None, limits: LimitsInForce, run: str) -> None:

@@ -10,9 +10,7 @@ import io
 import os
 import subprocess
 import tarfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -29,27 +27,6 @@ async def sb(isolated: Isolated):
     s = await isolated.provider().create("bw", isolated.spec())
     yield s
     await s.terminate()
-
-
-@pytest.fixture
-def host_http():
-    """A real HTTP server on the host loopback that answers 'hello from host'."""
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"hello from host"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a: object) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
 
 
 async def test_host_files_invisible_and_unwritable(sb, tmp_path: Path) -> None:

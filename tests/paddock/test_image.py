@@ -190,7 +190,7 @@ def test_config_validation_names_the_field() -> None:
     base = {"run": "r", "dataset": {"path": "d.jsonl"}, "agent": {"kind": "answer"}}
     with pytest.raises(ConfigError, match=r"sandbox: .*sandbox.image: provider image needs an image"):
         parse_config({**base, "sandbox": {"provider": "image"}})
-    with pytest.raises(ConfigError, match=r"sandbox.image: applies to provider image only"):
+    with pytest.raises(ConfigError, match=r"sandbox.image: applies to providers image and docker"):
         parse_config({**base, "sandbox": {"image": "oci:/x"}})
     with pytest.raises(ConfigError, match=r"sandbox.image: 'busybox' is not an image reference"):
         parse_config({**base, "sandbox": {"provider": "image", "image": "busybox"}})

@@ -251,3 +251,42 @@ async def test_blackbox_agent_on_the_image_provider_through_the_proxy_socket(
     assert run.config["rollout"]["sandbox"]["image"] == test_image.oci
     assert len(list((tmp_path / "cache/images/rootfs").glob("*/rootfs"))) == 1  # unpacked once
     store.close()
+
+
+DOCKER_AGENT = (
+    "import json, os, urllib.request as u\n"
+    "body = json.dumps({'model': 'm', 'messages': [{'role': 'user', 'content': os.environ['DRESSAGE_PROMPT']}]})\n"
+    "req = u.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', body.encode(),\n"
+    "                {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY']})\n"
+    "print(json.load(u.urlopen(req, timeout=60))['choices'][0]['message']['content'])\n"
+)
+
+
+@pytest.mark.external  # a container engine outside the venv
+@pytest.mark.parametrize("agent", ["answer", "command"])
+async def test_rollout_in_docker_containers(tmp_path: Path, engine_url: str, agent: str) -> None:
+    """Provider ``docker`` under the worker (tier external, on the engine found here): a whitebox agent,
+    and a blackbox one whose program in the container reaches the proxy through the worker's socket
+    (no network); every session's container is gone afterwards."""
+    from dressage.paddock import container_engine as ce
+    from tests.paddock.conftest import container_image
+
+    image = await container_image()
+    write_tasks(tmp_path / "tasks.jsonl", LETTERS[:2])
+    spec = (
+        {"kind": "command", "command": ["python3", "-c", DOCKER_AGENT]}
+        if agent == "command"
+        else {"kind": "answer"}
+    )
+    cfg = write_config(tmp_path, engine_url, agent=spec, sandbox={"provider": "docker", "image": image})
+    db_url = f"sqlite:///{tmp_path / 'log.db'}"
+    report = await _run(tmp_path, db_url, cfg)
+    store = open_store(db_url, tmp_path / "home")
+    run = store.runs.get(report.run)
+    sessions = store.sessions.list(run)
+    assert len(sessions) == 4 and {s.status for s in sessions} == {"finished"}, [s.error for s in sessions]
+    assert {s.sandbox for s in sessions} == {"docker"} and run.config["sandbox_limits"] == "cgroup"
+    turns = store.turns.read(run, with_experts=False)
+    assert {t.session_id for t in turns} == {s.id for s in sessions}
+    assert await ce.labelled(await ce.find_engine(), ce.LABEL_RUN, report.run) == []
+    store.close()
