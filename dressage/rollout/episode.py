@@ -196,7 +196,9 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
             "finished",
             reward=reward,
             finish_reason=result.finish_reason,
-            info=redact_json({**env.session_info, **_finish_info(lease, result)}, store.db.secrets),
+            info=redact_json(
+                {**env.session_info, **_finish_info(lease, result), **_no_scalar(details)}, store.db.secrets
+            ),
             attempt=lease.attempt,
         )
         if release:
@@ -403,9 +405,17 @@ async def _proxy_socket(env: EpisodeEnv, session_id: str, held: Held) -> str | N
     return path
 
 
+def _no_scalar(details: dict[str, Any]) -> dict[str, Any]:
+    """``{"no_scalar_reward": why}`` for a session whose rewards hold no trained number, else ``{}``."""
+    why = details.get("no_scalar_reward")
+    return {"no_scalar_reward": why} if isinstance(why, str) else {}
+
+
 async def score_result(
     env: EpisodeEnv, task: Task, result: AgentResult, held: Held
-) -> tuple[float, dict[str, Any]]:
+) -> tuple[float | None, dict[str, Any]]:
+    """Score the agent's result: the trained number (None: the scorer kept every value but none is
+    the one that trains, ``details["no_scalar_reward"]`` says why) and the details."""
     sandbox, spec = held.sandbox, held.spec
     assert sandbox is not None and spec is not None
 

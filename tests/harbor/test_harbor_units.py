@@ -226,3 +226,23 @@ def test_an_image_less_tasks_environment_files_are_placed_in_its_workdir(tmp_pat
     (task_dir / "environment" / "lib" / "helper.py").write_text("X = 1\n")
     (task,) = load_harbor_tasks(task_dir)
     assert task.files["data.csv"] == "a,b\n1,2\n" and task.files["lib/helper.py"] == "X = 1\n"
+
+
+def test_a_harbor_trial_with_several_rewards_and_no_key_is_recorded_finished_with_a_null_reward(
+    store, run_name: str, tmp_path: Path
+) -> None:
+    """Issue 35: ``dressage.harbor.record`` keeps such a trial (it used to record it failed, its
+    rewards only in the error): finished, every reward in the ``reward`` event, a NULL reward saying why."""
+    from dressage.harbor.record import job_run, record_trial
+
+    run = job_run(store, run_name)
+    result = {"trial_name": "t1", "task_name": "named", "verifier_result": {"rewards": {"a": 1, "b": 0.5}}}
+    assert record_trial(store, run, tmp_path, result, 1) is True
+    (session,) = store.sessions.list(run)
+    assert (session.status, session.reward) == ("finished", None)
+    assert "several rewards" in session.info["no_scalar_reward"] and session.info["trial_name"] == "t1"
+    (event,) = store.events.read(run, kinds=("reward",))
+    assert event.payload["reward"] is None and event.payload["details"]["rewards"] == {"a": 1, "b": 0.5}
+    result2 = {"trial_name": "t2", "task_name": "named", "verifier_result": {"rewards": {"a": 1, "b": 0.5}}}
+    assert record_trial(store, run, tmp_path, result2, 1, key="a") is True
+    assert {s.info["trial_name"]: s.reward for s in store.sessions.list(run)} == {"t1": None, "t2": 1.0}
