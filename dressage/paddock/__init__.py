@@ -1,6 +1,7 @@
 """paddock: sandboxes where agents run real tools, and the tools themselves.
 
-Providers: ``bwrap`` (bubblewrap namespaces; the default), ``e2b`` (E2B cloud sandboxes),
+Providers: ``bwrap`` (bubblewrap namespaces; the default), ``image`` (bwrap over an OCI image's
+root filesystem), ``e2b`` (E2B cloud sandboxes),
 ``local`` (plain subprocesses, no isolation, for development). Get one with :func:`get_provider`.
 """
 
@@ -11,11 +12,17 @@ from dressage.paddock.base import ExecResult, FileInfo, Sandbox, SandboxProvider
 from dressage.paddock.proxy_socket import serve_unix_socket_forwarder, serve_unix_socket_router
 from dressage.paddock.tools import SandboxTools
 
-PROVIDERS = ("bwrap", "e2b", "local")
+PROVIDERS = ("bwrap", "image", "e2b", "local")
+SOCKET_PROVIDERS = ("bwrap", "image")
+"""Providers whose sandboxes without network reach the proxy through a Unix socket (``spec.proxy_socket``)."""
 
 
 def get_provider(name: str = "bwrap", **kwargs: object) -> SandboxProvider:
     """Return a provider by name; ``kwargs`` go to its constructor (e.g. ``root_dir`` for bwrap)."""
+    if name == "image":
+        from dressage.paddock.image import ImageProvider
+
+        return ImageProvider(**kwargs)  # type: ignore[arg-type]
     if name == "bwrap":
         from dressage.paddock.bwrap import BwrapProvider
 
@@ -38,6 +45,7 @@ async def create_sandbox(session_id: str, spec: SandboxSpec) -> Sandbox:
 
 __all__ = [
     "PROVIDERS",
+    "SOCKET_PROVIDERS",
     "ExecResult",
     "FileInfo",
     "Sandbox",

@@ -66,6 +66,11 @@ class SandboxSpec:
     #: bwrap only: a root filesystem directory used read-only as ``/`` instead of the host's
     #: ``/usr`` (a cached Debian rootfs built from a task's Dockerfile, see :mod:`dressage.harbor`).
     rootfs: str | None = None
+    #: provider ``image`` only: the OCI image whose root filesystem, seen through a per-session
+    #: copy-on-write overlay, is ``/`` (``docker://...``, ``oci:DIR[:TAG]``, ``oci-archive:TAR``,
+    #: ``docker-archive:TAR``, ``containers-storage:[DRIVER@ROOT+RUNROOT]NAME``; see
+    #: :mod:`dressage.paddock.image`).
+    image: str | None = None
     #: bwrap: the mechanisms accepted for ``memory_mb`` / ``max_processes`` (``cgroup``, ``rlimit``);
     #: the strongest one this machine offers is used, or the sandbox is refused
     #: (:mod:`dressage.paddock.limits`).

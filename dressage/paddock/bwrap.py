@@ -179,7 +179,19 @@ def _sandbox_python() -> tuple[str, list[str]]:
 
 
 class BwrapSandbox(HostWorkspaceSandbox):
-    """A host workspace directory plus a bubblewrap invocation per command; see the module doc."""
+    """A host workspace directory plus a bubblewrap invocation per command; see the module doc.
+
+    Subclasses (the image sandbox, :mod:`dressage.paddock.image`) change what is mounted as ``/``
+    (:meth:`_root_args`), who runs (``uid``/``gid``), where the workspace is the working directory
+    (``workdir``), the environment (:meth:`_env`) and what counts against the disk quota
+    (:meth:`_disk_used`); namespaces, limits, time, proxy and cleanup stay the same.
+    """
+
+    #: The user and group commands run as inside the user namespace.
+    uid: int = SANDBOX_UID
+    gid: int = SANDBOX_UID
+    #: Where commands start (a call's ``cwd`` is relative to it); the workspace is bound there.
+    workdir: str = WORKSPACE_MOUNT
 
     def __init__(
         self,
@@ -222,13 +234,47 @@ class BwrapSandbox(HostWorkspaceSandbox):
             "--unshare-user",
             "--disable-userns",
             "--uid",
-            str(SANDBOX_UID),
+            str(self.uid),
             "--gid",
-            str(SANDBOX_UID),
+            str(self.gid),
         ]
         if self.spec.network:
             a.append("--share-net")
         a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
+        a += self._root_args()
+        a += ["--proc", "/proc", "--dev", "/dev"]
+        if self.spec.disk_mb:
+            a += ["--size", str(self.spec.disk_mb * MIB)]
+        a += ["--tmpfs", "/tmp", "--dir", "/run"]
+        a += ["--bind", str(self.root), WORKSPACE_MOUNT]
+        if self.workdir != WORKSPACE_MOUNT:
+            a += ["--bind", str(self.root), self.workdir]
+        for inside, rel in sorted(self.spec.mounts.items()):
+            a += ["--bind", str(resolve_in_workspace(self.root, rel)), inside]
+        a += ["--chdir", cwd]
+        a += ["--clearenv"]
+        for k, v in env.items():
+            a += ["--setenv", k, v]
+        if self.spec.proxy_socket:
+            py, extra = self._forwarder_python()
+            for p in extra:
+                a += ["--ro-bind", p, p]
+            a += ["--bind", self.spec.proxy_socket, PROXY_SOCKET_MOUNT]
+            a += ["--ro-bind", str(_FORWARDER), FORWARDER_MOUNT]
+            a += ["--setenv", "DRESSAGE_PROXY_URL", f"http://127.0.0.1:{self.spec.proxy_port}"]
+            a += ["--", py, "-I", "-S", FORWARDER_MOUNT, str(self.spec.proxy_port), PROXY_SOCKET_MOUNT, "--"]
+        else:
+            a.append("--")
+        return a + cmd
+
+    def _forwarder_python(self) -> tuple[str, list[str]]:
+        """The python3 that runs the proxy forwarder inside, plus host paths it needs bound read-only."""
+        return _sandbox_python()
+
+    def _root_args(self) -> list[str]:
+        """The bubblewrap arguments that make ``/``: the host's ``/usr`` (or ``spec.rootfs``) read-only,
+        a few ``/etc`` files, and the synthetic ``/etc/passwd`` and ``/etc/group``."""
+        a: list[str] = []
         if self.spec.rootfs:
             # A task's own root filesystem, read-only; the mount points below exist in it (built so).
             a += ["--ro-bind", self.spec.rootfs, "/"]
@@ -248,28 +294,15 @@ class BwrapSandbox(HostWorkspaceSandbox):
                 a += ["--tmpfs", "/etc/ssl/private"]  # host keys: the sandbox maps back to host root
         a += ["--ro-bind", str(self._state / "passwd"), "/etc/passwd"]
         a += ["--ro-bind", str(self._state / "group"), "/etc/group"]
-        a += ["--proc", "/proc", "--dev", "/dev"]
-        if self.spec.disk_mb:
-            a += ["--size", str(self.spec.disk_mb * MIB)]
-        a += ["--tmpfs", "/tmp", "--dir", "/run"]
-        a += ["--bind", str(self.root), WORKSPACE_MOUNT]
-        for inside, rel in sorted(self.spec.mounts.items()):
-            a += ["--bind", str(resolve_in_workspace(self.root, rel)), inside]
-        a += ["--chdir", cwd]
-        a += ["--clearenv"]
-        for k, v in env.items():
-            a += ["--setenv", k, v]
-        if self.spec.proxy_socket:
-            py, extra = _sandbox_python()
-            for p in extra:
-                a += ["--ro-bind", p, p]
-            a += ["--bind", self.spec.proxy_socket, PROXY_SOCKET_MOUNT]
-            a += ["--ro-bind", str(_FORWARDER), FORWARDER_MOUNT]
-            a += ["--setenv", "DRESSAGE_PROXY_URL", f"http://127.0.0.1:{self.spec.proxy_port}"]
-            a += ["--", py, "-I", "-S", FORWARDER_MOUNT, str(self.spec.proxy_port), PROXY_SOCKET_MOUNT, "--"]
-        else:
-            a.append("--")
-        return a + cmd
+        return a
+
+    def _env(self, req: ExecRequest) -> dict[str, str]:
+        """A command's whole environment: the clean base, ``spec.env``, then the call's ``env``."""
+        return clean_env(WORKSPACE_MOUNT, req.env_over(self.spec.env))
+
+    def _disk_used(self) -> int:
+        """Bytes counted against ``spec.disk_mb``: the workspace's."""
+        return workspace_bytes(self.root)
 
     def _preexec(self, cgroup: Cgroup | None) -> None:
         """In the forked child, before exec(bwrap): join the exec's cgroup or set rlimits."""
@@ -302,8 +335,8 @@ class BwrapSandbox(HostWorkspaceSandbox):
         rel = relative_workspace_path(req.cwd or ".")
         if not resolve_in_workspace(self.root, rel).is_dir():
             raise SandboxError(f"working directory {req.cwd!r} does not exist in sandbox {self.session_id}")
-        inner_cwd = WORKSPACE_MOUNT if rel == "." else f"{WORKSPACE_MOUNT}/{rel}"
-        full_env = clean_env(WORKSPACE_MOUNT, req.env_over(self.spec.env))
+        inner_cwd = self.workdir if rel == "." else f"{self.workdir.rstrip('/')}/{rel}"
+        full_env = self._env(req)
         exec_cg = self._cgroup.child(f"exec-{next(self._counter)}") if self._cgroup else None
 
         def send_signal(proc: asyncio.subprocess.Process, sig: int) -> None:
@@ -362,7 +395,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
         """Refuse this and every later command once the workspace is over ``spec.disk_mb``."""
         if not self.spec.disk_mb:
             return
-        used = self._over_quota or workspace_bytes(self.root)
+        used = self._over_quota or self._disk_used()
         if used > self.spec.disk_mb * MIB:
             self._over_quota = used
             raise SandboxError(
@@ -388,13 +421,18 @@ class BwrapSandbox(HostWorkspaceSandbox):
             await asyncio.to_thread(self._cgroup.remove)
         self._procs.clear()
         shutil.rmtree(self.root.parent, ignore_errors=True)  # <base>/{workspace,state}
+        self._released()
+
+    def _released(self) -> None:
+        """Called once the sandbox's processes and folders are gone (the image sandbox ends its lease)."""
 
 
-def workspace_bytes(root: Path) -> int:
-    """Disk space the files under ``root`` take (allocated blocks, as ``du`` counts them)."""
+def workspace_bytes(root: Path, folders: bool = True) -> int:
+    """Disk space the files under ``root`` take (allocated blocks, as ``du`` counts them); without
+    ``folders``, the folders themselves are not counted."""
     total = 0
     for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*dirnames, *filenames]:
+        for name in [*dirnames, *filenames] if folders else filenames:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
     return total
@@ -425,6 +463,33 @@ class _Enforcement:
     limits: LimitsInForce
     cgroup: Cgroup | None = None
     host_uid: int | None = None
+
+
+class _Layout:
+    """What a provider puts into a new sandbox's folder and which sandbox class runs over it.
+
+    The plain bwrap sandbox: a synthetic ``/etc/passwd`` and ``/etc/group`` in ``state``. The image
+    provider's layout (:mod:`dressage.paddock.image`) adds the overlay's folders and the image."""
+
+    def fill(self, root: Path, state: Path, spec: SandboxSpec) -> None:
+        """Fill ``root`` (the workspace, before ``spec.files``) and ``state`` (host side only)."""
+        (state / "passwd").write_text(
+            f"root:x:0:0:root:/root:/bin/sh\nuser:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{WORKSPACE_MOUNT}:/bin/sh\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        )
+        (state / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+
+    def sandbox(
+        self,
+        session_id: str,
+        spec: SandboxSpec,
+        bwrap: str,
+        root: Path,
+        state: Path,
+        enforcement: _Enforcement,
+    ) -> BwrapSandbox:
+        """The sandbox over the filled folder."""
+        return BwrapSandbox(session_id, spec, bwrap, root, state, enforcement)
 
 
 class BwrapProvider(SandboxProvider):
@@ -499,39 +564,43 @@ class BwrapProvider(SandboxProvider):
 
     async def create(self, session_id: str, spec: SandboxSpec) -> BwrapSandbox:
         """Check bubblewrap works here, make the workspace and the limits' cgroup or uid, seed files."""
+        if getattr(spec, "image", None) and self.name == "bwrap":
+            raise SandboxError("spec.image needs sandbox provider 'image' (sandbox.provider: image)")
+        return await self._create(session_id, spec, _Layout())
+
+    async def _create(self, session_id: str, spec: SandboxSpec, layout: _Layout) -> BwrapSandbox:
+        """:meth:`create` with ``layout`` filling the sandbox's folder and building the sandbox."""
         bwrap = self._bwrap or find_bwrap()
         await asyncio.to_thread(check_bwrap, bwrap)
         if spec.proxy_socket and not os.path.exists(spec.proxy_socket):
             raise SandboxError(f"proxy socket {spec.proxy_socket} does not exist: start the forwarder first")
         enforcement = await asyncio.to_thread(self._enforce, bwrap, spec, f"dressage-{uuid.uuid4().hex[:12]}")
         try:
-            root, state = await asyncio.to_thread(self._workspace, spec, enforcement.host_uid)
+            root, state = await asyncio.to_thread(self._workspace, spec, enforcement.host_uid, layout)
         except BaseException:
             if enforcement.cgroup is not None:
                 await asyncio.to_thread(enforcement.cgroup.remove)
             raise
-        return BwrapSandbox(session_id, spec, bwrap, root, state, enforcement)
+        return layout.sandbox(session_id, spec, bwrap, root, state, enforcement)
 
-    def _workspace(self, spec: SandboxSpec, host_uid: int | None) -> tuple[Path, Path]:
+    def _workspace(self, spec: SandboxSpec, host_uid: int | None, layout: _Layout) -> tuple[Path, Path]:
         """Make ``<base>/workspace`` (seeded) and ``<base>/state``, handed to ``host_uid`` if given."""
         if self.root_dir:
             self.root_dir.mkdir(parents=True, exist_ok=True)
         base = Path(tempfile.mkdtemp(prefix="dressage-bwrap-", dir=self.root_dir))
         try:
-            return self._fill_workspace(base, spec, host_uid)
+            return self._fill_workspace(base, spec, host_uid, layout)
         except BaseException:
             shutil.rmtree(base, ignore_errors=True)
             raise
 
-    def _fill_workspace(self, base: Path, spec: SandboxSpec, host_uid: int | None) -> tuple[Path, Path]:
+    def _fill_workspace(
+        self, base: Path, spec: SandboxSpec, host_uid: int | None, layout: _Layout
+    ) -> tuple[Path, Path]:
         root, state = base / "workspace", base / "state"
         root.mkdir()
         state.mkdir()
-        (state / "passwd").write_text(
-            f"root:x:0:0:root:/root:/bin/sh\nuser:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{WORKSPACE_MOUNT}:/bin/sh\n"
-            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-        )
-        (state / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+        layout.fill(root, state, spec)
         seed_workspace(root, spec.files)
         if host_uid is not None:
             hand_over_tree(base, host_uid)

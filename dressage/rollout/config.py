@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from dressage.agents.config import AgentConfig, AnswerAgentConfig
-from dressage.errors import ConfigError
+from dressage.errors import ConfigError, SandboxError
 from dressage.paddock import SandboxSpec
 from dressage.paddock.limits import DEFAULT_LIMITS, LIMIT_MECHANISMS, LimitMechanism
 from dressage.rollout.ray_config import RayConfig
@@ -183,7 +183,12 @@ class E2BSandboxConfig(_Strict):
 class SandboxConfig(_Strict):
     """The ``sandbox:`` section; see :class:`dressage.paddock.SandboxSpec` for the meaning of fields."""
 
-    provider: Literal["bwrap", "local", "e2b"] = "bwrap"
+    provider: Literal["bwrap", "image", "local", "e2b"] = "bwrap"
+    image: str | None = Field(
+        default=None,
+        description="image: the OCI image whose root filesystem is / (docker://HOST/NAME:TAG, oci:DIR[:TAG], "
+        "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME; docs/rollout.md).",
+    )
     network: bool = False
     timeout_s: float = Field(default=60.0, gt=0)
     max_timeout_s: float = Field(default=600.0, gt=0)
@@ -197,7 +202,7 @@ class SandboxConfig(_Strict):
     template: str | None = Field(default=None, description="e2b: sandbox template.")
     e2b: E2BSandboxConfig = Field(default_factory=E2BSandboxConfig)
     proxy_port: int = Field(default=18080, ge=1, le=65535, description="Loopback port of the proxy inside.")
-    root_dir: str | None = Field(default=None, description="bwrap: where workspaces are created.")
+    root_dir: str | None = Field(default=None, description="bwrap, image: where workspaces are created.")
     limits: list[LimitMechanism] = Field(
         default_factory=lambda: list(DEFAULT_LIMITS),
         description="bwrap: the mechanisms accepted to enforce memory_mb and max_processes, e.g. "
@@ -213,11 +218,32 @@ class SandboxConfig(_Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"each mechanism once, got {v}")
         provider = info.data.get("provider", "bwrap")
-        if provider != "bwrap" and tuple(v) != DEFAULT_LIMITS:
+        if provider not in ("bwrap", "image") and tuple(v) != DEFAULT_LIMITS:
             raise ValueError(
                 f"applies to provider bwrap; {provider} enforces its own (e2b: the template's VM, local: none)"
             )
         return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None, info: ValidationInfo) -> str | None:
+        provider = info.data.get("provider", "bwrap")
+        if v is not None and provider != "image":
+            raise ValueError(f"applies to provider image only (sandbox.provider is {provider})")
+        if v is not None:
+            from dressage.paddock.image_store import check_ref
+
+            try:
+                return check_ref(v)
+            except SandboxError as e:
+                raise ValueError(str(e).split(" ", 1)[1]) from None
+        return v
+
+    @model_validator(mode="after")
+    def _image_given(self) -> SandboxConfig:
+        if self.provider == "image" and not self.image:
+            raise ValueError("sandbox.image: provider image needs an image reference (e.g. oci:DIR:TAG)")
+        return self
 
     def spec(
         self, files: dict[str, str], proxy_socket: str | None, secret_env: dict[str, str] | None = None
@@ -238,6 +264,7 @@ class SandboxConfig(_Strict):
             proxy_socket=proxy_socket,
             proxy_port=self.proxy_port,
             limits=tuple(self.limits),
+            image=self.image,
         )
 
 
@@ -449,6 +476,8 @@ class RolloutConfig(_Strict):
             sandbox.add("e2b")  # likewise for runs from before E2B templates
         if tuple(self.sandbox.limits) == DEFAULT_LIMITS:
             sandbox.add("limits")  # and from before sandbox.limits
+        if self.sandbox.image is None:
+            sandbox.add("image")  # and from before the image provider
         if sandbox:
             exclude["sandbox"] = sandbox
         return self.model_dump(mode="json", exclude=exclude)

@@ -38,7 +38,7 @@ from dressage.cleanup import logged_failures
 from dressage.config import Settings
 from dressage.errors import ConfigError, DressageError, NotSupportedError
 from dressage.interrupts import StopFlag
-from dressage.paddock import SandboxProvider, get_provider, serve_unix_socket_forwarder
+from dressage.paddock import SOCKET_PROVIDERS, SandboxProvider, get_provider, serve_unix_socket_forwarder
 from dressage.paddock.limits import LimitsInForce
 from dressage.proxy.contract import Proxy, ProxyFactory, ServedProxy
 from dressage.redact import redact
@@ -320,7 +320,7 @@ async def serve_episodes(
         )
         proxy_socket = None
         sandbox_url = cfg.proxy.public_url or proxy.base_url
-        if isinstance(agent, BlackboxAgent) and cfg.sandbox.provider == "bwrap" and not cfg.sandbox.network:
+        if isinstance(agent, BlackboxAgent) and via_proxy_socket(cfg):
             socket_dir = tempfile.mkdtemp(prefix="dressage-proxy-")
             sandbox_url = f"http://127.0.0.1:{cfg.sandbox.proxy_port}"
             if (
@@ -366,6 +366,11 @@ def run_snapshot(
     if limits is not None:
         snapshot["sandbox_limits"] = limits.mechanism
     return snapshot
+
+
+def via_proxy_socket(cfg: RolloutConfig) -> bool:
+    """Whether the run's sandboxes reach the proxy through a Unix socket (no network, bwrap or image)."""
+    return cfg.sandbox.provider in SOCKET_PROVIDERS and not cfg.sandbox.network
 
 
 def sandbox_provider(cfg: RolloutConfig) -> SandboxProvider:

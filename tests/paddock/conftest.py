@@ -7,13 +7,16 @@ import os
 import stat
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from dressage.errors import SandboxUnavailableError
-from dressage.paddock import Sandbox, SandboxSpec, get_provider
-from dressage.paddock.bwrap import check_bwrap, find_bwrap
+from dressage.paddock import Sandbox, SandboxProvider, SandboxSpec, get_provider
+from dressage.paddock.bwrap import SANDBOX_UID, check_bwrap, find_bwrap
+from dressage.paddock.image_store import ImageStore
+from tests.paddock.images import UID, BuiltImage, build_test_image, missing_tools
 
 
 @functools.cache
@@ -54,18 +57,71 @@ requires_open_checkout = pytest.mark.skipif(
 SPEC = dict(timeout_s=10.0, max_processes=64, memory_mb=512, output_cap_bytes=4096, kill_grace_s=0.5)
 
 
-@pytest.fixture(params=["bwrap", "local", "e2b"])
+IMAGE = pytest.param("image", marks=pytest.mark.slow)
+"""The image provider as a parameter: its tests build an image with buildah (the slow tier)."""
+
+
+@pytest.fixture(scope="session")
+def test_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
+    """The test image (tests/paddock/images.py), built once per test session (per xdist worker)."""
+    reason = missing_tools() or bwrap_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return build_test_image(tmp_path_factory.mktemp("image"))
+
+
+@pytest.fixture(scope="session")
+def image_store(tmp_path_factory: pytest.TempPathFactory) -> ImageStore:
+    """One image cache for the session's image sandboxes (unpacked once, then cache hits)."""
+    return ImageStore(tmp_path_factory.mktemp("image-cache"), max_mb=100_000)
+
+
+@dataclass
+class Isolated:
+    """A provider with namespaces (``bwrap`` or ``image``), so one test checks both; ``uid``: who runs."""
+
+    name: str
+    uid: int = SANDBOX_UID
+    spec_kw: dict[str, object] = field(default_factory=dict)
+    store: ImageStore | None = None
+
+    def provider(self, root_dir: Path | None = None) -> SandboxProvider:
+        """A fresh provider (rooted at ``root_dir`` when given)."""
+        kw: dict[str, object] = {"root_dir": root_dir} if root_dir else {}
+        if self.store is not None:
+            kw["store"] = self.store
+        return get_provider(self.name, **kw)
+
+    def spec(self, **kw: object) -> SandboxSpec:
+        """The tests' spec (SPEC) for this provider, with ``kw`` over it."""
+        return SandboxSpec(provider=self.name, **{**SPEC, **self.spec_kw, **kw})  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["bwrap", IMAGE])
+def isolated(request: pytest.FixtureRequest) -> Isolated:
+    """``bwrap``, then ``image`` over the test image: the escape tests hold for both."""
+    if request.param == "bwrap":
+        return Isolated("bwrap")
+    image = request.getfixturevalue("test_image")
+    return Isolated("image", UID, {"image": image.oci}, request.getfixturevalue("image_store"))
+
+
+@pytest.fixture(params=["bwrap", IMAGE, "local", "e2b"])
 async def any_sandbox(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Sandbox]:
     """The same contract runs on every provider (e2b against the local fake server)."""
     name = request.param
-    if name == "bwrap" and bwrap_unavailable_reason():
+    if name in ("bwrap", "image") and bwrap_unavailable_reason():
         pytest.skip(bwrap_unavailable_reason())
     kwargs: dict[str, object] = {}
+    spec_kw: dict[str, object] = {}
     if name == "e2b":
         fake = request.getfixturevalue("fake_e2b")
         kwargs = {"api_url": fake.url, "sandbox_url": fake.url, "api_key": "e2b_fake"}
+    if name == "image":
+        kwargs = {"store": request.getfixturevalue("image_store")}
+        spec_kw = {"image": request.getfixturevalue("test_image").containers_storage}
     provider = get_provider(name, **kwargs)
-    spec = SandboxSpec(provider=name, files={"seed.txt": "seeded\n"}, **SPEC)
+    spec = SandboxSpec(provider=name, files={"seed.txt": "seeded\n"}, **SPEC, **spec_kw)  # type: ignore[arg-type]
     sb = await provider.create(f"test-{name}", spec)
     try:
         yield sb

@@ -1,4 +1,7 @@
-"""Containment on REAL bubblewrap: files, network, processes, output, time, env, cleanup."""
+"""Containment on REAL bubblewrap: files, network, processes, output, time, env, cleanup.
+
+Each test runs on the ``bwrap`` provider and on the ``image`` provider (the same sandbox over an
+OCI image's root filesystem; fixture ``isolated``)."""
 
 from __future__ import annotations
 
@@ -15,15 +18,15 @@ from pathlib import Path
 import pytest
 
 from dressage.errors import SandboxError
-from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
-from tests.paddock.conftest import SPEC, requires_bwrap
+from dressage.paddock import serve_unix_socket_forwarder
+from tests.paddock.conftest import Isolated, requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
 
 
 @pytest.fixture
-async def sb():
-    s = await get_provider("bwrap").create("bw", SandboxSpec(**SPEC))
+async def sb(isolated: Isolated):
+    s = await isolated.provider().create("bw", isolated.spec())
     yield s
     await s.terminate()
 
@@ -89,12 +92,14 @@ async def test_network_off(sb, host_http: int) -> None:
     assert r.stdout.split() == ["lo"]
 
 
-async def test_proxy_socket_reaches_host_without_network(tmp_path: Path, host_http: int) -> None:
+async def test_proxy_socket_reaches_host_without_network(
+    isolated: Isolated, tmp_path: Path, host_http: int
+) -> None:
     sock = str(tmp_path / "proxy.sock")
     server = await serve_unix_socket_forwarder(sock, "127.0.0.1", host_http)
     try:
-        spec = SandboxSpec(**SPEC, proxy_socket=sock, proxy_port=18080)
-        async with await get_provider("bwrap").create("px", spec) as sb:
+        spec = isolated.spec(proxy_socket=sock, proxy_port=18080)
+        async with await isolated.provider().create("px", spec) as sb:
             fetch = "import os,urllib.request as u; print(u.urlopen(os.environ['DRESSAGE_PROXY_URL']).read().decode())"
             r = await sb.exec(["python3", "-c", fetch])
             assert r.stdout.strip() == "hello from host", r
@@ -132,8 +137,8 @@ async def test_sigterm_ignoring_child_killed_on_timeout(sb) -> None:
     assert not _host_procs_with("sleep 300.25")
 
 
-async def test_terminate_kills_running_and_background(tmp_path: Path) -> None:
-    sb = await get_provider("bwrap").create("term", SandboxSpec(**SPEC))
+async def test_terminate_kills_running_and_background(isolated: Isolated, tmp_path: Path) -> None:
+    sb = await isolated.provider().create("term", isolated.spec())
     task = asyncio.ensure_future(sb.exec("sleep 987.5 & sleep 987.6", timeout=60))
     for _ in range(100):
         if _host_procs_with("987.6"):

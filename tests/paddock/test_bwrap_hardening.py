@@ -3,6 +3,7 @@
 H1: no nested user namespace (``unshare -r`` used to give uid 0 inside); H2: a disk quota on the
 workspace and ``/tmp``; H3: no host path and no ``spec.env`` value (secrets) in any process's
 command line inside the sandbox, nor in the worker's own ``ps`` view of bubblewrap.
+Each holds for the ``bwrap`` and the ``image`` provider (fixture ``isolated``).
 """
 
 from __future__ import annotations
@@ -14,29 +15,28 @@ from pathlib import Path
 import pytest
 
 from dressage.errors import SandboxError
-from dressage.paddock import SandboxSpec, get_provider
-from tests.paddock.conftest import SPEC, requires_bwrap
+from tests.paddock.conftest import Isolated, requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
 
 CANARY = "canary-Zq81-not-in-any-cmdline"
 
 
-async def test_nested_user_namespaces_are_refused(tmp_path: Path) -> None:
-    sb = await get_provider("bwrap", root_dir=tmp_path).create("h1", SandboxSpec(**SPEC))
+async def test_nested_user_namespaces_are_refused(isolated: Isolated, tmp_path: Path) -> None:
+    sb = await isolated.provider(tmp_path).create("h1", isolated.spec())
     try:
         r = await sb.exec("id -u; unshare -r id -u; echo rc=$?")
         lines = r.stdout.split()
-        assert lines[0] == "1000"
+        assert lines[0] == str(isolated.uid)
         assert "rc=0" not in r.stdout and lines[-1] != "0", r.stdout + r.stderr
         assert "unshare failed" in r.stderr
     finally:
         await sb.terminate()
 
 
-async def test_no_host_path_or_env_value_in_any_cmdline(tmp_path: Path) -> None:
-    spec = SandboxSpec(**SPEC, env={"MY_TOKEN": CANARY})
-    sb = await get_provider("bwrap", root_dir=tmp_path).create("h3", spec)
+async def test_no_host_path_or_env_value_in_any_cmdline(isolated: Isolated, tmp_path: Path) -> None:
+    spec = isolated.spec(env={"MY_TOKEN": CANARY})
+    sb = await isolated.provider(tmp_path).create("h3", spec)
     try:
         seen: list[str] = []
 
@@ -68,14 +68,15 @@ async def test_no_host_path_or_env_value_in_any_cmdline(tmp_path: Path) -> None:
         await sb.terminate()
 
 
-async def test_disk_quota_caps_files_tmp_and_the_workspace(tmp_path: Path) -> None:
-    spec = SandboxSpec(**SPEC, disk_mb=8)
-    sb = await get_provider("bwrap", root_dir=tmp_path).create("h2", spec)
+async def test_disk_quota_caps_files_tmp_and_the_workspace(isolated: Isolated, tmp_path: Path) -> None:
+    spec = isolated.spec(disk_mb=8)
+    sb = await isolated.provider(tmp_path).create("h2", spec)
     try:
-        r = await sb.exec("dd if=/dev/zero of=big bs=1M count=50 2>&1; wc -c <big")
-        assert "File size limit exceeded" in r.stdout or r.exit_code != 0
+        # (removed in the same command: the image provider's workspace also holds the image's files)
+        r = await sb.exec("dd if=/dev/zero of=big bs=1M count=50 2>&1; wc -c <big; rm big")
+        assert "File size limit exceeded" in r.stdout
         assert int(r.stdout.split()[-1]) <= 8 * 1024 * 1024
-        r = await sb.exec("rm big; head -c 20000000 /dev/zero >/tmp/x; wc -c </tmp/x")
+        r = await sb.exec("head -c 20000000 /dev/zero >/tmp/x; wc -c </tmp/x")
         assert int(r.stdout.split()[-1]) <= 8 * 1024 * 1024
         await sb.exec("head -c 5000000 /dev/zero >a")  # under the quota: fine
         with pytest.raises(SandboxError, match=r"over its disk quota of 8 MiB \(sandbox.disk_mb\)"):

@@ -1,0 +1,207 @@
+"""The ``image`` provider: the bubblewrap sandbox over an OCI image's root filesystem.
+
+``sandbox: {provider: image, image: REF}`` runs every command of a session as the bwrap provider
+does (:mod:`dressage.paddock.bwrap`: the same namespaces, limits, time, disk quota, proxy socket,
+workspace and cleanup), with three differences:
+
+- ``/`` is the image's root filesystem (:mod:`dressage.paddock.image_store` fetches and unpacks it
+  once per manifest digest) seen through a copy-on-write overlay (bubblewrap's ``--overlay-src
+  ROOTFS --overlay UPPER WORK /``). The cached root filesystem is never written: each session's
+  writes outside the workspace land in its own upper folder, which counts against ``disk_mb`` and
+  goes with the session, so sessions never see each other's writes.
+- the image's config holds: commands run as its ``User`` (resolved to a uid/gid through the image's
+  own ``/etc/passwd`` and ``/etc/group``, mapped inside the user namespace; root when it names
+  none), start from its ``Env`` (under ``spec.env`` and a call's ``env``) with ``HOME`` the user's
+  home, and start in its ``WorkingDir``: the workspace is bound there (and at ``/workspace``), seeded
+  with what the image holds in that folder, so the image's own files are the agent's files (they go
+  into the workspace archive). Without a ``WorkingDir`` (or ``/``) the workspace is ``/workspace``.
+  ``Entrypoint`` and ``Cmd`` are on :attr:`ImageSandbox.image` for callers that start them.
+- the proxy forwarder (``spec.proxy_socket``) runs with the image's own ``python3``; an image
+  without one is refused when a proxy socket is asked for.
+
+References are resolved once per provider (so every session of a run sees the same digest) and,
+when a run asks for its limits (:meth:`ImageProvider.limits_in_force`), before any session starts:
+a missing image or an unreachable registry is refused in one line naming the image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import posixpath
+import shutil
+from pathlib import Path
+
+from dressage.errors import SandboxError
+from dressage.paddock.base import WORKSPACE_MOUNT, ExecRequest, SandboxSpec
+from dressage.paddock.bwrap import BwrapProvider, BwrapSandbox, _Enforcement, _Layout, workspace_bytes
+from dressage.paddock.image_store import ImageStore, UnpackedImage, check_ref
+from dressage.paddock.limits import LimitsInForce
+from dressage.paddock.local import clean_env
+
+_PYTHONS = ("usr/bin/python3", "usr/local/bin/python3")
+
+
+class ImageSandbox(BwrapSandbox):
+    """A bwrap sandbox whose ``/`` is an image's root filesystem under a per-session overlay."""
+
+    def __init__(
+        self,
+        session_id: str,
+        spec: SandboxSpec,
+        bwrap: str,
+        root: Path,
+        state: Path,
+        enforcement: _Enforcement,
+        image: UnpackedImage,
+        lease: contextlib.ExitStack,
+    ) -> None:
+        super().__init__(session_id, spec, bwrap, root, state, enforcement)
+        self.image = image
+        self._lease = lease
+        self.uid = image.config.uid
+        self.gid = image.config.gid
+        self.workdir = image_workdir(image)
+
+    def _root_args(self) -> list[str]:
+        """The image's root filesystem as the read-only lower layer of this session's overlay."""
+        upper, work = overlay_dirs(self._state)
+        a = ["--overlay-src", str(self.image.rootfs), "--overlay", str(upper), str(work), "/"]
+        if self.spec.network and os.path.exists("/etc/resolv.conf"):
+            a += ["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
+        return a
+
+    def _env(self, req: ExecRequest) -> dict[str, str]:
+        """The clean base with the user's ``HOME``, the image's ``Env``, ``spec.env``, the call's ``env``."""
+        return clean_env(self.image.config.home, {**self.image.config.env, **req.env_over(self.spec.env)})
+
+    def _disk_used(self) -> int:
+        """The workspace plus the files of the overlay's upper folder (the session's writes outside the
+        workspace; its folders are mostly the mount points bubblewrap makes, so they are not counted)."""
+        return workspace_bytes(self.root) + workspace_bytes(overlay_dirs(self._state)[0], folders=False)
+
+    def _forwarder_python(self) -> tuple[str, list[str]]:
+        """The image's own python3 (the host's libraries do not belong in an image's root)."""
+        return "/" + image_python(self.image), []
+
+    def _released(self) -> None:
+        """End the lease: the image may be evicted once no other sandbox uses it."""
+        self._lease.close()
+
+
+def overlay_dirs(state: Path) -> tuple[Path, Path]:
+    """The overlay's upper and work folders of a sandbox (under its host-side state folder)."""
+    return state / "upper", state / "work"
+
+
+def image_workdir(image: UnpackedImage) -> str:
+    """Where the workspace is mounted and commands start: the image's ``WorkingDir``, else ``/workspace``."""
+    wd = posixpath.normpath(image.config.working_dir) if image.config.working_dir else "/"
+    if not wd.startswith("/") or wd in ("/", "/proc", "/dev", "/tmp", "/run") or wd.startswith("/run/"):
+        return WORKSPACE_MOUNT
+    return wd
+
+
+def image_python(image: UnpackedImage) -> str:
+    """The image's python3 (relative to its root) for the proxy forwarder, or a one-line refusal."""
+    for rel in _PYTHONS:
+        if os.path.lexists(image.rootfs / rel):
+            return rel
+    raise SandboxError(
+        f"image {image.ref} has no python3 (/{' or /'.join(_PYTHONS)}) to run the proxy forwarder: "
+        "use an image with python3, or an agent that needs no proxy socket"
+    )
+
+
+class _ImageLayout(_Layout):
+    """The image sandbox's folder: the overlay's folders, the workspace seeded from ``WorkingDir``."""
+
+    def __init__(self, image: UnpackedImage, lease: contextlib.ExitStack) -> None:
+        self.image = image
+        self.lease = lease
+
+    def fill(self, root: Path, state: Path, spec: SandboxSpec) -> None:
+        """Make the overlay's folders; copy the image's working directory into the workspace."""
+        for d in overlay_dirs(state):
+            d.mkdir()
+        wd = image_workdir(self.image)
+        if wd == WORKSPACE_MOUNT:
+            return
+        lower = Path(os.path.realpath(self.image.rootfs))
+        src = Path(os.path.realpath(lower / wd.lstrip("/")))
+        if src != lower and lower not in src.parents:
+            raise SandboxError(f"image {self.image.ref}: WorkingDir {wd} resolves outside the image: refused")
+        if src.is_dir():
+            shutil.copytree(src, root, symlinks=True, dirs_exist_ok=True)
+
+    def sandbox(
+        self,
+        session_id: str,
+        spec: SandboxSpec,
+        bwrap: str,
+        root: Path,
+        state: Path,
+        enforcement: _Enforcement,
+    ) -> ImageSandbox:
+        """The image sandbox over the filled folder; it ends the lease when it terminates."""
+        return ImageSandbox(session_id, spec, bwrap, root, state, enforcement, self.image, self.lease)
+
+
+class ImageProvider(BwrapProvider):
+    """Creates :class:`ImageSandbox` instances of ``spec.image`` (see the module doc).
+
+    ``store``: where images are cached (default: ``<cache_dir>/images`` with the settings' limits).
+    """
+
+    name = "image"
+
+    def __init__(
+        self, root_dir: str | Path | None = None, bwrap: str | None = None, store: ImageStore | None = None
+    ) -> None:
+        super().__init__(root_dir=root_dir, bwrap=bwrap)
+        self.store = store or ImageStore()
+        self._digests: dict[str, str] = {}
+        self._resolving: dict[str, asyncio.Lock] = {}
+
+    async def digest(self, ref: str) -> str:
+        """The manifest digest of ``ref``, fetched into the store once per provider."""
+        ref = check_ref(ref)
+        lock = self._resolving.setdefault(ref, asyncio.Lock())
+        async with lock:
+            if ref not in self._digests:
+                self._digests[ref] = await asyncio.to_thread(self.store.resolve, ref)
+        return self._digests[ref]
+
+    async def limits_in_force(self, spec: SandboxSpec) -> LimitsInForce:
+        """As bwrap's, after fetching ``spec.image`` (a missing image refuses the run before it starts)."""
+        await self.digest(_image_of(spec))
+        return await super().limits_in_force(spec)
+
+    async def create(self, session_id: str, spec: SandboxSpec) -> ImageSandbox:
+        """Lease the image (unpacked once), then build the bwrap sandbox over its overlay."""
+        ref = _image_of(spec)
+        digest = await self.digest(ref)
+        lease = contextlib.ExitStack()
+        try:
+            image = await asyncio.to_thread(lease.enter_context, self.store.lease(ref, digest))
+            if spec.proxy_socket:
+                image_python(image)
+            sb = await self._create(session_id, spec, _ImageLayout(image, lease))
+        except BaseException:
+            lease.close()
+            raise
+        assert isinstance(sb, ImageSandbox)
+        return sb
+
+
+def _image_of(spec: SandboxSpec) -> str:
+    """``spec.image``, refused in one line when absent or combined with ``spec.rootfs``."""
+    if not spec.image:
+        raise SandboxError(
+            "sandbox provider 'image' needs sandbox.image: an image reference such as docker://HOST/NAME:TAG, "
+            "oci:DIR[:TAG], oci-archive:TAR, docker-archive:TAR or containers-storage:NAME"
+        )
+    if spec.rootfs:
+        raise SandboxError("sandbox.image and spec.rootfs both name a root filesystem: give one")
+    return spec.image
