@@ -187,7 +187,8 @@ class SandboxConfig(_Strict):
     image: str | None = Field(
         default=None,
         description="image: the OCI image whose root filesystem is / (docker://HOST/NAME:TAG, oci:DIR[:TAG], "
-        "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME; docs/rollout.md).",
+        "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME; docs/rollout.md). "
+        "Required for a JSONL dataset; a Harbor dataset's tasks bring their own (docs/harbor.md).",
     )
     network: bool = False
     timeout_s: float = Field(default=60.0, gt=0)
@@ -238,12 +239,6 @@ class SandboxConfig(_Strict):
             except SandboxError as e:
                 raise ValueError(str(e).split(" ", 1)[1]) from None
         return v
-
-    @model_validator(mode="after")
-    def _image_given(self) -> SandboxConfig:
-        if self.provider == "image" and not self.image:
-            raise ValueError("sandbox.image: provider image needs an image reference (e.g. oci:DIR:TAG)")
-        return self
 
     def spec(
         self, files: dict[str, str], proxy_socket: str | None, secret_env: dict[str, str] | None = None
