@@ -87,7 +87,8 @@ def compose_environment(task: str, env_dir: Path, images: str) -> dict[str, Any]
     services = data["services"]
     if len(services) != 1:
         raise _field(task, f"services ({len(services)} services: {', '.join(map(str, services))})")
-    (service, spec), out = next(iter(services.items())), {}
+    (service, spec) = next(iter(services.items()))
+    out: dict[str, Any] = {}
     for key, value in dict(spec or {}).items():
         if key == "build":
             out["dockerfile"] = _build(task, service, value)

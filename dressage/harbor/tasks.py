@@ -166,7 +166,7 @@ def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
     solution = _files_under(name, task_dir / "solution", task_dir)
     env_dir = task_dir / "environment"
     compose = compose_environment(name, env_dir, images)
-    picked = {k: compose[k] for k in ("dockerfile", "docker_image") if k in compose}
+    picked: dict[str, Any] = {k: compose[k] for k in ("dockerfile", "docker_image") if k in compose}
     image = _environment(name, task_dir, {**env_cfg, **picked}, images)
     image.env.update(compose.get("env") or {})
     image.workdir = str(compose.get("workdir") or image.workdir)

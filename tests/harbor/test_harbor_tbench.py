@@ -27,7 +27,6 @@ from dressage.errors import ConfigError
 from dressage.rollout.worker import WorkerOptions, run_rollout
 from tests.conftest import REQUIRE_ALL
 from tests.harbor.conftest import DATASETS, HARBOR_PYTHON, REPO
-from tests.harbor.test_harbor_rollout import _by_task
 from tests.rollout.conftest import open_store, requires_bwrap, write_config
 
 pytestmark = [requires_bwrap]  # tiers external and slow: tests/conftest.py MODULE_TIERS
@@ -57,6 +56,15 @@ def _tbench_images() -> None:
         if REQUIRE_ALL:
             pytest.fail(f"DRESSAGE_REQUIRE_ALL=1: {reason}", pytrace=False)
         pytest.skip(reason)
+
+
+def _by_task(store, run, dataset: Path) -> dict[str, tuple]:
+    """``{task directory name: (session, reward event payload or None)}`` (one sample per task)."""
+    from dressage.harbor.tasks import task_dirs
+
+    names = [d.name for d in task_dirs(dataset)]
+    rewards = {e.session_id: e.payload for e in store.events.read(run, kinds=("reward",))}
+    return {names[s.info["task_index"]]: (s, rewards.get(s.id)) for s in store.sessions.list(run)}
 
 
 def _config(tmp_path: Path, engine_url: str, agent: dict, dataset: Path) -> Path:
