@@ -60,6 +60,6 @@ fi
 if command -v buildah >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1 && [ -x "$builder" ]; then
   { "$builder" -m dressage.harbor.build --tag localhost/dressage-tbench/base:1 tests/harbor/tbench-images/base &&
     "$builder" -m dressage.harbor.build --tag localhost/dressage-tbench/tool:1 tests/harbor/tbench-images/tool &&
-    "$builder" -m dressage.harbor.build tests/harbor/datasets/tbench; } ||
+    "$builder" -m dressage.harbor.prebuild tests/harbor/datasets/tbench; } ||
     echo "warning: the tbench fixture's images were not built; its tests will be skipped" >&2
 fi

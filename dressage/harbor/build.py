@@ -338,22 +338,14 @@ def build_tagged(name: str, context: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dressage.harbor.build --tag NAME DIR``: build ``DIR/Dockerfile`` into the private
-    storage as ``NAME`` (a base or ``docker_image`` for tasks); ``python -m dressage.harbor.build
-    DATASET...``: build every task image a dataset needs (as a run would)."""
+    storage as ``NAME`` (a base or ``docker_image`` for tasks; cached by Dockerfile and context). A
+    dataset's task images are built ahead by :mod:`dressage.harbor.prebuild`."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) == 3 and args[0] == "--tag":
-        built = build_tagged(args[1], Path(args[2]))
-        print(f"{args[1]}: {'built' if built else 'cached (same Dockerfile and context)'}")
-        return 0
-    if not args or args[0].startswith("-"):
-        print("usage: python -m dressage.harbor.build (--tag NAME DIR | DATASET_DIR...)", file=sys.stderr)
+    if len(args) != 3 or args[0] != "--tag":
+        print("usage: python -m dressage.harbor.build --tag NAME DIR", file=sys.stderr)
         return 2
-    from dressage.harbor.tasks import load_harbor_tasks
-
-    for ds in args:
-        for task in load_harbor_tasks(ds, images="build"):
-            b = task.metadata["harbor"].get("build") or {}
-            print(f"{task.id}: {b.get('ref') or b.get('error') or 'no build needed'}")
+    built = build_tagged(args[1], Path(args[2]))
+    print(f"{args[1]}: {'built' if built else 'cached (same Dockerfile and context)'}")
     return 0
 
 
