@@ -175,6 +175,22 @@ def test_the_quickstart_agent_and_the_loop_go_through_one_iteration(tmp_path: Pa
         store.close()
 
 
+def _harbor_env(home: Path) -> dict[str, str]:
+    """The environment of a ``.venv-harbor`` process: ours without ``DRESSAGE_*`` settings except the
+    cache (where the task images are), this repository on the path, its own home, offline litellm."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRESSAGE_", "VIRTUAL_ENV"))}
+    if os.environ.get("DRESSAGE_CACHE_DIR"):
+        env["DRESSAGE_CACHE_DIR"] = os.environ["DRESSAGE_CACHE_DIR"]
+    return {
+        **env,
+        "PYTHONPATH": str(REPO),
+        "DRESSAGE_HOME": str(home),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+
+
 HARBOR_LOADER = """
 import json, sys
 from pathlib import Path
@@ -201,10 +217,8 @@ for d in sorted(Path(sys.argv[1]).iterdir()):
 )
 def test_harbors_loader_and_ours_agree_on_the_tbench_tasks(tmp_path: Path) -> None:
     import json
-    import os
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRESSAGE_", "VIRTUAL_ENV"))}
-    env.update(PYTHONPATH=str(REPO), DRESSAGE_HOME=str(tmp_path / "home"))
+    env = _harbor_env(tmp_path / "home")
     r = subprocess.run(
         [str(HARBOR_PYTHON), "-c", HARBOR_LOADER, str(TBENCH)],
         env=env,
@@ -228,14 +242,11 @@ def test_harbors_loader_and_ours_agree_on_the_tbench_tasks(tmp_path: Path) -> No
 def test_harbor_run_with_our_environment_scores_the_oracle_1_and_nop_0(tmp_path: Path, agent, want) -> None:
     """``harbor run --env dressage.harbor.environment:Environment`` builds and runs the same images
     (Harbor's own ``oracle`` and ``nop`` agents); ``dressage.harbor.record`` records the job."""
-    import os
 
     from dressage.store import EventStore
 
     db_url, home = f"sqlite:///{tmp_path / 'log.db'}", tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRESSAGE_", "VIRTUAL_ENV"))}
-    env.update(PYTHONPATH=str(REPO), DRESSAGE_DATABASE_URL=db_url, DRESSAGE_HOME=str(home))
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env = {**_harbor_env(home), "DRESSAGE_DATABASE_URL": db_url}
     jobs = tmp_path / "jobs"
     r = subprocess.run(
         [
