@@ -12,7 +12,8 @@ option ``network=true`` is given (``--ek network=true``); a task that wants inte
 
 Each ``exec`` is a fresh bubblewrap process over the same files (see :mod:`dressage.paddock.bwrap`):
 files persist between commands, background processes do not. ``user`` is accepted and ignored (every
-command runs as the sandbox user, uid 1000, which owns the workspace).
+command runs as the sandbox user, uid 1000, which owns the workspace; in a task image, as the
+image's ``USER``).
 """
 
 from __future__ import annotations
