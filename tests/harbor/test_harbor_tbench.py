@@ -271,3 +271,28 @@ def test_harbor_run_with_our_environment_scores_the_oracle_1_and_nop_0(tmp_path:
             assert (s.status, s.reward) == ("finished", want), (name, s.error)
     finally:
         store.close()
+
+
+def test_concurrent_builds_of_one_dockerfile_build_it_once(tmp_path: Path, monkeypatch) -> None:
+    """Workers (here threads) that load the same Dockerfile together get one image: one builds under
+    the key's lock, the others wait and take it (without the lock the later ones would fail to move
+    their copy into place); a later load is served from the cache without building."""
+    import uuid
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dressage.harbor.build import build
+
+    monkeypatch.setenv("DRESSAGE_CACHE_DIR", str(tmp_path / "cache"))  # a fresh cache and build storage
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    text = "FROM scratch\nCOPY a.txt /a.txt\n"
+    (ctx / "Dockerfile").write_text(text)
+    (ctx / "a.txt").write_text(uuid.uuid4().hex)
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: build("t", text, ctx), range(3)))
+    assert all(r.error is None for r in results), [r.error for r in results]
+    assert len({r.ref for r in results}) == 1 and len({r.key for r in results}) == 1
+    log = Path(str(results[0].log))
+    before = log.stat().st_mtime_ns
+    assert log.read_text().count("$ buildah build") == 1
+    assert build("t", text, ctx).ref == results[0].ref and log.stat().st_mtime_ns == before
