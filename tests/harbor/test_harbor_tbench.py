@@ -119,6 +119,7 @@ async def test_a_failed_build_fails_its_task_with_the_build_error_and_the_run_go
 ) -> None:
     dataset = tmp_path / "ds"
     shutil.copytree(TBENCH / "user", dataset / "user")
+    shutil.copytree(DATASETS / "basic" / "pass", dataset / "image-less")  # as on bwrap: host /usr
     shutil.copytree(TBENCH / "user", dataset / "broken")
     (dataset / "broken" / "environment" / "Dockerfile").write_text(
         "FROM localhost/dressage-tbench/base:1\nRUN echo building-broken && exit 7\n"
@@ -126,6 +127,7 @@ async def test_a_failed_build_fails_its_task_with_the_build_error_and_the_run_go
     store, run = await _rollout(tmp_path, engine_url, {"kind": "oracle"}, dataset)
     sessions = _by_task(store, run, dataset)
     assert (sessions["user"][0].status, sessions["user"][0].reward) == ("finished", 1.0)
+    assert (sessions["image-less"][0].status, sessions["image-less"][0].reward) == ("finished", 1.0)
     broken = sessions["broken"][0]
     assert broken.status == "failed" and "task broken: building its Dockerfile failed" in (broken.error or "")
     assert "exit status 7" in (broken.error or "") or "exit 7" in (broken.error or ""), broken.error

@@ -190,6 +190,11 @@ def test_a_harbor_dataset_needs_its_reward_and_the_oracle_needs_harbor_tasks(tmp
     (tmp_path / "t.jsonl").write_text('{"prompt": "hi", "label": "x"}\n')
     with pytest.raises(ConfigError, match="agent kind 'oracle'"):
         check_reward_fits(load_tasks(tmp_path / "t.jsonl"), "contains", "oracle")
+    # provider image: a Harbor dataset's tasks bring their own images; JSONL rows need sandbox.image
+    check_reward_fits(tasks, "harbor", "answer", "image")
+    with pytest.raises(ConfigError, match=r"sandbox\.image: provider image needs an image reference"):
+        check_reward_fits(load_tasks(tmp_path / "t.jsonl"), "contains", "answer", "image")
+    check_reward_fits(load_tasks(tmp_path / "t.jsonl"), "contains", "answer", "image", None, "oci:/x:latest")
 
 
 @pytest.mark.anyio
