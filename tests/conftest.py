@@ -36,6 +36,7 @@ from tests.stores import open_store
 
 if TYPE_CHECKING:
     from tests.dev_engine import RunningEngine
+    from tests.paddock.images import BuiltImage
 
 PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PG_TEST_DB = os.environ.get("DRESSAGE_TEST_PG_DB", f"dressage_test_{os.getpid()}")
@@ -141,6 +142,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.outcome = "failed"
             report.longrepr = f"DRESSAGE_REQUIRE_ALL=1: a {'/'.join(sorted(tiers))} test skipped: {reason}"
     return report
+
+
+@pytest.fixture(scope="session")
+def test_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
+    """A small OCI image built offline with buildah (tests/paddock/images.py), once per test session
+    (per xdist worker); the slow tier. Without skopeo, umoci or buildah the test skips, saying so."""
+    from tests.paddock.images import build_test_image, missing_tools
+
+    reason = missing_tools()
+    if reason:
+        pytest.skip(reason)
+    return build_test_image(tmp_path_factory.mktemp("image"))
 
 
 def require_module(name: str, reason: str) -> ModuleType:

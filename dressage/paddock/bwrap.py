@@ -479,6 +479,9 @@ class _Layout:
         )
         (state / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
 
+    def check_reachable(self, host_uid: int) -> None:
+        """Refuse when host uid ``host_uid`` (the sandbox's own) cannot reach what the sandbox mounts."""
+
     def sandbox(
         self,
         session_id: str,
@@ -607,6 +610,7 @@ class BwrapProvider(SandboxProvider):
             check_reachable(str(base), "the workspace", host_uid)
             if spec.rootfs:
                 check_reachable(spec.rootfs, "the root filesystem", host_uid)
+            layout.check_reachable(host_uid)
             if spec.proxy_socket:
                 open_socket_to_others(spec.proxy_socket)
                 check_reachable(spec.proxy_socket, "the proxy socket", host_uid)

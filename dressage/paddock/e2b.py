@@ -12,7 +12,7 @@ SDK. Differences from ``bwrap`` worth knowing:
   in-sandbox path becomes a symlink to its workspace directory (``/tests -> /app/.harbor/tests``),
   created as root when the VM starts; the caller's code is the same as on ``bwrap``
   (:func:`link_mounts_command`);
-- ``spec.rootfs`` (a bubblewrap root filesystem) is refused: on E2B a task image is an E2B
+- ``spec.rootfs`` (a bubblewrap root filesystem) and ``spec.image`` are refused: on E2B a task image is an E2B
   template (``spec.template``);
 - ``spec.proxy_socket`` is not supported: a cloud VM cannot reach a host Unix socket (expose the
   proxy on a URL the VM can reach instead) -> :class:`NotSupportedError`;
@@ -283,6 +283,10 @@ class E2BProvider(SandboxProvider):
             from e2b import AsyncSandbox, AuthenticationException, SandboxException
         except ImportError as e:
             raise SandboxUnavailableError("the e2b SDK is not installed: pip install 'dressage[e2b]'") from e
+        if spec.image:
+            raise NotSupportedError(
+                "spec.image needs sandbox provider 'image': on E2B a task image is an E2B template (spec.template)"
+            )
         if spec.rootfs:
             raise NotSupportedError(
                 "spec.rootfs is bubblewrap-only: an E2B VM has its own root filesystem "

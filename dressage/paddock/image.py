@@ -36,6 +36,7 @@ from pathlib import Path
 from dressage.errors import SandboxError
 from dressage.paddock.base import WORKSPACE_MOUNT, ExecRequest, SandboxSpec
 from dressage.paddock.bwrap import BwrapProvider, BwrapSandbox, _Enforcement, _Layout, workspace_bytes
+from dressage.paddock.host_uid import check_reachable
 from dressage.paddock.image_store import ImageStore, UnpackedImage, check_ref
 from dressage.paddock.limits import LimitsInForce
 from dressage.paddock.local import clean_env
@@ -134,6 +135,10 @@ class _ImageLayout(_Layout):
             raise SandboxError(f"image {self.image.ref}: WorkingDir {wd} resolves outside the image: refused")
         if src.is_dir():
             shutil.copytree(src, root, symlinks=True, dirs_exist_ok=True)
+
+    def check_reachable(self, host_uid: int) -> None:
+        """The image's root filesystem must be reachable by the sandbox's own host uid."""
+        check_reachable(str(self.image.rootfs), "the image's root filesystem", host_uid)
 
     def sandbox(
         self,

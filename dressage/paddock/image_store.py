@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -186,7 +187,7 @@ class ImageStore:
             ) from None
         if r.returncode != 0:
             lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
-            last = lines[-1] if lines else f"exit status {r.returncode}"
+            last = _message(lines[-1]) if lines else f"exit status {r.returncode}"
             raise SandboxError(f"image {ref}: {argv[0]} cannot {what} it: {last}")
         return r.stdout
 
@@ -234,6 +235,7 @@ class ImageStore:
                 raw = self._run(["skopeo", "inspect", "--config", f"oci:{image}"], ref, "inspect")
             config = _image_config(json.loads(raw), json.loads((tmp / "config.json").read_text()))
             (tmp / "image.json").write_text(config.model_dump_json())
+            os.chmod(tmp, 0o755)  # umoci makes it 0700: a sandbox under its own host uid must reach rootfs/
             shutil.rmtree(bundle, ignore_errors=True)  # a half-evicted leftover
             os.rename(tmp, bundle)
         finally:
@@ -249,6 +251,7 @@ class ImageStore:
         """Remove least recently leased bundles not in use until the cache fits ``max_bytes``.
 
         Returns the digests evicted. A bundle in use (another lease's shared lock) is skipped."""
+        self._sweep()
         evicted: list[str] = []
         uses = sorted(self.bundles.glob("*.use"), key=lambda p: p.stat().st_mtime)
         for use in uses:
@@ -265,6 +268,21 @@ class ImageStore:
                 os.close(fd)
         return evicted
 
+    def _sweep(self) -> None:
+        """Remove what a crashed process left half done (``.<digest>.*`` folders of an unpack or an
+        eviction) where nobody holds that digest's unpack lock now."""
+        for leftover in self.bundles.glob(".*"):
+            lock = self.bundles / f"{leftover.name[1:].split('.')[0]}.unpack"
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # an unpack of that digest is under way
+            else:
+                shutil.rmtree(leftover, ignore_errors=True)
+            finally:
+                os.close(fd)
+
     def _drop(self, hex_digest: str) -> str:
         """Delete one bundle and its manifest (and blobs no other manifest uses)."""
         bundle = self.bundles / hex_digest
@@ -279,6 +297,12 @@ class ImageStore:
                 self._run(["umoci", "rm", "--image", image], digest, "remove")
                 self._run(["umoci", "gc", "--layout", str(self.layout)], digest, "collect")
         return digest
+
+
+def _message(line: str) -> str:
+    """The message of a tool's log line (skopeo: ``time=... level=fatal msg="..."``), else the line."""
+    m = re.search(r'msg="((?:[^"\\]|\\.)*)"', line)
+    return m.group(1).replace('\\"', '"') if m else line
 
 
 def _hex(digest: str) -> str:

@@ -99,6 +99,8 @@ class LocalProvider(SandboxProvider):
 
     async def create(self, session_id: str, spec: SandboxSpec) -> LocalSandbox:
         """Make a temp workspace, seed it, and warn that nothing is isolated."""
+        if spec.image:
+            raise NotSupportedError("spec.image needs sandbox provider 'image' (sandbox.provider: image)")
         if spec.mounts or spec.rootfs:
             raise NotSupportedError(
                 "sandbox provider 'local' has no mount namespace: spec.mounts / spec.rootfs (Harbor "

@@ -16,7 +16,7 @@ from dressage.errors import SandboxUnavailableError
 from dressage.paddock import Sandbox, SandboxProvider, SandboxSpec, get_provider
 from dressage.paddock.bwrap import SANDBOX_UID, check_bwrap, find_bwrap
 from dressage.paddock.image_store import ImageStore
-from tests.paddock.images import UID, BuiltImage, build_test_image, missing_tools
+from tests.paddock.images import UID
 
 
 @functools.cache
@@ -59,15 +59,6 @@ SPEC = dict(timeout_s=10.0, max_processes=64, memory_mb=512, output_cap_bytes=40
 
 IMAGE = pytest.param("image", marks=pytest.mark.slow)
 """The image provider as a parameter: its tests build an image with buildah (the slow tier)."""
-
-
-@pytest.fixture(scope="session")
-def test_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
-    """The test image (tests/paddock/images.py), built once per test session (per xdist worker)."""
-    reason = missing_tools() or bwrap_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return build_test_image(tmp_path_factory.mktemp("image"))
 
 
 @pytest.fixture(scope="session")

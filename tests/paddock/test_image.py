@@ -12,17 +12,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
-from dressage.errors import ConfigError, SandboxError
+from dressage.errors import ConfigError, NotSupportedError, SandboxError
 from dressage.paddock import SandboxSpec, get_provider
 from dressage.paddock.image import ImageProvider, ImageSandbox
 from dressage.paddock.image_store import ImageStore
 from dressage.rollout.config import parse_config
-from tests.paddock.conftest import SPEC, requires_bwrap
+from tests.paddock.conftest import SPEC, requires_bwrap, requires_open_checkout
 from tests.paddock.images import ENV, GID, UID, BuiltImage
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
@@ -145,11 +147,14 @@ def test_eviction_spares_images_in_use(test_image: BuiltImage, tmp_path: Path) -
     store = ImageStore(tmp_path / "cache", max_mb=1)  # smaller than any image: evict what it can
     first = store.resolve(test_image.oci)
     second = store.resolve(test_image.other)
+    crashed = tmp_path / f"cache/rootfs/.{first.split(':')[1]}.dead1234"  # an unpack a crash cut short
+    (crashed / "rootfs").mkdir(parents=True)
     with store.lease(test_image.oci, first) as held:
         with store.lease(test_image.other, second):
             assert held.rootfs.is_dir()  # both in use: neither evicted by the second unpack
         assert (tmp_path / f"cache/rootfs/{second.split(':')[1]}").is_dir()
         assert store.evict() == [second]  # not in use any more; the held one stays
+        assert not crashed.exists()  # swept: nobody was unpacking that digest
         assert (held.rootfs / "opt/lower.txt").read_text() == "lower\n"
     assert not (tmp_path / f"cache/rootfs/{second.split(':')[1]}").exists()
     assert f"d-{second.split(':')[1]}" not in _tags(store)
@@ -176,6 +181,8 @@ async def test_missing_image_bad_reference_and_unreachable_registry_refused(tmp_
         await get_provider("bwrap").create("x", SandboxSpec(image="oci:/x"))
     with pytest.raises(SandboxError, match="give one"):
         await provider.create("both", _spec("oci:/x", rootfs="/"))
+    with pytest.raises(NotSupportedError, match="needs sandbox provider 'image'"):
+        await get_provider("local").create("x", SandboxSpec(provider="local", image="oci:/x"))
 
 
 def test_config_validation_names_the_field() -> None:
@@ -204,3 +211,28 @@ def _layers(store: ImageStore, digest: str) -> list[str]:
 
 def _blobs(store: ImageStore) -> set[str]:
     return set(os.listdir(store.layout / "blobs/sha256"))
+
+
+@requires_open_checkout
+async def test_a_root_workers_rlimit_image_sandbox_runs_as_its_own_host_uid(
+    test_image: BuiltImage, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("this case is the root worker's: its rlimit sandboxes run as a host uid of their own")
+    open_dir = Path(tempfile.mkdtemp(prefix="dressage-test-images-"))  # reachable by other uids
+    try:
+        open_dir.chmod(0o755)
+        provider = ImageProvider(root_dir=open_dir / "ws", store=ImageStore(open_dir / "cache"))
+        spec = _spec(test_image.oci, limits=("rlimit",))
+        assert (await provider.limits_in_force(spec)).mechanism == "rlimit"
+        async with await provider.create("own", spec) as sb:
+            r = await sb.exec(
+                "id -u; cat /opt/lower.txt; echo made > made.txt; echo t > /tmp/t && cat /tmp/t"
+            )
+            assert r.stdout == f"{UID}\nlower\nt\n", r
+            assert os.stat(sb.root / "made.txt").st_uid not in (0, os.geteuid())
+        closed = ImageProvider(store=ImageStore(tmp_path / "cache"))  # under pytest's 0700 folder
+        with pytest.raises(SandboxError, match="cannot reach the image's root filesystem"):
+            await closed.create("closed", spec)
+    finally:
+        shutil.rmtree(open_dir, ignore_errors=True)

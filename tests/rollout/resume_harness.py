@@ -77,8 +77,9 @@ class CodingScript:
         return len(rows), sum(c[2] for c in rows)
 
 
-def run_config(tmp: Path, engine_url: str, *, resume: bool) -> Path:
-    """run.yaml for one coding task, one sample, a seed, 3 s leases (so ``--resume`` reclaims soon)."""
+def run_config(tmp: Path, engine_url: str, *, resume: bool, sandbox: Mapping[str, Any] | None = None) -> Path:
+    """run.yaml for one coding task, one sample, a seed, 3 s leases (so ``--resume`` reclaims soon);
+    ``sandbox`` goes over the default ``sandbox:`` section."""
     write_tasks(tmp / "tasks.jsonl", TASKS)
     return write_config(
         tmp,
@@ -88,6 +89,7 @@ def run_config(tmp: Path, engine_url: str, *, resume: bool) -> Path:
         sampling={"max_tokens": 256, "enable_thinking": False, "seed": 1},
         reward={"kind": "contains"},
         worker={"concurrency": 1, "lease_s": 3, "max_attempts": 3, "resume_in_flight": resume},
+        **({"sandbox": dict(sandbox)} if sandbox else {}),
     )
 
 
@@ -109,12 +111,20 @@ def trajectory(store: EventStore, session_id: str) -> list[tuple[Any, ...]]:
     return out
 
 
-def uninterrupted(tmp: Path, db_url: str, engine_url: str) -> list[tuple[Any, ...]]:
-    """Run the task to the end in one worker; the finished session's trajectory."""
+def uninterrupted(
+    tmp: Path,
+    db_url: str,
+    engine_url: str,
+    *,
+    sandbox: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[tuple[Any, ...]]:
+    """Run the task to the end in one worker; the finished session's trajectory (``sandbox``: as in
+    :func:`run_config`; ``env``: more environment for the worker)."""
     tmp.mkdir(parents=True, exist_ok=True)
     home = tmp / "home"
-    cfg = run_config(tmp, engine_url, resume=True)
-    _finish(start_worker(["--config", str(cfg), "--database-url", db_url], home))
+    cfg = run_config(tmp, engine_url, resume=True, sandbox=sandbox)
+    _finish(start_worker(["--config", str(cfg), "--database-url", db_url], home, **(env or {})))
     store = open_store(db_url, home)
     try:
         name = yaml.safe_load(cfg.read_text())["run"]
@@ -140,16 +150,25 @@ class Resumed:
 
 
 def crash_and_resume(
-    tmp: Path, db_url: str, script: CodingScript, engine_url: str, *, resume: bool = True
+    tmp: Path,
+    db_url: str,
+    script: CodingScript,
+    engine_url: str,
+    *,
+    resume: bool = True,
+    sandbox: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Resumed:
-    """Start a worker, ``kill -9`` it while it waits on step ``script.hold_at``, run ``--resume``."""
+    """Start a worker, ``kill -9`` it while it waits on step ``script.hold_at``, run ``--resume``
+    (``sandbox``, ``env``: as in :func:`uninterrupted`)."""
     assert script.hold_at is not None
     tmp.mkdir(parents=True, exist_ok=True)
     home = tmp / "home"
-    cfg = run_config(tmp, engine_url, resume=resume)
+    extra = dict(env or {})
+    cfg = run_config(tmp, engine_url, resume=resume, sandbox=sandbox)
     name = yaml.safe_load(cfg.read_text())["run"]
     script.phase = "first"
-    proc = start_worker(["--config", str(cfg), "--database-url", db_url], home)
+    proc = start_worker(["--config", str(cfg), "--database-url", db_url], home, **extra)
     try:
         if not script.reached.wait(120):
             proc.kill()
@@ -164,7 +183,7 @@ def crash_and_resume(
         (running,) = store.sessions.list(name, status="running")
         recorded = len(store.turns.read(session_id=running.id, with_experts=False))
         time.sleep(0.1)
-        _finish(start_worker(["--resume", name, "--database-url", db_url], home))
+        _finish(start_worker(["--resume", name, "--database-url", db_url], home, **extra))
         prefix = script.generated("resume", below_step=recorded)
         live = script.generated("resume")[0] - prefix[0]
         sessions = store.sessions.list(name)

@@ -41,7 +41,10 @@ def test_examples_load_with_their_datasets(name: str) -> None:
         ({"agent": {"kind": "command"}}, "agent.command: Field required"),
         ({"agent": {"kind": "python", "path": "not a path"}}, "is not a dotted path"),
         ({"worker": {"concurrency": 0}}, "worker.concurrency: Input should be greater than or equal to 1"),
-        ({"sandbox": {"provider": "docker"}}, "sandbox.provider: Input should be 'bwrap', 'image', 'local' or 'e2b'"),
+        (
+            {"sandbox": {"provider": "docker"}},
+            "sandbox.provider: Input should be 'bwrap', 'image', 'local' or 'e2b'",
+        ),
         ({"engine": {"kind": "sglang"}}, "engine: engine kind 'sglang' needs 'urls'"),
         ({"reward": {"kind": "tests", "timeout_s": -1}}, "reward.timeout_s: Input should be greater than 0"),
         ({"n_samples_per_prompt": "four"}, "n_samples_per_prompt: Input should be a valid integer"),

@@ -74,3 +74,29 @@ def test_kill_9_then_resume_continues_the_trajectory(
     assert replay["tokens_replayed"] == sum(len(t[7]) for t in reference[:HOLD_AT])
     kinds = [(e.kind, e.session_id) for e in out.events]
     assert kinds == [("session_resumed", session.id), ("session_finalized", session.id)]
+
+
+def test_kill_9_then_resume_on_the_image_provider(
+    tmp_path: Path, scripted: tuple[ScriptedEngine, _Policy], test_image: Any
+) -> None:
+    """The same takeover with ``sandbox: {provider: image}``: the fresh sandbox of the resumed attempt
+    runs over the same image (the cache is shared by both workers), re-runs the recorded tools and the
+    trajectory equals an uninterrupted run on that image token for token."""
+    eng, policy = scripted
+    sandbox = {"provider": "image", "image": test_image.oci}
+    env = {"DRESSAGE_CACHE_DIR": str(tmp_path / "cache")}
+    policy.script = CodingScript(phase="reference")
+    reference = uninterrupted(
+        tmp_path / "ref", f"sqlite:///{tmp_path / 'ref.db'}", eng.url, sandbox=sandbox, env=env
+    )
+    assert len(reference) == len(PLAN) + 1
+    script = policy.script = CodingScript(hold_at=HOLD_AT)
+    db_url = f"sqlite:///{tmp_path / 'log.db'}"
+    out = crash_and_resume(tmp_path / "crash", db_url, script, eng.url, sandbox=sandbox, env=env)
+    assert out.recorded_at_kill == HOLD_AT
+    assert (out.prefix_requests, out.prefix_tokens) == (0, 0)
+    assert out.live_requests == len(PLAN) + 1 - HOLD_AT
+    assert out.trajectory == reference
+    (session,) = out.sessions
+    assert session.status == "finished" and session.attempt == 2 and session.reward == 1.0
+    assert session.sandbox == "image"

@@ -211,3 +211,43 @@ async def test_answer_agent_run_on_other_sandbox_providers(
         assert names == {"agent.log": 4, "workspace.tar.gz": 4}
         assert run.config["rollout"]["sandbox"]["provider"] == provider
         store.close()
+
+
+_PY_AGENT = (
+    "python3 -c 'import json, os, urllib.request as u; e = os.environ; "
+    'body = {"model": e["OPENAI_MODEL"], "messages": [{"role": "user", "content": e["DRESSAGE_PROMPT"]}]}; '
+    'r = u.Request(e["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(), '
+    'headers={"Authorization": "Bearer " + e["OPENAI_API_KEY"], "Content-Type": "application/json"}); '
+    'print(json.load(u.urlopen(r))["choices"][0]["message"]["content"])\''
+)
+
+
+async def test_blackbox_agent_on_the_image_provider_through_the_proxy_socket(
+    tmp_path: Path, engine_url: str, test_image, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sandbox: {provider: image}``: a blackbox agent (the image's own python3) reaches the proxy
+    through the Unix socket without network, in the image's WorkingDir; turns, rewards, the agent's
+    log and the workspace archive (with the image's files) are recorded as with bwrap."""
+    import io
+    import tarfile
+
+    monkeypatch.setenv("DRESSAGE_CACHE_DIR", str(tmp_path / "cache"))
+    write_tasks(tmp_path / "tasks.jsonl", LETTERS[:2])
+    sandbox = {"provider": "image", "image": test_image.oci, "network": False}
+    cfg = write_config(tmp_path, engine_url, agent={"kind": "command", "command": _PY_AGENT}, sandbox=sandbox)
+    db_url = f"sqlite:///{tmp_path / 'log.db'}"
+    report = await _run(tmp_path, db_url, cfg)
+    store = open_store(db_url, tmp_path / "home")
+    run = store.runs.get(report.run)
+    sessions = store.sessions.list(run)
+    assert len(sessions) == 4 and {s.status for s in sessions} == {"finished"}, [s.error for s in sessions]
+    assert {s.sandbox for s in sessions} == {"image"}
+    turns = store.turns.read(run, with_experts=False)
+    assert len(turns) == 4 and all(len(t.generated_ids) > 0 for t in turns)
+    archives = [a for a in store.artifacts.list(run) if a.name == "workspace.tar.gz"]
+    assert len(archives) == 4
+    with tarfile.open(fileobj=io.BytesIO(store.artifacts.get(archives[0]))) as tar:
+        assert tar.extractfile("./readme.txt").read() == b"from the image\n"
+    assert run.config["rollout"]["sandbox"]["image"] == test_image.oci
+    assert len(list((tmp_path / "cache/images/rootfs").glob("*/rootfs"))) == 1  # unpacked once
+    store.close()
