@@ -256,20 +256,22 @@ class BwrapSandbox(HostWorkspaceSandbox):
         for k, v in env.items():
             a += ["--setenv", k, v]
         if self.spec.proxy_socket:
-            py, extra = self._forwarder_python()
-            for p in extra:
-                a += ["--ro-bind", p, p]
+            py, binds = self._forwarder_python()
+            for src, dest in binds:
+                a += ["--ro-bind", src, dest]
             a += ["--bind", self.spec.proxy_socket, PROXY_SOCKET_MOUNT]
             a += ["--ro-bind", str(_FORWARDER), FORWARDER_MOUNT]
             a += ["--setenv", "DRESSAGE_PROXY_URL", f"http://127.0.0.1:{self.spec.proxy_port}"]
-            a += ["--", py, "-I", "-S", FORWARDER_MOUNT, str(self.spec.proxy_port), PROXY_SOCKET_MOUNT, "--"]
+            a += ["--", *py, "-I", "-S", FORWARDER_MOUNT, str(self.spec.proxy_port), PROXY_SOCKET_MOUNT, "--"]
         else:
             a.append("--")
         return a + cmd
 
-    def _forwarder_python(self) -> tuple[str, list[str]]:
-        """The python3 that runs the proxy forwarder inside, plus host paths it needs bound read-only."""
-        return _sandbox_python()
+    def _forwarder_python(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """The command that starts python3 for the proxy forwarder inside, plus the host paths it needs
+        bound read-only (source, destination)."""
+        py, extra = _sandbox_python()
+        return [py], [(p, p) for p in extra]
 
     def _root_args(self) -> list[str]:
         """The bubblewrap arguments that make ``/``: the host's ``/usr`` (or ``spec.rootfs``) read-only,

@@ -16,8 +16,9 @@ workspace and cleanup), with three differences:
   with what the image holds in that folder, so the image's own files are the agent's files (they go
   into the workspace archive). Without a ``WorkingDir`` (or ``/``) the workspace is ``/workspace``.
   ``Entrypoint`` and ``Cmd`` are on :attr:`ImageSandbox.image` for callers that start them.
-- the proxy forwarder (``spec.proxy_socket``) runs with the image's own ``python3``; an image
-  without one is refused when a proxy socket is asked for.
+- the proxy forwarder (``spec.proxy_socket``) runs with the image's own ``python3``; in an image
+  without one, with the host's (:func:`host_python`: read-only under ``/run/dressage/host``, started
+  by the host's dynamic loader, so it never loads the image's libraries).
 
 References are resolved once per provider (so every session of a run sees the same digest) and,
 when a run asks for its limits (:meth:`ImageProvider.limits_in_force`), before any session starts:
@@ -28,20 +29,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import posixpath
 import shutil
+import subprocess
 from pathlib import Path
 
 from dressage.errors import SandboxError
 from dressage.paddock.base import WORKSPACE_MOUNT, ExecRequest, SandboxSpec
-from dressage.paddock.bwrap import BwrapProvider, BwrapSandbox, _Enforcement, _Layout, workspace_bytes
+from dressage.paddock.bwrap import (
+    BwrapProvider,
+    BwrapSandbox,
+    _Enforcement,
+    _Layout,
+    _sandbox_python,
+    workspace_bytes,
+)
 from dressage.paddock.host_uid import check_reachable
 from dressage.paddock.image_store import ImageStore, UnpackedImage, check_ref
 from dressage.paddock.limits import LimitsInForce
 from dressage.paddock.local import clean_env
 
 _PYTHONS = ("usr/bin/python3", "usr/local/bin/python3")
+#: Where an image without python3 sees the host's python3 for the proxy forwarder (read-only).
+HOST_MOUNT = "/run/dressage/host"
 
 
 class ImageSandbox(BwrapSandbox):
@@ -82,9 +94,10 @@ class ImageSandbox(BwrapSandbox):
         workspace; its folders are mostly the mount points bubblewrap makes, so they are not counted)."""
         return workspace_bytes(self.root) + workspace_bytes(overlay_dirs(self._state)[0], folders=False)
 
-    def _forwarder_python(self) -> tuple[str, list[str]]:
-        """The image's own python3 (the host's libraries do not belong in an image's root)."""
-        return "/" + image_python(self.image), []
+    def _forwarder_python(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """The image's own python3, else the host's, started by the host's loader from ``/run/dressage/host``."""
+        rel = image_python(self.image)
+        return (["/" + rel], []) if rel else host_python()
 
     def _released(self) -> None:
         """End the lease: the image may be evicted once no other sandbox uses it."""
@@ -104,15 +117,48 @@ def image_workdir(image: UnpackedImage) -> str:
     return wd
 
 
-def image_python(image: UnpackedImage) -> str:
-    """The image's python3 (relative to its root) for the proxy forwarder, or a one-line refusal."""
+def image_python(image: UnpackedImage) -> str | None:
+    """The image's python3 (relative to its root) for the proxy forwarder, or None."""
     for rel in _PYTHONS:
         if os.path.lexists(image.rootfs / rel):
             return rel
-    raise SandboxError(
-        f"image {image.ref} has no python3 (/{' or /'.join(_PYTHONS)}) to run the proxy forwarder: "
-        "use an image with python3, or an agent that needs no proxy socket"
-    )
+    return None
+
+
+@functools.cache
+def host_python() -> tuple[list[str], list[tuple[str, str]]]:
+    """The host's python3 for an image without one: its files (and the libraries ``ldd`` lists) bound
+    read-only under ``/run/dressage/host``, started by the host's own dynamic loader with the host's
+    library folders, so nothing of the image's C library mixes in. Returns the command and the binds."""
+    py, extra = _sandbox_python()
+    py = os.path.realpath(py)
+    try:
+        out = subprocess.run(["ldd", py], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SandboxError(f"cannot list the libraries of {py} for the proxy forwarder (ldd: {e})") from e
+    libs = [os.path.realpath(w) for w in out.split() if w.startswith("/")]
+    tops = {_top(p, extra) for p in [py, *libs]}
+    binds = [(t, HOST_MOUNT + t) for t in sorted(tops)]
+    loader = next((p for p in libs if os.path.basename(p).startswith("ld-")), None)
+    if loader is None:  # a static python
+        return [HOST_MOUNT + py], binds
+    lib_path = ":".join(sorted({HOST_MOUNT + os.path.dirname(p) for p in libs}))
+    return [
+        HOST_MOUNT + loader,
+        "--library-path",
+        lib_path,
+        "--argv0",
+        HOST_MOUNT + py,
+        HOST_MOUNT + py,
+    ], binds
+
+
+def _top(path: str, prefixes: list[str]) -> str:
+    """The folder to bind for ``path``: ``/usr``, the python prefix holding it, else its own folder."""
+    for top in ["/usr", *prefixes]:
+        if path.startswith(top.rstrip("/") + "/"):
+            return top
+    return os.path.dirname(path)
 
 
 class _ImageLayout(_Layout):
@@ -196,8 +242,6 @@ class ImageProvider(BwrapProvider):
         lease = contextlib.ExitStack()
         try:
             image = await asyncio.to_thread(lease.enter_context, self.store.lease(ref, digest))
-            if spec.proxy_socket:
-                image_python(image)
             sb = await self._create(session_id, spec, _ImageLayout(image, lease))
         except BaseException:
             lease.close()

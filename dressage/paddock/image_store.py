@@ -156,6 +156,8 @@ class ImageStore:
             if name not in self._tags():
                 self._run(["umoci", "tag", "--image", f"{self.layout}:{tag}", name], ref, "tag")
             self._run(["umoci", "rm", "--image", f"{self.layout}:{tag}"], ref, "untag")
+        use = self.bundles / f"{_hex(digest)}.use"
+        use.touch()  # an image fetched but never leased is a candidate for eviction too
         return digest
 
     def _tags(self) -> dict[str, str]:
@@ -263,7 +265,9 @@ class ImageStore:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue  # in use
-                evicted.append(self._drop(use.name.removesuffix(".use")))
+                dropped = self._drop(use.name.removesuffix(".use"))
+                if dropped:
+                    evicted.append(dropped)
             finally:
                 os.close(fd)
         return evicted
@@ -283,20 +287,24 @@ class ImageStore:
             finally:
                 os.close(fd)
 
-    def _drop(self, hex_digest: str) -> str:
-        """Delete one bundle and its manifest (and blobs no other manifest uses)."""
+    def _drop(self, hex_digest: str) -> str | None:
+        """Delete one bundle and its manifest (and blobs no other manifest uses); None when neither
+        was there (evicted before)."""
         bundle = self.bundles / hex_digest
         gone = self.bundles / f".{hex_digest}.evicted.{uuid.uuid4().hex[:8]}"
+        found = False
         with contextlib.suppress(FileNotFoundError):
             os.rename(bundle, gone)  # atomic: no lease sees half a bundle
+            found = True
         shutil.rmtree(gone, ignore_errors=True)
         digest = f"sha256:{hex_digest}"
         with _flock(self.root / "oci.lock", fcntl.LOCK_EX):
             if _digest_tag(digest) in self._tags():
+                found = True
                 image = f"{self.layout}:{_digest_tag(digest)}"
                 self._run(["umoci", "rm", "--image", image], digest, "remove")
                 self._run(["umoci", "gc", "--layout", str(self.layout)], digest, "collect")
-        return digest
+        return digest if found else None
 
 
 def _message(line: str) -> str:

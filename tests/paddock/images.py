@@ -39,6 +39,7 @@ _SKIP_DOCS = (
 )
 IMAGE_NAME = "localhost/dressage-test:latest"
 OTHER_NAME = "localhost/dressage-test-other:latest"
+NO_PYTHON_NAME = "localhost/dressage-test-nopython:latest"
 ENV = {"IMAGE_VAR": "from-image", "PATH": "/usr/local/bin:/usr/bin:/bin"}
 UID, GID = 1234, 2345
 
@@ -54,6 +55,8 @@ class BuiltImage:
     docker_archive: str
     #: A second image: the first plus one layer (``/other.txt``), so the two share a layer.
     other: str
+    #: The same root filesystem without a python3 binary (the proxy forwarder then uses the host's).
+    no_python: str
 
     @property
     def refs(self) -> dict[str, str]:
@@ -168,9 +171,18 @@ def build_test_image(base: Path) -> BuiltImage:
         oci_archive=f"oci-archive:{base}/image.oci.tar",
         docker_archive=f"docker-archive:{base}/image.docker.tar",
         other=cs.replace(IMAGE_NAME, OTHER_NAME),
+        no_python=cs.replace(IMAGE_NAME, NO_PYTHON_NAME),
     )
     for ref in (image.oci, image.oci_archive, image.docker_archive):
         target = ref if not ref.startswith("docker-archive:") else f"{ref}:{IMAGE_NAME}"
         subprocess.run(["skopeo", "copy", "--quiet", cs, target], check=True, capture_output=True)
+    for py in (rootfs / "usr/bin").glob("python3*"):
+        py.unlink()
+    ctr = subprocess.run(
+        [*buildah, "from", "scratch"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run([*buildah, "copy", "--quiet", ctr, str(rootfs), "/"], check=True, capture_output=True)
+    subprocess.run([*buildah, "commit", "--quiet", ctr, NO_PYTHON_NAME], check=True, capture_output=True)
+    subprocess.run([*buildah, "rm", ctr], check=True, capture_output=True)
     shutil.rmtree(rootfs)
     return image

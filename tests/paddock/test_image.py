@@ -9,6 +9,7 @@ the image's Env/WorkingDir/User, and the one-line refusals.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from dressage.errors import ConfigError, NotSupportedError, SandboxError
-from dressage.paddock import SandboxSpec, get_provider
+from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
 from dressage.paddock.bwrap import BwrapSandbox
 from dressage.paddock.image import ImageProvider, ImageSandbox
 from dressage.paddock.image_store import ImageStore
@@ -241,3 +242,31 @@ async def test_a_root_workers_rlimit_image_sandbox_runs_as_its_own_host_uid(
             await closed.create("closed", spec)
     finally:
         shutil.rmtree(open_dir, ignore_errors=True)
+
+
+async def test_proxy_socket_in_an_image_without_python(
+    test_image: BuiltImage, image_store: ImageStore, tmp_path: Path
+) -> None:
+    """The forwarder runs with the host's python3 (read-only under /run/dressage/host, the host's
+    loader): an agent in the image reaches the host through the socket, and nothing else."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+        await writer.drain()
+        writer.close()
+
+    host = await asyncio.start_server(answer, "127.0.0.1", 0)
+    sock = str(tmp_path / "proxy.sock")
+    forwarder = await serve_unix_socket_forwarder(sock, "127.0.0.1", host.sockets[0].getsockname()[1])
+    try:
+        provider = ImageProvider(store=image_store)
+        async with await provider.create("nopy", _spec(test_image.no_python, proxy_socket=sock)) as sb:
+            get = "exec 3<>/dev/tcp/127.0.0.1/18080; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"
+            r = await sb.exec(["bash", "-c", f"command -v python3 || echo no-python; {get}"])
+            assert r.stdout.startswith("no-python\n") and r.stdout.endswith("hello"), r
+            r = await sb.exec("env | grep -c LD_ || true")
+            assert r.stdout.strip() == "0"  # the agent's environment carries nothing of the host loader
+    finally:
+        forwarder.close()
+        host.close()
