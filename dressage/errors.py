@@ -155,6 +155,12 @@ class RewardError(DressageError):
     """A reward function failed or is misconfigured."""
 
 
+class NoScalarRewardError(RewardError):
+    """The task's rewards were read whole, but no rule of the run picks the one number that trains
+    (e.g. a multi-key Harbor ``reward.json`` in a run that sets no ``reward.key``/``reward.weights``):
+    the session finishes with its rewards kept and a NULL scalar ``reward``, saying this message."""
+
+
 # --- training ----------------------------------------------------------------------------------
 
 

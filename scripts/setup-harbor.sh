@@ -5,6 +5,10 @@
 #    the CPU torch build exists only for 3.11 here; the dev engine runs from .venv as its own process).
 # 2. mmdebstrap (Debian package) and the cached Debian root filesystem of the apt-only fixture task,
 #    so the tests run offline.
+# 3. buildah, skopeo and umoci (Debian packages: the builder of any other Dockerfile, and the image
+#    sandbox's tools), the tbench fixture's local images (tests/harbor/tbench-images: a Debian base
+#    with pip, and the prebuilt image of its docker_image task) and its task images, each built once
+#    and cached (keyed by Dockerfile and context) under ~/.cache/dressage (DRESSAGE_CACHE_DIR).
 # Without Python 3.12 or a network, it says so and exits 0: the Harbor tests are then skipped with
 # that reason (the rollout-side Harbor tests need neither).
 set -euo pipefail
@@ -44,4 +48,18 @@ builder=.venv/bin/python
 if command -v mmdebstrap >/dev/null 2>&1 && [ -x "$builder" ]; then
   "$builder" -m dressage.harbor.rootfs tests/harbor/datasets/apt ||
     echo "warning: the apt-only fixture's root filesystem was not built; its tests will be skipped" >&2
+fi
+
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  for tool in buildah skopeo umoci; do
+    command -v "$tool" >/dev/null 2>&1 ||
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$tool" >/dev/null ||
+      echo "warning: could not install $tool" >&2
+  done
+fi
+if command -v buildah >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1 && [ -x "$builder" ]; then
+  { "$builder" -m dressage.harbor.build --tag localhost/dressage-tbench/base:1 tests/harbor/tbench-images/base &&
+    "$builder" -m dressage.harbor.build --tag localhost/dressage-tbench/tool:1 tests/harbor/tbench-images/tool &&
+    "$builder" -m dressage.harbor.prebuild tests/harbor/datasets/tbench; } ||
+    echo "warning: the tbench fixture's images were not built; its tests will be skipped" >&2
 fi

@@ -328,7 +328,14 @@ def load_run_on_engines(config_path: str, engine_urls: list[str]) -> NewRun:
     build_agent(cfg.agent)
     build_scorer(cfg.reward)
     tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, cfg.sandbox.provider)
-    check_reward_fits(tasks, cfg.reward.kind, cfg.agent.kind, cfg.sandbox.provider, cfg.sandbox.e2b.templates)
+    check_reward_fits(
+        tasks,
+        cfg.reward.kind,
+        cfg.agent.kind,
+        cfg.sandbox.provider,
+        cfg.sandbox.e2b.templates,
+        cfg.sandbox.image,
+    )
     return NewRun(cfg, tasks)
 
 

@@ -69,7 +69,7 @@ class RootfsPlan:
         }
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
+def logical_lines(text: str) -> list[tuple[int, str]]:
     """Join backslash continuations; drop comments and blanks; keep the first physical line number."""
     out: list[tuple[int, str]] = []
     buf, start = "", 0
@@ -144,7 +144,7 @@ def _debian_suite(where: str, image: str) -> str:
 def parse_dockerfile(task: str, text: str) -> RootfsPlan:
     """A :class:`RootfsPlan` for a whitelisted Dockerfile, else :class:`ConfigError` naming the line."""
     plan: RootfsPlan | None = None
-    for lineno, line in _logical_lines(text):
+    for lineno, line in logical_lines(text):
         instr, _, rest = line.partition(" ")
         instr, rest = instr.upper(), rest.strip()
         where = f"task {task}: Dockerfile line {lineno}"

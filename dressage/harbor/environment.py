@@ -4,17 +4,21 @@ A Harbor ``BaseEnvironment`` over :class:`~dressage.paddock.bwrap.BwrapSandbox` 
 ``harbor`` extra; see docs/harbor.md). It honours the task the way the rollout worker does: Harbor's
 paths (the workdir, ``/tests``, ``/logs``, ``/solution``) are workspace directories bound in place
 (:mod:`dressage.harbor.sandbox`), an image-less task runs over the host's ``/usr``, a whitelisted
-Dockerfile runs in its cached Debian root filesystem, anything else is refused at
-``_validate_definition`` with the task and line. The sandbox has no network unless the environment
+Dockerfile runs in its cached Debian root filesystem, any other Dockerfile (or a ``docker_image``,
+or a one-service compose file) in its image built by :mod:`dressage.harbor.build` on the ``image``
+provider (built when the trial starts, once per Dockerfile content); an unknown base image or what
+a compose file asks beyond one service is refused with the task and line or field. The sandbox has no network unless the environment
 option ``network=true`` is given (``--ek network=true``); a task that wants internet gets it only then.
 
 Each ``exec`` is a fresh bubblewrap process over the same files (see :mod:`dressage.paddock.bwrap`):
 files persist between commands, background processes do not. ``user`` is accepted and ignored (every
-command runs as the sandbox user, uid 1000, which owns the workspace).
+command runs as the sandbox user, uid 1000, which owns the workspace; in a task image, as the
+image's ``USER``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import shutil
 from pathlib import Path
@@ -25,12 +29,15 @@ from harbor.environments.capabilities import (  # type: ignore[import-not-found,
 )
 
 from dressage.errors import ConfigError
+from dressage.harbor import build
+from dressage.harbor.compose import compose_environment
 from dressage.harbor.dockerfile import RootfsPlan, parse_dockerfile, rootfs_plan
 from dressage.harbor.rootfs import cached_rootfs
 from dressage.harbor.sandbox import harbor_mounts
 from dressage.harbor.tasks import DEFAULT_WORKDIR
 from dressage.paddock.base import SandboxSpec, resolve_in_workspace
 from dressage.paddock.bwrap import BwrapProvider, BwrapSandbox
+from dressage.paddock.image import ImageProvider
 
 
 class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
@@ -39,6 +46,9 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
     def __init__(self, *args: object, network: bool | str = False, **kwargs: object) -> None:
         self._network = str(network).lower() in ("1", "true", "yes")
         self._plan: RootfsPlan | None = None
+        self._build: str | None = None
+        """A Dockerfile that is not apt-only (its file name): built as written by :mod:`dressage.harbor.build`."""
+        self._image: str | None = None
         self._refusal: ConfigError | None = None
         self.sandbox: BwrapSandbox | None = None
         super().__init__(*args, **kwargs)
@@ -65,31 +75,53 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
     def _check_definition(self) -> None:
         env_dir = Path(self.environment_dir)
         name = self.environment_name
-        if (env_dir / "docker-compose.yaml").exists() or (env_dir / "docker-compose.yml").exists():
-            raise ConfigError(f"task {name}: docker-compose environments are refused (see docs/harbor.md)")
-        dockerfile = env_dir / "Dockerfile"
+        compose = compose_environment(name, env_dir, "build")
+        self._compose_env: dict[str, str] = dict(compose.get("env") or {})
+        self._compose_workdir: str | None = compose.get("workdir")
+        dockerfile = env_dir / str(compose.get("dockerfile") or "Dockerfile")
+        docker_image = compose.get("docker_image") or self.task_env_config.docker_image
         if dockerfile.is_file():
-            self._plan = parse_dockerfile(name, dockerfile.read_text(encoding="utf-8"))
-        elif self.task_env_config.docker_image:
-            raise ConfigError(
-                f"task {name}: the prebuilt image {self.task_env_config.docker_image!r} is refused "
-                "(no image is pulled here)"
-            )
+            text = dockerfile.read_text(encoding="utf-8")
+            try:
+                self._plan = parse_dockerfile(name, text)
+            except ConfigError:
+                build.bases(name, text)  # an unknown base is refused now, naming the line and the image
+                self._build = dockerfile.name
+        elif docker_image:
+            self._image = build.prebuilt(name, str(docker_image))
 
     @property
     def workdir(self) -> str:
         """The task's working directory: ``[environment] workdir``, the Dockerfile's, or ``/app``."""
-        return str(
-            self.task_env_config.workdir or (self._plan.workdir if self._plan else None) or DEFAULT_WORKDIR
-        )
+        own = self._plan.workdir if self._plan else self._image_workdir
+        return str(self.task_env_config.workdir or self._compose_workdir or own or DEFAULT_WORKDIR)
+
+    _image_workdir: str | None = None
+    _compose_env: dict[str, str] = {}
+    _compose_workdir: str | None = None
+
+    async def _built_image(self) -> str | None:
+        """The task image's reference (built once per Dockerfile content, in a thread), or None when
+        the task runs on a root filesystem or the host's ``/usr``; a failed build raises its error."""
+        if self._build is not None:
+            env_dir = Path(self.environment_dir)
+            text = (env_dir / self._build).read_text(encoding="utf-8")
+            built = await asyncio.to_thread(build.build, self.environment_name, text, env_dir, self._build)
+            if built.ref is None:
+                raise ConfigError(built.error or f"task {self.environment_name}: its image was not built")
+            self._image = built.ref
+        if self._image is not None:
+            self._image_workdir = await asyncio.to_thread(build.image_workdir, self._image)
+        return self._image
 
     async def start(self, force_build: bool) -> None:
         """Create the sandbox (with its root filesystem, which must already be built); a refused task
         definition fails here, naming the task and line."""
         if self._refusal is not None:
             raise self._refusal
+        image = await self._built_image()
         rootfs = None
-        env: dict[str, str] = {}
+        env: dict[str, str] = dict(self._compose_env)
         if self._plan is not None:
             rootfs = str(cached_rootfs(rootfs_plan(self._plan, Path(self.environment_dir))))
             env.update(self._plan.env)
@@ -99,7 +131,7 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
         mode = str(getattr(cfg.network_mode, "value", cfg.network_mode))
         wants = bool(cfg.allow_internet) if cfg.allow_internet is not None else mode == "public"
         spec = SandboxSpec(
-            provider="bwrap",
+            provider="image" if image else "bwrap",
             network=self._network and wants,
             timeout_s=600.0,
             max_timeout_s=24 * 3600.0,
@@ -108,8 +140,10 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
             env=env,
             mounts=harbor_mounts(self.workdir),
             rootfs=rootfs,
+            image=image,
         )
-        self.sandbox = await BwrapProvider().create(self.session_id, spec)
+        provider = ImageProvider() if image else BwrapProvider()
+        self.sandbox = await provider.create(self.session_id, spec)
         r = await self.sandbox.exec("mkdir -p /logs/agent /logs/verifier /logs/artifacts", timeout=60)
         if not r.ok:
             raise ConfigError(f"task {self.environment_name}: the sandbox does not start: {r.stderr[-300:]}")
@@ -122,7 +156,7 @@ class Environment(BaseEnvironment):  # type: ignore[misc,unused-ignore]
                         await self.upload_dir(source, dst)
                     else:
                         await self.upload_file(source, target)
-        else:  # image-less: environment/ is the workdir's initial content, as in a rollout (docs/harbor.md)
+        elif image is None:  # image-less: environment/ is the workdir's initial content, as in a rollout
             env_dir = Path(self.environment_dir)
             for source in sorted(p for p in env_dir.rglob("*") if p.is_file() and p.name != ".gitkeep"):
                 rel = source.relative_to(env_dir).as_posix()

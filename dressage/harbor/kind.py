@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dressage.agents import Agent, AgentConfig, Task
-from dressage.errors import ConfigError
+from dressage.errors import ConfigError, SandboxError
 from dressage.harbor.oracle import OracleAgent
 from dressage.harbor.rootfs import cached_rootfs
 from dressage.harbor.sandbox import e2b_template, task_spec
@@ -24,7 +24,7 @@ from dressage.paddock import SandboxSpec
 from dressage.rollout import task_kinds
 from dressage.rollout.task_kinds import RewardFn, RunChoices
 
-PROVIDERS = ("bwrap", "e2b")
+PROVIDERS = ("bwrap", "image", "e2b")
 """Sandbox providers that can lay out a Harbor task's paths."""
 
 
@@ -50,8 +50,8 @@ class HarborKind:
         provider = run.provider
         if harbor and provider not in PROVIDERS:
             raise ConfigError(
-                f"the dataset is a Harbor dataset: its tasks run in sandbox provider 'bwrap' or 'e2b', "
-                f"not {provider!r} (see docs/harbor.md)"
+                f"the dataset is a Harbor dataset: its tasks run in sandbox provider 'bwrap', 'image' or "
+                f"'e2b', not {provider!r} (see docs/harbor.md)"
             )
         if harbor and provider == "e2b":
             for t in harbor:
@@ -76,10 +76,22 @@ class HarborKind:
 
     def sandbox_spec(self, spec: SandboxSpec, task: Task, templates: Mapping[str, str]) -> SandboxSpec:
         """Harbor's paths, the task's network, env and timeouts, and its built root filesystem on
-        bwrap (or E2B template from ``sandbox.e2b.templates``)."""
+        bwrap, its built image on ``image`` (a failed build: :class:`SandboxError` with the build's
+        error, so the task fails, not the run), or its E2B template from ``sandbox.e2b.templates``."""
         info = _info(task)
+        built = info.get("build")
+        if built and spec.provider != "e2b":
+            if built.get("error") or not built.get("ref"):
+                raise SandboxError(str(built.get("error") or f"task {info['name']}: its image was not built"))
+            return task_spec(spec, task, None, templates, image=str(built["ref"]))
         rootfs = str(cached_rootfs(info["rootfs"])) if info.get("rootfs") and spec.provider != "e2b" else None
         return task_spec(spec, task, rootfs, templates)
+
+    def artifacts(self, task: Task) -> Mapping[str, bytes]:
+        """The build log of the task's image (``build.log``), when it was built here."""
+        log = (_info(task).get("build") or {}).get("log")
+        path = Path(log) if log else None
+        return {"build.log": path.read_bytes()} if path is not None and path.is_file() else {}
 
     def agent_timeout_s(self, task: Task) -> float | None:
         """The task's ``[agent] timeout_sec``."""

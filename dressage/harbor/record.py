@@ -9,7 +9,8 @@ Harbor's output files are read, never its internals) walks the trial directories
   opens one (trials of Harbor's own agents, e.g. ``oracle``, made no model call through us);
 - appends a ``reward`` event with all of the verifier's rewards and finalizes the session
   ``finished`` with the trained number (``--key``, else the only or the ``reward`` key), or
-  ``failed`` with the trial's exception (type and message) or the reward problem;
+  ``failed`` with the trial's exception (type and message) or the reward problem (several rewards
+  and no rule picking one: ``finished``, rewards whole, a NULL reward and ``info.no_scalar_reward``);
 - stores ``result.json`` (and the verifier's ``test-stdout.txt``) as the session's artifacts.
 
 Recording again is a no-op (deterministic event keys, content-addressed artifacts, finalize is
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dressage.config import load_settings
-from dressage.errors import DressageError, RewardError
+from dressage.errors import DressageError, NoScalarRewardError, RewardError
 from dressage.harbor.verifier import select_reward
 from dressage.store import EventStore, Run, deterministic_key
 
@@ -53,7 +54,8 @@ def job_run(store: EventStore, name: str) -> Run:
 def record_trial(
     store: EventStore, run: Run, trial_dir: Path, result: dict[str, Any], attempt: int, key: str | None = None
 ) -> bool:
-    """Record one trial (its ``result.json`` parsed) as a session; True when it finished with a reward."""
+    """Record one trial (its ``result.json`` parsed) as a session; True when it finished (its reward
+    a number, or NULL when no rule picks one of its several rewards)."""
     trial = str(result["trial_name"])
     session = next((s for s in store.sessions.list(run) if s.info.get("trial_name") == trial), None)
     if session is None:
@@ -78,6 +80,7 @@ def record_trial(
     }
     error = None
     value = None
+    unchosen: str | None = None
     if exc:
         error = f"{exc.get('exception_type')}: {exc.get('exception_message')}"
     elif not rewards:
@@ -85,10 +88,12 @@ def record_trial(
     else:
         try:
             value = select_reward({k: float(v) for k, v in rewards.items()}, key, None)
+        except NoScalarRewardError as e:
+            unchosen = details["no_scalar_reward"] = str(e)
         except RewardError as e:
             error = str(e)
     if session.status == "running":
-        if value is not None:
+        if value is not None or unchosen is not None:
             store.events.append(
                 run,
                 "reward",
@@ -96,7 +101,10 @@ def record_trial(
                 key=deterministic_key(run.name, session.id, "reward"),
                 session_id=session.id,
             )
-            store.sessions.finalize(session.id, "finished", reward=value, finish_reason="harbor_trial")
+            info = {**session.info, "no_scalar_reward": unchosen} if unchosen is not None else {}
+            store.sessions.finalize(
+                session.id, "finished", reward=value, finish_reason="harbor_trial", info=info
+            )
         else:
             store.sessions.finalize(session.id, "failed", finish_reason="harbor_trial", error=error)
     result_json = trial_dir / "result.json"
@@ -107,7 +115,7 @@ def record_trial(
         store.artifacts.put(
             run, stdout.read_bytes(), name="test-stdout.txt", media_type="text/plain", session_id=session.id
         )
-    return value is not None
+    return value is not None or unchosen is not None
 
 
 def record_job(

@@ -76,11 +76,14 @@ def task_spec(
     task: Task,
     rootfs: str | None = None,
     templates: Mapping[str, str] | None = None,
+    image: str | None = None,
 ) -> SandboxSpec:
-    """``spec`` adapted to a Harbor task (mounts, network, env, timeouts, root filesystem or template).
+    """``spec`` adapted to a Harbor task (mounts, network, env, timeouts, root filesystem, image or template).
 
     On ``e2b`` the working directory is always one of the mounts (it becomes the VM's workspace) and
-    the template comes from :func:`e2b_template`; elsewhere ``rootfs`` is the built root filesystem.
+    the template comes from :func:`e2b_template`; elsewhere ``rootfs`` is the built root filesystem
+    and ``image`` the built task image (the ``image`` provider); a task with neither keeps the run's
+    ``sandbox.image``, one with a root filesystem runs without it.
     """
     info = harbor_info(task)
     if info is None:
@@ -103,6 +106,7 @@ def task_spec(
         env={**dict(info.get("env") or {}), **dict(spec.env)},
         max_timeout_s=longest,
         rootfs=rootfs,
+        image=image or (None if rootfs else spec.image),
         template=template,
     )
 

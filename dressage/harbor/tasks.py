@@ -10,8 +10,10 @@ timeouts, the verifier mode, the solution files and the root-filesystem plan of 
 With Harbor importable (the ``harbor`` extra, Python 3.12) every task is also loaded by Harbor's own
 ``Task`` model, so a directory Harbor rejects is rejected here too. Without it, this reader parses
 ``task.toml`` itself and refuses what it cannot honour (multi-step tasks, Windows, GPUs/TPUs,
-compose files, MCP servers, a prebuilt ``docker_image`` except on E2B, a verifier image of its own),
-naming the task and the field. On E2B a task image (any Dockerfile, or ``docker_image``) is an E2B
+MCP servers, a verifier image of its own), naming the task and the field. A task image is a Debian
+root filesystem for an apt-only Dockerfile (bubblewrap, the fast path), an image built as written
+(any other Dockerfile, or a ``docker_image``, on the ``image`` provider: :mod:`dressage.harbor.build`),
+or an E2B template; a compose file runs as far as one service goes (:mod:`dressage.harbor.compose`). On E2B a task image (any Dockerfile, or ``docker_image``) is an E2B
 template chosen by the run config (:func:`dressage.harbor.sandbox.e2b_template`). Everything read must be UTF-8 text: the task payload is JSON in the log.
 """
 
@@ -26,6 +28,8 @@ from typing import Any
 
 from dressage.agents.base import Task
 from dressage.errors import ConfigError
+from dressage.harbor import build
+from dressage.harbor.compose import compose_environment
 from dressage.harbor.dockerfile import parse_dockerfile, rootfs_key, rootfs_plan
 
 HARBOR = "harbor"
@@ -37,7 +41,7 @@ _CANARY = "canary GUID"
 NETWORK_MODES = ("public", "no-network", "allowlist")
 _META_ORDER = (
     "name", "checksum", "config", "workdir", "env", "wants_internet", "agent_timeout_s", "verifier_timeout_s",
-    "verifier_env", "verifier_mode", "solution", "solution_env", "rootfs", "image", "ignored",
+    "verifier_env", "verifier_mode", "solution", "solution_env", "rootfs", "image", "build", "ignored",
 )  # fmt: skip
 """The keys of ``metadata["harbor"]``, in order."""
 
@@ -161,12 +165,14 @@ def load_task(task_dir: Path, index: int, images: str = "rootfs") -> Task:
         raise ConfigError(f"task {name}: tests/test.sh is missing (the verifier runs it)")
     solution = _files_under(name, task_dir / "solution", task_dir)
     env_dir = task_dir / "environment"
-    if (env_dir / "docker-compose.yaml").exists() or (env_dir / "docker-compose.yml").exists():
-        raise _refuse(name, "environment/docker-compose.yaml")
-    image = _environment(name, task_dir, env_cfg, images)
+    compose = compose_environment(name, env_dir, images)
+    picked: dict[str, Any] = {k: compose[k] for k in ("dockerfile", "docker_image") if k in compose}
+    image = _environment(name, task_dir, {**env_cfg, **picked}, images)
+    image.env.update(compose.get("env") or {})
+    image.workdir = str(compose.get("workdir") or image.workdir)
     settings = _settings(name, config, image.workdir, image.env)
     meta = {"name": name, "checksum": task_checksum(task_dir), "config": config, **settings}
-    meta.update(solution=solution, rootfs=image.rootfs, image=image.image)
+    meta.update(solution=solution, rootfs=image.rootfs, image=image.image, build=image.build)
     meta = {k: meta[k] for k in _META_ORDER}  # the order the payload has always had
     return Task(
         index=index,
@@ -208,15 +214,17 @@ class _Environment:
     files: dict[str, str] = field(default_factory=dict)
     rootfs: dict[str, Any] | None = None
     image: dict[str, Any] | None = None
+    build: dict[str, Any] | None = None
     workdir: str = DEFAULT_WORKDIR
     env: dict[str, str] = field(default_factory=dict)
 
 
 def _environment(name: str, task_dir: Path, env_cfg: dict[str, Any], images: str) -> _Environment:
-    """The task image as a root-filesystem plan (``rootfs``) or an E2B template reference (``template``)."""
+    """The task image as a root-filesystem plan (``rootfs``), a built image (``build``: any Dockerfile,
+    or a ``docker_image``, for the ``image`` provider) or an E2B template reference (``template``)."""
     out = _Environment()
     env_dir = task_dir / "environment"
-    dockerfile = env_dir / "Dockerfile"
+    dockerfile = env_dir / str(env_cfg.get("dockerfile") or "Dockerfile")
     if dockerfile.is_file():
         out.image = {"kind": "dockerfile", "ref": None}
     elif env_cfg.get("docker_image"):
@@ -227,22 +235,41 @@ def _environment(name: str, task_dir: Path, env_cfg: dict[str, Any], images: str
             out.workdir = found or DEFAULT_WORKDIR
             out.env.update(dockerfile_env)
     elif dockerfile.is_file():
-        plan = parse_dockerfile(name, _read_text(name, dockerfile, task_dir))
+        text = _read_text(name, dockerfile, task_dir)
+        try:
+            plan = parse_dockerfile(name, text)
+        except ConfigError as e:
+            if images != "build":
+                raise ConfigError(
+                    f"{e}; with sandbox.provider: image any Dockerfile is built as written (docs/harbor.md)"
+                ) from None
+            _built(out, name, build.build(name, text, env_dir, dockerfile.name))
+            return out
         out.workdir = plan.workdir or DEFAULT_WORKDIR
         out.env.update(plan.env)
         out.files = _workspace_copies(name, task_dir, plan.copies, out.workdir)
         full = rootfs_plan(plan, env_dir)  # the key is taken now: episodes need no task directory
         out.rootfs = {**{k: v for k, v in full.items() if k != "context"}, "key": rootfs_key(full)}
+    elif env_cfg.get("docker_image") and images == "build":
+        ref = build.prebuilt(name, str(env_cfg["docker_image"]))
+        _built(out, name, build.Built(None, ref, None))
     elif env_cfg.get("docker_image"):
         raise _refuse(
             name,
-            f"the prebuilt image {env_cfg['docker_image']!r} (no image is pulled here; "
-            "run it on sandbox provider e2b from a template built from it, or with Harbor's own environments)",
+            f"the prebuilt image {env_cfg['docker_image']!r} (no image is pulled here; run it with "
+            "sandbox.provider: image, on sandbox provider e2b from a template built from it, or with Harbor's own environments)",
         )
     if out.image is None:  # image-less: environment/ is the working directory's initial content
         placed = _files_under(name, env_dir, task_dir)
         out.files.update({k: v for k, v in placed.items() if Path(k).name != ".gitkeep"})  # git's placeholder
     return out
+
+
+def _built(out: _Environment, name: str, built: build.Built) -> None:
+    """A built task image: its reference (or build error) and log; the workdir is the image's own."""
+    out.build = {"key": built.key, "ref": built.ref, "log": built.log, "error": built.error}
+    workdir = build.image_workdir(built.ref) if built.ref else None
+    out.workdir = workdir or DEFAULT_WORKDIR
 
 
 def _workspace_copies(
@@ -298,8 +325,9 @@ def _settings(name: str, config: dict[str, Any], workdir: str, env: dict[str, st
 
 
 def images_for(provider: str) -> str:
-    """What task images become in sandbox ``provider``: E2B templates on ``e2b``, else root filesystems."""
-    return "template" if provider == "e2b" else "rootfs"
+    """What task images become in sandbox ``provider``: E2B templates on ``e2b``, built images on
+    ``image`` (apt-only Dockerfiles stay root filesystems there: the fast path), else root filesystems."""
+    return {"e2b": "template", "image": "build"}.get(provider, "rootfs")
 
 
 def load_harbor_tasks(path: str | Path, limit: int | None = None, images: str = "rootfs") -> list[Task]:

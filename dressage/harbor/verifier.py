@@ -10,7 +10,8 @@ non-finite value, or no file at all is a :class:`~dressage.errors.RewardError` (
 with that message; it is never a silent 0). A ``reward.json`` with several keys is kept whole in
 the ``reward`` event's details; per task, :func:`choose_reward` picks what trains (``reward.key``
 where the task wrote it, else the ``reward.weights`` sum, else the only value, else ``reward``) and
-the details say which rule did (``chosen_by``).
+the details say which rule did (``chosen_by``). When no rule applies the session still finishes,
+its rewards whole, with a NULL scalar reward and the reason in ``details["no_scalar_reward"]``.
 
 ``[verifier] environment_mode = "separate"``: the tests run in a fresh sandbox of the same task,
 seeded with the agent's final workspace (its ``.harbor/`` left out), so processes or mounts of the
@@ -23,7 +24,7 @@ import json
 import math
 import shlex
 
-from dressage.errors import RewardError, SandboxError
+from dressage.errors import NoScalarRewardError, RewardError, SandboxError
 from dressage.harbor.sandbox import TESTS_DIR, VERIFIER_LOGS, internet_note
 from dressage.harbor.tasks import harbor_info
 from dressage.paddock import Sandbox
@@ -79,8 +80,9 @@ def choose_reward(
     3. the task's only value (a ``reward.txt`` is ``{"reward": value}``);
     4. its ``reward`` key among several.
 
-    So one config serves a dataset whose tasks write different files. When no rule applies the
-    session fails with every value the task wrote in the message (they stay in the log).
+    So one config serves a dataset whose tasks write different files. When no rule applies,
+    :class:`~dressage.errors.NoScalarRewardError` says so with every value the task wrote: the
+    session still finishes, its rewards whole in the ``reward`` event and its scalar reward NULL.
     """
     if key is not None and key in rewards:
         return rewards[key], f"key {key!r}"
@@ -92,13 +94,13 @@ def choose_reward(
         return rewards["reward"], "key 'reward'"
     wrote = json.dumps(rewards, sort_keys=True)
     if key is not None:
-        raise RewardError(
+        raise NoScalarRewardError(
             f"reward key {key!r} is not among the task's rewards {wrote}, and no other rule applies"
         )
     if weights:
         missing = sorted(set(weights) - set(rewards))
-        raise RewardError(f"reward.weights name {missing} that the task's rewards {wrote} lack")
-    raise RewardError(
+        raise NoScalarRewardError(f"reward.weights name {missing} that the task's rewards {wrote} lack")
+    raise NoScalarRewardError(
         f"the task wrote several rewards {wrote}: set reward.key or reward.weights in the run config"
     )
 
@@ -106,6 +108,17 @@ def choose_reward(
 def select_reward(rewards: dict[str, float], key: str | None, weights: dict[str, float] | None) -> float:
     """The trained number (see :func:`choose_reward`)."""
     return choose_reward(rewards, key, weights)[0]
+
+
+def _chosen(
+    rewards: dict[str, float], cfg: HarborRewardConfig
+) -> tuple[float | None, str | None, str | None]:
+    """(trained number, rule, None), or (None, None, why) when no rule picks one (rewards kept whole)."""
+    try:
+        value, chosen_by = choose_reward(rewards, cfg.key, dict(cfg.weights) if cfg.weights else None)
+    except NoScalarRewardError as e:
+        return None, None, str(e)
+    return value, chosen_by, None
 
 
 async def _file(sandbox: Sandbox, name: str) -> str | None:
@@ -166,7 +179,7 @@ async def verify(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
             raise RewardError(
                 "no reward file: test.sh wrote neither /logs/verifier/reward.txt nor reward.json"
             )
-        value, chosen_by = choose_reward(rewards, cfg.key, dict(cfg.weights) if cfg.weights else None)
+        value, chosen_by, unchosen = _chosen(rewards, cfg)
     except RewardError as e:
         tail = redacted_tail(stdout.strip(), 300)
         raise RewardError(f"{where}: {e}" + (f"; test output ends: {tail}" if tail else "")) from None
@@ -178,6 +191,7 @@ async def verify(cfg: HarborRewardConfig, inp: RewardInput) -> RewardOutput:
         "key": cfg.key,
         "weights": dict(cfg.weights) if cfg.weights else None,
         "chosen_by": chosen_by,
+        **({"no_scalar_reward": unchosen} if unchosen is not None else {}),
         "verifier_mode": "separate" if separate else "shared",
         "exit_code": r.exit_code,
         "timed_out": r.timed_out,

@@ -651,6 +651,12 @@ def _eval_samples(store: Any, sessions: Sequence[Any], sample_cls: Any) -> tuple
         turns[turn.session_id].append(turn)
     samples, truncated = [], []
     for i, session in enumerate(sessions):
+        if session.reward is None:
+            why = session.info.get("no_scalar_reward") or "no reason was recorded"
+            raise TrainingError(
+                f"eval session {session.id} finished without a scalar reward: {why}; slime's eval "
+                "needs one number per session (give the run a reward.key or reward.weights)"
+            )
         is_truncated = session.finish_reason == "length"
         status = "truncated" if is_truncated else "completed"
         index = int(session.info.get("task_index", i))

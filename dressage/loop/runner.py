@@ -200,7 +200,12 @@ class Loop:
         sandbox = self.cfg.sandbox
         self.tasks = load_tasks(self.cfg.dataset.path, self.cfg.dataset.limit, sandbox.provider)
         check_reward_fits(
-            self.tasks, self.cfg.reward.kind, self.cfg.agent.kind, sandbox.provider, sandbox.e2b.templates
+            self.tasks,
+            self.cfg.reward.kind,
+            self.cfg.agent.kind,
+            sandbox.provider,
+            sandbox.e2b.templates,
+            sandbox.image,
         )
         self.n_tasks = len(self.tasks)
         recorded_out = store.runs.get(opts.resume).config["loop"].get("out") if opts.resume else None

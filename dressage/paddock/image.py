@@ -225,12 +225,18 @@ class ImageProvider(BwrapProvider):
         return self._digests[ref]
 
     async def limits_in_force(self, spec: SandboxSpec) -> LimitsInForce:
-        """As bwrap's, after fetching ``spec.image`` (a missing image refuses the run before it starts)."""
-        await self.digest(_image_of(spec))
+        """As bwrap's, after fetching ``spec.image`` (a missing image refuses the run before it starts;
+        a run whose tasks bring their own images names none here)."""
+        if spec.image:
+            await self.digest(_image_of(spec))
         return await super().limits_in_force(spec)
 
-    async def create(self, session_id: str, spec: SandboxSpec) -> ImageSandbox:
-        """Lease the image (unpacked once), then build the bwrap sandbox over its overlay."""
+    async def create(self, session_id: str, spec: SandboxSpec) -> BwrapSandbox:
+        """Lease the image (unpacked once), then build the bwrap sandbox over its overlay. A spec
+        naming no image (a Harbor task without one: image-less, or an apt-only root filesystem in
+        ``spec.rootfs``) is a plain bwrap sandbox, as on provider ``bwrap``."""
+        if not spec.image:
+            return await self._create(session_id, spec, _Layout())
         ref = _image_of(spec)
         digest = await self.digest(ref)
         lease = contextlib.ExitStack()

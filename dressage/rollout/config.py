@@ -188,7 +188,8 @@ class SandboxConfig(_Strict):
         default=None,
         description="image: the OCI image whose root filesystem is / (docker://HOST/NAME:TAG, oci:DIR[:TAG], "
         "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME; docs/rollout.md). "
-        "docker: the engine's image reference each session's container runs (e.g. python:3.12-slim).",
+        "docker: the engine's image reference each session's container runs (e.g. python:3.12-slim). "
+        "Required for a JSONL dataset; a Harbor dataset's tasks bring their own (docs/harbor.md).",
     )
     network: bool = False
     timeout_s: float = Field(default=60.0, gt=0)
@@ -247,8 +248,6 @@ class SandboxConfig(_Strict):
 
     @model_validator(mode="after")
     def _image_given(self) -> SandboxConfig:
-        if self.provider == "image" and not self.image:
-            raise ValueError("sandbox.image: provider image needs an image reference (e.g. oci:DIR:TAG)")
         if self.provider == "docker" and not self.image:
             raise ValueError(
                 "sandbox.image: provider docker needs the image its containers run, e.g. python:3.12-slim"

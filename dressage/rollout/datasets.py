@@ -187,10 +187,18 @@ def check_reward_fits(
     agent_kind: str,
     provider: str = "bwrap",
     templates: Mapping[str, str] | None = None,
+    image: str | None = None,
 ) -> None:
-    """Refuse a run config that cannot run ``tasks``: each registered task kind's check (Harbor's:
-    a reward that ignores its tests, a sandbox that cannot lay out its paths, an unmapped E2B
-    template, the ``oracle`` agent on tasks without a reference solution)."""
+    """Refuse a run config that cannot run ``tasks``: provider ``image`` without ``sandbox.image`` on
+    JSONL rows (only a task kind's tasks bring images of their own: Harbor's built task images), and
+    each registered task kind's check (Harbor's: a reward that ignores its tests, a sandbox that
+    cannot lay out its paths, an unmapped E2B template, the ``oracle`` agent on tasks without a
+    reference solution)."""
+    if provider == "image" and not image and any(t.kind == task_kinds.ROW for t in tasks):
+        raise ConfigError(
+            "sandbox.image: provider image needs an image reference (e.g. oci:DIR:TAG) for a JSONL "
+            "dataset (only Harbor tasks bring images of their own)"
+        )
     choices = task_kinds.RunChoices(reward_kind, agent_kind, provider, templates or {})
     for kind in task_kinds.registered():
         kind.check(tasks, choices)

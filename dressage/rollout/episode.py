@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,8 @@ class Held:
     client: Any = None
     forwarder: asyncio.Server | None = None
     spec: SandboxSpec | None = None
+    artifacts: dict[str, bytes] = field(default_factory=dict)
+    """Files the task's kind stores with the session (e.g. its image's build log), kept from the start."""
 
     async def release(self, sid: str) -> None:
         """Close the agent's client, terminate the sandbox, stop the session's socket (failures logged)."""
@@ -189,14 +192,16 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
             key=deterministic_key(run.name, sid, "reward"),
             session_id=sid,
         )
-        await archive_session(env, sid, held.sandbox, agent_log)
+        await archive_session(env, sid, held.sandbox, agent_log, held.artifacts)
         renewer.cancel()
         await env.proxy.finalize_session(
             sid,
             "finished",
             reward=reward,
             finish_reason=result.finish_reason,
-            info=redact_json({**env.session_info, **_finish_info(lease, result)}, store.db.secrets),
+            info=redact_json(
+                {**env.session_info, **_finish_info(lease, result), **_no_scalar(details)}, store.db.secrets
+            ),
             attempt=lease.attempt,
         )
         if release:
@@ -231,7 +236,7 @@ async def _episode_failed(
         renewer.cancel()
         return await interrupt_for_engine(env, lease, sid, error, held, agent_log, counts=fault == "reported")
     agent_log.write(f"FAILED ({f.reason}): {error}")
-    await archive_session(env, sid, held.sandbox, agent_log)
+    await archive_session(env, sid, held.sandbox, agent_log, held.artifacts)
     renewer.cancel()
     await env.proxy.finalize_session(
         sid,
@@ -289,7 +294,7 @@ async def interrupt_for_engine(
     )
     if not cfg.worker.resume_in_flight:
         agent_log.write(f"INTERRUPTED (engine_unreachable): {error}")
-        await archive_session(env, sid, held.sandbox, agent_log)
+        await archive_session(env, sid, held.sandbox, agent_log, held.artifacts)
         await env.proxy.finalize_session(
             sid,
             "abandoned",
@@ -348,6 +353,7 @@ async def play_agent(
     )
     spec = cfg.sandbox.spec(task.files, socket_path, env.secrets.sandbox)
     try:
+        held.artifacts = task_kinds.artifacts(task)
         spec = held.spec = task_kinds.sandbox_spec(spec, task, cfg.sandbox.e2b.templates)
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, ConfigError, OSError) as e:
@@ -403,9 +409,17 @@ async def _proxy_socket(env: EpisodeEnv, session_id: str, held: Held) -> str | N
     return path
 
 
+def _no_scalar(details: dict[str, Any]) -> dict[str, Any]:
+    """``{"no_scalar_reward": why}`` for a session whose rewards hold no trained number, else ``{}``."""
+    why = details.get("no_scalar_reward")
+    return {"no_scalar_reward": why} if isinstance(why, str) else {}
+
+
 async def score_result(
     env: EpisodeEnv, task: Task, result: AgentResult, held: Held
-) -> tuple[float, dict[str, Any]]:
+) -> tuple[float | None, dict[str, Any]]:
+    """Score the agent's result: the trained number (None: the scorer kept every value but none is
+    the one that trains, ``details["no_scalar_reward"]`` says why) and the details."""
     sandbox, spec = held.sandbox, held.spec
     assert sandbox is not None and spec is not None
 
@@ -423,10 +437,22 @@ async def score_result(
     return out.reward, out.details
 
 
-async def archive_session(env: EpisodeEnv, sid: str, sandbox: Sandbox | None, agent_log: AgentLog) -> None:
-    """Store the agent log and (if configured) the workspace tarball as the session's artifacts."""
+async def archive_session(
+    env: EpisodeEnv,
+    sid: str,
+    sandbox: Sandbox | None,
+    agent_log: AgentLog,
+    extra: Mapping[str, bytes] | None = None,
+) -> None:
+    """Store the agent log, ``extra`` (its task kind's files, redacted) and (if configured) the
+    workspace tarball as the session's artifacts."""
     store, run = env.store, env.run
     try:
+        for name, data in (extra or {}).items():
+            text = redact(data.decode("utf-8", "replace"), store.db.secrets) or ""
+            await asyncio.to_thread(
+                store.artifacts.put, run, text.encode(), name=name, media_type="text/plain", session_id=sid
+            )
         await asyncio.to_thread(
             store.artifacts.put,
             run,

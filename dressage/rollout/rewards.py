@@ -45,9 +45,13 @@ class RewardInput:
 
 @dataclass
 class RewardOutput:
-    """A finite reward and JSON details explaining it (stored in the ``reward`` event)."""
+    """A finite reward and JSON details explaining it (stored in the ``reward`` event).
 
-    reward: float
+    ``reward`` None: the scorer kept every value the task wrote (in ``details``) but none of them is
+    the one number that trains; ``details["no_scalar_reward"]`` says why (the session finishes with a
+    NULL reward, which training refuses with that message)."""
+
+    reward: float | None
     details: dict[str, Any] = field(default_factory=dict)
 
 
@@ -224,7 +228,8 @@ class Scorer:
                 raise RewardError(f"reward {cfg.path!r} is not callable")
 
     async def score(self, inp: RewardInput) -> RewardOutput:
-        """Score one episode; a failing or non-finite reward raises :class:`RewardError`."""
+        """Score one episode; a failing or non-finite reward raises :class:`RewardError` (a None
+        reward passes only with its reason in ``details["no_scalar_reward"]``)."""
         builtin: dict[str, Callable[[Any, RewardInput], Awaitable[RewardOutput]]] = {
             "exact_match": _exact,
             "normalized_match": _normalized,
@@ -241,6 +246,8 @@ class Scorer:
             )
         else:
             out = await self._call_python(inp)
+        if out.reward is None and isinstance(out.details.get("no_scalar_reward"), str):
+            return RewardOutput(None, {"kind": self.kind, **out.details})
         if not isinstance(out.reward, int | float) or not math.isfinite(out.reward):
             raise RewardError(f"reward {self.kind} produced a non-finite value {out.reward!r}")
         return RewardOutput(float(out.reward), {"kind": self.kind, **out.details})

@@ -10,6 +10,7 @@ kind in its typed ``kind`` field; the hooks below are everything rollout asks of
 - refusing a run config that cannot run its tasks (:meth:`TaskKind.check` of the :class:`RunChoices`);
 - the run snapshot's record of its tasks (:meth:`TaskKind.snapshot`);
 - a task's sandbox and agent timeout (:meth:`TaskKind.sandbox_spec`, :meth:`TaskKind.agent_timeout_s`);
+- files stored with each of its sessions (:meth:`TaskKind.artifacts`: a task image's build log);
 - the agents and rewards it brings (:meth:`TaskKind.agents`, :meth:`TaskKind.rewards`), registered with
   :func:`dressage.agents.register_agent` and :func:`dressage.rollout.rewards.register_reward`.
 """
@@ -82,6 +83,10 @@ class TaskKind(Protocol):
         """Reward kinds this task kind brings (``reward: {kind: ...}``), by name."""
         ...
 
+    def artifacts(self, task: Task) -> Mapping[str, bytes]:
+        """Files stored with every session of ``task`` (name -> bytes; e.g. its image's build log)."""
+        ...
+
 
 _KINDS: dict[str, TaskKind] = {}
 
@@ -131,6 +136,12 @@ def sandbox_spec(spec: SandboxSpec, task: Task, templates: Mapping[str, str] | N
     """``spec`` for ``task``: adapted by its kind, unchanged for a ``row``."""
     kind = kind_of(task)
     return spec if kind is None else kind.sandbox_spec(spec, task, templates or {})
+
+
+def artifacts(task: Task) -> dict[str, bytes]:
+    """The files ``task``'s kind stores with each of its sessions (``{}`` for a ``row``)."""
+    kind = kind_of(task)
+    return {} if kind is None else dict(kind.artifacts(task))
 
 
 def agent_timeout_s(task: Task, run_timeout_s: float) -> float:

@@ -202,6 +202,7 @@ class StepBuilder:
         records the version the group was measured against as ``staleness_reference``.
         """
         opts, policy = self.options, self.options.masking
+        self._refuse_null_rewards(group)
         members = [
             {"sample": m.sample_index, "session": m.session_id, "status": m.status, "reward": m.reward}
             for m in group.members
@@ -222,9 +223,7 @@ class StepBuilder:
         samples: list[TrainSample] = []
         try:
             for m in kept:
-                assert m.session_id is not None
-                if m.reward is None:
-                    raise TrainingError(f"finished session {m.session_id} has no reward")
+                assert m.session_id is not None and m.reward is not None
                 rid = rollout_id_of(group.group_index, m.sample_index, opts.n_samples_per_prompt)
                 traj = Trajectory(m.session_id, float(m.reward), "completed", rid, group.group_index, rid)
                 samples += materialize_trajectory(by_session.get(m.session_id, []), traj)
@@ -240,6 +239,23 @@ class StepBuilder:
         if unfinished:
             decision["dropped_members"] = [m.sample_index for m in unfinished]
         return samples, {**decision, "kept": True}
+
+    def _refuse_null_rewards(self, group: ReadyGroup) -> None:
+        """A finished session with a NULL reward (its task's rewards kept whole, none of them chosen to
+        train, e.g. a multi-key Harbor ``reward.json`` in a run without ``reward.key``) stops training
+        with a :class:`TrainingError` saying why, before its group is consumed: it is never dropped
+        nor read as 0, so no data is lost."""
+        ids = [m.session_id for m in group.members if m.status == "finished" and m.reward is None]
+        ids += [f.session_id for f in group.forks if f.status == "finished" and f.reward is None]
+        if not ids or ids[0] is None:
+            return
+        why = self.store.sessions.get(ids[0]).info.get("no_scalar_reward") or "no reason was recorded"
+        raise TrainingError(
+            f"run {self.run.name!r}: session {ids[0]} (group {group.group_index}) finished without a "
+            f"scalar reward: {why}. Training refuses NULL rewards (a session is never dropped or read "
+            "as 0): give the run a reward.key or reward.weights that picks one number; the session, "
+            "its turns and every reward it wrote stay in the log, and nothing was consumed"
+        )
 
     def _materialize_tree(
         self,

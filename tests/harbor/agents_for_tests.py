@@ -28,3 +28,12 @@ class ScriptedHarborAgent(Agent):
         r = await ctx.sandbox.exec(m.group(1), timeout=30)
         ctx.log.write(f"ran the task's block: exit {r.exit_code}")
         return AgentResult(answer=resp.choices[0].message.content or "", turns=1, info={"exit": r.exit_code})
+
+
+class IdleAgent(Agent):
+    """Does nothing and answers nothing: every task's tests must score it 0."""
+
+    name = "idle"
+
+    async def run(self, ctx: AgentContext) -> AgentResult:
+        return AgentResult(answer="", turns=0)

@@ -184,3 +184,39 @@ async def test_one_reward_key_serves_a_mixed_dataset_and_environment_files_are_p
     }
     assert sessions["multi-key"][1]["details"]["rewards"] == {"reward": 0.75, "correct": 1.0, "style": 0.5}
     store.close()
+
+
+@pytest.mark.parametrize("any_db_url", ["sqlite"], indirect=True)
+async def test_several_rewards_and_no_rule_finish_with_a_null_reward_that_training_refuses(
+    tmp_path, any_db_url, engine_url
+) -> None:
+    """Issue 35: a task writing several rewards, none called ``reward``, in a run with no
+    ``reward.key``/``reward.weights`` used to fail (its rewards lost). Its session now finishes with
+    every reward kept and a NULL scalar reward saying why; training refuses it with that message
+    instead of dropping the group or reading it as 0."""
+    import shutil
+
+    from dressage.errors import TrainingError
+    from dressage.training import StepOptions
+    from dressage.training.groups import START_CURSOR, GroupTracker
+    from dressage.training.steps import StepBuilder
+
+    dataset = tmp_path / "named"
+    shutil.copytree(DATASETS / "basic" / "multi-key", dataset / "named-only")
+    (dataset / "named-only" / "tests" / "test.sh").write_text(
+        '#!/bin/bash\necho \'{"correct": 1, "style": 0.5}\' > /logs/verifier/reward.json\n'
+    )
+    store, run = await _rollout(tmp_path, any_db_url, engine_url, {"kind": "oracle"}, dataset)
+    ((session, reward),) = _by_task(store, run, dataset).values()
+    assert (session.status, session.reward) == ("finished", None)
+    assert "set reward.key or reward.weights" in session.info["no_scalar_reward"]
+    assert reward["reward"] is None and reward["details"]["rewards"] == {"correct": 1.0, "style": 0.5}
+    assert reward["details"]["chosen_by"] is None
+
+    pending = GroupTracker(store, run, 1).poll()
+    builder = StepBuilder(store, run, StepOptions(global_batch_size=1, n_samples_per_prompt=1))
+    with pytest.raises(TrainingError, match=r"finished without a scalar reward: the task wrote several") as e:
+        builder.form(1, pending, START_CURSOR)
+    assert session.id in str(e.value) and "nothing was consumed" in str(e.value)
+    assert len(GroupTracker(store, run, 1).poll()) == 1  # the group is still there to train later
+    store.close()

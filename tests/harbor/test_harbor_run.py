@@ -245,7 +245,10 @@ def test_harbor_loader_accepts_the_fixtures_and_our_environment_refuses_one(tmp_
     accepted = {ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("accepted ")}
     letters = {d.name for d in (REPO / "examples" / "harbor" / "letters").iterdir()}
     assert len(letters) == 12
-    assert accepted == {*EXPECTED, "missing-reward", "apt-only", "pip-dockerfile", *letters}
+    tbench = {d.name for d in (DATASETS / "tbench").iterdir()}
+    assert accepted == {*EXPECTED, "missing-reward", "apt-only", "pip-dockerfile", *letters, *tbench}
+    # not apt-only, so it would be built as written; its base is neither built here nor in a reachable registry
     assert (
-        "refused task pip-dockerfile: Dockerfile line 1: base image 'python:3.12-slim' is refused" in r.stdout
+        "refused task pip-dockerfile: Dockerfile line 1: base image 'python:3.12-slim' is not built here"
+        in r.stdout
     )

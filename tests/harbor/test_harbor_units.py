@@ -185,11 +185,16 @@ def test_a_harbor_dataset_needs_its_reward_and_the_oracle_needs_harbor_tasks(tmp
     check_reward_fits(tasks, "harbor", "oracle")
     with pytest.raises(ConfigError, match="use reward kind 'harbor'"):
         check_reward_fits(tasks, "contains", "answer")
-    with pytest.raises(ConfigError, match="run in sandbox provider 'bwrap' or 'e2b', not 'local'"):
+    with pytest.raises(ConfigError, match="run in sandbox provider 'bwrap', 'image' or 'e2b', not 'local'"):
         check_reward_fits(tasks, "harbor", "answer", "local")
     (tmp_path / "t.jsonl").write_text('{"prompt": "hi", "label": "x"}\n')
     with pytest.raises(ConfigError, match="agent kind 'oracle'"):
         check_reward_fits(load_tasks(tmp_path / "t.jsonl"), "contains", "oracle")
+    # provider image: a Harbor dataset's tasks bring their own images; JSONL rows need sandbox.image
+    check_reward_fits(tasks, "harbor", "answer", "image")
+    with pytest.raises(ConfigError, match=r"sandbox\.image: provider image needs an image reference"):
+        check_reward_fits(load_tasks(tmp_path / "t.jsonl"), "contains", "answer", "image")
+    check_reward_fits(load_tasks(tmp_path / "t.jsonl"), "contains", "answer", "image", None, "oci:/x:latest")
 
 
 @pytest.mark.anyio
@@ -226,3 +231,87 @@ def test_an_image_less_tasks_environment_files_are_placed_in_its_workdir(tmp_pat
     (task_dir / "environment" / "lib" / "helper.py").write_text("X = 1\n")
     (task,) = load_harbor_tasks(task_dir)
     assert task.files["data.csv"] == "a,b\n1,2\n" and task.files["lib/helper.py"] == "X = 1\n"
+
+
+def test_a_harbor_trial_with_several_rewards_and_no_key_is_recorded_finished_with_a_null_reward(
+    store, run_name: str, tmp_path: Path
+) -> None:
+    """Issue 35: ``dressage.harbor.record`` keeps such a trial (it used to record it failed, its
+    rewards only in the error): finished, every reward in the ``reward`` event, a NULL reward saying why."""
+    from dressage.harbor.record import job_run, record_trial
+
+    run = job_run(store, run_name)
+    result = {"trial_name": "t1", "task_name": "named", "verifier_result": {"rewards": {"a": 1, "b": 0.5}}}
+    assert record_trial(store, run, tmp_path, result, 1) is True
+    (session,) = store.sessions.list(run)
+    assert (session.status, session.reward) == ("finished", None)
+    assert "several rewards" in session.info["no_scalar_reward"] and session.info["trial_name"] == "t1"
+    (event,) = store.events.read(run, kinds=("reward",))
+    assert event.payload["reward"] is None and event.payload["details"]["rewards"] == {"a": 1, "b": 0.5}
+    result2 = {"trial_name": "t2", "task_name": "named", "verifier_result": {"rewards": {"a": 1, "b": 0.5}}}
+    assert record_trial(store, run, tmp_path, result2, 1, key="a") is True
+    assert {s.info["trial_name"]: s.reward for s in store.sessions.list(run)} == {"t1": None, "t2": 1.0}
+
+
+def _compose(tmp_path: Path, text: str) -> dict:
+    from dressage.harbor.compose import compose_environment
+
+    env_dir = tmp_path / "environment"
+    env_dir.mkdir(exist_ok=True)
+    (env_dir / "docker-compose.yaml").write_text(text)
+    return compose_environment("t", env_dir, "build")
+
+
+def test_a_compose_file_runs_as_far_as_one_service_goes(tmp_path: Path) -> None:
+    """Issue 35: terminal-bench's usual one-service compose file (build context, keep-alive command,
+    environment, working_dir) becomes the task's Dockerfile, env and workdir; a prebuilt image its
+    docker_image."""
+    got = _compose(
+        tmp_path,
+        "services:\n  client:\n    build:\n      context: .\n      dockerfile: Dockerfile.task\n"
+        "    image: ${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}\n    container_name: x\n"
+        "    command: [sh, -c, sleep infinity]\n    environment:\n      - TEST_DIR=/tests\n"
+        "    working_dir: /srv\n",
+    )
+    assert got == {"dockerfile": "Dockerfile.task", "env": {"TEST_DIR": "/tests"}, "workdir": "/srv"}
+    got = _compose(tmp_path, "services:\n  main:\n    image: org/img:1\n    environment: {A: 1}\n")
+    assert got == {"docker_image": "org/img:1", "env": {"A": "1"}}
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("services:\n  a: {image: x}\n  b: {image: y}\n", "services (2 services: a, b)"),
+        ("services:\n  a:\n    image: x\n    volumes: [./d:/d]\n", "services.a.volumes"),
+        ("services:\n  a:\n    build: {context: ..}\n", "services.a.build.context '..' (not environment/)"),
+        ("services:\n  a:\n    build: {context: ., args: {X: 1}}\n", "services.a.build.args"),
+        ("services:\n  a: {image: x}\nnetworks: {n: {}}\n", "networks"),
+    ],
+)
+def test_a_compose_file_beyond_one_service_is_refused_naming_the_field(
+    tmp_path: Path, text: str, field: str
+) -> None:
+    with pytest.raises(ConfigError) as e:
+        _compose(tmp_path, text)
+    assert str(e.value).startswith(f"task t: environment/docker-compose.yaml: {field} is refused")
+
+
+def test_a_dockerfile_beyond_apt_on_bubblewrap_names_the_image_provider(tmp_path: Path) -> None:
+    """Not apt-only on plain bubblewrap: the refusal names the line and says how it runs (provider image)."""
+    task = tmp_path / "t"
+    shutil.copytree(DATASETS / "basic" / "pass", task)
+    (task / "environment" / "Dockerfile").write_text("FROM debian:trixie\nUSER nobody\n")
+    with pytest.raises(ConfigError, match=r"Dockerfile line 2: USER is refused.*sandbox.provider: image"):
+        load_harbor_tasks(task)
+
+
+def test_the_build_key_follows_the_dockerfile_the_context_and_local_bases(tmp_path: Path) -> None:
+    from dressage.harbor.build import build_key
+
+    (tmp_path / "a.txt").write_text("a")
+    key = build_key("FROM x\n", tmp_path)
+    assert build_key("FROM x\n", tmp_path) == key
+    assert build_key("FROM y\n", tmp_path) != key
+    assert build_key("FROM x\n", tmp_path, ("sha256:1",)) != key
+    (tmp_path / "a.txt").write_text("b")
+    assert build_key("FROM x\n", tmp_path) != key

@@ -22,6 +22,7 @@ import pytest
 
 from dressage.errors import ConfigError, NotSupportedError, SandboxError
 from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
+from dressage.paddock.bwrap import BwrapSandbox
 from dressage.paddock.image import ImageProvider, ImageSandbox
 from dressage.paddock.image_store import ImageStore
 from dressage.rollout.config import parse_config
@@ -171,9 +172,12 @@ async def test_missing_image_bad_reference_and_unreachable_registry_refused(tmp_
     with pytest.raises(SandboxError, match=f"^image {re.escape(missing)}: skopeo cannot fetch it: ") as e:
         await provider.limits_in_force(_spec(missing))
     assert "\n" not in str(e.value)
-    for bad in ("ubuntu:22.04", "dir:/tmp/x", "docker://", ""):
+    for bad in ("ubuntu:22.04", "dir:/tmp/x", "docker://"):
         with pytest.raises(SandboxError, match=r"is not an image reference|needs sandbox.image"):
             await provider.create("bad", _spec(bad))
+    # a spec naming no image (a Harbor task without one of its own) is a plain bwrap sandbox
+    async with await provider.create("plain", _spec("")) as plain:
+        assert type(plain) is BwrapSandbox and (await plain.exec("test -d /usr/bin")).ok
     unreachable = "docker://127.0.0.1:9/nobody/none:1"
     with pytest.raises(SandboxError, match=f"^image {re.escape(unreachable)}: skopeo cannot fetch it: ") as e:
         await provider.create("reg", _spec(unreachable))
@@ -188,8 +192,9 @@ async def test_missing_image_bad_reference_and_unreachable_registry_refused(tmp_
 
 def test_config_validation_names_the_field() -> None:
     base = {"run": "r", "dataset": {"path": "d.jsonl"}, "agent": {"kind": "answer"}}
-    with pytest.raises(ConfigError, match=r"sandbox: .*sandbox.image: provider image needs an image"):
-        parse_config({**base, "sandbox": {"provider": "image"}})
+    # without sandbox.image the config parses: a Harbor dataset's tasks bring their own images, and
+    # JSONL rows are refused by check_reward_fits (tests/harbor/test_harbor_units.py)
+    assert parse_config({**base, "sandbox": {"provider": "image"}}).sandbox.image is None
     with pytest.raises(ConfigError, match=r"sandbox.image: applies to providers image and docker"):
         parse_config({**base, "sandbox": {"image": "oci:/x"}})
     with pytest.raises(ConfigError, match=r"sandbox.image: 'busybox' is not an image reference"):

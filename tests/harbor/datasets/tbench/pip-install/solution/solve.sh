@@ -1,0 +1,2 @@
+#!/bin/bash
+python3 -c 'import six; print(six.__version__)' > answer.txt

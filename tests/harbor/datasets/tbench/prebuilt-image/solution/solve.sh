@@ -1,0 +1,2 @@
+#!/bin/bash
+tool hello > answer.txt
