@@ -93,11 +93,16 @@ else
   step "build storage: vfs in $WORK (no overlayfs here; removed on exit)"
 fi
 IMAGE=localhost/dressage-ci:run-$$ # this run's tag: concurrent runs on one kept storage keep apart
+LAST=localhost/dressage-ci:last    # the newest build keeps a name; an older one stays, untagged, as cache
 CONTAINERS=()
 cleanup() {
   local c
   for c in "${CONTAINERS[@]}"; do buildah "${STORE[@]}" rm "$c" >/dev/null 2>&1 || true; done
-  buildah "${STORE[@]}" rmi "$IMAGE" >/dev/null 2>&1 || true # the tag; cached layers stay
+  # Untag only: `rmi` of an image's last name would remove it and, with it, its untagged parents (the
+  # layer cache). With a second name, `rmi` of this run's tag just drops the tag.
+  if buildah "${STORE[@]}" tag "$IMAGE" "$LAST" >/dev/null 2>&1; then
+    buildah "${STORE[@]}" rmi "$IMAGE" >/dev/null 2>&1 || true
+  fi
   remove_build_dir "$WORK"
 }
 trap cleanup EXIT
@@ -139,7 +144,7 @@ else
 fi
 
 # --- the image -------------------------------------------------------------------------------------
-step "building docker/Dockerfile (buildah, chroot isolation, vfs)"
+step "building docker/Dockerfile (buildah, chroot isolation, ${STORE[*]: -1} storage, ${CACHED_LAYERS[*]})"
 bud bud --quiet --isolation chroot "${CACHED_LAYERS[@]}" --pull=never \
   --build-arg BASE_IMAGE="$STANDIN" -f docker/Dockerfile -t "$IMAGE" . >/dev/null
 step "image built"
