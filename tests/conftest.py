@@ -105,36 +105,8 @@ def tiers_of(item: pytest.Item) -> set[str]:
     return found
 
 
-GROUPED_SESSION_FIXTURES = ("viewed", "readme_quickstart")
-"""Session-scoped fixtures that cost many seconds each (the browser tier's logs, one per backend; the
-README quickstart's run): their tests go to one xdist worker (per parameter), so each is built once
-per run, not once per worker."""
-
-
-def xdist_group_of(item: pytest.Item) -> str | None:
-    """The pytest-xdist group of a test (``--dist loadgroup``, set in pyproject's addopts: one group
-    runs on one worker), so expensive shared fixtures are built once per run rather than once per
-    worker: a parameter of :data:`GROUPED_SESSION_FIXTURES`, else the module of a module-scoped
-    fixture the test uses. Other tests are spread one by one."""
-    callspec = getattr(item, "callspec", None)
-    params = callspec.params if callspec is not None else {}
-    for name in GROUPED_SESSION_FIXTURES:
-        if name in params:
-            return f"{name}-{params[name]}"
-        if name in getattr(item, "fixturenames", ()):
-            return name
-    info = getattr(item, "_fixtureinfo", None)
-    if info is not None:
-        for name in item.fixturenames:  # type: ignore[attr-defined]
-            defs = info.name2fixturedefs.get(name)
-            if defs and defs[-1].scope == "module":
-                return item.nodeid.split("::", 1)[0]
-    return None
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tiers and its xdist group, then keep those of ``--tier``."""
+    """Mark each test with its tiers, then keep those of ``--tier``."""
     tier = config.getoption("--tier")
     if tier is None:  # `pytest -q`: the default tier; named files or nodes, or -m: whatever they select
         named = config.args_source == pytest.Config.ArgsSource.ARGS
@@ -150,9 +122,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tiers = tiers_of(item)
         for name in sorted(tiers):
             item.add_marker(getattr(pytest.mark, name))
-        group = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
         keep = "all" in wanted or (not tiers and "default" in wanted) or bool(tiers & wanted)
         (kept if keep else dropped).append(item)
     if dropped:
@@ -322,13 +291,20 @@ def engine_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def readme_quickstart(tmp_path_factory: pytest.TempPathFactory) -> QuickstartRun:
-    """The README's quickstart command run once, as printed, in a folder of its own
-    (``tests/quickstart_run.py``); its tests check the exit status themselves."""
+def readme_quickstart(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> QuickstartRun:
+    """The README's quickstart command run once per test run, as printed, in a folder of its own
+    (``tests/quickstart_run.py``); its tests check the exit status themselves. Under xdist the first
+    worker to need it runs it and the others read its result (a file lock in the run's shared
+    temporary directory), so the 60-session quickstart runs once, not once per worker."""
     from tests.paddock.conftest import bwrap_unavailable_reason
-    from tests.quickstart_run import run_readme_quickstart
+    from tests.quickstart_run import shared_readme_quickstart
 
     reason = bwrap_unavailable_reason()
     if reason is not None:
         pytest.skip(f"the quickstart needs bubblewrap: {reason}")
-    return run_readme_quickstart(tmp_path_factory.mktemp("readme-quickstart"))
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):  # an xdist worker: its basetemp's parent is this run's
+        root = root.parent
+    return shared_readme_quickstart(root)

@@ -3,12 +3,13 @@
 Two default-tier tests read the same run: ``tests/test_readme_newcomer.py`` (the command and its
 follow-ups, as a newcomer types them) and ``tests/rollout/test_quickstart.py`` (what the log holds,
 how long it took, its SFT export). Each run of it is 60 sandboxed sessions and a dev engine's start,
-so the session-scoped ``readme_quickstart`` fixture (tests/conftest.py) runs it once, and
-``--dist loadgroup`` keeps its tests on one xdist worker (``GROUPED_SESSION_FIXTURES``).
+so the session-scoped ``readme_quickstart`` fixture (tests/conftest.py) runs it once per test run:
+under xdist the first worker to need it runs it, the others wait on a file lock and read its result.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = ".venv/bin/dressage-worker"
@@ -70,3 +73,22 @@ def run_readme_quickstart(folder: Path) -> QuickstartRun:
     t0 = time.monotonic()
     done = run_in(folder, first)
     return QuickstartRun(folder, first, done, time.monotonic() - t0)
+
+
+def shared_readme_quickstart(root: Path) -> QuickstartRun:
+    """The quickstart run in ``root/readme-quickstart``, once for every process sharing ``root``
+    (xdist workers of one run): the first runs it and records the result in
+    ``root/readme-quickstart.json``; the others, waiting on the lock, read it."""
+    folder, record = root / "readme-quickstart", root / "readme-quickstart.json"
+    with FileLock(str(record) + ".lock"):
+        if record.is_file():
+            kept = json.loads(record.read_text(encoding="utf-8"))
+            done = subprocess.CompletedProcess(
+                kept["command"], kept["returncode"], kept["stdout"], kept["stderr"]
+            )
+            return QuickstartRun(folder, kept["command"], done, kept["elapsed_s"])
+        folder.mkdir()
+        run = run_readme_quickstart(folder)
+        kept = {"command": run.command, "elapsed_s": run.elapsed_s, "returncode": run.done.returncode}
+        record.write_text(json.dumps({**kept, "stdout": run.done.stdout, "stderr": run.done.stderr}))
+        return run

@@ -98,18 +98,6 @@ def test_an_explicit_marker_expression_selects_across_tiers() -> None:
     assert set(collected("-m", "postgres")) == set(collected("--tier", "postgres"))
 
 
-def test_tests_sharing_an_expensive_fixture_are_one_xdist_group_each() -> None:
-    """``--dist loadgroup`` (pyproject's addopts) sends a group to one worker: the browser tier's log
-    of each backend (the session-scoped ``viewed``) is then built once per run, not once per worker."""
-    _, groups = all_collected()["--tier all"]
-    viewed = {node: found for node, found in groups.items() if node.startswith(MODULES[1]) and found}
-    assert viewed, "no test of the viewer's pages is in an xdist group"
-    for node, found in viewed.items():
-        backend = "postgresql" if "postgresql" in node else "sqlite"
-        assert found == [f"viewed-{backend}"], (node, found)
-    assert not any(groups[node] for node in collected("--tier", "cloud")), "ungrouped tests stay ungrouped"
-
-
 def test_unknown_markers_and_tiers_are_refused(tmp_path: Path) -> None:
     bad = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "--tier", "nightly", MODULES[0]],
