@@ -37,6 +37,7 @@ from tests.stores import open_store
 if TYPE_CHECKING:
     from tests.dev_engine import RunningEngine
     from tests.paddock.images import BuiltImage
+    from tests.quickstart_run import QuickstartRun
 
 PG_ADMIN_URL = os.environ.get("DRESSAGE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PG_TEST_DB = os.environ.get("DRESSAGE_TEST_PG_DB", f"dressage_test_{os.getpid()}")
@@ -304,3 +305,23 @@ def engine_url() -> Iterator[str]:
     url = asyncio.run(engine.start())
     yield url
     engine.stop()
+
+
+@pytest.fixture(scope="session")
+def readme_quickstart(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> QuickstartRun:
+    """The README's quickstart command run once per test run, as printed, in a folder of its own
+    (``tests/quickstart_run.py``); its tests check the exit status themselves. Under xdist the first
+    worker to need it runs it and the others read its result (a file lock in the run's shared
+    temporary directory), so the 60-session quickstart runs once, not once per worker."""
+    from tests.paddock.conftest import bwrap_unavailable_reason
+    from tests.quickstart_run import shared_readme_quickstart
+
+    reason = bwrap_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"the quickstart needs bubblewrap: {reason}")
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):  # an xdist worker: its basetemp's parent is this run's
+        root = root.parent
+    return shared_readme_quickstart(root)

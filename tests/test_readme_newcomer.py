@@ -8,31 +8,9 @@ printed, in a fresh folder that holds only ``.venv`` (a link to this venv) and a
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-WORKER = ".venv/bin/dressage-worker"
-
-
-def quickstart_commands(readme: str) -> tuple[str, list[str]]:
-    """(the quickstart command without its set-up step, the first three follow-up commands)."""
-    section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
-    lines = [
-        line.split("  #", 1)[0].strip()
-        for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
-        for line in block.splitlines()
-    ]
-    commands = [line for line in lines if WORKER in line]
-    first = commands[0].split("&&")[-1].strip()
-    assert first.startswith(f"{WORKER} rollout"), first
-    return first, commands[1:4]
+from tests.quickstart_run import REPO, WORKER, QuickstartRun, quickstart_commands, run_in
 
 
 def test_the_readme_names_a_quickstart_and_three_follow_ups() -> None:
@@ -41,33 +19,24 @@ def test_the_readme_names_a_quickstart_and_three_follow_ups() -> None:
     assert [c.split()[1] for c in follow_ups] == ["runs", "show", "sql"]
 
 
-def test_the_readme_quickstart_runs_as_printed(tmp_path: Path) -> None:
-    from tests.paddock.conftest import bwrap_unavailable_reason
-
-    reason = bwrap_unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"the quickstart needs bubblewrap: {reason}")
-    first, follow_ups = quickstart_commands((REPO / "README.md").read_text(encoding="utf-8"))
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
-    shutil.copytree(REPO / "examples", tmp_path / "examples")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRESSAGE_")}
-    env["PYTHONPATH"] = str(REPO)  # this checkout's code, whichever checkout the venv was installed from
-
-    def run(command: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-        )
-        assert done.returncode == 0, f"$ {command}\n{done.stdout}\n{done.stderr}"
-        return done
-
-    rollout = run(first)
+def test_the_readme_quickstart_runs_as_printed(readme_quickstart: QuickstartRun) -> None:
+    """The quickstart (run once per session by the ``readme_quickstart`` fixture, as printed, in a
+    folder of its own), then its three follow-ups in that folder."""
+    _, follow_ups = quickstart_commands((REPO / "README.md").read_text(encoding="utf-8"))
+    rollout = readme_quickstart.done
+    assert rollout.returncode == 0, f"$ {readme_quickstart.command}\n{rollout.stdout}\n{rollout.stderr}"
     session = re.search(r"dressage-worker show (\w+) --tokens", rollout.stderr)
     assert session is not None, rollout.stderr
-    outputs = [run(command.replace("SESSION_ID", session.group(1))).stdout for command in follow_ups]
+    outputs = []
+    for command in follow_ups:
+        command = command.replace("SESSION_ID", session.group(1))
+        done = run_in(readme_quickstart.folder, command)
+        assert done.returncode == 0, f"$ {command}\n{done.stdout}\n{done.stderr}"
+        outputs.append(done.stdout)
     assert "quickstart" in outputs[0]  # runs
     assert session.group(1) in outputs[1]  # show
     assert "10 row(s)" in outputs[2]  # sql
-    assert (tmp_path / ".dressage" / "dressage.db").is_file()
+    assert (readme_quickstart.folder / ".dressage" / "dressage.db").is_file()
 
 
 def test_ci_runs_the_readmes_test_command() -> None:

@@ -19,7 +19,7 @@ from dressage.store import EventStore
 from dressage.store.views import STEP_METRIC_COLUMNS
 from dressage.training import StepOptions, Trainer
 from dressage.training.torch_backend import build_model
-from tests.test_readme_newcomer import REPO
+from tests.quickstart_run import REPO
 from tests.training.builders import recompute_loss_and_grad_norm
 
 pytestmark = pytest.mark.timeout(900)

@@ -1,42 +1,28 @@
 """The README's main command: `dressage-worker rollout --config examples/quickstart.yaml`, as a user
-runs it (the worker starts its own dev engine; SQLite under ./.dressage of the working directory)."""
+runs it (the worker starts its own dev engine; SQLite under ./.dressage of the working directory).
+The run is the session's one run of the README quickstart as printed (the ``readme_quickstart``
+fixture, shared with tests/test_readme_newcomer.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from dressage.exports.export import export_run
 from dressage.tito.profiles import build_profile
 from tests.exports.sft_checks import assert_trl_tokenizes_exact_rows
-from tests.rollout.conftest import REPO, open_store, requires_bwrap, worker_env
+from tests.quickstart_run import QuickstartRun
+from tests.rollout.conftest import open_store
 
-pytestmark = requires_bwrap
 
-
-def test_quickstart_runs_and_tells_what_to_look_at(tmp_path: Path) -> None:
-    t0 = time.monotonic()
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from dressage.cli import main; main()",
-            "rollout",
-            "--config",
-            str(REPO / "examples" / "quickstart.yaml"),
-        ],
-        cwd=tmp_path,
-        env={**worker_env(tmp_path / ".dressage"), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=300,
+def test_quickstart_runs_and_tells_what_to_look_at(readme_quickstart: QuickstartRun, tmp_path: Path) -> None:
+    r, elapsed, home = (
+        readme_quickstart.done,
+        readme_quickstart.elapsed_s,
+        readme_quickstart.folder / ".dressage",
     )
-    elapsed = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     assert "dressage-worker runs" in r.stderr and "dressage-worker show" in r.stderr
-    store = open_store(f"sqlite:///{tmp_path / '.dressage' / 'dressage.db'}", tmp_path / ".dressage")
+    store = open_store(f"sqlite:///{home / 'dressage.db'}", home)
     summary = store.runs.summary("quickstart")
     # 12 tasks x 4 samples, and the eval round of policy version 0: 6 held-out tasks x 2
     assert summary.sessions == {"finished": 60} and summary.turns == 60

@@ -18,7 +18,7 @@ from dressage.config import Settings
 from dressage.store import EventStore
 from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store
-from tests.test_readme_newcomer import REPO, quickstart_commands
+from tests.quickstart_run import REPO, quickstart_commands
 from tests.view.browser import css, one, severe_console_errors, text, url, wait
 from tests.view.conftest import serve
 
