@@ -19,6 +19,7 @@ from typing import Any, Literal
 from dressage.agents.base import Agent, AgentContext, AgentResult
 from dressage.agents.whitebox import _complete
 from dressage.errors import AgentError, ConfigError
+from recipes.extras import require
 from recipes.forcing import forced_reply, tool_call_text
 from recipes.hotpotqa.search import TOOLS, SearchIndex, index_for
 
@@ -56,6 +57,7 @@ class SearchAgent(Agent):
     ) -> None:
         if corpus not in ("dataset", "question"):
             raise ConfigError(f"agent option corpus must be 'dataset' or 'question', got {corpus!r}")
+        require("bm25s", "hotpotqa")  # at config load: a missing extra stops the run before it starts
         self.system_prompt = system_prompt or SYSTEM_PROMPT
         self.max_turns, self.top_k, self.corpus = max_turns, top_k, corpus
 
@@ -89,6 +91,7 @@ class OracleSearchAgent(Agent):
     def __init__(self, mode: Literal["correct", "wrong"] = "correct", top_k: int = 3) -> None:
         if mode not in ("correct", "wrong"):
             raise ConfigError(f"agent option mode must be 'correct' or 'wrong', got {mode!r}")
+        require("bm25s", "hotpotqa")
         self.mode, self.top_k = mode, top_k
 
     async def run(self, ctx: AgentContext) -> AgentResult:

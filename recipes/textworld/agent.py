@@ -19,6 +19,7 @@ from typing import Any, Literal
 from dressage.agents.base import Agent, AgentContext, AgentResult
 from dressage.agents.whitebox import _complete
 from dressage.errors import AgentError, ConfigError
+from recipes.extras import require
 from recipes.forcing import forced_reply, tool_call_text
 from recipes.textworld.loader import game_file_of
 from recipes.textworld.play import TOOLS, Game
@@ -56,6 +57,7 @@ class GameAgent(Agent):
     name = "textworld-game"
 
     def __init__(self, system_prompt: str | None = None, max_turns: int = 20) -> None:
+        require("textworld", "textworld")  # at config load: a missing extra stops the run before it starts
         self.system_prompt = system_prompt
         self.max_turns = max_turns
 
@@ -93,6 +95,7 @@ class WalkthroughAgent(Agent):
     def __init__(self, mode: Literal["correct", "wrong"] = "correct") -> None:
         if mode not in ("correct", "wrong"):
             raise ConfigError(f"agent option mode must be 'correct' or 'wrong', got {mode!r}")
+        require("textworld", "textworld")
         self.mode = mode
 
     async def run(self, ctx: AgentContext) -> AgentResult:

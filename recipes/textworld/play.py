@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,11 @@ def _start(game_file: Path) -> tuple[Any, Any]:
     infos = textworld.EnvInfos(
         description=True, objective=True, score=True, max_score=True, won=True, lost=True, moves=True
     )
-    env = textworld.start(str(game_file), request_infos=infos)
-    return env, env.reset()
+    with warnings.catch_warnings():
+        # Jericho warns that it cannot detect the score of TextWorld's games; TextWorld tracks it itself.
+        warnings.filterwarnings("ignore", message=".*is not fully supported.*")
+        env = textworld.start(str(game_file), request_infos=infos)
+        return env, env.reset()
 
 
 def _outcome(state: Any) -> Outcome:
