@@ -45,7 +45,8 @@ def test_the_loader_reads_the_official_format_from_the_shipped_sample() -> None:
 def test_the_loader_reads_jsonl_in_the_hugging_face_form(tmp_path: Path) -> None:
     rec = json.loads(SAMPLE.read_text(encoding="utf-8"))[1]
     hf = {
-        **rec,
+        **{k: v for k, v in rec.items() if k != "_id"},
+        "id": rec["_id"],
         "context": {"title": [p[0] for p in rec["context"]], "sentences": [p[1] for p in rec["context"]]},
         "supporting_facts": {
             "title": [f[0] for f in rec["supporting_facts"]],
@@ -55,6 +56,7 @@ def test_the_loader_reads_jsonl_in_the_hugging_face_form(tmp_path: Path) -> None
     path = tmp_path / "hf.jsonl"
     path.write_text(json.dumps(hf) + "\n", encoding="utf-8")
     [task] = load_tasks(path, loader=LOADER)
+    assert task.id == rec["_id"]
     assert task.metadata["hotpotqa"]["context"] == rec["context"]
     assert task.metadata["hotpotqa"]["supporting_facts"] == rec["supporting_facts"]
 
@@ -65,6 +67,9 @@ def test_a_bad_record_names_the_file_record_and_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([rec]), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"bad.json record 0: answer: Field required"):
+        read_records(path)
+    path.write_text(json.dumps([{**rec, "answer": "x", "anwser": "y"}]), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad.json record 0: anwser: Extra inputs are not permitted"):
         read_records(path)
 
 
