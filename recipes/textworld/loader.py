@@ -4,9 +4,11 @@
 ``.json``: what ``tw-make`` writes and TextWorld's published sets ship) or a YAML file of game specs
 (``data/games.yaml``: difficulty levels and seeds), whose games are generated locally by TextWorld's
 own generator first (:func:`recipes.textworld.games.make_game`, cached). A task's prompt is the
-game's objective; ``metadata.textworld`` keeps the game file's absolute path, the spec that
-regenerates it where known (another machine, a cleared cache), the walkthrough (the oracle) and the
-maximum score.
+game's objective; ``metadata.textworld`` keeps the walkthrough (the oracle), the maximum score, and
+where the game is: a generated game by its spec alone (each machine finds it in its own cache, or
+regenerates it: same seed, same game), so no machine-local path enters the task payload and workers
+on several machines share the run's dataset digest; a game file read from a folder by its path
+(resolved against the config file, as ``dataset.path`` itself).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ def read_specs(path: Path) -> list[GameSpec]:
 
 def _task(index: int, info: GameInfo, spec: GameSpec | None) -> Task:
     meta: dict[str, Any] = {**info.model_dump(), "spec": spec.model_dump() if spec else None}
+    if spec is not None:
+        meta["game_file"] = None  # found by its spec in each machine's cache (game_file_of)
     return Task(
         index=index,
         id=Path(info.game_file).parent.name if spec else Path(info.game_file).stem,
@@ -99,12 +103,11 @@ def load_tasks(path: Path, limit: int | None = None) -> list[Task]:
 
 
 def game_file_of(meta: dict[str, Any]) -> Path:
-    """The task's game file: as recorded, else regenerated from its spec (same seed, same game)."""
+    """The task's game file: a generated game's from this machine's cache (generated when absent:
+    same seed, same game), a folder's game by its recorded path."""
+    if meta.get("spec") is not None:
+        return make_game(GameSpec.model_validate(meta["spec"]))
     path = Path(meta["game_file"])
-    if path.is_file():
-        return path
-    if meta.get("spec") is None:
-        raise FileNotFoundError(
-            f"the TextWorld game {path} is gone and the task has no spec to regenerate it"
-        )
-    return make_game(GameSpec.model_validate(meta["spec"]))
+    if not path.is_file():
+        raise FileNotFoundError(f"the TextWorld game {path} is gone (a game read from a folder has no spec)")
+    return path

@@ -48,7 +48,8 @@ def test_the_loader_generates_the_shipped_specs_and_reads_their_games(tasks: lis
     assert [t.metadata["textworld"]["spec"]["level"] for t in tasks] == ["easy", "easy", "medium", "hard"]
     meta = tasks[0].metadata["textworld"]
     assert meta["walkthrough"] == EASY_11 and meta["max_score"] == 1.0
-    assert Path(meta["game_file"]).is_relative_to(cache / "textworld") and Path(meta["game_file"]).is_file()
+    assert meta["game_file"] is None  # no machine-local path in the payload: the spec finds the game
+    assert game_file_of(meta).is_relative_to(cache / "textworld") and game_file_of(meta).is_file()
     assert "locker" in (tasks[0].prompt or "") and tasks[0].id and tasks[0].id.startswith("easy-s11-")
     lengths = [len(t.metadata["textworld"]["walkthrough"]) for t in tasks]
     assert lengths[0] == 2 and lengths[-1] > lengths[0]  # harder levels, longer quests
@@ -56,7 +57,7 @@ def test_the_loader_generates_the_shipped_specs_and_reads_their_games(tasks: lis
 
 def test_a_folder_of_game_files_is_a_dataset(tasks: list[Task], tmp_path: Path) -> None:
     for t in tasks[:2]:
-        src = Path(t.metadata["textworld"]["game_file"])
+        src = game_file_of(t.metadata["textworld"])
         for suffix in (".z8", ".json"):
             shutil.copy(src.with_suffix(suffix), tmp_path / f"{t.id}{suffix}")
     read = load_tasks(tmp_path, loader=LOADER)
@@ -64,6 +65,7 @@ def test_a_folder_of_game_files_is_a_dataset(tasks: list[Task], tmp_path: Path) 
         t.metadata["textworld"]["walkthrough"] for t in tasks[:2]
     ]
     assert read[0].metadata["textworld"]["spec"] is None
+    assert read[0].metadata["textworld"]["game_file"] == str(tmp_path / f"{tasks[0].id}.z8")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="holds no TextWorld game files"):
         load_tasks(tmp_path / "empty", loader=LOADER)
@@ -90,7 +92,7 @@ def _reward(task: Task, commands: list[str], metric: str = "score") -> float:
 def test_the_walkthrough_wins_and_a_wrong_play_scores_0(tasks: list[Task]) -> None:
     for task in tasks:
         walkthrough = task.metadata["textworld"]["walkthrough"]
-        out = replay(Path(task.metadata["textworld"]["game_file"]), walkthrough)
+        out = replay(game_file_of(task.metadata["textworld"]), walkthrough)
         assert out.won and out.score == out.max_score
         assert _reward(task, walkthrough) == 1.0 and _reward(task, walkthrough, "win") == 1.0
         assert _reward(task, ["look"] * len(walkthrough)) == 0.0
