@@ -62,6 +62,8 @@ the provider of ``any_sandbox``: a container engine outside the venv)."""
 MODULE_TIERS: dict[str, tuple[str, ...]] = {
     "tests/cluster/": ("slow",),
     "tests/loop/": ("slow",),
+    "tests/recipes/test_textworld.py": ("slow",),
+    "tests/recipes/test_recipe_runs.py": ("slow",),
     "tests/harbor/test_harbor_loop.py": ("slow",),
     "tests/rollout/test_crash_resume.py": ("slow",),
     "tests/rollout/test_inflight_resume.py": ("slow",),
