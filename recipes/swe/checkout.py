@@ -75,12 +75,16 @@ def prepare_checkout(record: SweRecord, source: str, cache: Path | None = None) 
     try:
         _git(["init", "-q"], tmp)
         _git(["fetch", "-q", "--depth", "1", "--no-tags", source, record.base_commit], tmp)
-        _git(["-c", "advice.detachedHead=false", "checkout", "-q", record.base_commit], tmp)
+        # on a branch: refs/heads then holds a file, and a sandbox's files keep no empty folder
+        _git(["checkout", "-q", "-b", "main", record.base_commit], tmp)
         for key, value in (("core.fileMode", "false"), ("user.name", "agent"), ("user.email", "agent@sandbox")):
             _git(["config", key, value], tmp)
         (tmp / ".git" / "dressage-ready").write_text(record.base_commit + "\n")
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process made it first (same commit: same content), or a broken one
+            if not (dest / ".git" / "dressage-ready").exists():
+                raise
     except ConfigError as e:
         raise ConfigError(f"instance {record.instance_id}: the checkout of {source} at {record.base_commit} failed: {e}") from None
     finally:

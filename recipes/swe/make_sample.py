@@ -83,8 +83,8 @@ def _statuses(repo: Path, record: SweRecord, with_fix: bool) -> dict[str, str]:
     return dict(parser(sliced, spec))
 
 
-def build_repo(src: Path, repos: Path) -> dict[str, Any]:
-    """Build the repository of sample folder ``src`` under ``repos``; its record (module docstring)."""
+def build_repo(src: Path, repos: Path) -> tuple[Path, str]:
+    """Build the git repository of sample folder ``src`` under ``repos``: its folder and base commit."""
     meta = json.loads((src / "repo.json").read_text())
     repo = repos / meta["repo"].replace("/", "__")
     shutil.rmtree(repo, ignore_errors=True)
@@ -97,6 +97,14 @@ def build_repo(src: Path, repos: Path) -> dict[str, Any]:
     shutil.copytree(src / "fixed", repo, dirs_exist_ok=True)
     issue = (src / "issue.md").read_text()
     _commit_all(repo, f"Fix #{meta['number']}: {issue.splitlines()[0]}", (created + timedelta(days=1)).isoformat())
+    return repo, base
+
+
+def make_record(src: Path, repos: Path) -> dict[str, Any]:
+    """The record of sample folder ``src``, its repository built under ``repos`` (module docstring)."""
+    meta = json.loads((src / "repo.json").read_text())
+    issue = (src / "issue.md").read_text()
+    repo, base = build_repo(src, repos)
     changed = _git(repo, "diff", "--name-only", base, "HEAD").split()
     tests = [p for p in changed if _is_test(p)]
     code = [p for p in changed if not _is_test(p)]
@@ -123,9 +131,19 @@ def build_repo(src: Path, repos: Path) -> dict[str, Any]:
     return out
 
 
+def sample_folders() -> list[Path]:
+    """The folders of ``recipes/swe/sample``, in order."""
+    return sorted(p for p in SAMPLE.iterdir() if p.is_dir())
+
+
+def build_repos(repos: Path) -> list[Path]:
+    """Only the repositories (no test runs): what the committed records need, under ``repos``."""
+    return [build_repo(src, repos)[0] for src in sample_folders()]
+
+
 def make_sample(out: Path = DATA) -> Path:
     """Build every sample repository under ``out/repos`` and write ``out/swe_sample.jsonl``."""
-    records = [build_repo(src, out / "repos") for src in sorted(p for p in SAMPLE.iterdir() if p.is_dir())]
+    records = [make_record(src, out / "repos") for src in sample_folders()]
     path = out / RECORDS
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
     return path
@@ -136,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m recipes.swe.make_sample", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DATA, help="folder for repos/ and swe_sample.jsonl")
     ap.add_argument("--check", action="store_true", help="build into a temporary folder and compare with --out")
+    ap.add_argument("--repos-only", action="store_true", help="build only the repositories under --out/repos")
     args = ap.parse_args(argv)
+    if args.repos_only:
+        for repo in build_repos(args.out / "repos"):
+            print(repo)
+        return 0
     if not args.check:
         print(make_sample(args.out))
         return 0
