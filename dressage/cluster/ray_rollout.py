@@ -327,7 +327,7 @@ def load_run_on_engines(config_path: str, engine_urls: list[str]) -> NewRun:
     cfg = parse_config({**data, "engine": engine}, source=str(path), base_dir=path.parent.resolve())
     build_agent(cfg.agent)
     build_scorer(cfg.reward)
-    tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, cfg.sandbox.provider)
+    tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, cfg.sandbox.provider, cfg.dataset.loader)
     check_reward_fits(tasks, cfg.reward.kind, cfg.agent.kind, cfg.sandbox.provider, cfg.sandbox.e2b.templates)
     return NewRun(cfg, tasks)
 

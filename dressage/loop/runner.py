@@ -196,7 +196,9 @@ class Loop:
             update={"admin_token": SecretStr(self.admin_token)}
         )
         sandbox = self.cfg.sandbox
-        self.tasks = load_tasks(self.cfg.dataset.path, self.cfg.dataset.limit, sandbox.provider)
+        self.tasks = load_tasks(
+            self.cfg.dataset.path, self.cfg.dataset.limit, sandbox.provider, self.cfg.dataset.loader
+        )
         check_reward_fits(
             self.tasks, self.cfg.reward.kind, self.cfg.agent.kind, sandbox.provider, sandbox.e2b.templates
         )

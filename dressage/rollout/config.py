@@ -10,7 +10,7 @@ as JSON, is the run's frozen config snapshot.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from dressage.agents.config import AgentConfig, AnswerAgentConfig
+from dressage.agents.config import AgentConfig, AnswerAgentConfig, dotted_path
 from dressage.errors import ConfigError
 from dressage.paddock import SandboxSpec
 from dressage.paddock.limits import DEFAULT_LIMITS, LIMIT_MECHANISMS, LimitMechanism
@@ -44,10 +44,16 @@ class _Strict(BaseModel):
 
 
 class DatasetConfig(_Strict):
-    """JSONL tasks: one object per line with ``prompt`` or ``messages``, ``label``, ``metadata``."""
+    """JSONL tasks: one object per line with ``prompt`` or ``messages``, ``label``, ``metadata``;
+    or any other format a ``loader`` reads (a recipe's reader of a public dataset format)."""
 
     path: str = Field(description="JSONL file; relative paths are resolved against the config file.")
     limit: int | None = Field(default=None, ge=1, description="Use only the first N rows.")
+    loader: Annotated[str, dotted_path("recipes.hotpotqa.loader:load_tasks")] | None = Field(
+        default=None,
+        description="Dotted path of fn(path, limit) -> list[Task] that reads `path` instead of the JSONL "
+        "reader (recipes/README.md).",
+    )
 
 
 class EngineConfig(_Strict):

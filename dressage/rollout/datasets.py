@@ -10,7 +10,8 @@ Fields of a row (unknown fields are errors, so a typo never silently drops data)
 - ``id``: optional stable identifier.
 
 A path a registered task kind reads (a Harbor dataset directory: :mod:`dressage.rollout.task_kinds`)
-is loaded by that kind instead.
+is loaded by that kind instead, and a config's ``dataset.loader`` (a dotted path, e.g. a recipe's
+reader of a public dataset format: ``recipes/README.md``) reads any other format into tasks.
 
 Blank lines and lines starting with ``//`` are skipped. Every error names the file, line and field.
 The whole file is checked before a run is created: message roles must be ones the proxy serves,
@@ -72,13 +73,19 @@ class TaskRow(BaseModel):
         return self
 
 
-def load_tasks(path: str | Path, limit: int | None = None, provider: str = "bwrap") -> list[Task]:
+def load_tasks(
+    path: str | Path, limit: int | None = None, provider: str = "bwrap", loader: str | None = None
+) -> list[Task]:
     """Read a JSONL task file (or a dataset a registered task kind reads) into :class:`Task` objects
     numbered from 0.
 
     ``provider`` is the run's sandbox provider (a task kind may load differently per provider: a Harbor
-    task's image becomes a root filesystem on ``bwrap`` and an E2B template on ``e2b``)."""
+    task's image becomes a root filesystem on ``bwrap`` and an E2B template on ``e2b``). ``loader``
+    (``dataset.loader``) is the dotted path of ``fn(path, limit) -> list[Task]`` that reads the file
+    instead (:func:`load_with_loader`)."""
     p = Path(path)
+    if loader is not None:
+        return load_with_loader(loader, p, limit)
     kind = task_kinds.reader_of(p)
     if kind is not None:
         return kind.load(p, limit, provider)
@@ -130,6 +137,30 @@ def load_tasks(path: str | Path, limit: int | None = None, provider: str = "bwra
             break
     if not tasks:
         raise ConfigError(f"dataset {p} has no tasks")
+    return tasks
+
+
+def load_with_loader(loader: str, path: Path, limit: int | None) -> list[Task]:
+    """The tasks ``fn(path, limit)`` returns for ``loader`` = ``"pkg.mod:fn"``, checked as a JSONL
+    file's are: a non-empty list of :class:`Task` numbered 0..n-1 (at most ``limit``) whose payloads
+    the log can store. A loader's own :class:`ConfigError` (a missing file, a bad record) passes as is."""
+    from dressage.agents.whitebox import import_object
+
+    fn = import_object(loader, "dataset.loader")
+    if not callable(fn):
+        raise ConfigError(f"dataset.loader {loader!r} is not callable")
+    tasks = fn(path, limit)
+    if not isinstance(tasks, list) or not all(isinstance(t, Task) for t in tasks):
+        raise ConfigError(f"dataset.loader {loader!r} must return a list of Task, got {type(tasks).__name__}")
+    tasks = tasks[:limit] if limit is not None else tasks
+    if not tasks:
+        raise ConfigError(f"dataset {path} has no tasks (read by {loader})")
+    for i, t in enumerate(tasks):
+        if t.index != i:
+            raise ConfigError(f"dataset.loader {loader!r}: task {i} has index {t.index}; number them from 0")
+        unstorable = find_unstorable_text(t.to_payload())
+        if unstorable is not None:
+            raise ConfigError(f"{path} task {t.id or i}: {unstorable}")
     return tasks
 
 

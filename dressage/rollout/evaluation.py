@@ -47,7 +47,7 @@ class EvalScheduler:
         provider: str = "bwrap",
     ) -> None:
         self.store, self.run, self.cfg = store, run, cfg
-        self.tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, provider)
+        self.tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, provider, cfg.dataset.loader)
         self.seen: int | None = None
         self.min_interval_s = min_interval_s
         self._checked_at = -float("inf")

@@ -158,7 +158,7 @@ def load_new_run(config_path: str) -> NewRun:
     cfg = load_config(config_path)
     build_agent(cfg.agent)
     build_scorer(cfg.reward)
-    tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, cfg.sandbox.provider)
+    tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, cfg.sandbox.provider, cfg.dataset.loader)
     check_reward_fits(tasks, cfg.reward.kind, cfg.agent.kind, cfg.sandbox.provider, cfg.sandbox.e2b.templates)
     return NewRun(cfg, tasks)
 

@@ -1,0 +1,1 @@
+"""Recipe: multi-hop retrieval QA in HotpotQA's format (``recipes/hotpotqa/README.md``)."""
