@@ -41,7 +41,9 @@ class EditRunAgent(Agent):
 
     name = "swe-edit-run"
 
-    def __init__(self, system_prompt: str | None = None, max_turns: int = 30, tool_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, system_prompt: str | None = None, max_turns: int = 30, tool_timeout_s: float = 60.0
+    ) -> None:
         self.system_prompt = system_prompt or SYSTEM_PROMPT
         self.max_turns, self.tool_timeout_s = max_turns, tool_timeout_s
 
@@ -66,7 +68,9 @@ class EditRunAgent(Agent):
             messages.append(msg.model_dump(exclude_none=True, exclude_unset=True, mode="json"))
             for call in calls:
                 output = await tools.call(call.function.name, call.function.arguments or "{}")
-                ctx.log.write(f"turn {turn}: {call.function.name}({call.function.arguments[:200]}) -> {output[:300]!r}")
+                ctx.log.write(
+                    f"turn {turn}: {call.function.name}({call.function.arguments[:200]}) -> {output[:300]!r}"
+                )
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
         ctx.log.write(f"max_turns={self.max_turns} reached")
         return AgentResult(answer, "max_turns", self.max_turns, messages)

@@ -77,7 +77,11 @@ def prepare_checkout(record: SweRecord, source: str, cache: Path | None = None) 
         _git(["fetch", "-q", "--depth", "1", "--no-tags", source, record.base_commit], tmp)
         # on a branch: refs/heads then holds a file, and a sandbox's files keep no empty folder
         _git(["checkout", "-q", "-b", "main", record.base_commit], tmp)
-        for key, value in (("core.fileMode", "false"), ("user.name", "agent"), ("user.email", "agent@sandbox")):
+        for key, value in (
+            ("core.fileMode", "false"),
+            ("user.name", "agent"),
+            ("user.email", "agent@sandbox"),
+        ):
             _git(["config", key, value], tmp)
         (tmp / ".git" / "dressage-ready").write_text(record.base_commit + "\n")
         try:
@@ -86,7 +90,9 @@ def prepare_checkout(record: SweRecord, source: str, cache: Path | None = None) 
             if not (dest / ".git" / "dressage-ready").exists():
                 raise
     except ConfigError as e:
-        raise ConfigError(f"instance {record.instance_id}: the checkout of {source} at {record.base_commit} failed: {e}") from None
+        raise ConfigError(
+            f"instance {record.instance_id}: the checkout of {source} at {record.base_commit} failed: {e}"
+        ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

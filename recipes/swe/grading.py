@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dressage.errors import ConfigError
-from recipes.swe.extra import need
+from recipes.extras import require
 from recipes.swe.records import SweRecord, patch_paths
 
 DEFAULT_TEST_CMD = "python3 -m pytest --no-header -rA --tb=no -p no:cacheprovider"
@@ -59,9 +59,11 @@ def eval_script(record: SweRecord, test_cmd: str) -> str:
 def swebench_instance(record: SweRecord, test_cmd: str, log_parser: str) -> dict[str, Any]:
     """``record`` as the instance dict SWE-bench 5's ``make_test_spec`` reads."""
     parser = record.log_parser or log_parser
-    registry = need("swebench.harness.log_parsers").PARSER_REGISTRY
+    registry = require("swebench.harness.log_parsers", "swe").PARSER_REGISTRY
     if parser not in registry:
-        raise ConfigError(f"instance {record.instance_id}: log_parser {parser!r} is not one of SWE-bench's parsers")
+        raise ConfigError(
+            f"instance {record.instance_id}: log_parser {parser!r} is not one of SWE-bench's parsers"
+        )
     return {
         "instance_id": record.instance_id,
         "image": record.image or "",
@@ -75,17 +77,19 @@ def swebench_instance(record: SweRecord, test_cmd: str, log_parser: str) -> dict
     }
 
 
-def test_spec(record: SweRecord, test_cmd: str = DEFAULT_TEST_CMD, log_parser: str = DEFAULT_LOG_PARSER) -> Any:
+def test_spec(
+    record: SweRecord, test_cmd: str = DEFAULT_TEST_CMD, log_parser: str = DEFAULT_LOG_PARSER
+) -> Any:
     """SWE-bench's ``TestSpec`` of ``record`` (its ``eval_script`` property is what the sandbox runs)."""
-    make = need("swebench.harness.utils").make_test_spec
+    make = require("swebench.harness.utils", "swe").make_test_spec
     return make(swebench_instance(record, test_cmd, log_parser))
 
 
 def grade_log(spec: Any, log: str) -> dict[str, Any]:
     """SWE-bench's verdict on an eval log: ``resolved``, ``status`` (``RESOLVED_FULL``/..., or
     ``TESTS_DID_NOT_RUN`` when the log holds no usable result) and the per-test ``report``."""
-    grading = need("swebench.harness.grading")
-    constants = need("swebench.harness.constants")
+    grading = require("swebench.harness.grading", "swe")
+    constants = require("swebench.harness.constants", "swe")
     with tempfile.TemporaryDirectory() as d:
         log_fp = Path(d) / "test_output.txt"
         log_fp.write_text(log, encoding="utf-8")

@@ -26,6 +26,7 @@ from dressage.errors import ConfigError
 from dressage.paddock import SandboxSpec
 from dressage.rollout import task_kinds
 from dressage.rollout.task_kinds import RewardFn, RunChoices
+from recipes.extras import require
 from recipes.swe.checkout import prepare_checkout, repo_source, workspace_files
 from recipes.swe.records import SweRecord, read_records
 
@@ -52,6 +53,7 @@ def task_of(record: SweRecord, index: int, source: str) -> Task:
 
 def load_tasks(path: Path, limit: int | None) -> list[Task]:
     """``dataset.loader``: the instances of ``path`` as tasks, their checkouts made."""
+    require("swebench.harness.grading", "swe")  # before any checkout: a missing extra, named
     records = read_records(path, limit)
     tasks = []
     for i, record in enumerate(records):

@@ -26,7 +26,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from recipes.swe.grading import DEFAULT_TEST_CMD, test_spec
+from recipes.extras import require
+from recipes.swe.grading import test_spec
 from recipes.swe.records import SweRecord
 
 HERE = Path(__file__).resolve().parent
@@ -68,18 +69,20 @@ def _is_test(path: str) -> bool:
 
 def _statuses(repo: Path, record: SweRecord, with_fix: bool) -> dict[str, str]:
     """pytest's status of every test of ``test_patch`` at the base with it (and the fix) applied."""
-    spec = test_spec(record.model_copy(update={"test_cmd": f"{sys.executable} -m pytest -rA --tb=no -p no:cacheprovider"}))
+    spec = test_spec(
+        record.model_copy(update={"test_cmd": f"{sys.executable} -m pytest -rA --tb=no -p no:cacheprovider"})
+    )
     with tempfile.TemporaryDirectory() as d:
         work = Path(d) / "w"
         subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
         _git(work, "checkout", "-q", record.base_commit)
         if with_fix:
             subprocess.run(["git", "apply"], cwd=work, input=record.patch, text=True, check=True)
-        r = subprocess.run(["bash", "-c", spec.eval_script], cwd=work, capture_output=True, text=True, check=False)
-    from recipes.swe.extra import need
-
+        r = subprocess.run(
+            ["bash", "-c", spec.eval_script], cwd=work, capture_output=True, text=True, check=False
+        )
     sliced = r.stdout + r.stderr
-    parser = need("swebench.harness.log_parsers").PARSER_REGISTRY[spec.log_parser]
+    parser = require("swebench.harness.log_parsers", "swe").PARSER_REGISTRY[spec.log_parser]
     return dict(parser(sliced, spec))
 
 
@@ -96,7 +99,9 @@ def build_repo(src: Path, repos: Path) -> tuple[Path, str]:
     base = _commit_all(repo, "Initial version", (created - timedelta(days=30)).isoformat())
     shutil.copytree(src / "fixed", repo, dirs_exist_ok=True)
     issue = (src / "issue.md").read_text()
-    _commit_all(repo, f"Fix #{meta['number']}: {issue.splitlines()[0]}", (created + timedelta(days=1)).isoformat())
+    _commit_all(
+        repo, f"Fix #{meta['number']}: {issue.splitlines()[0]}", (created + timedelta(days=1)).isoformat()
+    )
     return repo, base
 
 
@@ -125,7 +130,9 @@ def make_record(src: Path, repos: Path) -> dict[str, Any]:
     f2p = sorted(t for t, s in after.items() if s == "PASSED" and before.get(t) != "PASSED")
     p2p = sorted(t for t, s in after.items() if s == "PASSED" and before.get(t) == "PASSED")
     if not f2p or len(f2p) + len(p2p) != len(after):
-        raise RuntimeError(f"{src.name}: the fix does not make the tests pass: before {before}, after {after}")
+        raise RuntimeError(
+            f"{src.name}: the fix does not make the tests pass: before {before}, after {after}"
+        )
     out = record.model_dump(mode="json", exclude_none=True)
     out.update(FAIL_TO_PASS=json.dumps(f2p), PASS_TO_PASS=json.dumps(p2p))  # JSON strings, as on the Hub
     return out
@@ -151,9 +158,13 @@ def make_sample(out: Path = DATA) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line (module docstring)."""
-    ap = argparse.ArgumentParser(prog="python -m recipes.swe.make_sample", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m recipes.swe.make_sample", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--out", type=Path, default=DATA, help="folder for repos/ and swe_sample.jsonl")
-    ap.add_argument("--check", action="store_true", help="build into a temporary folder and compare with --out")
+    ap.add_argument(
+        "--check", action="store_true", help="build into a temporary folder and compare with --out"
+    )
     ap.add_argument("--repos-only", action="store_true", help="build only the repositories under --out/repos")
     args = ap.parse_args(argv)
     if args.repos_only:

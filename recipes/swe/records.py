@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dressage.errors import ConfigError
-from recipes.swe.extra import need
+from recipes.extras import require
 
 
 class SweRecord(BaseModel):
@@ -80,7 +80,9 @@ def _raw_records(path: Path) -> list[tuple[str, Any]]:
             return [(f"row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist())]
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"dataset {path} does not exist (dataset.path is relative to the config file)") from None
+        raise ConfigError(
+            f"dataset {path} does not exist (dataset.path is relative to the config file)"
+        ) from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ConfigError(f"cannot read dataset {path}: {e}") from None
     if suffix == ".json":
@@ -133,7 +135,7 @@ def read_records(path: str | Path, limit: int | None = None) -> list[SweRecord]:
 
 def patch_paths(patch: str) -> list[str]:
     """The paths a unified diff touches (both sides of a rename), in order, by ``unidiff``."""
-    patch_set = need("unidiff").PatchSet
+    patch_set = require("unidiff", "swe").PatchSet
 
     out: list[str] = []
     for f in patch_set(patch):

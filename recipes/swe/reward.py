@@ -21,7 +21,7 @@ from typing import Any
 from dressage.paddock import Sandbox
 from dressage.redact import redacted_tail
 from dressage.rollout.rewards import RewardInput, RewardOutput
-from recipes.swe.extra import need
+from recipes.extras import require
 from recipes.swe.grading import DEFAULT_LOG_PARSER, DEFAULT_TEST_CMD, grade_log, test_spec
 from recipes.swe.integrity import ADAPTER_FILES, GRADING_FILES, TEST_FILES, parse_name_status, violations
 from recipes.swe.loader import record_of
@@ -32,6 +32,8 @@ MODEL_PATCH = ".git/dressage-model.patch"
 EVAL_SCRIPT = ".git/dressage-eval.sh"
 EVAL_LOG = ".git/dressage-eval.log"
 TAIL_CHARS = 4000
+
+require("swebench.harness.grading", "swe")  # a missing extra stops the run at config load, naming it
 
 
 def _pathspec(exclude: Sequence[str]) -> str:
@@ -68,7 +70,7 @@ async def run_eval(sandbox: Sandbox, patch: str, spec: Any, timeout_s: float) ->
     r = await sandbox.exec(["bash", "-c", f"bash {EVAL_SCRIPT} > {EVAL_LOG} 2>&1"], timeout=timeout_s)
     log = (await sandbox.read_file(EVAL_LOG)).decode("utf-8", errors="replace")
     if r.timed_out:
-        log += "\n" + need("swebench.harness.constants").TESTS_TIMEOUT + "\n"
+        log += "\n" + require("swebench.harness.constants", "swe").TESTS_TIMEOUT + "\n"
     return log
 
 
@@ -103,11 +105,16 @@ async def score(
     if isinstance(change, str):
         return RewardOutput(0.0, {"integrity": "unknown", "status": "NO_PATCH", "reason": change})
     patch, name_status = change
-    details: dict[str, Any] = {"instance_id": record.instance_id, "model_patch": redacted_tail(patch, TAIL_CHARS)}
+    details: dict[str, Any] = {
+        "instance_id": record.instance_id,
+        "model_patch": redacted_tail(patch, TAIL_CHARS),
+    }
     bad = violations(parse_name_status(name_status), record, grading_files, test_files)
     if bad:
         reason = "the run edited the tests or the grading files: " + "; ".join(bad)
-        return RewardOutput(0.0, {**details, "integrity": "failed", "status": "INTEGRITY_FAILED", "reason": reason})
+        return RewardOutput(
+            0.0, {**details, "integrity": "failed", "status": "INTEGRITY_FAILED", "reason": reason}
+        )
     details["integrity"] = "ok"
     if not patch.strip():
         return RewardOutput(0.0, {**details, "status": "EMPTY_PATCH", "reason": "the run changed nothing"})

@@ -56,7 +56,10 @@ SCHEMAS: list[dict[str, Any]] = [
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "File path relative to the repository root."},
-                    "old": {"type": "string", "description": "The exact text to replace (unique in the file)."},
+                    "old": {
+                        "type": "string",
+                        "description": "The exact text to replace (unique in the file).",
+                    },
                     "new": {"type": "string", "description": "The replacement text."},
                 },
                 "required": ["path", "old", "new"],

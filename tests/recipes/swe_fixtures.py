@@ -1,5 +1,5 @@
-"""The SWE recipe's test fixtures: the sample's repositories built under a temporary folder, with
-the committed records next to them, and the checkout cache there too."""
+"""The SWE recipe's test data: the sample's repositories built under a temporary folder, with the
+committed records next to them, and the checkout cache there too."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import pytest
 from recipes.swe.make_sample import DATA, RECORDS, build_repos
 
 
-@pytest.fixture
 def swe_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A folder with ``swe_sample.jsonl`` (the shipped records) and ``repos/`` (built); the records
-    file's path. ``DRESSAGE_CACHE_DIR`` points into ``tmp_path``, so checkouts are this test's own."""
+    """A folder with ``swe_sample.jsonl`` (the shipped records) and ``repos/`` (built); returns the
+    records file's path. ``DRESSAGE_CACHE_DIR`` points into ``tmp_path``: checkouts are the test's own."""
     monkeypatch.setenv("DRESSAGE_CACHE_DIR", str(tmp_path / "cache"))
     data = tmp_path / "data"
     build_repos(data / "repos")

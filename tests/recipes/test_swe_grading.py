@@ -3,22 +3,27 @@ and an edited test scores 0 with the reason recorded (the integrity check)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 
 from dressage.agents import AgentResult, Task
 from dressage.paddock import Sandbox, SandboxSpec, get_provider
+from dressage.rollout.rewards import RewardInput
 from recipes.swe.agent import oracle_command
 from recipes.swe.loader import SWE_KIND, load_tasks, record_of
 from recipes.swe.records import patch_paths
 from recipes.swe.reward import score
-from dressage.rollout.rewards import RewardInput
 from tests.paddock.conftest import requires_bwrap
-from tests.recipes.swe_fixtures import swe_data  # noqa: F401  (a fixture)
+from tests.recipes.swe_fixtures import swe_data
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
+
+
+@pytest.fixture
+def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The sample's records file, its repositories built beside it."""
+    return swe_data(tmp_path, monkeypatch)
 
 
 async def _score_after(task: Task, command: str) -> tuple[float, dict]:
@@ -41,15 +46,15 @@ async def _score_after(task: Task, command: str) -> tuple[float, dict]:
     return out.reward, out.details
 
 
-async def test_gold_patch_resolves_every_sample_instance(swe_data: Path) -> None:
-    for task in load_tasks(swe_data, None):
+async def test_gold_patch_resolves_every_sample_instance(records: Path) -> None:
+    for task in load_tasks(records, None):
         reward, details = await _score_after(task, oracle_command(record_of(task).patch, "gold", None))
         assert (reward, details["status"], details["integrity"]) == (1.0, "RESOLVED_FULL", "ok"), details
         assert details["graded_in"] == "fresh sandbox"
 
 
-async def test_no_change_and_a_wrong_fix_score_zero(swe_data: Path) -> None:
-    task = load_tasks(swe_data, 2)[1]  # intervalkit: `<` must become `<=`
+async def test_no_change_and_a_wrong_fix_score_zero(records: Path) -> None:
+    task = load_tasks(records, 2)[1]  # intervalkit: `<` must become `<=`
     reward, details = await _score_after(task, "true")
     assert (reward, details["status"]) == (0.0, "EMPTY_PATCH")
     wrong = "sed -i 's/max(last_end, end)/last_end/' intervalkit/core.py"
@@ -58,15 +63,15 @@ async def test_no_change_and_a_wrong_fix_score_zero(swe_data: Path) -> None:
     assert "tests/test_core.py::test_merge_touching" in details["report"]["FAIL_TO_PASS"]["failure"]
 
 
-async def test_an_edited_test_scores_zero_and_says_so(swe_data: Path) -> None:
-    task = load_tasks(swe_data, 1)[0]
+async def test_an_edited_test_scores_zero_and_says_so(records: Path) -> None:
+    task = load_tasks(records, 1)[0]
     record = record_of(task)
     test_file = patch_paths(record.test_patch)[0]
     reward, details = await _score_after(task, oracle_command(record.patch, "tamper", test_file))
     assert (reward, details["integrity"], details["status"]) == (0.0, "failed", "INTEGRITY_FAILED")
     assert f"M {test_file}: a file of the test patch" in details["reason"]
-    reward, details = await _score_after(task, oracle_command(record.patch, "gold", None) + "\necho 'import sys' > conftest.py")
+    reward, details = await _score_after(
+        task, oracle_command(record.patch, "gold", None) + "\necho 'import sys' > conftest.py"
+    )
     assert (reward, details["integrity"]) == (0.0, "failed")
     assert "A conftest.py: a file that controls how the tests run" in details["reason"]
-
-
