@@ -7,9 +7,10 @@ sent back as a ``tool`` message, until the model replies without a tool call (it
 
 :class:`OracleAgent` plays the known solution through the proxy (:mod:`recipes.forcing`): one
 ``run`` tool call applying the record's ``patch`` with ``git apply``, forced as the policy's reply,
-run like any tool call, then a closing reply. Its modes: ``gold`` (reward 1), ``empty`` (changes
-nothing: reward 0) and ``tamper`` (the gold patch plus an edit to a test file: the integrity check
-gives 0 and says why).
+run like any tool call, then a closing reply. Its modes: ``correct`` (the gold patch: reward 1),
+``wrong`` (a change that does not fix the issue, a comment appended to the first file the gold patch
+fixes: graded, not resolved, reward 0) and ``tamper`` (the gold patch plus an edit to a test file:
+the integrity check gives 0 and says why).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ SYSTEM_PROMPT = (
 DONE = "The fix is applied."
 HEREDOC = "DRESSAGE_PATCH_EOF"
 
-Mode = Literal["gold", "empty", "tamper"]
+Mode = Literal["correct", "wrong", "tamper"]
 
 
 class EditRunAgent(Agent):
@@ -77,9 +78,10 @@ class EditRunAgent(Agent):
 
 
 def oracle_command(patch: str, mode: Mode, test_file: str | None) -> str:
-    """The shell command the oracle runs: apply ``patch`` (and, in ``tamper`` mode, edit a test)."""
-    if mode == "empty":
-        return "git status --short"
+    """The shell command the oracle runs: apply ``patch`` (and, in ``tamper`` mode, edit a test), or
+    in ``wrong`` mode append a comment to the first file ``patch`` changes."""
+    if mode == "wrong":
+        return f"echo '# not a fix' >> {patch_paths(patch)[0]}"
     apply = f"git apply -v <<'{HEREDOC}'\n{patch.rstrip(chr(10))}\n{HEREDOC}"
     if mode == "tamper" and test_file:
         return f"{apply}\necho '# edited by the agent' >> {test_file}"
@@ -91,9 +93,9 @@ class OracleAgent(Agent):
 
     name = "swe-oracle"
 
-    def __init__(self, mode: Mode = "gold") -> None:
-        if mode not in ("gold", "empty", "tamper"):
-            raise ConfigError(f"agent option mode must be 'gold', 'empty' or 'tamper', got {mode!r}")
+    def __init__(self, mode: Mode = "correct") -> None:
+        if mode not in ("correct", "wrong", "tamper"):
+            raise ConfigError(f"agent option mode must be 'correct', 'wrong' or 'tamper', got {mode!r}")
         self.mode = mode
 
     async def run(self, ctx: AgentContext) -> AgentResult:

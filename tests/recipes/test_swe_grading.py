@@ -48,7 +48,7 @@ async def _score_after(task: Task, command: str) -> tuple[float, dict]:
 
 async def test_gold_patch_resolves_every_sample_instance(records: Path) -> None:
     for task in load_tasks(records, None):
-        reward, details = await _score_after(task, oracle_command(record_of(task).patch, "gold", None))
+        reward, details = await _score_after(task, oracle_command(record_of(task).patch, "correct", None))
         assert (reward, details["status"], details["integrity"]) == (1.0, "RESOLVED_FULL", "ok"), details
         assert details["graded_in"] == "fresh sandbox"
 
@@ -71,7 +71,7 @@ async def test_an_edited_test_scores_zero_and_says_so(records: Path) -> None:
     assert (reward, details["integrity"], details["status"]) == (0.0, "failed", "INTEGRITY_FAILED")
     assert f"M {test_file}: a file of the test patch" in details["reason"]
     reward, details = await _score_after(
-        task, oracle_command(record.patch, "gold", None) + "\necho 'import sys' > conftest.py"
+        task, oracle_command(record.patch, "correct", None) + "\necho 'import sys' > conftest.py"
     )
     assert (reward, details["integrity"]) == (0.0, "failed")
     assert "A conftest.py: a file that controls how the tests run" in details["reason"]
