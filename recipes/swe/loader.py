@@ -53,7 +53,7 @@ def task_of(record: SweRecord, index: int, source: str) -> Task:
 
 def load_tasks(path: Path, limit: int | None) -> list[Task]:
     """``dataset.loader``: the instances of ``path`` as tasks, their checkouts made."""
-    require("swebench.harness.grading", "swe")  # before any checkout: a missing extra, named
+    require("swebench", "swe")  # before any checkout: a missing extra, named
     records = read_records(path, limit)
     tasks = []
     for i, record in enumerate(records):

@@ -33,7 +33,7 @@ EVAL_SCRIPT = ".git/dressage-eval.sh"
 EVAL_LOG = ".git/dressage-eval.log"
 TAIL_CHARS = 4000
 
-require("swebench.harness.grading", "swe")  # a missing extra stops the run at config load, naming it
+require("swebench", "swe")  # a missing extra stops the run at config load, naming it (a cheap import)
 
 
 def _pathspec(exclude: Sequence[str]) -> str:

@@ -17,7 +17,7 @@ from recipes.swe.reward import score
 from tests.paddock.conftest import requires_bwrap
 from tests.recipes.swe_fixtures import swe_data
 
-pytestmark = [requires_bwrap, pytest.mark.anyio]
+pytestmark = [requires_bwrap, pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.fixture
