@@ -4,6 +4,7 @@ committed records next to them, and the checkout cache there too."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,16 @@ def swe_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     build_repos(data / "repos")
     shutil.copy(DATA / RECORDS, data / RECORDS)
     return data / RECORDS
+
+
+def _sandbox_pytest_missing() -> str | None:
+    """Why the bubblewrap sandboxes' python (the host's ``/usr/bin/python3``) cannot run the sample's
+    tests, or None."""
+    done = subprocess.run(["/usr/bin/python3", "-c", "import pytest"], capture_output=True, check=False)
+    return None if done.returncode == 0 else "/usr/bin/python3 has no pytest: run scripts/setup-swe.sh"
+
+
+requires_sandbox_pytest = pytest.mark.skipif(
+    _sandbox_pytest_missing() is not None, reason=str(_sandbox_pytest_missing())
+)
+"""Marks the tests whose sandboxes run the sample's tests (a skip fails under DRESSAGE_REQUIRE_ALL=1)."""

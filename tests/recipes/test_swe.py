@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dressage.errors import ConfigError
-from dressage.rollout import task_kinds
-from recipes.swe.checkout import repo_source
-from recipes.swe.integrity import parse_name_status, violations
-from recipes.swe.loader import KIND, load_tasks, record_of
-from recipes.swe.make_sample import DATA, RECORDS
-from recipes.swe.records import read_records
-from tests.recipes.swe_fixtures import swe_data
+from tests.conftest import require_module
+
+require_module("swebench", "the SWE recipe needs the 'swe' extra")
+
+from dressage.errors import ConfigError  # noqa: E402
+from dressage.rollout import task_kinds  # noqa: E402
+from dressage.rollout.config import load_config  # noqa: E402
+from recipes.swe.checkout import repo_source  # noqa: E402
+from recipes.swe.integrity import parse_name_status, violations  # noqa: E402
+from recipes.swe.loader import KIND, load_tasks, record_of  # noqa: E402
+from recipes.swe.make_sample import DATA, RECORDS  # noqa: E402
+from recipes.swe.records import read_records  # noqa: E402
+from tests.recipes.swe_fixtures import swe_data  # noqa: E402
 
 SHIPPED = DATA / RECORDS
 
@@ -111,3 +117,19 @@ def test_integrity_rules() -> None:
         "A src/conftest.py: a file that controls how the tests run",
         "M setup.cfg: a file that controls how the tests run",
     ]
+
+
+def test_a_missing_extra_names_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "swebench", None)  # what import sees when the package is absent
+    with pytest.raises(ConfigError) as e:
+        load_tasks(SHIPPED, None)
+    assert str(e.value) == "this recipe needs 'swebench', from the 'swe' extra: pip install -e '.[swe]'"
+
+
+@pytest.mark.parametrize(
+    ("name", "agent"), [("config", "python"), ("oracle", "python"), ("cli", "opencode"), ("gpu", "python")]
+)
+def test_the_configs_load_and_name_the_recipe_code(name: str, agent: str) -> None:
+    cfg = load_config(DATA.parent / f"{name}.yaml")
+    assert cfg.dataset.loader == "recipes.swe.loader:load_tasks" and Path(cfg.dataset.path) == SHIPPED
+    assert cfg.agent.kind == agent and cfg.reward.kind == "python"

@@ -7,17 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from dressage.agents import AgentResult, Task
-from dressage.paddock import Sandbox, SandboxSpec, get_provider
-from dressage.rollout.rewards import RewardInput
-from recipes.swe.agent import oracle_command
-from recipes.swe.loader import SWE_KIND, load_tasks, record_of
-from recipes.swe.records import patch_paths
-from recipes.swe.reward import score
-from tests.paddock.conftest import requires_bwrap
-from tests.recipes.swe_fixtures import swe_data
+from tests.conftest import require_module
 
-pytestmark = [requires_bwrap, pytest.mark.anyio, pytest.mark.slow]
+require_module("swebench", "the SWE recipe needs the 'swe' extra")
+
+from dressage.agents import AgentResult, Task  # noqa: E402
+from dressage.paddock import Sandbox, SandboxSpec, get_provider  # noqa: E402
+from dressage.rollout.rewards import RewardInput  # noqa: E402
+from recipes.swe.agent import oracle_command  # noqa: E402
+from recipes.swe.loader import SWE_KIND, load_tasks, record_of  # noqa: E402
+from recipes.swe.records import patch_paths  # noqa: E402
+from recipes.swe.reward import score  # noqa: E402
+from tests.paddock.conftest import requires_bwrap  # noqa: E402
+from tests.recipes.swe_fixtures import requires_sandbox_pytest, swe_data  # noqa: E402
+
+pytestmark = [requires_bwrap, requires_sandbox_pytest, pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.fixture
@@ -57,10 +61,15 @@ async def test_no_change_and_a_wrong_fix_score_zero(records: Path) -> None:
     task = load_tasks(records, 2)[1]  # intervalkit: `<` must become `<=`
     reward, details = await _score_after(task, "true")
     assert (reward, details["status"]) == (0.0, "EMPTY_PATCH")
-    wrong = "sed -i 's/max(last_end, end)/last_end/' intervalkit/core.py"
+    wrong = "sed -i 's/max(last_end, end)/last_end/' intervalkit/core.py"  # breaks overlapping merges
     reward, details = await _score_after(task, wrong)
     assert (reward, details["status"]) == (0.0, "RESOLVED_NO"), details
-    assert "tests/test_core.py::test_merge_touching" in details["report"]["FAIL_TO_PASS"]["failure"]
+    report = details["report"]
+    assert "tests/test_core.py::test_merge_touching" in report["FAIL_TO_PASS"]["failure"]
+    assert report["PASS_TO_PASS"]["failure"] == ["tests/test_core.py::test_merge_overlapping"]
+    reward, details = await _score_after(task, oracle_command(record_of(task).patch, "wrong", None))
+    assert (reward, details["status"], details["integrity"]) == (0.0, "RESOLVED_NO", "ok")
+    assert details["report"]["PASS_TO_PASS"]["failure"] == []
 
 
 async def test_an_edited_test_scores_zero_and_says_so(records: Path) -> None:
