@@ -71,7 +71,7 @@ async def forced_reply(
         )
     except openai.APIStatusError as e:
         raise AgentError(f"the proxy refused an oracle reply (HTTP {e.status_code}): {e.message}") from e
-    msg = resp.choices[0].message
+    msg: Any = resp.choices[0].message  # a tool call here is always a function call (the proxy's)
     got = msg.content or ""
     if msg.tool_calls:
         got = "".join(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("dressage", "workers")
+PACKAGES = ("dressage", "workers", "recipes")
 MAX_FUNCTION_LINES = 80
 MAX_ANY_PER_1000 = 12.0
 BLIND = {"Exception", "BaseException"}

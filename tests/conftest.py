@@ -58,6 +58,8 @@ PARAM_TIERS = {"postgresql": "postgres"}
 MODULE_TIERS: dict[str, tuple[str, ...]] = {
     "tests/cluster/": ("slow",),
     "tests/loop/": ("slow",),
+    "tests/recipes/test_textworld.py": ("slow",),
+    "tests/recipes/test_recipe_runs.py": ("slow",),
     "tests/harbor/test_harbor_loop.py": ("slow",),
     "tests/rollout/test_crash_resume.py": ("slow",),
     "tests/rollout/test_inflight_resume.py": ("slow",),

@@ -3,7 +3,8 @@
 :class:`SearchAgent` loops: a chat completion with the ``search`` and ``open`` tools
 (:mod:`recipes.hotpotqa.search`), each call run and its result sent back as a ``tool`` message,
 until the model replies without a tool call (its text is the answer) or ``max_turns`` is reached.
-Every search and its results are turns of the recorded conversation.
+Every search and its results are turns of the recorded conversation. The index is built and
+searched in a thread, so the worker's event loop (and its proxy) never waits on it.
 
 :class:`OracleSearchAgent` plays the known solution through the proxy (:mod:`recipes.forcing`): for
 each supporting paragraph, ``search`` its title and ``open`` it, then answer with the label (reward
@@ -12,11 +13,13 @@ each supporting paragraph, ``search`` its title and ``open`` it, then answer wit
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from dressage.agents.base import Agent, AgentContext, AgentResult
 from dressage.agents.whitebox import _complete
 from dressage.errors import AgentError, ConfigError
+from recipes.extras import require
 from recipes.forcing import forced_reply, tool_call_text
 from recipes.hotpotqa.search import TOOLS, SearchIndex, index_for
 
@@ -54,12 +57,13 @@ class SearchAgent(Agent):
     ) -> None:
         if corpus not in ("dataset", "question"):
             raise ConfigError(f"agent option corpus must be 'dataset' or 'question', got {corpus!r}")
+        require("bm25s", "hotpotqa")  # at config load: a missing extra stops the run before it starts
         self.system_prompt = system_prompt or SYSTEM_PROMPT
         self.max_turns, self.top_k, self.corpus = max_turns, top_k, corpus
 
     async def run(self, ctx: AgentContext) -> AgentResult:
         """Search and open until the model answers without a tool call."""
-        index = _index(ctx, self.corpus, self.top_k)
+        index = await asyncio.to_thread(_index, ctx, self.corpus, self.top_k)
         messages = ctx.task.chat_messages(self.system_prompt)
         answer = ""
         for turn in range(1, self.max_turns + 1):
@@ -71,7 +75,7 @@ class SearchAgent(Agent):
                 return AgentResult(answer, "answered", turn, messages)
             messages.append(msg.model_dump(exclude_none=True, exclude_unset=True, mode="json"))
             for call in calls:
-                output = index.call(call.function.name, call.function.arguments)
+                output = await asyncio.to_thread(index.call, call.function.name, call.function.arguments)
                 ctx.log.write(
                     f"turn {turn}: {call.function.name}({call.function.arguments[:200]}) -> {output[:300]!r}"
                 )
@@ -87,11 +91,12 @@ class OracleSearchAgent(Agent):
     def __init__(self, mode: Literal["correct", "wrong"] = "correct", top_k: int = 3) -> None:
         if mode not in ("correct", "wrong"):
             raise ConfigError(f"agent option mode must be 'correct' or 'wrong', got {mode!r}")
+        require("bm25s", "hotpotqa")
         self.mode, self.top_k = mode, top_k
 
     async def run(self, ctx: AgentContext) -> AgentResult:
         """The known solution's turns, each forced through the proxy."""
-        index = _index(ctx, "dataset", self.top_k)
+        index = await asyncio.to_thread(_index, ctx, "dataset", self.top_k)
         messages = ctx.task.chat_messages(SYSTEM_PROMPT)
         titles = list(dict.fromkeys(str(t) for t, _ in ctx.task.metadata["hotpotqa"]["supporting_facts"]))
         steps: list[tuple[str, dict[str, Any]]] = []
@@ -101,7 +106,7 @@ class OracleSearchAgent(Agent):
             msg = await forced_reply(ctx, messages, tool_call_text(name, args), TOOLS)
             messages.append(msg.model_dump(exclude_none=True, exclude_unset=True, mode="json"))
             for call in msg.tool_calls or []:
-                output = index.call(call.function.name, call.function.arguments)
+                output = await asyncio.to_thread(index.call, call.function.name, call.function.arguments)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
         answer = str(ctx.task.label) if self.mode == "correct" else WRONG_ANSWER
         msg = await forced_reply(ctx, messages, answer, TOOLS)

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dressage.agents.base import Task
 from dressage.errors import ConfigError
@@ -36,11 +36,11 @@ class Paragraph(BaseModel):
 
 
 class HotpotRecord(BaseModel):
-    """One HotpotQA record (unknown keys are kept out of the task, not refused: the official
-    files differ a little between releases)."""
+    """One HotpotQA record: ``_id`` (the official files) or ``id`` (the Hugging Face export); an
+    unknown key is refused, naming it."""
 
-    model_config = ConfigDict(extra="ignore")
-    id: str = Field(alias="_id")
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(validation_alias=AliasChoices("_id", "id"))
     question: str
     answer: str
     supporting_facts: list[tuple[str, int]]

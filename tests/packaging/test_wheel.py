@@ -45,6 +45,7 @@ NOT_SOURCE = shutil.ignore_patterns(
 SHIPPED_TREES = {
     "dressage/": "dressage/",
     "workers/": "workers/",
+    "recipes/": "recipes/",
     "migrations/": "dressage/store/migrations/",
 }
 """Source directory -> where its files must be in the wheel (setup.py maps ``migrations/``)."""

@@ -1,0 +1,187 @@
+"""Each recipe end to end, from a fresh folder, with the commands its README prints for the CPU (slow
+tier): the oracle run scores 1 on every task, its SFT export is a dataset of conversations with tool
+calls and results, the tiny model's rollout finishes, one `loop` iteration commits a training step;
+the oracle's wrong mode scores 0; the viewer's session page shows the tool calls and their results.
+
+As tests/test_readme_newcomer.py: the commands are parsed from recipes/NAME/README.md ("On the CPU")
+and run with bash as printed, in a folder holding only ``.venv`` (a link to this venv) and a copy of
+``recipes/``, with this checkout's code on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from dressage.config import Settings
+from dressage.store import EventStore
+from dressage.view.app import create_app
+from dressage.view.readonly import open_readonly_store
+from tests.conftest import require_module
+from tests.view.conftest import serve
+
+pytestmark = pytest.mark.timeout(1800)
+REPO = Path(__file__).resolve().parents[2]
+WORKER = ".venv/bin/dressage-worker"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What each recipe's run must show."""
+
+    name: str
+    extra_module: str
+    tasks: int
+    tool: str
+    result_text: str
+    """A tool result's text the oracle's conversation holds (in the SFT rows and the viewer)."""
+
+
+RECIPES = {
+    "hotpotqa": Recipe("hotpotqa", "bm25s", 6, "search", "He was born in 1874 in Cheltenham"),
+    "textworld": Recipe(
+        "textworld", "textworld", 4, "act", "[score 1/1, moves 2] The game is over: you won."
+    ),
+}
+
+
+def cpu_commands(recipe: str) -> list[str]:
+    """The ``.venv/bin/dressage-worker`` lines of the README's "On the CPU" section."""
+    readme = (REPO / "recipes" / recipe / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## On the CPU", 1)[1].split("\n## ", 1)[0]
+    lines = [
+        line.split("  #", 1)[0].strip()
+        for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+        for line in block.splitlines()
+    ]
+    return [line for line in lines if line.startswith(WORKER)]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRESSAGE_")}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def _run(work: Path, command: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=work, env=_env(), capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, f"$ {command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module", params=sorted(RECIPES))
+def ran(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Recipe, Path]]:
+    """A fresh folder where the recipe's README commands ran as printed."""
+    from tests.paddock.conftest import bwrap_unavailable_reason
+
+    recipe = RECIPES[request.param]
+    require_module(recipe.extra_module, f"the {recipe.name} recipe needs the '{recipe.name}' extra")
+    reason = bwrap_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"the recipes' configs use bubblewrap: {reason}")
+    work = tmp_path_factory.mktemp(recipe.name)
+    (work / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    shutil.copytree(REPO / "recipes", work / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    commands = cpu_commands(recipe.name)
+    assert [c.split()[1] for c in commands] == ["rollout", "export", "rollout", "loop", "runs"]
+    for command in commands:
+        _run(work, command)
+    yield recipe, work
+
+
+def _store(work: Path) -> EventStore:
+    return EventStore.open(f"sqlite:///{work / '.dressage' / 'dressage.db'}")
+
+
+def test_the_oracle_scores_1_on_every_task(ran: tuple[Recipe, Path]) -> None:
+    recipe, work = ran
+    store = _store(work)
+    try:
+        summary = store.runs.summary(f"{recipe.name}-oracle")
+    finally:
+        store.close()
+    assert summary.sessions == {"finished": recipe.tasks} and summary.mean_reward == 1.0
+
+
+def test_the_oracle_export_is_an_sft_dataset_with_tool_calls_and_results(ran: tuple[Recipe, Path]) -> None:
+    recipe, work = ran
+    rows = pq.read_table(work / ".dressage" / f"{recipe.name}-sft" / "sft.parquet").to_pylist()
+    assert len({r["session_id"] for r in rows}) == recipe.tasks
+    messages = [m for r in rows for m in r["messages"]]
+    calls = [c for m in messages if m["role"] == "assistant" for c in (m.get("tool_calls") or [])]
+    assert calls and {c["function"]["name"] for c in calls} >= {recipe.tool}
+    assert any(m["role"] == "tool" and recipe.result_text in (m["content"] or "") for m in messages)
+    assert all(r["reward"] == 1.0 for r in rows)
+
+
+def test_the_tiny_model_rollout_and_one_loop_iteration_commit_a_step(ran: tuple[Recipe, Path]) -> None:
+    recipe, work = ran
+    store = _store(work)
+    try:
+        rollout = store.runs.summary(recipe.name)
+    finally:
+        store.close()
+    with sqlite3.connect(work / ".dressage" / "dressage.db") as db:
+        steps = db.execute(
+            "SELECT r.name, COUNT(*) FROM train_steps s JOIN runs r ON r.id = s.run_id "
+            "WHERE r.name LIKE ? GROUP BY r.name",
+            (f"{recipe.name}-%",),
+        ).fetchall()
+    assert rollout.sessions == {"finished": 2 * recipe.tasks} and rollout.mean_reward is not None
+    assert [(name, n) for name, n in steps if not name.endswith("-oracle")] and all(n >= 1 for _, n in steps)
+
+
+def test_the_wrong_oracle_scores_0(ran: tuple[Recipe, Path]) -> None:
+    recipe, work = ran
+    folder = work / "recipes" / recipe.name
+    text = (folder / "oracle.yaml").read_text(encoding="utf-8")
+    wrong = text.replace(f"run: {recipe.name}-oracle", f"run: {recipe.name}-wrong").replace(
+        "mode: correct", "mode: wrong"
+    )
+    assert wrong.count("-wrong") == 1 and "mode: wrong" in wrong
+    (folder / "wrong.yaml").write_text(wrong, encoding="utf-8")
+    _run(work, f"{WORKER} rollout --config recipes/{recipe.name}/wrong.yaml")
+    store = _store(work)
+    try:
+        summary = store.runs.summary(f"{recipe.name}-wrong")
+    finally:
+        store.close()
+    assert summary.sessions == {"finished": recipe.tasks} and summary.mean_reward == 0.0
+
+
+def test_the_viewer_shows_the_tool_calls_and_their_results(ran: tuple[Recipe, Path]) -> None:
+    recipe, work = ran
+    settings = Settings(
+        database_url=f"sqlite:///{work / '.dressage' / 'dressage.db'}", home=work / ".dressage"
+    )
+    store = _store(work)
+    try:
+        sessions = [s.id for s in store.sessions.list(f"{recipe.name}-oracle")]
+    finally:
+        store.close()
+    viewer_store = open_readonly_store(settings)
+    server = serve(create_app(viewer_store))
+    server.start()
+    try:
+        pages = [html.unescape(httpx.get(f"{server.base}/session", params={"id": s}).text) for s in sessions]
+    finally:
+        server.stop()
+        viewer_store.close()
+    assert all(f"{recipe.tool}" in page for page in pages)
+    assert any(recipe.result_text in page for page in pages)
