@@ -22,7 +22,7 @@ def swe_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return data / RECORDS
 
 
-def _sandbox_pytest_missing() -> str | None:
+def sandbox_pytest_missing() -> str | None:
     """Why the bubblewrap sandboxes' python (the host's ``/usr/bin/python3``) cannot run the sample's
     tests, or None."""
     done = subprocess.run(["/usr/bin/python3", "-c", "import pytest"], capture_output=True, check=False)
@@ -30,6 +30,6 @@ def _sandbox_pytest_missing() -> str | None:
 
 
 requires_sandbox_pytest = pytest.mark.skipif(
-    _sandbox_pytest_missing() is not None, reason=str(_sandbox_pytest_missing())
+    sandbox_pytest_missing() is not None, reason=str(sandbox_pytest_missing())
 )
 """Marks the tests whose sandboxes run the sample's tests (a skip fails under DRESSAGE_REQUIRE_ALL=1)."""
