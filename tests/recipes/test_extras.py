@@ -17,7 +17,11 @@ from dressage.errors import ConfigError
 from recipes.extras import require
 
 REPO = Path(__file__).resolve().parents[2]
-EXTRAS = {"hotpotqa": ("bm25s", "bm25s"), "textworld": ("textworld", "textworld")}
+EXTRAS = {
+    "hotpotqa": ("bm25s", "bm25s"),
+    "textworld": ("textworld", "textworld"),
+    "swe": ("swebench", "swebench"),
+}
 """extra -> (distribution, module)."""
 
 
@@ -56,7 +60,9 @@ def test_a_broken_dependency_inside_the_library_is_not_reported_as_a_missing_ext
 
 
 @pytest.mark.slow  # a CLI process per recipe (seconds each)
-@pytest.mark.parametrize(("recipe", "extra"), [("hotpotqa", "hotpotqa"), ("textworld", "textworld")])
+@pytest.mark.parametrize(
+    ("recipe", "extra"), [("hotpotqa", "hotpotqa"), ("textworld", "textworld"), ("swe", "swe")]
+)
 def test_the_rollout_command_stops_at_config_load_naming_the_extra(
     recipe: str, extra: str, tmp_path: Path
 ) -> None:

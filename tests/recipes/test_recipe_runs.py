@@ -17,7 +17,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +47,14 @@ class Recipe:
     tool: str
     result_text: str
     """A tool result's text the oracle's conversation holds (in the SFT rows and the viewer)."""
+    unavailable: Callable[[], str | None] | None = None
+    """Why a tool outside the venv that the recipe's sandboxes need is missing, or None."""
+
+
+def _sandbox_pytest() -> str | None:
+    from tests.recipes.swe_fixtures import sandbox_pytest_missing
+
+    return sandbox_pytest_missing()
 
 
 RECIPES = {
@@ -54,11 +62,15 @@ RECIPES = {
     "textworld": Recipe(
         "textworld", "textworld", 4, "act", "[score 1/1, moves 2] The game is over: you won."
     ),
+    "swe": Recipe("swe", "swebench", 4, "run", "Applied patch", _sandbox_pytest),
 }
+SETUP = ".venv/bin/python -m recipes."
+"""A README's CPU line that prepares the recipe's data (the SWE sample's repositories) before the runs."""
 
 
 def cpu_commands(recipe: str) -> list[str]:
-    """The ``.venv/bin/dressage-worker`` lines of the README's "On the CPU" section."""
+    """The ``.venv/bin/dressage-worker`` lines of the README's "On the CPU" section, after its
+    set-up lines (``.venv/bin/python -m recipes....``), in order."""
     readme = (REPO / "recipes" / recipe / "README.md").read_text(encoding="utf-8")
     section = readme.split("## On the CPU", 1)[1].split("\n## ", 1)[0]
     lines = [
@@ -66,7 +78,7 @@ def cpu_commands(recipe: str) -> list[str]:
         for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
         for line in block.splitlines()
     ]
-    return [line for line in lines if line.startswith(WORKER)]
+    return [line for line in lines if line.startswith((WORKER, SETUP))]
 
 
 def _env() -> dict[str, str]:
@@ -95,11 +107,17 @@ def ran(
     reason = bwrap_unavailable_reason()
     if reason is not None:
         pytest.skip(f"the recipes' configs use bubblewrap: {reason}")
+    missing = recipe.unavailable() if recipe.unavailable else None
+    if missing is not None:
+        pytest.skip(missing)
     work = tmp_path_factory.mktemp(recipe.name)
     (work / ".venv").symlink_to(Path(sys.executable).parent.parent)
-    shutil.copytree(REPO / "recipes", work / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    # without built data (the SWE sample's repositories): the README's set-up lines make them
+    shutil.copytree(REPO / "recipes", work / "recipes", ignore=shutil.ignore_patterns("__pycache__", "repos"))
     commands = cpu_commands(recipe.name)
-    assert [c.split()[1] for c in commands] == ["rollout", "export", "rollout", "loop", "runs"]
+    runs = [c.split()[1] for c in commands if c.startswith(WORKER)]
+    assert runs == ["rollout", "export", "rollout", "loop", "runs"]
+    assert commands[len(commands) - len(runs) :] == [c for c in commands if c.startswith(WORKER)]
     for command in commands:
         _run(work, command)
     yield recipe, work

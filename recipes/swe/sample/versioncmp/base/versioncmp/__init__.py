@@ -1,0 +1,5 @@
+"""Compare dotted version strings."""
+
+from versioncmp.compare import compare, newest
+
+__all__ = ["compare", "newest"]
