@@ -118,6 +118,10 @@ class SweKind:
         """None: the reward is the ``python`` reward :func:`recipes.swe.reward.score`."""
         return {}
 
+    def artifacts(self, task: Task) -> Mapping[str, bytes]:
+        """None: a checkout has no build log (the grading log is the reward's details)."""
+        return {}
+
 
 SWE_KIND = SweKind()
 task_kinds.register(SWE_KIND)
