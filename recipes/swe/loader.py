@@ -119,7 +119,7 @@ class SweKind:
         return {}
 
     def artifacts(self, task: Task) -> Mapping[str, bytes]:
-        """None: a checkout has no build log (the grading log is the reward's details)."""
+        """None: a prepared checkout has no build log to store with its sessions."""
         return {}
 
 
