@@ -25,9 +25,10 @@ def test_pause_resume_during_streaming_switches_versions(proxy: Harness) -> None
     )
     received: list[float] = []
     paused_at = None
+    held: list[int] = []  # tokens the client had when generation was continued
     for c in stream:
         if c.choices and c.choices[0].logprobs:
-            received += [e.logprob for e in c.choices[0].logprobs.content]
+            received.extend(e.logprob for e in c.choices[0].logprobs.content)
         if paused_at is None and len(received) >= 5:
             proxy.loop.call(proxy.server.pause())
             paused_at = len(received)
@@ -38,6 +39,7 @@ def test_pause_resume_during_streaming_switches_versions(proxy: Harness) -> None
 
             def resume() -> None:
                 time.sleep(0.3)
+                held.append(len(received))
                 proxy.loop.call(proxy.server.continue_generation(1))
 
             threading.Thread(target=resume).start()
@@ -47,7 +49,10 @@ def test_pause_resume_during_streaming_switches_versions(proxy: Harness) -> None
     versions = turn.policy_versions.tolist()
     switch = versions.index(1)
     assert set(versions[:switch]) == {0} and set(versions[switch:]) == {1}
-    assert paused_at <= switch <= paused_at + 2  # tokens already in flight when the pause landed
+    # The pause landed after the client's 5th token (tokens already in flight still arrive, as many as
+    # the engine was ahead: a loaded machine makes that more than one or two) and held generation: no
+    # version-1 token reached the client before generation was continued.
+    assert paused_at <= switch < 40 and held and held[0] <= switch, (paused_at, switch, held)
     assert turn.info.get("resumes") == 1
     httpx.post(
         f"{proxy.engine_url}/update_weight_version", json={"new_version": "0", "abort_all_requests": False}
