@@ -195,8 +195,11 @@ class QwenCodeAgent(BlackboxAgent):
     Its settings and session files live under ``$QWEN_HOME`` (``.dressage/qwen`` in the workspace);
     the token only travels in ``OPENAI_API_KEY``. The answer is the ``result`` of the JSON report
     (the last ``{"type": "result"}`` message on stdout). Shell commands run in its node-pty shell
-    (``tools.shell.enableInteractiveShell``): with its default child-process runner a command's
-    output came back empty in 2 of 5 fork tests on a loaded machine (0 of 3 with the pty).
+    (``tools.shell.enableInteractiveShell``): its default child-process runner (0.24.4,
+    ``ShellExecutionService.childProcessFallback``) settles a command on the child's ``exit``
+    event, which Node may emit before the stdout pipe's last ``data`` events are read, so on a
+    loaded machine a command's output could come back empty (2 of 5 fork tests); the pty runner
+    waits for the output.
     """
 
     cfg: QwenCodeAgentConfig
@@ -264,6 +267,14 @@ class GeminiCliAgent(BlackboxAgent):
     off); the workspace is trusted (``GEMINI_CLI_TRUST_WORKSPACE``). Its settings and session files
     live under ``$GEMINI_CLI_HOME`` (``.dressage/gemini`` in the workspace); the token only travels
     in the environment. The answer is the ``response`` of the JSON report on stdout.
+
+    ``context.includeDirectoryTree`` is off: Gemini CLI lists the workspace's directory tree in its
+    first request while it writes its own state under ``$GEMINI_CLI_HOME`` (in the workspace), so
+    whether ``projects.json.lock/``, ``logs.json`` or ``installation_id`` made it into the listing
+    depended on timing; the same session's first request then differed between runs, and a fork's
+    branch could not match its parent's turn 0 (``fork_diverged``, 1 of 4 fork tests). Custom
+    ignore files (``context.fileFiltering.customIgnoreFilePaths``) do not reach that listing in
+    0.61.0, and a ``.geminiignore`` would change the task's workspace.
     """
 
     cfg: GeminiCliAgentConfig
@@ -273,6 +284,7 @@ class GeminiCliAgent(BlackboxAgent):
         "telemetry": {"enabled": False},
         "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
         "tools": {"sandbox": False},
+        "context": {"includeDirectoryTree": False},
     }
 
     def binary(self) -> str | None:
