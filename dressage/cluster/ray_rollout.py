@@ -42,7 +42,7 @@ from ray._private.state import available_resources_per_node
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rich.console import Console
 
-from dressage.agents import Task, build_agent
+from dressage.agents import Task
 from dressage.cluster.actors import ActorSettings, EngineActor, ProxyActor, RolloutWorkerActor, WorkerResult
 from dressage.cluster.layout import NodeInfo, service_slots, worker_slots
 from dressage.config import Settings
@@ -50,20 +50,18 @@ from dressage.errors import ConfigError, DressageError
 from dressage.interrupts import StopFlag
 from dressage.rollout.config import RolloutConfig, load_config, parse_config
 from dressage.rollout.datasets import (
-    check_reward_fits,
-    load_tasks,
     task_specs,
 )
 from dressage.rollout.progress import RolloutProgress
 from dressage.rollout.proxy_ring import ProxyRing
 from dressage.rollout.ray_config import RayConfig
-from dressage.rollout.rewards import build_scorer
 from dressage.rollout.secrets import resolve_secrets
 from dressage.rollout.stop_requests import StopRequestWatch, request_stop
 from dressage.rollout.worker import (
     NewRun,
     RolloutReport,
     WorkerOptions,
+    checked_run,
     eval_summary_row,
     example_training_session,
     load_new_run,
@@ -325,18 +323,7 @@ def load_run_on_engines(config_path: str, engine_urls: list[str]) -> NewRun:
     for dev_only in ("seed", "threads", "model"):
         engine.pop(dev_only, None)
     cfg = parse_config({**data, "engine": engine}, source=str(path), base_dir=path.parent.resolve())
-    build_agent(cfg.agent)
-    build_scorer(cfg.reward)
-    tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, cfg.sandbox.provider, cfg.dataset.loader)
-    check_reward_fits(
-        tasks,
-        cfg.reward.kind,
-        cfg.agent.kind,
-        cfg.sandbox.provider,
-        cfg.sandbox.e2b.templates,
-        cfg.sandbox.image,
-    )
-    return NewRun(cfg, tasks)
+    return checked_run(cfg)
 
 
 def _placement_config(

@@ -155,7 +155,11 @@ def load_new_run(config_path: str) -> NewRun:
 
     Raises :class:`ConfigError` (or the agent's/reward's own error) before the log is touched.
     """
-    cfg = load_config(config_path)
+    return checked_run(load_config(config_path))
+
+
+def checked_run(cfg: RolloutConfig) -> NewRun:
+    """``cfg`` with its tasks, once its agent and reward build and every dataset row fits them."""
     build_agent(cfg.agent)
     build_scorer(cfg.reward)
     tasks = load_tasks(cfg.dataset.path, cfg.dataset.limit, cfg.sandbox.provider, cfg.dataset.loader)
