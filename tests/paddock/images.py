@@ -1,7 +1,7 @@
 """A small OCI test image built offline, in every form the image provider takes (no registry).
 
 The root filesystem is the host's own Debian packages (``dpkg -L``: dash, bash, coreutils, grep,
-sed, findutils, util-linux's ``unshare``, python3.11 and its standard library) plus the shared libraries their
+sed, findutils, libgcc-s1, util-linux's ``unshare``, python3.11 and its standard library) plus the shared libraries their
 binaries load (``ldd``), with an ``/etc/passwd`` naming a user ``app`` (uid 1234, gid 2345) and a
 file in ``/app``. ``buildah`` commits it (``FROM scratch``) into a private containers-storage (vfs
 driver, its own ``--root``/``--runroot``) with ``User app``, ``WorkingDir /app``, an ``Env`` and an
@@ -24,6 +24,7 @@ PACKAGES = (
     "grep",
     "sed",
     "findutils",
+    "libgcc-s1",  # glibc loads libgcc_s.so.1 at thread exit / cancellation, as in every real base image
     "python3.11-minimal",
     "libpython3.11-minimal",
     "libpython3.11-stdlib",
