@@ -1,7 +1,8 @@
 """Each recipe end to end, from a fresh folder, with the commands its README prints for the CPU (slow
 tier): the oracle run scores 1 on every task, its SFT export is a dataset of conversations with tool
 calls and results, the tiny model's rollout finishes, one `loop` iteration commits a training step;
-the oracle's wrong mode scores 0; the viewer's session page shows the tool calls and their results.
+the oracle's wrong mode scores 0; the viewer's session page, in headless Chromium, shows the tool
+calls and their results.
 
 As tests/test_readme_newcomer.py: the commands are parsed from recipes/NAME/README.md ("On the CPU")
 and run with bash as printed, in a folder holding only ``.venv`` (a link to this venv) and a copy of
@@ -10,7 +11,6 @@ and run with bash as printed, in a folder holding only ``.venv`` (a link to this
 
 from __future__ import annotations
 
-import html
 import os
 import re
 import shutil
@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import httpx
 import pyarrow.parquet as pq
 import pytest
 
@@ -30,6 +30,7 @@ from dressage.store import EventStore
 from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store
 from tests.conftest import require_module
+from tests.view.browser import one, text, url, wait
 from tests.view.conftest import serve
 
 pytestmark = pytest.mark.timeout(1800)
@@ -183,7 +184,8 @@ def test_the_wrong_oracle_scores_0(ran: tuple[Recipe, Path]) -> None:
     assert summary.sessions == {"finished": recipe.tasks} and summary.mean_reward == 0.0
 
 
-def test_the_viewer_shows_the_tool_calls_and_their_results(ran: tuple[Recipe, Path]) -> None:
+def test_the_viewer_shows_the_tool_calls_and_their_results(ran: tuple[Recipe, Path], browser: Any) -> None:
+    """Each oracle session's page, rendered by headless Chromium, shows the tool's name and a result."""
     recipe, work = ran
     settings = Settings(
         database_url=f"sqlite:///{work / '.dressage' / 'dressage.db'}", home=work / ".dressage"
@@ -197,7 +199,10 @@ def test_the_viewer_shows_the_tool_calls_and_their_results(ran: tuple[Recipe, Pa
     server = serve(create_app(viewer_store))
     server.start()
     try:
-        pages = [html.unescape(httpx.get(f"{server.base}/session", params={"id": s}).text) for s in sessions]
+        pages = []
+        for s in sessions:
+            browser.get(url(server.base, "/session", id=s))
+            pages.append(text(wait(browser, lambda d: one(d, "body"))))
     finally:
         server.stop()
         viewer_store.close()

@@ -1,10 +1,11 @@
-"""The blackbox CLIs on the SWE recipe (external tier): opencode, Claude Code and Codex, unmodified in
-the bubblewrap sandbox whose workspace is the checkout, with the network off. A scripted model
+"""The blackbox CLIs on the SWE recipe (external tier): opencode, Claude Code, Codex, Qwen Code, Gemini
+CLI and mini-swe-agent, unmodified in the bubblewrap sandbox whose workspace is the checkout, with the network off. A scripted model
 (tests/scripted_engine.py) has each CLI's shell tool apply the instance's known patch, then answers;
 the SWE reward grades the workspace with SWE-bench's rules: 1.0, resolved, integrity kept."""
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import sys
@@ -20,7 +21,7 @@ require_module("swebench", "the SWE recipe needs the 'swe' extra")
 
 from recipes.swe.agent import oracle_command  # noqa: E402
 from recipes.swe.records import read_records  # noqa: E402
-from tests.agents.test_native_clis import cli_in_usr  # noqa: E402
+from tests.agents.test_native_clis import cli_in_usr, mini_submission  # noqa: E402
 from tests.recipes.swe_fixtures import requires_sandbox_pytest, swe_data  # noqa: E402
 from tests.rollout.conftest import open_store, requires_bwrap, worker_env, write_config  # noqa: E402
 from tests.scripted_engine import Script, ScriptedEngine, qwen_tool_call  # noqa: E402
@@ -31,18 +32,25 @@ CLIS = {
     "opencode": ("opencode", "bash", "command", {"description": "Apply the fix"}),
     "claude_code": ("claude", "Bash", "command", {"description": "Apply the fix"}),
     "codex": ("codex", "exec_command", "cmd", {}),
+    "qwen_code": ("qwen", "run_shell_command", "command", {}),
+    "gemini_cli": ("gemini", "run_shell_command", "command", {}),
+    "mini_swe_agent": ("mini-swe-agent", "bash", "command", {}),
 }
 """kind -> (binary, its shell tool, the tool's command argument, other arguments)."""
 
 
-def fixing_policy(tool: str, argument: str, extra: Mapping[str, str], command: str) -> Script:
+def fixing_policy(
+    tool: str, argument: str, extra: Mapping[str, str], command: str, submit: bool = False
+) -> Script:
     """The model: run ``command`` with the CLI's shell tool while no tool response is in the prompt and
-    the tool is offered, then say it is done; ``side request`` for the CLIs' other requests."""
+    the tool is offered, then say it is done (``submit``: as a mini-swe-agent submission through the
+    tool, the only way it ends); ``side request`` for the CLIs' other requests."""
 
     def script(prompt: str, _n: int, _sampling: Mapping[str, Any]) -> str:
         think = "Apply the fix.\n</think>\n\n" if prompt.endswith("<think>\n") else ""
         if re.search(r"<tool_response>", prompt):
-            return think + "The fix is applied."
+            done = "The fix is applied."
+            return think + (qwen_tool_call(tool, **mini_submission(done)) if submit else done)
         if f'"name": "{tool}"' in prompt:
             return think + qwen_tool_call(tool, **{argument: command, **extra})
         return think + "side request"
@@ -59,9 +67,13 @@ def test_a_cli_fixes_the_checkout_and_the_swe_reward_grades_it(
         pytest.skip(str(cli_in_usr(binary)))
     records = swe_data(tmp_path, monkeypatch)
     record = read_records(records, 1)[0]
-    engine = ScriptedEngine(
-        fixing_policy(tool, argument, extra, oracle_command(record.patch, "correct", None))
-    )
+    command = oracle_command(record.patch, "correct", None)
+    if kind == "gemini_cli":
+        # Gemini CLI refuses a command whose text holds backticks or $(...) ("Command injection
+        # detected"), as this patch does: the model sends the patch base64-encoded instead.
+        encoded = base64.b64encode(record.patch.encode()).decode()
+        command = f"printf %s {encoded} | base64 -d | git apply -v"
+    engine = ScriptedEngine(fixing_policy(tool, argument, extra, command, kind == "mini_swe_agent"))
     cfg = write_config(
         tmp_path,
         engine.url,
