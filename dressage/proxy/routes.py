@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dressage.errors import DressageError, RequestError
+from dressage.proxy.conversation import Conversation
 from dressage.proxy.dialects.base import Dialect
 from dressage.proxy.dialects.chat import ChatDialect
 from dressage.proxy.dialects.gemini import GeminiDialect
@@ -86,18 +87,21 @@ def _models(handler: TurnHandler, dialect: Dialect) -> tuple[Endpoint, Endpoint]
     return models, model
 
 
-def _count_tokens(handler: TurnHandler, dialect: MessagesDialect) -> Endpoint:
+def _count_tokens(
+    handler: TurnHandler, dialect: Dialect, parse: Callable[[bytes], Conversation], key: str
+) -> Endpoint:
+    """A dialect's token-count route (Messages ``count_tokens``, Gemini ``:countTokens``): the exact
+    prompt length the conversation ``parse`` reads would have, as ``{key: n}``."""
     svc = handler.svc
 
     async def count_tokens(request: Request) -> Response:
-        """``POST /v1/messages/count_tokens``: the exact prompt length this conversation would have."""
         try:
             state = await handler.authenticate(request, dialect)
-            conv = parse_count_tokens_request(await read_body(request, svc.settings.max_request_bytes))
+            conv = parse(await read_body(request, svc.settings.max_request_bytes))
             plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
         except DressageError as e:
             return dialect.error_response(e, svc.secrets)
-        return JSONResponse({"input_tokens": plan.prompt_len})
+        return JSONResponse({key: plan.prompt_len})
 
     return count_tokens
 
@@ -113,22 +117,6 @@ def _gemini_stream(handler: TurnHandler, dialect: GeminiDialect) -> Endpoint:
         return await handler.handle(request, dialect)
 
     return endpoint
-
-
-def _gemini_count_tokens(handler: TurnHandler, dialect: GeminiDialect) -> Endpoint:
-    svc = handler.svc
-
-    async def count_tokens(request: Request) -> Response:
-        """``:countTokens``: the exact prompt length this conversation would have."""
-        try:
-            state = await handler.authenticate(request, dialect)
-            conv = parse_gemini_count(await read_body(request, svc.settings.max_request_bytes))
-            plan = state.index.plan(conv.messages, conv.tools, conv.enable_thinking)
-        except DressageError as e:
-            return dialect.error_response(e, svc.secrets)
-        return JSONResponse({"totalTokens": plan.prompt_len})
-
-    return count_tokens
 
 
 def _gemini_models(handler: TurnHandler, dialect: GeminiDialect) -> tuple[Endpoint, Endpoint]:
@@ -175,7 +163,11 @@ def gemini_routes(handler: TurnHandler, prefix: str) -> list[Route]:
     routes = [
         Route(f"{base}:generateContent", _generate(handler, plain), methods=["POST"]),
         Route(f"{base}:streamGenerateContent", _gemini_stream(handler, streamed), methods=["POST"]),
-        Route(f"{base}:countTokens", _gemini_count_tokens(handler, plain), methods=["POST"]),
+        Route(
+            f"{base}:countTokens",
+            _count_tokens(handler, plain, parse_gemini_count, "totalTokens"),
+            methods=["POST"],
+        ),
     ]
     if prefix.endswith("/v1beta"):  # under /v1 the OpenAI model routes answer GET
         models, model = _gemini_models(handler, plain)
@@ -195,7 +187,11 @@ def model_routes(svc: ProxyService) -> list[Route]:
         routes.append(Route(f"{prefix}/chat/completions", _generate(handler, chat), methods=["POST"]))
         routes.append(Route(f"{prefix}/messages", _generate(handler, messages), methods=["POST"]))
         routes.append(
-            Route(f"{prefix}/messages/count_tokens", _count_tokens(handler, messages), methods=["POST"])
+            Route(
+                f"{prefix}/messages/count_tokens",
+                _count_tokens(handler, messages, parse_count_tokens_request, "input_tokens"),
+                methods=["POST"],
+            )
         )
         routes.append(Route(f"{prefix}/responses", _generate(handler, responses), methods=["POST"]))
         routes += gemini_routes(handler, prefix)
