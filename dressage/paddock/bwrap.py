@@ -77,7 +77,7 @@ from dressage.paddock.host_uid import (
     hand_over_tree,
     open_socket_to_others,
 )
-from dressage.paddock.limits import LimitsInForce, configured_limits, refusal
+from dressage.paddock.limits import MIB, DiskQuota, LimitsInForce, configured_limits, refusal
 from dressage.paddock.local import clean_env
 
 SANDBOX_UID = 1000
@@ -96,7 +96,6 @@ _ETC_FILES = (
     "/etc/mime.types",
 )
 _BWRAP_OVERHEAD_PROCS = 4  # outer bwrap, namespace init, optional forwarder, slack
-MIB = 1024 * 1024
 
 
 def find_bwrap() -> str:
@@ -214,7 +213,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
         self._tasks: set[asyncio.Task[ExecResult]] = set()
         self._counter = itertools.count()
         self._terminated = False
-        self._over_quota = 0
+        self._quota = DiskQuota(self.session_id, self.spec.disk_mb, self._disk_used)
 
     @property
     def limits(self) -> str:
@@ -327,7 +326,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
 
     async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command in a fresh bubblewrap over the workspace; see :meth:`Sandbox.exec`."""
-        await asyncio.to_thread(self._check_disk)
+        await asyncio.to_thread(self._quota.check)
         for rel in self.spec.mounts.values():  # bwrap binds only existing sources
             source = resolve_in_workspace(self.root, rel)
             source.mkdir(parents=True, exist_ok=True)
@@ -390,20 +389,8 @@ class BwrapSandbox(HostWorkspaceSandbox):
                 await asyncio.to_thread(exec_cg.remove)
         if self._terminated:
             raise SandboxError(f"sandbox {self.session_id} was terminated while a command ran")
-        await asyncio.to_thread(self._check_disk)
+        await asyncio.to_thread(self._quota.check)
         return result
-
-    def _check_disk(self) -> None:
-        """Refuse this and every later command once the workspace is over ``spec.disk_mb``."""
-        if not self.spec.disk_mb:
-            return
-        used = self._over_quota or self._disk_used()
-        if used > self.spec.disk_mb * MIB:
-            self._over_quota = used
-            raise SandboxError(
-                f"sandbox {self.session_id}: the workspace holds {used / MIB:.0f} MiB, over its disk quota "
-                f"of {self.spec.disk_mb} MiB (sandbox.disk_mb); no further commands run in it"
-            )
 
     async def terminate(self) -> None:
         """SIGKILL every process of every exec, remove the cgroup, the workspace and state. Idempotent."""

@@ -60,8 +60,8 @@ from dressage.paddock.base import (
     resolve_in_workspace,
     seed_workspace,
 )
-from dressage.paddock.bwrap import MIB, workspace_bytes
-from dressage.paddock.limits import LimitsInForce, configured_limits, refusal
+from dressage.paddock.bwrap import workspace_bytes
+from dressage.paddock.limits import MIB, DiskQuota, LimitsInForce, configured_limits, refusal
 
 PROXY_SOCKET_MOUNT = "/run/dressage/proxy.sock"
 FORWARDER_MOUNT = "/run/dressage/forwarder.py"
@@ -135,7 +135,7 @@ class DockerSandbox(HostWorkspaceSandbox):
         self._signals: set[asyncio.Task[ce.EngineResult]] = set()
         self._counter = itertools.count()
         self._terminated = False
-        self._over_quota = 0
+        self._quota = DiskQuota(self.session_id, self.spec.disk_mb, lambda: workspace_bytes(self.root))
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         """Write a workspace file; where the image's user owns the workspace, the file (and new parents) too."""
@@ -149,7 +149,7 @@ class DockerSandbox(HostWorkspaceSandbox):
 
     async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command through ``<engine> exec`` in the session's container; see :meth:`Sandbox.exec`."""
-        await asyncio.to_thread(self._check_disk)
+        await asyncio.to_thread(self._quota.check)
         for rel in self.spec.mounts.values():
             resolve_in_workspace(self.root, rel).mkdir(parents=True, exist_ok=True)
         rel = relative_workspace_path(req.cwd or ".")
@@ -196,7 +196,7 @@ class DockerSandbox(HostWorkspaceSandbox):
             raise SandboxError(f"sandbox {self.session_id} was terminated while a command ran")
         if self._signals:  # a timed-out command: its session is dead before the result returns
             await asyncio.wait(set(self._signals), timeout=ce.ENGINE_TIMEOUT_S)
-        await asyncio.to_thread(self._check_disk)
+        await asyncio.to_thread(self._quota.check)
         return result
 
     def _signal_session(self, pidfile: str, sig: int) -> None:
@@ -206,18 +206,6 @@ class DockerSandbox(HostWorkspaceSandbox):
         )
         self._signals.add(t)
         t.add_done_callback(self._signals.discard)
-
-    def _check_disk(self) -> None:
-        """Refuse this and every later command once the workspace is over ``spec.disk_mb``."""
-        if not self.spec.disk_mb:
-            return
-        used = self._over_quota or workspace_bytes(self.root)
-        if used > self.spec.disk_mb * MIB:
-            self._over_quota = used
-            raise SandboxError(
-                f"sandbox {self.session_id}: the workspace holds {used / MIB:.0f} MiB, over its disk quota "
-                f"of {self.spec.disk_mb} MiB (sandbox.disk_mb); no further commands run in it"
-            )
 
     async def terminate(self) -> None:
         """Remove the container (killing everything in it) and the workspace. Idempotent."""

@@ -18,10 +18,13 @@ its snapshot (``sandbox_limits``); see docs/rollout.md "Limits".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from dressage.errors import SandboxUnavailableError
+from dressage.errors import SandboxError, SandboxUnavailableError
+
+MIB = 1024 * 1024
 
 #: A mechanism ``sandbox.limits`` may accept (bwrap).
 LimitMechanism = Literal["cgroup", "rlimit"]
@@ -59,3 +62,29 @@ def refusal(limits: str, accepted: tuple[str, ...], missing: str, fix: str) -> S
         f"sandbox limits refused: {limits} need {missing}; sandbox.limits accepts "
         f'[{", ".join(accepted)}]: {fix} (docs/rollout.md "Limits")'
     )
+
+
+class DiskQuota:
+    """A sandbox's ``sandbox.disk_mb``, checked after each command: once the workspace is over it,
+    that command and every later one are refused (the usage that went over is kept, not re-measured).
+
+    ``used`` measures what the provider counts (the workspace, and an image sandbox's overlay).
+    """
+
+    def __init__(self, session_id: str, disk_mb: int | None, used: Callable[[], int]) -> None:
+        self.session_id = session_id
+        self.disk_mb = disk_mb
+        self._used = used
+        self._over = 0
+
+    def check(self) -> None:
+        """Raise :class:`SandboxError` when the workspace is (or was once) over the quota."""
+        if not self.disk_mb:
+            return
+        used = self._over or self._used()
+        if used > self.disk_mb * MIB:
+            self._over = used
+            raise SandboxError(
+                f"sandbox {self.session_id}: the workspace holds {used / MIB:.0f} MiB, over its disk quota "
+                f"of {self.disk_mb} MiB (sandbox.disk_mb); no further commands run in it"
+            )
