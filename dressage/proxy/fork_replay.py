@@ -33,7 +33,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dressage.errors import ConflictError
-from dressage.proxy.replay import ReplayTarget, ids_digest, replay_targets, request_prompt
+from dressage.proxy.replay import (
+    ReplayTarget,
+    ids_digest,
+    prompt_difference,
+    recorded_prompt,
+    replay_targets,
+    request_prompt,
+)
 from dressage.store import NewTurn, Session, Turn, turn_key
 
 if TYPE_CHECKING:
@@ -69,11 +76,14 @@ class ForkReplay:
         if target is None:
             return self.parent_turns[next_turn:]
         if target.fingerprint != conv.fingerprint:
-            if ids_digest(request_prompt(index, conv)) != target.prompt_digest:
+            got = request_prompt(index, conv)
+            if ids_digest(got) != target.prompt_digest:
+                recorded = recorded_prompt(self.parent_turns, target.turn_index)
+                where = prompt_difference(recorded, got, index.profile.tokenizer.decode)
                 raise ConflictError(
                     f"fork diverged at turn {target.turn_index}: the agent's request does not match turn "
                     f"{target.turn_index} of parent session {self.parent_session_id} (fork turn "
-                    f"{self.fork_turn}); nothing was recorded",
+                    f"{self.fork_turn}), first {where}; nothing was recorded",
                     code="fork_diverged",
                 )
         if len(self.parent_choices(target.turn_index)) != conv.n:

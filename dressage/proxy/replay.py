@@ -32,7 +32,7 @@ a proxy restart mid-replay replays again, and one after the replay ended does no
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from dressage.proxy.conversation import Conversation
     from dressage.proxy.reply_data import ReplyData
     from dressage.tito import SegmentIndex
+
+DIFF_CONTEXT = 12
+"""Tokens shown on each side of the first difference between a recorded prompt and a request's."""
 
 REASON_REPLAY_DIVERGED = "replay_diverged"
 """Boundary reason of the first live segment of a resumed session whose agent did not replay."""
@@ -135,6 +138,41 @@ def request_prompt(index: SegmentIndex, conv: Conversation) -> list[int]:
             profile.forced_tool_call_prefix(conv.force_tool, conv.enable_thinking)
         )
     return ids
+
+
+def recorded_prompt(turns: Sequence[Turn], turn_index: int) -> list[int]:
+    """The whole prompt turn ``turn_index`` of ``turns`` was generated from: its segment's tokens
+    before it (context and generated ids of the earlier turns of that segment) and its context ids."""
+    by_index = {t.turn_index: t for t in turns}
+    target = by_index[turn_index]
+    ids: list[int] = []
+    for turn in sorted(turns, key=lambda x: x.turn_index):
+        if turn.turn_index > turn_index:
+            break
+        if turn.segment_index != target.segment_index:
+            continue
+        ids += [int(x) for x in turn.context_ids]
+        if turn.turn_index < turn_index:
+            ids += [int(x) for x in turn.generated_ids]
+    return ids
+
+
+def prompt_difference(
+    recorded: Sequence[int], request: Sequence[int], decode: Callable[[list[int]], str]
+) -> str:
+    """Where ``request``'s prompt ids first differ from ``recorded``'s, in words with the text around
+    it on both sides (``decode``: ids to text), e.g. ``at prompt token 812 of 900: recorded '... 0.03s'
+    ... request '... 0.02s'``; what a divergence records, so its cause can be read."""
+    same = next((i for i, (a, b) in enumerate(zip(recorded, request, strict=False)) if a != b), None)
+    if same is None:
+        if len(recorded) == len(request):
+            return "the prompt ids are equal"
+        same = min(len(recorded), len(request))
+    window = slice(max(0, same - DIFF_CONTEXT), same + DIFF_CONTEXT)
+    return (
+        f"at prompt token {same} (recorded {len(recorded)} tokens, request {len(request)}): recorded "
+        f"{decode(list(recorded[window]))!r}, request {decode(list(request[window]))!r}"
+    )
 
 
 def build_replay(session: Session, turns: Sequence[Turn]) -> Replay | None:

@@ -107,6 +107,12 @@ def test_a_fork_that_does_not_replay_is_refused_and_says_where(
     assert (event.session_id, event.payload["turn_index"], event.payload["fork_turn"]) == (
         child["session_id"], 2, 3,
     )  # fmt: skip
+    # The record says where the prompts part: the parent's tool output against the fork's.
+    error = event.payload["error"]
+    assert "first at prompt token" in error, error
+    recorded, request = error.split(": recorded '")[1].split("', request '")
+    assert "ok 1" in recorded and "changed" not in recorded, error
+    assert "changed" in request and "ok 1" not in request, error
 
 
 def test_fork_of_a_failed_session_resamples_its_last_turn(proxy_f: Harness, scripted: ScriptedEngine) -> None:
