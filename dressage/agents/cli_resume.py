@@ -290,8 +290,16 @@ NO_RESUME_MODE: dict[str, str] = {
     "command": "a generic command agent has no known resume mode",
     "openclaw": "openclaw's resume mode is not wired (not measured)",
     "opencode": "opencode's session resume (opencode run --session) is not wired (not measured)",
-    "gemini_cli": "Gemini CLI's --resume is not wired (not measured)",
-    "qwen_code": "Qwen Code's --resume is not wired (not measured)",
+    "gemini_cli": (
+        "Gemini CLI 0.61.0's --resume <session-id> resends every recorded tool result twice (two equal "
+        "functionResponse parts per user turn) and appends a model turn '[The previous response was "
+        "interrupted before it completed.]' and the input, so its first request never equals the parent's"
+    ),
+    "qwen_code": (
+        "Qwen Code 0.24.4's --resume <session-id> rebuilds its first user message (the folder listing of "
+        "the restored workspace, a date reminder) and appends the input, so its first request differs "
+        "from the parent's (measured once; not wired)"
+    ),
 }
 """Why a CLI without a wired resume mode replays (recorded with the fallback)."""
 

@@ -29,7 +29,7 @@ from typing import Any, cast
 
 import pytest
 
-from dressage.agents import ClaudeCodeAgent, CodexAgent, MiniSweAgent, Task
+from dressage.agents import ClaudeCodeAgent, CodexAgent, GeminiCliAgent, MiniSweAgent, Task
 from dressage.agents.base import AgentContext
 from dressage.agents.blackbox import BlackboxAgent
 from dressage.agents.cli_resume import (
@@ -39,7 +39,12 @@ from dressage.agents.cli_resume import (
     ResumeCommand,
     check_first_request,
 )
-from dressage.agents.config import ClaudeCodeAgentConfig, CodexAgentConfig, MiniSweAgentConfig
+from dressage.agents.config import (
+    ClaudeCodeAgentConfig,
+    CodexAgentConfig,
+    GeminiCliAgentConfig,
+    MiniSweAgentConfig,
+)
 from dressage.paddock import SandboxSpec, get_provider, serve_unix_socket_forwarder
 from dressage.proxy.dialects.messages import parse_messages_request
 from dressage.proxy.dialects.responses import ResponsesDialect
@@ -250,6 +255,9 @@ async def test_a_cli_without_a_resume_mode_or_its_session_files_reports_why(make
     try:
         mini = await MiniSweAgent(MiniSweAgentConfig()).resume_command(ctx, "Continue.")
         assert isinstance(mini, NoResume) and "has no resume mode" in mini.reason
+        # Gemini CLI has one, but it resends tool results twice: it replays, saying why.
+        gemini = await GeminiCliAgent(GeminiCliAgentConfig()).resume_command(ctx, "Continue.")
+        assert isinstance(gemini, NoResume) and "twice" in gemini.reason
         # Claude Code has one, but the workspace holds no session (a checkpoint without its files).
         claude = await ClaudeCodeAgent(ClaudeCodeAgentConfig()).resume_command(ctx, "Continue.")
         assert isinstance(claude, NoResume) and ".dressage/claude/projects" in claude.reason
