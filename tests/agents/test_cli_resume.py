@@ -75,6 +75,14 @@ def prompt_ids(seen: Seen) -> list[int]:
     return PROFILE.tokenizer.encode(text)
 
 
+def without_ids(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses body without Codex's per-turn ids (``client_metadata``, input item ``id``s)."""
+    out = {k: v for k, v in body.items() if k != "client_metadata"}
+    if isinstance(body.get("input"), list):
+        out["input"] = [{k: v for k, v in item.items() if k != "id"} for item in body["input"]]
+    return out
+
+
 def decode(ids: list[int]) -> str:
     return PROFILE.tokenizer.decode(ids)
 
@@ -246,6 +254,11 @@ async def test_resume_at_a_user_turn_sends_the_parents_request_token_for_token(
     assert resumed.session_id == command.session_id
     check = check_first_request(prompt_ids(parent_k), prompt_ids(first), decode)
     assert check.exact, check.reason
+    # The bodies themselves: Claude Code's is the parent's byte for byte (metadata included);
+    # Codex's differs only in ids it makes up per turn, none of which is rendered.
+    assert without_ids(first.body) == without_ids(parent_k.body)
+    if kind == "claude_code":
+        assert first.body == parent_k.body
     assert follow_up in decode(prompt_ids(first))
 
 
