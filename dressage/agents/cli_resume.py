@@ -57,6 +57,19 @@ class ResumeCommand:
     mid_tool_loop: bool
     """The session ends in a tool result: the resumed request appends a user turn to the parent's
     request K, so it cannot match it (the caller may skip the attempt and replay at once)."""
+    appends: str = ""
+    """What this CLI's resume mode appends after a trailing tool result (for the recorded reason)."""
+
+    @property
+    def mismatch(self) -> str | None:
+        """Why the first request cannot be the parent's request K (None when it may be): the reason
+        to record when the caller replays without starting the CLI."""
+        if not self.mid_tool_loop:
+            return None
+        return (
+            f"{self.kind} session {self.session_id} ends inside a tool loop and its resume mode appends "
+            f"{self.appends}: its first request cannot be the parent's request K"
+        )
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,8 @@ class CliResumeMode(ABC):
     """The CLI's whole state directory in the workspace (config, caches, ids, its session files)."""
     session_paths: tuple[str, ...]
     """Workspace-relative paths that must be in the checkpoint for the resume mode to work."""
+    appends: str
+    """What the resume mode appends after a trailing tool result (measured)."""
     session_glob: str
     """``find -path`` pattern of a session file under :attr:`state_dir`."""
     session_depth: int
@@ -151,7 +166,9 @@ class CliResumeMode(ABC):
         except (SandboxError, ValueError) as e:
             return NoResume(self.kind, f"{self.kind} session file {found} unreadable: {e}")
         argv = self.splice(base_argv, session_id)
-        return ResumeCommand(self.kind, session_id, found, argv, next_input, self.mid_tool_loop(text))
+        return ResumeCommand(
+            self.kind, session_id, found, argv, next_input, self.mid_tool_loop(text), self.appends
+        )
 
     @abstractmethod
     def splice(self, base_argv: str, session_id: str) -> str:
@@ -185,6 +202,7 @@ class ClaudeCodeResume(CliResumeMode):
     kind = "claude_code"
     state_dir = ".dressage/claude"
     session_paths = (".dressage/claude/projects",)
+    appends = "an assistant message 'No response requested.' and the input as a user message"
     session_glob = "*/projects/*/*.jsonl"
     session_depth = 3
 
@@ -239,6 +257,7 @@ class CodexResume(CliResumeMode):
     kind = "codex"
     state_dir = ".dressage/codex"
     session_paths = (".dressage/codex/sessions", ".dressage/codex/config.toml")
+    appends = "the input as a user message"
     session_glob = "*/sessions/*/rollout-*.jsonl"
     session_depth = 5
 

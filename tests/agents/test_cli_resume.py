@@ -190,6 +190,7 @@ async def test_resume_inside_a_tool_loop_appends_a_user_turn_so_it_falls_back(
         assert (checkpoint / "out1.txt").read_text() == "1\n"  # the checkpoint is the workspace at K
         command, first = await resumed_first_request(llm, make(), checkpoint, "Continue.", f"resume-{kind}")
     assert command.mid_tool_loop and command.session_id in command.argv
+    assert command.mismatch is not None and "inside a tool loop" in command.mismatch
     # The resumed CLI sends the parent's conversation (both tool results, same system prompt and
     # tools), then a user turn of its own: never the parent's request K.
     assert first.tool_results == parent_k.tool_results
@@ -245,7 +246,7 @@ async def test_resume_at_a_user_turn_sends_the_parents_request_token_for_token(
             shutil.copytree(cast(Any, ctx.sandbox).root, checkpoint, symlinks=True)
             start = len(llm.requests)
             command = await agent.resume_command(ctx, follow_up)
-            assert isinstance(command, ResumeCommand) and not command.mid_tool_loop, command
+            assert isinstance(command, ResumeCommand) and command.mismatch is None, command
             await agent.run_resumed(ctx, command)
             parent_k = main_requests(llm, start)[0]
         resumed, first = await resumed_first_request(
