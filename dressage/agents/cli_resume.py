@@ -165,7 +165,10 @@ class CliResumeMode(ABC):
             session_id = self.session_id(found, text)
         except (SandboxError, ValueError) as e:
             return NoResume(self.kind, f"{self.kind} session file {found} unreadable: {e}")
-        argv = self.splice(base_argv, session_id)
+        try:
+            argv = self.splice(base_argv, session_id)
+        except ValueError as e:
+            return NoResume(self.kind, str(e))
         return ResumeCommand(
             self.kind, session_id, found, argv, next_input, self.mid_tool_loop(text), self.appends
         )
