@@ -25,6 +25,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from dressage.agents.base import Agent, AgentContext, AgentResult
+from dressage.agents.cli_resume import (
+    RESUME_INPUT_ENV,
+    CliResumeMode,
+    NoResume,
+    ResumeCommand,
+    resume_mode,
+)
 from dressage.agents.config import (
     BlackboxConfig,
     CommandAgentConfig,
@@ -88,10 +95,38 @@ class BlackboxAgent(Agent):
         await self._check_binary(ctx)
         await ctx.sandbox.write_file(PROMPT_FILE, ctx.task.prompt_text())
         await self.prepare(ctx)
+        return await self.execute(ctx, self.argv(ctx), self.env(ctx))
+
+    def resume_mode(self) -> CliResumeMode | NoResume:
+        """This CLI's own resume mode (:mod:`dressage.agents.cli_resume`), or why it has none."""
+        return resume_mode(self.cfg.kind)
+
+    async def resume_command(self, ctx: AgentContext, next_input: str) -> ResumeCommand | NoResume:
+        """How to start this CLI in its resume mode in ``ctx.sandbox``, whose workspace a checkpoint
+        restored (it must hold :attr:`CliResumeMode.session_paths`), with ``next_input`` as the user
+        input the resumed CLI sends; a :class:`NoResume` (the caller replays, recording its reason)
+        for a CLI without one or when its session file is missing."""
+        mode = self.resume_mode()
+        if isinstance(mode, NoResume):
+            return mode
         argv = self.argv(ctx)
+        if not isinstance(argv, str):
+            return NoResume(self.cfg.kind, f"agent {self.name}'s command is no shell line to resume")
+        return await mode.command(ctx.sandbox, argv, next_input)
+
+    async def run_resumed(self, ctx: AgentContext, command: ResumeCommand) -> AgentResult:
+        """Run a :meth:`resume_command` (after :meth:`prepare`, which rewrites the CLI's config for
+        this session's proxy URL) and collect the answer as :meth:`run` does."""
+        await self._check_binary(ctx)
+        await ctx.sandbox.write_file(PROMPT_FILE, ctx.task.prompt_text())
+        await self.prepare(ctx)
+        return await self.execute(ctx, command.argv, {**self.env(ctx), RESUME_INPUT_ENV: command.next_input})
+
+    async def execute(self, ctx: AgentContext, argv: list[str] | str, env: dict[str, str]) -> AgentResult:
+        """Run the agent's command once with ``env``; check its exit; collect its answer."""
         shown = argv if isinstance(argv, str) else shlex.join(argv)
         ctx.log.write(f"$ {shown}")
-        r = await ctx.sandbox.exec(argv, env=self.env(ctx), timeout=ctx.timeout_s)
+        r = await ctx.sandbox.exec(argv, env=env, timeout=ctx.timeout_s)
         ctx.log.write(f"exit_code={r.exit_code} timed_out={r.timed_out} duration={r.duration_s:.2f}s")
         ctx.log.write("--- stdout ---\n" + r.stdout)
         ctx.log.write("--- stderr ---\n" + r.stderr)
