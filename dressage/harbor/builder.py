@@ -1,0 +1,112 @@
+"""Which program builds Harbor task images (buildah, Podman or Docker), and its commands.
+
+The ``harbor_builder`` setting (``DRESSAGE_HARBOR_BUILDER``: ``auto``, ``buildah``, ``podman``,
+``docker``) picks it; ``auto`` takes Docker where its daemon answers, else Podman where it works, else
+buildah (daemonless, ``--isolation chroot``). buildah and Podman share one private ``vfs`` storage
+under ``<cache>/harbor-build`` (``--root``/``--runroot``), so an image one of them built (a base made
+by ``python -m dressage.harbor.build --tag``) is seen by the other; Docker keeps its images in its
+daemon. Whatever the builder, a built image is copied into an OCI layout that the ``image`` sandbox
+provider reads (``push --format oci`` from buildah/Podman; ``skopeo copy docker-daemon:`` from Docker).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from dressage.config import load_settings
+from dressage.errors import ConfigError
+
+BUILDERS = ("buildah", "podman", "docker")
+PROBE_TIMEOUT_S = 30.0
+
+
+def cache_root() -> Path:
+    """``<cache_dir>`` (``DRESSAGE_CACHE_DIR``, default ``~/.cache/dressage``)."""
+    return Path(load_settings().cache_dir or Path.home() / ".cache" / "dressage")
+
+
+def storage_args() -> list[str]:
+    """buildah's and Podman's private storage: vfs under ``<cache>/harbor-build`` (no system store)."""
+    root = cache_root() / "harbor-build"
+    return ["--root", str(root / "storage"), "--runroot", str(root / "run"), "--storage-driver", "vfs"]
+
+
+@dataclass(frozen=True)
+class Builder:
+    """One image builder: ``kind`` (``buildah``, ``podman`` or ``docker``) and its executable."""
+
+    kind: str
+    exe: str
+
+    def argv(self, *args: str) -> list[str]:
+        """The command line of ``args`` (buildah and Podman on the private storage)."""
+        return [self.exe, *(storage_args() if self.kind != "docker" else []), *args]
+
+    def run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``args``; never raises for a failing command."""
+        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout, check=False)
+
+    def inspect_args(self, name: str) -> list[str]:
+        """Arguments that print the id of image ``name`` (and fail when it is absent)."""
+        if self.kind == "buildah":
+            return ["inspect", "--type", "image", "--format", "{{.FromImageID}}", name]
+        return ["image", "inspect", "--format", "{{.Id}}", name]
+
+    def build_args(self, dockerfile: Path, name: str, context: Path, pull: str) -> list[str]:
+        """``build`` of ``dockerfile`` (context ``context``) tagged ``name``; ``pull``: ``never`` (every base
+        is local) or ``missing``. RUN steps have the host's network (``pip install`` needs PyPI)."""
+        common = ["-f", str(dockerfile), "-t", name, str(context)]
+        if self.kind == "docker":  # pulls a missing base itself; --pull would pull every base
+            return ["build", "--quiet", *common]
+        isolation = ["--isolation", "chroot"] if self.kind == "buildah" else ["--network", "host"]
+        return ["build", "--quiet", *isolation, "--layers=false", f"--pull={pull}", *common]
+
+    def export_argv(self, name: str, target: Path) -> list[str]:
+        """The full command that copies image ``name`` into the OCI layout ``target`` (tag ``latest``)."""
+        if self.kind == "docker":
+            skopeo = shutil.which("skopeo")
+            if skopeo is None:
+                raise ConfigError("copying a Docker-built image needs skopeo (apt-get install skopeo)")
+            return [skopeo, "copy", "--quiet", f"docker-daemon:{name}", f"oci:{target}:latest"]
+        return self.argv("push", "--quiet", "--format", "oci", name, f"oci:{target}:latest")
+
+
+_found: dict[str, Builder] = {}
+
+
+def _works(kind: str, exe: str) -> bool:
+    """Whether ``exe`` answers: Docker's daemon, or Podman on the private storage."""
+    try:
+        r = subprocess.run(
+            Builder(kind, exe).argv("images", "-q"), capture_output=True, timeout=PROBE_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return r.returncode == 0
+
+
+def find_builder() -> Builder:
+    """The builder the ``harbor_builder`` setting names (``auto``: see the module doc), checked to answer
+    (buildah: on PATH); cached per process and setting. :class:`ConfigError` says what was tried."""
+    wanted = load_settings().harbor_builder
+    if wanted in _found:
+        return _found[wanted]
+    tried: list[str] = []
+    for kind in BUILDERS[::-1] if wanted == "auto" else (wanted,):
+        exe = shutil.which(kind)
+        if exe is None:
+            tried.append(f"{kind}: not installed")
+        elif kind != "buildah" and not _works(kind, exe):
+            tried.append(
+                f"{kind}: {'its daemon does not answer' if kind == 'docker' else 'does not work here'}"
+            )
+        else:
+            _found[wanted] = Builder(kind, exe)
+            return _found[wanted]
+    raise ConfigError(
+        f"building a Harbor task's Dockerfile needs an image builder (harbor_builder: {wanted}; "
+        f"{'; '.join(tried)}): apt-get install buildah (scripts/setup-harbor.sh), or podman, or start Docker"
+    )
