@@ -248,8 +248,11 @@ def _push(log: list[str], name: str, target: Path) -> str:
     if not (target / "index.json").is_file():
         tmp = Path(tempfile.mkdtemp(prefix=".push-", dir=target.parent))
         try:
-            argv = find_builder().export_argv(name, tmp)
-            _logged(log, argv, " ".join([find_builder().kind, "export", *argv[-2:]]))
+            if find_builder().kind == "docker":  # out of the daemon with skopeo
+                argv = find_builder().docker_export_argv(name, tmp)
+                _logged(log, argv, " ".join(["skopeo", *argv[1:]]))
+            else:
+                _checked(log, "push", "--quiet", "--format", "oci", name, f"oci:{tmp}:latest")
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

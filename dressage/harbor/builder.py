@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from dressage.config import load_settings
+from dressage.config import environment_values, load_settings
 from dressage.errors import ConfigError
 
 BUILDERS = ("buildah", "podman", "docker")
@@ -64,17 +64,18 @@ class Builder:
         isolation = ["--isolation", "chroot"] if self.kind == "buildah" else ["--network", "host"]
         return ["build", "--quiet", *isolation, "--layers=false", f"--pull={pull}", *common]
 
-    def export_argv(self, name: str, target: Path) -> list[str]:
-        """The full command that copies image ``name`` into the OCI layout ``target`` (tag ``latest``)."""
-        if self.kind == "docker":
-            skopeo = shutil.which("skopeo")
-            if skopeo is None:
-                raise ConfigError("copying a Docker-built image needs skopeo (apt-get install skopeo)")
-            return [skopeo, "copy", "--quiet", f"docker-daemon:{name}", f"oci:{target}:latest"]
-        return self.argv("push", "--quiet", "--format", "oci", name, f"oci:{target}:latest")
+    def docker_export_argv(self, name: str, target: Path) -> list[str]:
+        """The command that copies image ``name`` out of Docker's daemon into the OCI layout ``target``
+        (tag ``latest``): ``skopeo copy docker-daemon:`` (buildah and Podman ``push --format oci``)."""
+        skopeo = shutil.which("skopeo")
+        if skopeo is None:
+            raise ConfigError("copying a Docker-built image needs skopeo (apt-get install skopeo)")
+        host = environment_values(("DOCKER_HOST",))["DOCKER_HOST"]  # the daemon the docker CLI talks to
+        daemon = ["--src-daemon-host", host] if host else []
+        return [skopeo, "copy", "--quiet", *daemon, f"docker-daemon:{name}", f"oci:{target}:latest"]
 
 
-_found: dict[str, Builder] = {}
+_found: dict[tuple[str, str | None, str | None], Builder] = {}
 
 
 def _works(kind: str, exe: str) -> bool:
@@ -90,10 +91,13 @@ def _works(kind: str, exe: str) -> bool:
 
 def find_builder() -> Builder:
     """The builder the ``harbor_builder`` setting names (``auto``: see the module doc), checked to answer
-    (buildah: on PATH); cached per process and setting. :class:`ConfigError` says what was tried."""
+    (buildah: on PATH); cached per process, setting, ``PATH`` and ``DOCKER_HOST``. :class:`ConfigError`
+    says what was tried."""
     wanted = load_settings().harbor_builder
-    if wanted in _found:
-        return _found[wanted]
+    env = environment_values(("PATH", "DOCKER_HOST"))
+    key = (wanted, env["PATH"], env["DOCKER_HOST"])
+    if key in _found:
+        return _found[key]
     tried: list[str] = []
     for kind in BUILDERS[::-1] if wanted == "auto" else (wanted,):
         exe = shutil.which(kind)
@@ -104,8 +108,8 @@ def find_builder() -> Builder:
                 f"{kind}: {'its daemon does not answer' if kind == 'docker' else 'does not work here'}"
             )
         else:
-            _found[wanted] = Builder(kind, exe)
-            return _found[wanted]
+            _found[key] = Builder(kind, exe)
+            return _found[key]
     raise ConfigError(
         f"building a Harbor task's Dockerfile needs an image builder (harbor_builder: {wanted}; "
         f"{'; '.join(tried)}): apt-get install buildah (scripts/setup-harbor.sh), or podman, or start Docker"

@@ -163,6 +163,7 @@ def test_an_unreachable_ubuntu_archive_refuses_the_root_filesystem_naming_task_l
     from dressage.harbor.rootfs import main
 
     with pytest.raises(
-        ConfigError, match=r"^task apt-only: Dockerfile line 1: base image 'ubuntu:24.04' is made from ubuntu's"
+        ConfigError,
+        match=r"^task apt-only: Dockerfile line 1: base image 'ubuntu:24.04' is made from ubuntu's",
     ):
         main([str(UBUNTU / "apt-only")])
