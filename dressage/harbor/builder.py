@@ -11,8 +11,11 @@ provider reads (``push --format oci`` from buildah/Podman; ``skopeo copy docker-
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +32,14 @@ def cache_root() -> Path:
 
 
 def storage_args() -> list[str]:
-    """buildah's and Podman's private storage: vfs under ``<cache>/harbor-build`` (no system store)."""
+    """buildah's and Podman's private storage: vfs under ``<cache>/harbor-build`` (no system store).
+
+    Its run state (locks, mounts: gone at reboot, as in ``/run``) is in a short folder of the temporary
+    directory named by the storage's path: Podman refuses a run root longer than 50 characters."""
     root = cache_root() / "harbor-build"
-    return ["--root", str(root / "storage"), "--runroot", str(root / "run"), "--storage-driver", "vfs"]
+    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+    run = Path(tempfile.gettempdir()) / f"dressage-hb-{os.getuid()}-{digest}"
+    return ["--root", str(root / "storage"), "--runroot", str(run), "--storage-driver", "vfs"]
 
 
 @dataclass(frozen=True)
