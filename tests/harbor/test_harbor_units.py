@@ -386,3 +386,26 @@ def test_the_build_key_follows_the_dockerfile_the_context_and_local_bases(tmp_pa
     assert build_key("FROM x\n", tmp_path, ("sha256:1",)) != key
     (tmp_path / "a.txt").write_text("b")
     assert build_key("FROM x\n", tmp_path) != key
+
+
+def test_a_named_image_builder_that_is_not_there_is_refused_saying_what_was_tried(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from pydantic import ValidationError
+
+    from dressage.config import load_settings
+    from dressage.harbor.builder import find_builder
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no builder on PATH
+    for kind in ("docker", "podman", "buildah"):
+        monkeypatch.setenv("DRESSAGE_HARBOR_BUILDER", kind)
+        with pytest.raises(ConfigError, match=rf"harbor_builder: {kind}; {kind}: not installed"):
+            find_builder()
+    monkeypatch.setenv("DRESSAGE_HARBOR_BUILDER", "auto")
+    with pytest.raises(
+        ConfigError, match="docker: not installed; podman: not installed; buildah: not installed"
+    ):
+        find_builder()
+    monkeypatch.setenv("DRESSAGE_HARBOR_BUILDER", "kaniko")
+    with pytest.raises(ValidationError, match="harbor_builder"):
+        load_settings()
