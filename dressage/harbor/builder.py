@@ -2,11 +2,13 @@
 
 The ``harbor_builder`` setting (``DRESSAGE_HARBOR_BUILDER``: ``auto``, ``buildah``, ``podman``,
 ``docker``) picks it; ``auto`` takes Docker where its daemon answers, else Podman where it works, else
-buildah (daemonless, ``--isolation chroot``). buildah and Podman share one private ``vfs`` storage
-under ``<cache>/harbor-build`` (``--root``/``--runroot``), so an image one of them built (a base made
-by ``python -m dressage.harbor.build --tag``) is seen by the other; Docker keeps its images in its
-daemon. Whatever the builder, a built image is copied into an OCI layout that the ``image`` sandbox
-provider reads (``push --format oci`` from buildah/Podman; ``skopeo copy docker-daemon:`` from Docker).
+buildah (daemonless). buildah and Podman share one private ``vfs`` storage under
+``<cache>/harbor-build`` (``--root``/``--runroot``), so an image one of them built (a base made by
+``python -m dressage.harbor.build --tag``) is seen by the other; Docker keeps its images in its daemon.
+buildah and Podman build with ``--isolation chroot``: a ``RUN`` needs no OCI runtime (which may refuse
+a host's cgroups or rlimits until configured) and has the host's network. Whatever the builder, a
+built image is copied into an OCI layout that the ``image`` sandbox provider reads (``push --format
+oci`` from buildah/Podman; ``skopeo copy docker-daemon:`` from Docker).
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ class Builder:
         common = ["-f", str(dockerfile), "-t", name, str(context)]
         if self.kind == "docker":  # pulls a missing base itself; --pull would pull every base
             return ["build", "--quiet", *common]
-        isolation = ["--isolation", "chroot"] if self.kind == "buildah" else ["--network", "host"]
-        return ["build", "--quiet", *isolation, "--layers=false", f"--pull={pull}", *common]
+        # chroot isolation: RUN needs no OCI runtime (Podman's runc or crun may refuse this host's
+        # cgroups or rlimits until configured) and shares the host's network
+        return ["build", "--quiet", "--isolation", "chroot", "--layers=false", f"--pull={pull}", *common]
 
     def docker_export_argv(self, name: str, target: Path) -> list[str]:
         """The command that copies image ``name`` out of Docker's daemon into the OCI layout ``target``
