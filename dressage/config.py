@@ -82,6 +82,21 @@ class Settings(BaseSettings):
         description="The container engine CLI of sandbox provider docker (docker or podman, a name on PATH or a "
         'path); unset: docker where its daemon answers, else podman (docs/rollout.md "Sandbox providers").',
     )
+    harbor_builder: Literal["auto", "buildah", "podman", "docker"] = Field(
+        default="auto",
+        description="What builds Harbor task images that are not apt-only (the image sandbox provider): "
+        "buildah, podman or docker; auto: docker where its daemon answers, else podman where it works, "
+        'else buildah (docs/harbor.md "Building any Dockerfile").',
+    )
+    harbor_debian_mirror: str = Field(
+        default="http://deb.debian.org/debian",
+        description="The Debian archive Harbor tasks' debian:<tag> bases are made from (mmdebstrap).",
+    )
+    harbor_ubuntu_mirror: str = Field(
+        default="http://archive.ubuntu.com/ubuntu",
+        description="The Ubuntu archive Harbor tasks' ubuntu:<tag> bases are made from (mmdebstrap, with "
+        "Ubuntu's keyring from Debian's ubuntu-keyring package).",
+    )
     e2b_api_key: SecretStr | None = Field(
         default=None,
         validation_alias="E2B_API_KEY",

@@ -80,6 +80,8 @@ MODULE_TIERS: dict[str, tuple[str, ...]] = {
     "tests/agents/test_native_clis_fork.py": ("external",),
     "tests/harbor/test_harbor_run.py": ("external",),
     "tests/harbor/test_harbor_tbench.py": ("external", "slow"),
+    "tests/harbor/test_harbor_ubuntu.py": ("slow",),
+    "tests/harbor/test_harbor_builders.py": ("external", "slow"),
     "tests/training/test_slime_contract.py": ("external",),
     "tests/paddock/test_e2b_cloud.py": ("cloud",),
     "tests/paddock/test_docker.py": ("external",),

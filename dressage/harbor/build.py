@@ -1,24 +1,29 @@
-"""Any Harbor task Dockerfile built into an OCI image with the machine's builder (buildah).
+"""Any Harbor task Dockerfile built into an OCI image with the machine's builder (buildah, Podman, Docker).
 
 A Dockerfile that is not apt-only (pip or curl in ``RUN``, ``USER``, ``ADD``, multi-stage builds,
-...) is built as written by ``buildah build`` (daemonless, ``--isolation chroot``, ``vfs`` storage
-in a private ``--root``/``--runroot`` under the cache), then pushed into an OCI layout directory
-``<cache>/harbor-images/<key>/`` that the ``image`` sandbox provider runs (``oci:DIR``;
-:mod:`dressage.paddock.image`). ``key`` is the sha256 of the Dockerfile and every file of the task's
-``environment/`` (its build context): a Dockerfile's content is built once, however many tasks,
-episodes or workers use it (a file lock per key: concurrent workers wait for the one that builds).
+...) is built as written by the builder :mod:`dressage.harbor.builder` picks (the ``harbor_builder``
+setting; ``auto``: Docker where its daemon answers, else Podman, else buildah: daemonless,
+``--isolation chroot``, ``vfs`` storage in a private ``--root``/``--runroot`` under the cache, which
+Podman shares), then copied into an OCI layout directory ``<cache>/harbor-images/<key>/`` that the
+``image`` sandbox provider runs (``oci:DIR``; :mod:`dressage.paddock.image`). ``key`` is the sha256 of
+the Dockerfile and every file of the task's ``environment/`` (its build context): a Dockerfile's
+content is built once, however many tasks, episodes or workers use it (a file lock per key:
+concurrent workers wait for the one that builds), whichever builder built it.
 The build's log is kept next to the image (``<key>.log``, redacted) and stored as an artifact of
 every session of its tasks; a failed build is remembered (``<key>.failed``) so it fails its tasks
 with the build's error, never the whole run (delete that file to try again).
 
-Bases (every ``FROM``): an earlier stage or ``scratch`` need nothing. ``debian:<tag>`` is made from
-Debian's packages (``mmdebstrap --variant=minbase``, the variant Debian's official images are), with
-this machine's CA bundle added (its package registries are reached through it), and tagged
-``docker.io/library/debian:<tag>`` in the private storage, so such tasks need no registry. Any other
-base must be an image of the private storage (built there by ``python -m dressage.harbor.build
---tag NAME DIR``, as the tests do) or be reachable in its registry; otherwise the task is refused
-before any agent runs, naming the task, the Dockerfile line and the image. A task's prebuilt
-``docker_image`` is looked up the same way (private storage, else its registry).
+Bases (every ``FROM``): an earlier stage or ``scratch`` need nothing. ``debian:<tag>`` and
+``ubuntu:<tag>`` are made from the distribution's own packages (``mmdebstrap --variant=minbase``, the
+variant their official images are, from ``deb.debian.org`` or ``archive.ubuntu.com``:
+:mod:`dressage.harbor.distro`), with this machine's CA bundle added (its package registries are
+reached through it), and tagged ``docker.io/library/<distro>:<tag>`` in the builder's storage, so such
+tasks need no registry; where that archive cannot be reached (and the base is not made yet) the task
+is refused before any agent runs. Any other base must be an image of the builder's storage (built
+there by ``python -m dressage.harbor.build --tag NAME DIR``, as the tests do) or be reachable in its
+registry; otherwise the task is refused before any agent runs, naming the task, the Dockerfile line
+and the image. A task's prebuilt ``docker_image`` is looked up the same way (builder's storage, else
+its registry).
 """
 
 from __future__ import annotations
@@ -36,21 +41,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dressage.config import load_settings
 from dressage.errors import ConfigError, SandboxError
-from dressage.harbor.dockerfile import DEBIAN_TAGS, logical_lines
+from dressage.harbor.builder import cache_root, find_builder
+from dressage.harbor.distro import (
+    DISTRO_TAGS,
+    distro_of,
+    mmdebstrap_args,
+    require_archive,
+    suite_of,
+)
+from dressage.harbor.dockerfile import logical_lines
 from dressage.redact import redact, redacted_tail
 
 _FROM = re.compile(r"^(?:--platform=\S+\s+)?(\S+)(?:\s+[Aa][Ss]\s+(\S+))?$")
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+HOST_CA_COPY = "/usr/local/share/ca-certificates/host-bundle.crt"
 REGISTRY_TIMEOUT_S = 20.0
 ERROR_CHARS = 1500
-
-
-def cache_root() -> Path:
-    """``<cache_dir>`` (``DRESSAGE_CACHE_DIR``, default ``~/.cache/dressage``)."""
-    return Path(load_settings().cache_dir or Path.home() / ".cache" / "dressage")
 
 
 def images_dir() -> Path:
@@ -58,26 +65,8 @@ def images_dir() -> Path:
     return cache_root() / "harbor-images"
 
 
-def storage_args() -> list[str]:
-    """buildah's private storage: vfs under ``<cache>/harbor-build`` (no daemon, no system store)."""
-    root = cache_root() / "harbor-build"
-    return ["--root", str(root / "storage"), "--runroot", str(root / "run"), "--storage-driver", "vfs"]
-
-
-def builder() -> str:
-    """The ``buildah`` executable, or :class:`ConfigError` saying how to install it."""
-    exe = shutil.which("buildah")
-    if exe is None:
-        raise ConfigError(
-            "building a Harbor task's Dockerfile needs buildah (apt-get install buildah; scripts/setup-harbor.sh)"
-        )
-    return exe
-
-
-def _buildah(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [builder(), *storage_args(), *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+def _builder(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    return find_builder().run(*args, timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -87,12 +76,13 @@ class Base:
     lineno: int
     image: str
     source: str
-    """``stage``, ``scratch``, ``debian:<suite>``, ``local`` (the private storage) or ``registry``."""
+    """``stage``, ``scratch``, ``debian:<release>``/``ubuntu:<release>`` (made from the distribution's
+    packages), ``local`` (the builder's storage) or ``registry``."""
 
 
 def local_image(name: str) -> bool:
-    """Whether ``name`` is an image of the private storage."""
-    return _buildah("inspect", "--type", "image", name).returncode == 0
+    """Whether ``name`` is an image of the builder's storage."""
+    return image_id(name) is not None
 
 
 def registry_reachable(image: str) -> bool:
@@ -108,9 +98,37 @@ def registry_reachable(image: str) -> bool:
     return r.returncode == 0
 
 
+def _source(where: str, image: str, stages: set[str]) -> str:
+    """Where the base ``image`` of a ``FROM`` comes from (see :attr:`Base.source`), or
+    :class:`ConfigError` naming ``where`` and the image when it cannot be had here."""
+    distro = distro_of(image)
+    tag = image.partition(":")[2] or "latest"
+    if image.lower() in stages:
+        return "stage"
+    if image == "scratch":
+        return "scratch"
+    if distro is not None and tag in DISTRO_TAGS[distro]:
+        suite = DISTRO_TAGS[distro][tag]
+        if not local_image(f"docker.io/library/{distro}:{tag}"):
+            require_archive(where, image, distro, suite)
+        return f"{distro}:{suite}"
+    if local_image(image):
+        return "local"
+    if registry_reachable(image):
+        return "registry"
+    if distro is not None:
+        suite_of(where, image)  # raises: names the tag and the tags made here
+    raise ConfigError(
+        f"{where}: base image {image!r} is not built here and no registry serving it is reachable: build it "
+        "into the task image storage (python -m dressage.harbor.build --tag NAME DIR) or use FROM debian:<tag> "
+        "or ubuntu:<tag>"
+    )
+
+
 def bases(task: str, text: str) -> list[Base]:
     """Every ``FROM`` of ``text`` and its source, or :class:`ConfigError` naming the task, the line and
-    an image that is neither Debian, nor in the private storage, nor reachable in a registry."""
+    an image that cannot be had: a Debian or Ubuntu base whose archive does not answer, or another
+    base neither in the builder's storage nor reachable in a registry."""
     out: list[Base] = []
     stages: set[str] = set()
     for lineno, line in logical_lines(text):
@@ -121,29 +139,12 @@ def bases(task: str, text: str) -> list[Base]:
         if not m:
             raise ConfigError(f"task {task}: Dockerfile line {lineno}: cannot read FROM {rest.strip()!r}")
         image, stage = m.group(1), m.group(2)
-        name, _, tag = image.partition(":")
         if "$" in image:
             raise ConfigError(
                 f"task {task}: Dockerfile line {lineno}: base image {image!r} uses a build argument: refused "
                 "(the base must be known before the build to be checked and cached)"
             )
-        if image.lower() in stages:
-            source = "stage"
-        elif image == "scratch":
-            source = "scratch"
-        elif name in ("debian", "docker.io/library/debian") and (tag or "latest") in DEBIAN_TAGS:
-            source = f"debian:{DEBIAN_TAGS[tag or 'latest']}"
-        elif local_image(image):
-            source = "local"
-        elif registry_reachable(image):
-            source = "registry"
-        else:
-            raise ConfigError(
-                f"task {task}: Dockerfile line {lineno}: base image {image!r} is not built here and no "
-                "registry serving it is reachable: build it into the task image storage "
-                "(python -m dressage.harbor.build --tag NAME DIR) or use FROM debian:<tag>"
-            )
-        out.append(Base(lineno, image, source))
+        out.append(Base(lineno, image, _source(f"task {task}: Dockerfile line {lineno}", image, stages)))
         if stage:
             stages.add(stage.lower())
     if not out:
@@ -152,14 +153,14 @@ def bases(task: str, text: str) -> list[Base]:
 
 
 def image_id(name: str) -> str | None:
-    """The id of image ``name`` in the private storage (None when it is not there)."""
-    r = _buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", name)
-    return (r.stdout.strip() or None) if r.returncode == 0 else None
+    """The id of image ``name`` in the builder's storage (None when it is not there)."""
+    r = _builder(*find_builder().inspect_args(name))
+    return (r.stdout.strip().removeprefix("sha256:") or None) if r.returncode == 0 else None
 
 
 def build_key(text: str, env_dir: Path, base_ids: tuple[str, ...] = ()) -> str:
     """sha256 of the Dockerfile, every file of the build context (relative path and bytes) and the ids
-    of its bases from the private storage (a rebuilt base rebuilds the task image)."""
+    of its bases from the builder's storage (a rebuilt base rebuilds the task image)."""
     h = hashlib.sha256(b"dressage-harbor-build-1\0" + text.encode() + "\0".join(base_ids).encode())
     for f in sorted(p for p in env_dir.rglob("*") if p.is_file()):
         h.update(f.relative_to(env_dir).as_posix().encode() + b"\0" + f.read_bytes())
@@ -178,42 +179,57 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def debian_base(tag: str, suite: str, log: list[str]) -> None:
-    """``docker.io/library/debian:<tag>`` in the private storage, made by mmdebstrap once per tag."""
-    name = f"docker.io/library/debian:{tag}"
-    with _locked(images_dir() / f"debian-{tag}.lock"):
+def distro_base(distro: str, tag: str, suite: str, log: list[str]) -> None:
+    """``docker.io/library/<distro>:<tag>`` in the builder's storage, made once per tag: ``mmdebstrap
+    --variant=minbase`` from the distribution's archive, then built ``FROM scratch`` with that tree,
+    this machine's CA bundle and the official images' ``PATH`` and ``CMD``."""
+    name = f"docker.io/library/{distro}:{tag}"
+    with _locked(images_dir() / f"{distro}-{tag}.lock"):
         if local_image(name):
             return
         exe = shutil.which("mmdebstrap")
         if exe is None:
             raise ConfigError("mmdebstrap is not installed (apt-get install mmdebstrap)")
-        with tempfile.TemporaryDirectory(prefix="debian-", dir=images_dir()) as work:
-            tar = Path(work) / "root.tar"
-            cmd = [exe, "--quiet", "--variant=minbase", "--format=tar", suite, str(tar), DEBIAN_MIRROR]
+        with tempfile.TemporaryDirectory(prefix=f"{distro}-", dir=images_dir()) as work:
+            ctx = Path(work)
+            args = mmdebstrap_args(distro, suite)
+            cmd = [exe, "--quiet", "--variant=minbase", "--format=tar"]
+            cmd += [str(ctx / "root.tar") if a == "{target}" else a for a in args]
             r = subprocess.run(cmd, capture_output=True, text=True, check=False)
             log.append(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
             if r.returncode != 0:
                 raise SandboxError(f"mmdebstrap {suite} failed: {redacted_tail(r.stderr, ERROR_CHARS)}")
-            ctr = _checked(log, "from", "--pull=never", "scratch").strip()
-            try:
-                _checked(log, "add", "--quiet", ctr, str(tar), "/")
-                if HOST_CA_BUNDLE.is_file():  # this machine reaches package registries through it
-                    for dst in (str(HOST_CA_BUNDLE), "/usr/local/share/ca-certificates/host-bundle.crt"):
-                        _checked(log, "copy", "--quiet", ctr, str(HOST_CA_BUNDLE), dst)
-                path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-                _checked(log, "config", "--env", f"PATH={path}", "--cmd", "bash", ctr)
-                _checked(log, "commit", "--quiet", ctr, name)
-            finally:
-                _buildah("rm", ctr)
+            lines = ["FROM scratch", "ADD root.tar /"]
+            if HOST_CA_BUNDLE.is_file():  # this machine reaches package registries through it
+                shutil.copyfile(HOST_CA_BUNDLE, ctx / "host-ca.crt")
+                lines += [f"COPY host-ca.crt {HOST_CA_BUNDLE}", f"COPY host-ca.crt {HOST_CA_COPY}"]
+            lines += ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 'CMD ["bash"]']
+            (ctx / "Dockerfile").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            _checked(log, *find_builder().build_args(ctx / "Dockerfile", name, ctx, "never"))
+
+
+def _make_bases(found: list[Base], log: list[str]) -> None:
+    """Make the Debian and Ubuntu bases of ``found`` that the builder's storage lacks."""
+    for base in found:
+        distro, _, suite = base.source.partition(":")
+        if distro in DISTRO_TAGS:
+            distro_base(distro, base.image.partition(":")[2] or "latest", suite, log)
+
+
+def _logged(log: list[str], argv: list[str], shown: str) -> str:
+    """Run ``argv``, log it as ``$ shown``, :class:`SandboxError` with its output when it fails."""
+    r = subprocess.run(argv, capture_output=True, text=True, check=False)
+    log.append(f"$ {shown}\n{r.stdout}{r.stderr}")
+    if r.returncode != 0:
+        what = " ".join(shown.split()[:2])
+        raise SandboxError(f"{what} failed: {redacted_tail(r.stderr or r.stdout, ERROR_CHARS)}")
+    return r.stdout
 
 
 def _checked(log: list[str], *args: str) -> str:
-    """Run buildah with ``args``, log it, :class:`SandboxError` with its output when it fails."""
-    r = _buildah(*args)
-    log.append(f"$ buildah {' '.join(args)}\n{r.stdout}{r.stderr}")
-    if r.returncode != 0:
-        raise SandboxError(f"buildah {args[0]} failed: {redacted_tail(r.stderr or r.stdout, ERROR_CHARS)}")
-    return r.stdout
+    """Run the builder with ``args`` (see :func:`_logged`)."""
+    found = find_builder()
+    return _logged(log, found.argv(*args), f"{found.kind} {' '.join(args)}")
 
 
 @dataclass(frozen=True)
@@ -228,11 +244,15 @@ class Built:
 
 
 def _push(log: list[str], name: str, target: Path) -> str:
-    """Push ``name`` from the private storage into the OCI layout ``target`` (atomically); its ``oci:`` ref."""
+    """Copy ``name`` from the builder's storage into the OCI layout ``target`` (atomically); its ``oci:`` ref."""
     if not (target / "index.json").is_file():
         tmp = Path(tempfile.mkdtemp(prefix=".push-", dir=target.parent))
         try:
-            _checked(log, "push", "--quiet", "--format", "oci", name, f"oci:{tmp}:latest")
+            if find_builder().kind == "docker":  # out of the daemon with skopeo
+                argv = find_builder().docker_export_argv(name, tmp)
+                _logged(log, argv, " ".join(["skopeo", *argv[1:]]))
+            else:
+                _checked(log, "push", "--quiet", "--format", "oci", name, f"oci:{tmp}:latest")
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -262,17 +282,12 @@ def build(
             return Built(key, None, str(log_file), failed.read_text(encoding="utf-8"))
         log: list[str] = [f"task {task}: building {env_dir}/Dockerfile (key {key})\n"]
         try:
-            for base in found:
-                if base.source.startswith("debian:"):
-                    debian_base(base.image.partition(":")[2] or "latest", base.source.split(":")[1], log)
+            _make_bases(found, log)
             pull = "missing" if any(b.source == "registry" for b in found) else "never"
             name = f"localhost/dressage-harbor/{key}:latest"
-            _checked(
-                log, "build", "--quiet", "--isolation", "chroot", "--layers=false", f"--pull={pull}",
-                "-f", str(env_dir / dockerfile), "-t", name, str(env_dir),
-            )  # fmt: skip
+            _checked(log, *find_builder().build_args(env_dir / dockerfile, name, env_dir, pull))
             ref = _push(log, name, target)
-            _buildah("rmi", name)
+            _builder("rmi", name)
             return Built(key, ref, str(log_file))
         except SandboxError as e:
             error = redact(f"task {task}: building its Dockerfile failed: {e}", secrets) or ""
@@ -295,7 +310,7 @@ def image_workdir(ref: str) -> str | None:
 
 
 def prebuilt(task: str, image: str) -> str:
-    """The image reference of a task's ``docker_image``: from the private storage (pushed into an OCI
+    """The image reference of a task's ``docker_image``: from the builder's storage (copied into an OCI
     layout once per image id), else its registry; else :class:`ConfigError` naming task and image."""
     found = image_id(image)
     if found is not None:
@@ -312,7 +327,7 @@ def prebuilt(task: str, image: str) -> str:
 
 
 def build_tagged(name: str, context: Path) -> bool:
-    """Build ``context/Dockerfile`` into the private storage as ``name`` (a base or ``docker_image``
+    """Build ``context/Dockerfile`` into the builder's storage as ``name`` (a base or ``docker_image``
     of tasks), unless ``name`` is there already from the same Dockerfile and context; True when built."""
     text = (context / "Dockerfile").read_text(encoding="utf-8")
     found = bases(name, text)
@@ -325,13 +340,8 @@ def build_tagged(name: str, context: Path) -> bool:
         if current is not None and marker.is_file() and marker.read_text() == f"{key} {current}":
             return False
         log: list[str] = []
-        for base in found:
-            if base.source.startswith("debian:"):
-                debian_base(base.image.partition(":")[2] or "latest", base.source.split(":")[1], log)
-        _checked(
-            log, "build", "--quiet", "--isolation", "chroot", "--layers=false", "--pull=never",
-            "-f", str(context / "Dockerfile"), "-t", name, str(context),
-        )  # fmt: skip
+        _make_bases(found, log)
+        _checked(log, *find_builder().build_args(context / "Dockerfile", name, context, "never"))
         marker.write_text(f"{key} {image_id(name)}")
     return True
 

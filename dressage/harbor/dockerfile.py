@@ -1,11 +1,12 @@
-"""A Harbor task's ``environment/Dockerfile`` read as a plan for a Debian root filesystem, or refused.
+"""A Harbor task's ``environment/Dockerfile`` read as a plan for a Debian or Ubuntu root filesystem, or refused.
 
 Only a strict whitelist becomes a root filesystem (built by :mod:`dressage.harbor.rootfs` with
-``mmdebstrap`` from Debian packages, no container runtime):
+``mmdebstrap`` from the distribution's own packages, no container runtime):
 
-- ``FROM debian:<tag>`` for a tag of :data:`DEBIAN_TAGS` (the plan records the Debian release the
-  tag names: ``latest`` and ``stable`` are :data:`DEBIAN_STABLE`); an Ubuntu base is refused (its
-  packages come from Ubuntu's archive, not Debian's: a Debian root filesystem would approximate it);
+- ``FROM debian:<tag>`` for a tag of :data:`DEBIAN_TAGS` or ``FROM ubuntu:<tag>`` for a tag of
+  :data:`UBUNTU_TAGS` (the plan records the release the tag names: ``debian:latest`` is
+  :data:`DEBIAN_STABLE`, ``ubuntu:latest`` :data:`UBUNTU_LATEST`; :mod:`dressage.harbor.distro`); an
+  unknown tag is refused, naming the line and the tag;
 - ``RUN apt-get update``, ``RUN apt-get install [-y] [--no-install-recommends] PKG...`` (also joined
   with ``&&``, and ``rm -rf /var/lib/apt/lists/*`` as cleanup);
 - ``COPY SRC... DST`` from the task's ``environment/`` directory (no ``--from``, no URLs);
@@ -28,19 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from dressage.errors import ConfigError
+from dressage.harbor.distro import DEBIAN_STABLE, DEBIAN_TAGS, UBUNTU_LATEST, UBUNTU_TAGS, suite_of
 
-DEBIAN_STABLE = "trixie"
-"""Debian's current stable release, what ``debian:latest`` and ``debian:stable`` are (Debian 13 since
-August 2025). Recorded by name, so a plan (and its cached root filesystem) does not change when
-Debian releases the next one; move it then, on purpose."""
-DEBIAN_TAGS: dict[str, str] = {
-    **{tag: "bookworm" for tag in ("bookworm", "bookworm-slim", "12", "12-slim")},
-    **{tag: "trixie" for tag in ("trixie", "trixie-slim", "13", "13-slim")},
-    **{tag: "bullseye" for tag in ("bullseye", "bullseye-slim", "11", "11-slim")},
-    **{tag: DEBIAN_STABLE for tag in ("latest", "stable", "stable-slim")},
-}
-"""The ``debian:<tag>`` images a root filesystem is built for, and the Debian release each one is
-(``-slim`` images hold the same release's packages with documentation left out)."""
+__all__ = ["DEBIAN_STABLE", "DEBIAN_TAGS", "UBUNTU_LATEST", "UBUNTU_TAGS", "RootfsPlan", "parse_dockerfile"]
+
 _BASE = re.compile(r"^(debian|ubuntu)(?::([A-Za-z0-9._-]+))?$")
 _PKG = re.compile(r"^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+:~-]+)?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -48,7 +40,9 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass
 class RootfsPlan:
-    """What a whitelisted Dockerfile asks for: a Debian suite, packages, copies, workdir, env."""
+    """What a whitelisted Dockerfile asks for: a base (``debian:<tag>`` or ``ubuntu:<tag>``) and the
+    release it is, packages, copies, workdir, env; ``base_line`` (the ``FROM`` line) is not part of
+    the plan's JSON (nor of its cache key)."""
 
     base: str
     suite: str
@@ -56,6 +50,12 @@ class RootfsPlan:
     copies: list[tuple[str, str]] = field(default_factory=list)
     workdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    base_line: int = 0
+
+    @property
+    def distro(self) -> str:
+        """``debian`` or ``ubuntu``."""
+        return self.base.partition(":")[0]
 
     def to_json(self) -> dict[str, object]:
         """The plan as JSON (stored with the task; its digest names the cached rootfs)."""
@@ -111,7 +111,7 @@ def _run_packages(task: str, lineno: int, command: str) -> list[str]:
                     continue
                 if not _PKG.match(w):
                     raise ConfigError(
-                        f"task {task}: Dockerfile line {lineno}: {w!r} is not a Debian package name; "
+                        f"task {task}: Dockerfile line {lineno}: {w!r} is not a package name; "
                         "only 'apt-get install PKG...' is supported"
                     )
                 packages.append(w.split("=")[0])
@@ -121,24 +121,6 @@ def _run_packages(task: str, lineno: int, command: str) -> list[str]:
             "update/install runs here (no pip, curl or scripts; see docs/harbor.md)"
         )
     return packages
-
-
-def _debian_suite(where: str, image: str) -> str:
-    """The Debian release a ``FROM`` image is, else :class:`ConfigError` naming the line and the image."""
-    name, _, tag = image.partition(":")
-    if name == "ubuntu":
-        raise ConfigError(
-            f"{where}: base image {image!r} is refused: Ubuntu's packages are not Debian's, and a "
-            "Debian root filesystem would only approximate it; use FROM debian:<tag> "
-            f"({', '.join(sorted(set(DEBIAN_TAGS.values())))}), or run the task on E2B (sandbox.provider: e2b), "
-            "which builds its image as written"
-        )
-    suite = DEBIAN_TAGS.get(tag or "latest")
-    if suite is None:
-        raise ConfigError(
-            f"{where}: base image {image!r} is refused; use debian:<tag>, a tag of {sorted(DEBIAN_TAGS)}"
-        )
-    return suite
 
 
 def parse_dockerfile(task: str, text: str) -> RootfsPlan:
@@ -154,10 +136,11 @@ def parse_dockerfile(task: str, text: str) -> RootfsPlan:
             m = _BASE.match(rest)
             if not m:
                 raise ConfigError(
-                    f"{where}: base image {rest!r} is refused: only debian:<tag> becomes a Debian root "
-                    "filesystem here"
+                    f"{where}: base image {rest!r} is refused: only debian:<tag> and ubuntu:<tag> become "
+                    "a root filesystem here"
                 )
-            plan = RootfsPlan(base=f"{m.group(1)}:{m.group(2) or 'latest'}", suite=_debian_suite(where, rest))
+            base = f"{m.group(1)}:{m.group(2) or 'latest'}"
+            plan = RootfsPlan(base=base, suite=suite_of(where, base)[1], base_line=lineno)
             continue
         if plan is None:
             raise ConfigError(f"{where}: {instr} before FROM")
@@ -193,7 +176,7 @@ def parse_dockerfile(task: str, text: str) -> RootfsPlan:
                 plan.copies.append((src, dst))
         else:
             raise ConfigError(
-                f"{where}: {instr} is refused: only FROM debian, RUN apt-get, COPY, WORKDIR and "
+                f"{where}: {instr} is refused: only FROM debian/ubuntu, RUN apt-get, COPY, WORKDIR and "
                 "ENV are supported (see docs/harbor.md)"
             )
     if plan is None:

@@ -1,11 +1,12 @@
-"""Cached Debian root filesystems for Harbor tasks whose Dockerfile is on the whitelist.
+"""Cached Debian and Ubuntu root filesystems for Harbor tasks whose Dockerfile is on the whitelist.
 
-A :class:`~dressage.harbor.dockerfile.RootfsPlan` (suite, packages, copies, env, workdir) names a
+A :class:`~dressage.harbor.dockerfile.RootfsPlan` (base, release, packages, copies, env, workdir) names a
 directory ``<cache>/harbor-rootfs/<sha256 of the plan and the copied files>``. :func:`build_rootfs`
 makes it with ``mmdebstrap`` (Debian's unprivileged bootstrapper, ``--mode=unshare``: no root, no
-container runtime), copies the ``COPY`` sources in, and creates the mount points the sandbox binds
+container runtime) from the base's own archive (Debian's, or Ubuntu's ``archive.ubuntu.com`` with
+Ubuntu's keyring: :mod:`dressage.harbor.distro`), copies the ``COPY`` sources in, and creates the mount points the sandbox binds
 (``/workspace``, the workdir, ``/tests``, ``/logs``, ``/solution``, ``/run``, ``/tmp``), then renames
-it into place atomically. Building needs a Debian mirror, so it happens in setup
+it into place atomically. Building needs the distribution's archive, so it happens in setup
 (``python -m dressage.harbor.rootfs DATASET``, run by ``scripts/setup-harbor.sh``), never while an
 episode runs: an episode whose root filesystem is not in the cache fails with a message saying how
 to build it.
@@ -22,6 +23,7 @@ from typing import Any
 
 from dressage.config import load_settings
 from dressage.errors import ConfigError, SandboxError
+from dressage.harbor.distro import mmdebstrap_args, require_archive
 from dressage.harbor.dockerfile import rootfs_key, rootfs_plan
 
 MOUNT_POINTS = ("workspace", "tests", "logs", "solution", "run", "tmp", "proc", "dev")
@@ -39,14 +41,15 @@ def cached_rootfs(plan: dict[str, Any], cache: Path | None = None) -> Path:
     path = (cache or rootfs_cache_dir()) / str(plan.get("key") or rootfs_key(plan))
     if not (path / "usr").is_dir():
         raise SandboxError(
-            f"the Debian root filesystem of this task's Dockerfile is not built ({path}); build it "
-            "(needs a Debian mirror) with: python -m dressage.harbor.rootfs DATASET_DIR"
+            f"the {plan['base']} root filesystem of this task's Dockerfile is not built ({path}); build it "
+            "(needs its distribution's archive) with: python -m dressage.harbor.rootfs DATASET_DIR"
         )
     return path
 
 
 def build_rootfs(plan: dict[str, Any], cache: Path | None = None, *, mirror: str | None = None) -> Path:
-    """Build (or find) the root filesystem of ``plan`` with ``mmdebstrap``; returns its directory."""
+    """Build (or find) the root filesystem of ``plan`` with ``mmdebstrap`` from its base's archive
+    (``mirror``: another one); returns its directory."""
     cache = cache or rootfs_cache_dir()
     target = cache / rootfs_key(plan)
     if (target / "usr").is_dir():
@@ -58,18 +61,10 @@ def build_rootfs(plan: dict[str, Any], cache: Path | None = None, *, mirror: str
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
     root = work / "root"
     packages = ",".join(["bash", "coreutils", "tar", *plan["packages"]])
-    cmd = [
-        exe,
-        "--mode=unshare",
-        "--variant=apt",
-        "--format=directory",
-        f"--include={packages}",
-        "--skip=output/dev",
-        plan["suite"],
-        str(root),
-    ]
-    if mirror:
-        cmd.append(mirror)
+    distro = str(plan["base"]).partition(":")[0]
+    args = [str(root) if a == "{target}" else a for a in mmdebstrap_args(distro, plan["suite"], mirror)]
+    cmd = [exe, "--mode=unshare", "--variant=apt", "--format=directory", f"--include={packages}"]
+    cmd += ["--skip=output/dev", *args]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
@@ -115,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
             if task.metadata["harbor"]["rootfs"]:
                 env_dir = d / "environment"
                 plan = parse_dockerfile(str(task.id), (env_dir / "Dockerfile").read_text(encoding="utf-8"))
-                print(f"{task.id}: {build_rootfs(rootfs_plan(plan, env_dir))}")
+                full = rootfs_plan(plan, env_dir)
+                if not (rootfs_cache_dir() / rootfs_key(full) / "usr").is_dir():
+                    where = f"task {task.id}: Dockerfile line {plan.base_line}"
+                    require_archive(where, plan.base, plan.distro, plan.suite)
+                print(f"{task.id}: {build_rootfs(full)}")
     return 0
 
 

@@ -92,11 +92,82 @@ def test_a_debian_tag_becomes_the_release_it_is(image: str, suite: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("image", "suite"),
+    [
+        ("ubuntu:20.04", "focal"),
+        ("ubuntu:focal", "focal"),
+        ("ubuntu:22.04", "jammy"),
+        ("ubuntu:jammy", "jammy"),
+        ("ubuntu:24.04", "noble"),
+        ("ubuntu:noble", "noble"),
+        ("ubuntu:26.04", "resolute"),
+        ("ubuntu", "resolute"),  # Docker Hub's latest: the newest LTS
+        ("ubuntu:latest", "resolute"),
+        ("ubuntu:rolling", "stonking"),  # the newest release, LTS or not
+    ],
+)
+def test_an_ubuntu_tag_becomes_the_release_it_is(image: str, suite: str) -> None:
+    plan = parse_dockerfile(
+        "t", f"# an Ubuntu task\nFROM {image}\nRUN apt-get update && apt-get install -y git\n"
+    )
+    assert (plan.suite, plan.distro, plan.base_line) == (suite, "ubuntu", 2)
+    assert plan.base == (image if ":" in image else f"{image}:latest") and plan.packages == ["git"]
+    assert "base_line" not in plan.to_json()  # the line is not part of the plan (nor of its cache key)
+
+
+def test_an_ubuntu_base_is_bootstrapped_from_ubuntus_archive_with_its_keyring() -> None:
+    from dressage.harbor.distro import UBUNTU_KEYRING, mmdebstrap_args
+
+    if not UBUNTU_KEYRING.is_file():
+        with pytest.raises(ConfigError, match="ubuntu-keyring package"):
+            mmdebstrap_args("ubuntu", "noble")
+        return
+    args = mmdebstrap_args("ubuntu", "noble")
+    assert args[:2] == [f"--keyring={UBUNTU_KEYRING}", "--components=main,restricted,universe,multiverse"]
+    assert args[2:4] == ["noble", "{target}"]
+    assert args[4:] == [
+        f"deb http://archive.ubuntu.com/ubuntu noble{pocket} main restricted universe multiverse"
+        for pocket in ("", "-updates", "-security")
+    ]
+    assert mmdebstrap_args("debian", "trixie") == ["trixie", "{target}", "http://deb.debian.org/debian"]
+
+
+def test_an_unreachable_archive_refuses_the_task_naming_line_and_image(tmp_path: Path, monkeypatch) -> None:
+    """An archive that does not serve the release (a real HTTP server on loopback with nothing in it):
+    the base is refused naming the task, the FROM line and the image, before anything is built."""
+    import functools
+    import http.server
+    import threading
+
+    from dressage.harbor.distro import require_archive
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("DRESSAGE_HARBOR_UBUNTU_MIRROR", f"http://127.0.0.1:{server.server_port}/ubuntu")
+        with pytest.raises(ConfigError) as e:
+            require_archive("task t: Dockerfile line 3", "ubuntu:24.04", "ubuntu", "noble")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(e.value).startswith(
+        "task t: Dockerfile line 3: base image 'ubuntu:24.04' is made from ubuntu's"
+    )
+    assert "cannot be reached" in str(e.value)
+
+
+@pytest.mark.parametrize(
     ("dockerfile", "line", "what"),
     [
         ("FROM python:3.12\n", 1, "base image 'python:3.12' is refused"),
-        ("# base\nFROM ubuntu:24.04\n", 2, "base image 'ubuntu:24.04' is refused: Ubuntu's packages"),
-        ("FROM ubuntu\n", 1, "base image 'ubuntu' is refused: Ubuntu's packages"),
+        (
+            "# base\nFROM ubuntu:18.04\n",
+            2,
+            "base image 'ubuntu:18.04' is refused: ubuntu tag '18.04' is not made",
+        ),
+        ("FROM ubuntu:noble-20240530\n", 1, "ubuntu tag 'noble-20240530' is not made here; use one of focal"),
+        ("FROM ubuntu:devel\n", 1, "ubuntu tag 'devel' is not made here"),
         ("FROM debian:sid\n", 1, "base image 'debian:sid' is refused"),
         ("FROM debian:bookworm\n\nRUN pip install numpy\n", 3, "RUN 'pip install numpy' is refused"),
         (
@@ -315,3 +386,26 @@ def test_the_build_key_follows_the_dockerfile_the_context_and_local_bases(tmp_pa
     assert build_key("FROM x\n", tmp_path, ("sha256:1",)) != key
     (tmp_path / "a.txt").write_text("b")
     assert build_key("FROM x\n", tmp_path) != key
+
+
+def test_a_named_image_builder_that_is_not_there_is_refused_saying_what_was_tried(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from pydantic import ValidationError
+
+    from dressage.config import load_settings
+    from dressage.harbor.builder import find_builder
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no builder on PATH
+    for kind in ("docker", "podman", "buildah"):
+        monkeypatch.setenv("DRESSAGE_HARBOR_BUILDER", kind)
+        with pytest.raises(ConfigError, match=rf"harbor_builder: {kind}; {kind}: not installed"):
+            find_builder()
+    monkeypatch.setenv("DRESSAGE_HARBOR_BUILDER", "auto")
+    with pytest.raises(
+        ConfigError, match="docker: not installed; podman: not installed; buildah: not installed"
+    ):
+        find_builder()
+    monkeypatch.setenv("DRESSAGE_HARBOR_BUILDER", "kaniko")
+    with pytest.raises(ValidationError, match="harbor_builder"):
+        load_settings()

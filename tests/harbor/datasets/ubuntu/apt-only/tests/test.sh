@@ -1,0 +1,2 @@
+#!/bin/bash
+cd /app && if python3 -m pytest -q /tests/test_outputs.py; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
