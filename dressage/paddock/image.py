@@ -255,7 +255,7 @@ def _image_of(spec: SandboxSpec) -> str:
     if not spec.image:
         raise SandboxError(
             "sandbox provider 'image' needs sandbox.image: an image reference such as docker://HOST/NAME:TAG, "
-            "oci:DIR[:TAG], oci-archive:TAR, docker-archive:TAR or containers-storage:NAME"
+            "oci:DIR[:TAG], oci-archive:TAR, docker-archive:TAR, containers-storage:NAME or docker-daemon:NAME:TAG"
         )
     if spec.rootfs:
         raise SandboxError("sandbox.image and spec.rootfs both name a root filesystem: give one")

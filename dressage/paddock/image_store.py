@@ -21,8 +21,9 @@ and ownership are the business of the maintained tools):
 References (``REF``): ``docker://HOST/NAME:TAG`` (a registry), ``oci:DIR[:TAG]`` (an OCI layout
 directory), ``oci-archive:TAR[:TAG]``, ``docker-archive:TAR[:NAME:TAG]`` and
 ``containers-storage:[DRIVER@ROOT+RUNROOT]NAME`` (an image buildah or podman built; the bracket names
-a private storage root, e.g. ``containers-storage:[vfs@/tmp/st+/tmp/run]localhost/task:latest``).
-This is skopeo's own syntax (``man containers-transports``); other transports are refused.
+a private storage root, e.g. ``containers-storage:[vfs@/tmp/st+/tmp/run]localhost/task:latest``),
+``docker-daemon:NAME:TAG`` (an image in Docker's own storage: the daemon at ``DOCKER_HOST``, else
+Docker's default socket). This is skopeo's own syntax (``man containers-transports``); other transports are refused.
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dressage.config import load_settings
+from dressage.config import environment_values, load_settings
 from dressage.errors import SandboxError, SandboxUnavailableError
 from dressage.paddock.bwrap import workspace_bytes
 
 #: The transports a ``REF`` may use (skopeo's names).
-TRANSPORTS = ("docker://", "oci:", "oci-archive:", "docker-archive:", "containers-storage:")
+TRANSPORTS = ("docker://", "oci:", "oci-archive:", "docker-archive:", "containers-storage:", "docker-daemon:")
 _TOOLS = {
     "skopeo": "apt-get install skopeo",
     "umoci": "apt-get install umoci",
@@ -91,9 +92,18 @@ def check_ref(ref: str) -> str:
     if not ref or not ref.startswith(TRANSPORTS) or ref in TRANSPORTS:
         raise SandboxError(
             f"sandbox.image {ref!r} is not an image reference: give one of docker://HOST/NAME:TAG, oci:DIR[:TAG], "
-            "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME"
+            "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME, docker-daemon:NAME:TAG"
         )
     return ref
+
+
+def _source_options(ref: str) -> list[str]:
+    """skopeo's options for reading ``ref``: a ``docker-daemon:`` image comes from the daemon the
+    ``docker`` client talks to (``DOCKER_HOST`` where set, else Docker's default socket)."""
+    if not ref.startswith("docker-daemon:"):
+        return []
+    host = environment_values(("DOCKER_HOST",))["DOCKER_HOST"]
+    return ["--src-daemon-host", host] if host else []
 
 
 def image_cache_dir() -> Path:
@@ -150,7 +160,11 @@ class ImageStore:
         self.bundles.mkdir(parents=True, exist_ok=True)
         tag = "r-" + hashlib.sha256(ref.encode()).hexdigest()[:40]
         with _flock(self.root / "oci.lock", fcntl.LOCK_EX):
-            self._run(["skopeo", "copy", "--quiet", ref, f"oci:{self.layout}:{tag}"], ref, "fetch")
+            self._run(
+                ["skopeo", "copy", "--quiet", *_source_options(ref), ref, f"oci:{self.layout}:{tag}"],
+                ref,
+                "fetch",
+            )
             digest = self._tagged(tag)
             name = _digest_tag(digest)
             if name not in self._tags():

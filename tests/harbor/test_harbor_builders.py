@@ -80,7 +80,7 @@ async def _build_and_run(tmp_path: Path, engine_url: str, kind: str, monkeypatch
     ref = task.metadata["harbor"]["build"]["ref"]
     raw = subprocess.run(["skopeo", "inspect", "--config", ref], capture_output=True, text=True, check=True)
     config = json.loads(raw.stdout)["config"]
-    return {"session": session, "reward": reward, "log": log.decode(), "config": config}
+    return {"session": session, "reward": reward, "log": log.decode(), "config": config, "ref": ref}
 
 
 def _same_image(a: dict, b: dict) -> None:
@@ -149,3 +149,24 @@ async def test_docker_builds_the_task_through_a_docker_api_and_it_scores_the_sam
     )
     assert "\n$ docker build " in out["log"] and " docker-daemon:localhost/dressage-harbor/" in out["log"]
     assert out["config"]["User"] == "runner" and out["config"]["WorkingDir"] == "/home/runner/work"
+
+
+async def test_an_image_in_the_docker_daemon_runs_as_an_image_sandbox(
+    tmp_path, engine_url, monkeypatch, docker_api
+) -> None:
+    """``sandbox.image: docker-daemon:NAME:TAG``: the task image Docker built, read from its daemon."""
+    from dressage.paddock import SandboxSpec
+    from dressage.paddock.image import ImageProvider
+    from dressage.paddock.image_store import ImageStore
+
+    out = await _build_and_run(tmp_path, engine_url, "docker", monkeypatch)
+    # The build exported its image and removed it from the daemon: load it back under a name of ours.
+    name = f"localhost/dressage-test/{uuid.uuid4().hex}:latest"
+    daemon = ["--dest-daemon-host", os.environ["DOCKER_HOST"]] if os.environ.get("DOCKER_HOST") else []
+    subprocess.run(["skopeo", "copy", "--quiet", *daemon, out["ref"], f"docker-daemon:{name}"], check=True)
+    store = ImageStore(root=tmp_path / "images")
+    spec = SandboxSpec(provider="image", image=f"docker-daemon:{name}")
+    async with await ImageProvider(store=store).create("from-docker", spec) as sb:
+        r = await sb.exec("id -un; pwd")
+    assert r.stdout.split() == ["runner", "/home/runner/work"], (docker_api, r)
+    assert store.unpacks == 1
