@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, Unpack
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, Unpack, runtime_checkable
 
 from dressage.config import Settings
 from dressage.store import EventStore, Run
@@ -99,6 +100,30 @@ class Proxy(Protocol):
 
     async def stop(self) -> None:
         """Release what this proxy holds (a ring holds nothing: its proxies are not the worker's)."""
+        ...
+
+
+TurnBoundaryHook = Callable[[int], Awaitable[None]]
+"""Called with K when request K of a session reaches the proxy (K turns are recorded; the agent waits
+for the model): the rollout worker checkpoints the session's sandbox (:mod:`dressage.rollout.checkpointing`)."""
+
+
+@runtime_checkable
+class WatchesTurns(Protocol):
+    """A proxy in this process that tells its owner when a session's request arrives (the in-process
+    :class:`~dressage.proxy.service.ProxyService` and so :class:`~dressage.proxy.server.ProxyServer`).
+
+    The hook runs concurrently with the turn's generation, and the turn's reply is not returned to
+    the agent before it ended: the agent cannot change its sandbox while the hook reads it. The
+    worker's ring of standalone proxies (other processes) does not implement it: their sessions get
+    no checkpoints (forks and take-overs of them replay)."""
+
+    def watch_turns(self, session_id: str, hook: TurnBoundaryHook) -> None:
+        """Call ``hook`` at each live request of ``session_id`` until :meth:`unwatch_turns`."""
+        ...
+
+    def unwatch_turns(self, session_id: str) -> None:
+        """Stop calling the session's hook."""
         ...
 
 

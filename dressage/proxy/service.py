@@ -17,7 +17,7 @@ from dressage.config import Settings
 from dressage.engines import EnginePool
 from dressage.errors import ConflictError, EngineError, RequestError, UnknownSessionError
 from dressage.proxy.admission import AdmissionGate
-from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle
+from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle, TurnBoundaryHook, WatchesTurns
 from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
@@ -76,6 +76,7 @@ class ProxyService:
         self._base_url = ""
         self._context_window = context_window
         self._window_lock = asyncio.Lock()
+        self._turn_hooks: dict[str, TurnBoundaryHook] = {}
 
     async def aclose(self) -> None:
         """Close engine connections and this loop's store connections."""
@@ -108,6 +109,24 @@ class ProxyService:
     def session_url(self, token: str) -> str:
         """The OpenAI base URL that carries ``token``."""
         return f"{self._base_url}/s/{token}/v1"
+
+    # --- turn boundaries (in-process owners only: see contract.WatchesTurns) ----------------------
+
+    def watch_turns(self, session_id: str, hook: TurnBoundaryHook) -> None:
+        """Call ``hook(K)`` when live request K of ``session_id`` arrives (see :class:`WatchesTurns`)."""
+        self._turn_hooks[session_id] = hook
+
+    def unwatch_turns(self, session_id: str) -> None:
+        """Stop calling the session's turn hook."""
+        self._turn_hooks.pop(session_id, None)
+
+    def turn_boundary(self, session_id: str, turn_index: int) -> asyncio.Future[None] | None:
+        """Start the session's turn hook for request ``turn_index`` (None: nobody watches); the
+        caller awaits it before the reply leaves."""
+        hook = self._turn_hooks.get(session_id)
+        if hook is None:
+            return None
+        return asyncio.ensure_future(_run_hook(hook, session_id, turn_index))
 
     # --- admin operations -------------------------------------------------------------------------
 
@@ -215,6 +234,19 @@ class ProxyService:
     async def stop(self) -> None:
         """In-process: close engine connections and this loop's store connections."""
         await self.aclose()
+
+
+async def _run_hook(hook: TurnBoundaryHook, session_id: str, turn_index: int) -> None:
+    """Run a turn hook; its failure is logged and never fails the turn (a hook records its own)."""
+    try:
+        await hook(turn_index)
+    except Exception:
+        log.exception("the turn hook of session %s at turn %d failed", session_id, turn_index)
+
+
+def _watches_turns(service: ProxyService) -> WatchesTurns:
+    """mypy checks here that :class:`ProxyService` tells its owner about turn boundaries."""
+    return service
 
 
 def _implements_contract(service: ProxyService) -> Proxy:

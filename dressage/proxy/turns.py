@@ -129,13 +129,14 @@ class TurnHandler:
             recorded = await self._from_log(dialect, state, conv, idem)
             if recorded is not None:
                 return recorded
+            boundary = svc.turn_boundary(state.session_id, state.next_turn)
             job = await self._prepare(state, conv, idem, started, plan)
             jobs = [job, *(sibling_job(job, i) for i in range(1, conv.n))]
             future = self._register(state, job)
             sized = {"x-dressage-prompt-tokens": str(len(job.prompt_ids))}
             if stream:
                 renderers = dialect.renderers(conv, job.generation.rid, int(time.time()), len(job.prompt_ids))
-                body = self._stream(jobs, renderers, future)
+                body = self._stream(jobs, renderers, future, boundary)
                 svc.admission.leave()  # the stream counts itself again to record (see _stream)
                 active = False
                 return StreamingResponse(body, media_type="text/event-stream", headers=_sse_headers(sized))
@@ -154,6 +155,8 @@ class TurnHandler:
                 raise
             future.set_result(reply)
             self._unregister(job)
+            if boundary is not None:
+                await boundary  # the agent gets its reply once its sandbox's checkpoint is taken
             body_json = dialect.respond(conv, reply, reply_parse(svc.profile, conv, reply))
             overhead = self._observe(job, reply, stream=False)
             headers = {
@@ -426,7 +429,11 @@ class TurnHandler:
         return []
 
     async def _stream(
-        self, jobs: list[TurnJob], renderers: list[StreamRenderer], future: asyncio.Future[ReplyData]
+        self,
+        jobs: list[TurnJob],
+        renderers: list[StreamRenderer],
+        future: asyncio.Future[ReplyData],
+        boundary: asyncio.Future[None] | None = None,
     ) -> AsyncIterator[bytes]:
         """SSE body: text as the engine produces it, each turn recorded before its last events.
 
@@ -479,6 +486,8 @@ class TurnHandler:
                 events = renderer.finish(reply, parsed, reasoning, content)
                 if recorded == len(jobs):
                     self._observe(jobs[0], first, stream=True)
+                    if boundary is not None:
+                        await boundary  # the reply's last events wait for the sandbox's checkpoint
                 if held := held + b"".join(events):
                     yield held
                     held = b""
