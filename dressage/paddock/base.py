@@ -199,7 +199,8 @@ class Sandbox(abc.ABC):
 
     def restored(self) -> None:
         """Called after a checkpoint was restored into :meth:`writable_roots` (a provider that runs its
-        commands as another host uid takes the files over here)."""
+        commands as another host uid takes the files over here). Nothing to do by default."""
+        return None
 
     async def __aenter__(self) -> Sandbox:
         return self

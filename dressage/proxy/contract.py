@@ -13,9 +13,8 @@ weight update, with later tokens tagged with the new ``weight_version``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, Unpack, runtime_checkable
 
 from dressage.config import Settings
@@ -103,9 +102,21 @@ class Proxy(Protocol):
         ...
 
 
-TurnBoundaryHook = Callable[[int], Awaitable[None]]
-"""Called with K when request K of a session reaches the proxy (K turns are recorded; the agent waits
-for the model): the rollout worker checkpoints the session's sandbox (:mod:`dressage.rollout.checkpointing`)."""
+@dataclass(frozen=True)
+class TurnRequest:
+    """A live request of a session as it reaches the proxy: request ``turn_index`` (that many turns
+    are recorded; the agent waits for the model), its dialect, its body as sent, and the sha256 of
+    the prompt ids it renders to (:func:`dressage.proxy.replay.ids_digest`)."""
+
+    turn_index: int
+    dialect: str
+    body: bytes
+    prompt_digest: str
+
+
+TurnBoundaryHook = Callable[[TurnRequest], Awaitable[None]]
+"""Called when a live request reaches the proxy: the rollout worker checkpoints the session's
+sandbox and keeps the request (:mod:`dressage.rollout.checkpointing`)."""
 
 
 @runtime_checkable

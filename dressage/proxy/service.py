@@ -17,7 +17,14 @@ from dressage.config import Settings
 from dressage.engines import EnginePool
 from dressage.errors import ConflictError, EngineError, RequestError, UnknownSessionError
 from dressage.proxy.admission import AdmissionGate
-from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle, TurnBoundaryHook, WatchesTurns
+from dressage.proxy.contract import (
+    FinalizedSession,
+    Proxy,
+    SessionHandle,
+    TurnBoundaryHook,
+    TurnRequest,
+    WatchesTurns,
+)
 from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
@@ -120,13 +127,17 @@ class ProxyService:
         """Stop calling the session's turn hook."""
         self._turn_hooks.pop(session_id, None)
 
-    def turn_boundary(self, session_id: str, turn_index: int) -> asyncio.Future[None] | None:
-        """Start the session's turn hook for request ``turn_index`` (None: nobody watches); the
-        caller awaits it before the reply leaves."""
+    def watched(self, session_id: str) -> bool:
+        """Whether a turn hook watches ``session_id``."""
+        return session_id in self._turn_hooks
+
+    def turn_boundary(self, session_id: str, request: TurnRequest) -> asyncio.Future[None] | None:
+        """Start the session's turn hook for ``request`` (None: nobody watches); the caller awaits it
+        before the reply leaves."""
         hook = self._turn_hooks.get(session_id)
         if hook is None:
             return None
-        return asyncio.ensure_future(_run_hook(hook, session_id, turn_index))
+        return asyncio.ensure_future(_run_hook(hook, session_id, request))
 
     # --- admin operations -------------------------------------------------------------------------
 
@@ -236,12 +247,12 @@ class ProxyService:
         await self.aclose()
 
 
-async def _run_hook(hook: TurnBoundaryHook, session_id: str, turn_index: int) -> None:
+async def _run_hook(hook: TurnBoundaryHook, session_id: str, request: TurnRequest) -> None:
     """Run a turn hook; its failure is logged and never fails the turn (a hook records its own)."""
     try:
-        await hook(turn_index)
+        await hook(request)
     except Exception:
-        log.exception("the turn hook of session %s at turn %d failed", session_id, turn_index)
+        log.exception("the turn hook of session %s at turn %d failed", session_id, request.turn_index)
 
 
 def _watches_turns(service: ProxyService) -> WatchesTurns:

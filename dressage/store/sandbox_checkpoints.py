@@ -55,7 +55,12 @@ class SandboxCheckpoint:
     files: int
     bytes: int
     hashed_bytes: int
-    position: int
+    position: int = 0
+    request_sha256: str | None = None
+    request_uri: str | None = None
+    """The agent's request at this turn (its body as JSON, redacted), a blob."""
+    prompt_digest: str | None = None
+    """sha256 of the prompt ids request ``turn_index`` rendered to (:func:`dressage.proxy.replay.ids_digest`)."""
 
 
 class SandboxCheckpointRepository:
@@ -67,12 +72,16 @@ class SandboxCheckpointRepository:
         self.blobs = blobs
 
     def put_manifest(self, data: bytes) -> tuple[str, str]:
-        """Store a manifest's bytes (content-addressed); ``(sha256, uri)``."""
+        """Store a manifest's (or a request's) bytes (content-addressed); ``(sha256, uri)``."""
         return self._blobs().put(data)
 
     def read_manifest(self, checkpoint: SandboxCheckpoint) -> bytes:
         """The manifest's bytes, checked against its sha256 by the blob store."""
         return self._blobs().get(checkpoint.manifest_uri)
+
+    def read_request(self, checkpoint: SandboxCheckpoint) -> bytes | None:
+        """The agent's recorded request at the checkpoint's turn (None: none was recorded)."""
+        return None if checkpoint.request_uri is None else self._blobs().get(checkpoint.request_uri)
 
     def _blobs(self) -> BlobStore:
         if self.blobs is None:
@@ -96,6 +105,7 @@ class SandboxCheckpointRepository:
             "files": checkpoint.files,
             "bytes": checkpoint.bytes,
             "changes": len(changes),
+            "prompt_digest": checkpoint.prompt_digest,
         }
         key = deterministic_key(r.name, checkpoint.session_id, "checkpoint", checkpoint.turn_index)
 
@@ -131,7 +141,7 @@ class SandboxCheckpointRepository:
         with self.db.read() as conn:
             return _get(conn, session_id, turn_index)
 
-    def list(self, session_id: str) -> list[SandboxCheckpoint]:
+    def by_session(self, session_id: str) -> list[SandboxCheckpoint]:
         """A session's checkpoints, by turn."""
         q = (
             select(t.sandbox_checkpoints)
@@ -206,4 +216,7 @@ def _checkpoint(row: object) -> SandboxCheckpoint:
         bytes=int(r["bytes"]),
         hashed_bytes=int(r["hashed_bytes"]),
         position=int(r["position"]),
+        request_sha256=r["request_sha256"],
+        request_uri=r["request_uri"],
+        prompt_digest=r["prompt_digest"],
     )

@@ -197,6 +197,11 @@ sandbox_checkpoints = Table(
     Column("files", Integer, nullable=False),
     Column("bytes", BigInteger, nullable=False),
     Column("hashed_bytes", BigInteger, nullable=False),  # bytes read and hashed for it (stat cache misses)
+    # The agent's request K (its body as JSON, redacted; a blob) and the digest of the prompt ids it
+    # rendered to: the conversation a resumed agent starts from, and what its first request must equal.
+    Column("request_sha256", String(64), nullable=True),
+    Column("request_uri", Text, nullable=True),
+    Column("prompt_digest", String(64), nullable=True),
     Column("position", BigInteger, nullable=False),  # its ``checkpoint`` event
     Column("created_at", Float, nullable=False),
 )

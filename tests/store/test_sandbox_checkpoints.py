@@ -136,7 +136,7 @@ def test_record_is_idempotent_and_refuses_other_content(
     for turn in (1, 2, 3):
         _record(store, run_name, sid, turn, m, None, cp)
     assert store.sandbox_checkpoints.prune(run_name, sid, [0, 1, 9], "keep last:2") == [0, 1]
-    assert [c.turn_index for c in store.sandbox_checkpoints.list(sid)] == [2, 3]
+    assert [c.turn_index for c in store.sandbox_checkpoints.by_session(sid)] == [2, 3]
     pruned = [e for e in store.events.read(run_name, kinds=("checkpoints_pruned",)) if e.session_id == sid]
     assert [e.payload["turns"] for e in pruned] == [[0, 1]]
 
