@@ -335,7 +335,9 @@ async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHan
         old = await asyncio.to_thread(store.sessions.interrupted, lease.task_id, lease.attempt)
         if old is not None:
             start, why = await _take_over_start(env, old.id)
-            info = {**env.session_info, **(start.info("record") if start else replay_info(why))}
+            info = dict(env.session_info)
+            if env.cfg.checkpoints is not None:  # runs without checkpoints take over as they always did
+                info.update(start.info("record") if start else replay_info(why))
             with contextlib.suppress(LeaseError):  # finalized meanwhile: open a new one
                 handle = await env.proxy.take_over_session(old.id, attempt=lease.attempt, info=info)
                 log.info("attempt %d of task %s resumes session %s", lease.attempt, lease.task_id, old.id)

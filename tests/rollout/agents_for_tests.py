@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from dressage.agents import Agent, AgentContext, AgentResult
+from dressage.agents import Agent, AgentContext, AgentResult, CodingAgent, ResumePoint
 from tests.scripted_engine import COUNT_TOOL
 
 
@@ -78,3 +78,13 @@ async def fails_while_flagged(ctx: AgentContext) -> str:
         model=ctx.model, messages=ctx.task.chat_messages(), max_tokens=4
     )
     return resp.choices[0].message.content or ""
+
+
+class NoResumeCodingAgent(CodingAgent):
+    """The coding agent without a resume entry point (as an agent of your own that has none): forks
+    and take-overs of its sessions replay."""
+
+    name = "coding-no-resume"
+
+    def resume_refusal(self, point: ResumePoint) -> str | None:
+        return Agent.resume_refusal(self, point)
