@@ -15,7 +15,7 @@ from typing import Any, Unpack
 
 from dressage.config import Settings
 from dressage.engines import EnginePool
-from dressage.errors import ConflictError, EngineError, RequestError, UnknownSessionError
+from dressage.errors import ConflictError, DressageError, EngineError, RequestError, UnknownSessionError
 from dressage.proxy.admission import AdmissionGate
 from dressage.proxy.contract import (
     FinalizedSession,
@@ -248,10 +248,11 @@ class ProxyService:
 
 
 async def _run_hook(hook: TurnBoundaryHook, session_id: str, request: TurnRequest) -> None:
-    """Run a turn hook; its failure is logged and never fails the turn (a hook records its own)."""
+    """Run a turn hook; a store or file failure of it is logged and never fails the turn (a hook
+    records the failures it expects itself)."""
     try:
         await hook(request)
-    except Exception:
+    except (DressageError, OSError):
         log.exception("the turn hook of session %s at turn %d failed", session_id, request.turn_index)
 
 
