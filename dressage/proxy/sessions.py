@@ -303,6 +303,7 @@ class SessionRegistry:
         holds its parent's turns and is built from the log): its first request does not rebuild it
         (the fence still checks it, as every request's)."""
         state = SessionState(session=session, run_name=run_name, index=SegmentIndex(self.profile))
+        state.checkpoint_start = build_checkpoint_start(session, [])
         digest = token_digest(token)
         state = self._by_digest.setdefault(digest, state)
         self._by_id[state.session_id] = digest
