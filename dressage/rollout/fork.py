@@ -15,6 +15,13 @@ left as it is, one still ``running`` (its worker died) is taken over with ``resu
 recorded turns are replayed, copied or live, and it continues), one never opened is opened. Every
 branch ends exactly once, and no recorded turn is generated twice.
 
+With the parent's sandbox checkpoint at K and an agent that can resume (``--from-checkpoint``,
+the default), a branch starts from the checkpoint instead (:mod:`dressage.rollout.checkpointing`):
+its turns ``0..K-1`` are copied when it is opened, its sandbox is restored, its agent resumes from
+the recorded request K, and the proxy checks that request against the parent's token for token
+(:mod:`dressage.proxy.checkpoint_start`); if it differs, or the restore fails, the branch is taken
+over by a new attempt that replays. ``info["start"]`` records the path each branch took and why.
+
 A child is no entry of its run's task queue (``task_id`` is NULL, so the queue's retries and
 in-flight resume never mistake it for its parent's attempt); its ``info`` keeps the parent's
 ``task_index``, ``sample_index`` and ``group_index`` and, under ``fork``, the branch index, its
