@@ -88,3 +88,17 @@ class NoResumeCodingAgent(CodingAgent):
 
     def resume_refusal(self, point: ResumePoint) -> str | None:
         return Agent.resume_refusal(self, point)
+
+
+class MisremembersCodingAgent(CodingAgent):
+    """The coding agent whose resume changes the recorded conversation (a resume entry point with a
+    bug): its first request does not render to the recorded prompt, so a fork falls back to replay."""
+
+    name = "coding-misremembers"
+
+    async def resume(self, ctx: AgentContext, point: ResumePoint) -> AgentResult:
+        messages = [dict(m) for m in point.request["messages"]]
+        messages[-1]["content"] = str(messages[-1].get("content", "")) + " (resumed)"
+        return await super().resume(
+            ctx, ResumePoint(point.turn_index, point.dialect, {**point.request, "messages": messages})
+        )

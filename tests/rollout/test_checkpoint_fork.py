@@ -217,15 +217,24 @@ def test_kill_9_at_turn_4_resumes_from_its_checkpoint(
         store.close()
 
 
-def test_agent_without_resume_falls_back_to_replay(tmp_path: Path, any_db_url: str) -> None:
+@pytest.mark.parametrize(
+    ("agent_class", "why"),
+    [
+        ("NoResumeCodingAgent", "has no resume entry point"),
+        ("MisremembersCodingAgent", "checkpoint diverged at turn 3"),
+    ],
+)
+def test_fork_falls_back_to_replay(tmp_path: Path, any_db_url: str, agent_class: str, why: str) -> None:
+    """An agent without resume replays from the start; one whose resumed request differs from the
+    recorded one is refused at turn K and its branch is taken over to replay. Both say why."""
     script = ForkScript()  # deterministic tools: a replayed branch rebuilds the parent's workspace
     agent = {
         "kind": "python",
-        "path": "tests.rollout.agents_for_tests:NoResumeCodingAgent",
+        "path": f"tests.rollout.agents_for_tests:{agent_class}",
         "options": {"max_turns": TURNS},
     }
     with ScriptedEngine(script).running() as eng:
-        _, parent_id = _record_parent(tmp_path, any_db_url, eng.url, agent=agent)
+        run, parent_id = _record_parent(tmp_path, any_db_url, eng.url, agent=agent)
         script.phase = "fork"
         finish(start_fork([parent_id, "--at-turn", str(K), "--database-url", any_db_url], tmp_path / "home"))
     assert all(step >= K for step, _ in script.requests("fork"))
@@ -236,7 +245,11 @@ def test_agent_without_resume_falls_back_to_replay(tmp_path: Path, any_db_url: s
         assert child.status == "finished"
         start = child.info["start"]
         assert start["path"] == "replay"
-        assert "has no resume entry point" in start["why"]
+        assert why in start["why"]
+        diverged = store.events.read(run, kinds=("checkpoint_diverged",))
+        assert [e.session_id for e in diverged] == (
+            [child.id] if agent_class == "MisremembersCodingAgent" else []
+        )
         turns = store.turns.read(session_id=child.id, with_experts=False)
         assert turn_rows(store, child.id)[:K] == turn_rows(store, parent_id)[:K]
         assert all("replayed_from" in t.info for t in turns[:K])
