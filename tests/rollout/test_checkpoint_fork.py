@@ -175,6 +175,7 @@ def _wait_for_checkpoint(store: EventStore, run: str, turn: int, limit_s: float 
     raise AssertionError(f"no checkpoint at turn {turn} within {limit_s}s")
 
 
+@pytest.mark.slow  # a crash drill, as tests/rollout/test_inflight_resume.py
 def test_kill_9_at_turn_4_resumes_from_its_checkpoint(
     tmp_path: Path, any_db_url: str, clock: tuple[ScriptedEngine, ClockScript]
 ) -> None:
