@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from dressage.errors import IdempotencyConflictError
 from dressage.paddock.checkpoints import (
@@ -22,7 +23,10 @@ from dressage.paddock.checkpoints import (
     restore,
 )
 from dressage.store import EventStore
+from dressage.store.db import downgrade, upgrade
 from dressage.store.sandbox_checkpoints import SandboxCheckpoint
+from tests.conftest import create_pg_database
+from tests.store.migration_checks import select_rows, sqlite_database
 
 
 def _tree(root: Path) -> None:
@@ -151,3 +155,20 @@ def test_caps_refuse_a_tree_too_large(store: EventStore, tmp_path: Path) -> None
     (ws / "b").write_bytes(b"x" * 2000)
     with pytest.raises(CheckpointTooLarge, match="max_total_mb"):
         Checkpointer(store.artifacts.blobs, Caps(max_total_bytes=3000)).capture({"workspace": ws})
+
+
+def _migration_roundtrip(url: str) -> None:
+    assert select_rows(url, "SELECT COUNT(*) FROM workspace_changes") == [(0,)]
+    downgrade(url, "0009")
+    with pytest.raises((OperationalError, ProgrammingError)):  # no such view (SQLite, PostgreSQL)
+        select_rows(url, "SELECT COUNT(*) FROM workspace_changes")
+    upgrade(url)
+    assert select_rows(url, "SELECT COUNT(*) FROM sandbox_checkpoints") == [(0,)]
+
+
+def test_migration_0010_round_trip_on_sqlite(tmp_path: Path) -> None:
+    _migration_roundtrip(sqlite_database(tmp_path, "ck.db"))
+
+
+def test_migration_0010_round_trip_on_postgresql() -> None:
+    _migration_roundtrip(create_pg_database(f"dressage_test_ck_{os.getpid()}"))
