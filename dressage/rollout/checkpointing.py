@@ -35,7 +35,7 @@ from dressage.paddock.checkpoints import Caps, Checkpointer, Manifest, change_ro
 from dressage.proxy.checkpoint_start import CHECKPOINT_START
 from dressage.proxy.contract import TurnRequest
 from dressage.redact import redact_json
-from dressage.rollout.config import CheckpointsConfig
+from dressage.rollout.config import CHECKPOINT_PROVIDERS, CheckpointsConfig
 from dressage.store import EventStore, Run, deterministic_key
 from dressage.store.sandbox_checkpoints import SandboxCheckpoint
 
@@ -66,10 +66,6 @@ class StartPoint:
                 "on_diverge": on_diverge,
             }
         }
-
-
-CHECKPOINT_PROVIDERS = ("bwrap", "local")
-"""Sandbox providers whose writable state is a host folder (:meth:`Sandbox.writable_roots`)."""
 
 
 def provider_refusal(provider: str) -> str | None:
@@ -149,6 +145,7 @@ class SessionCheckpoints:
         self.last = base
         self.kept: list[int] = [c.turn_index for c in store.sandbox_checkpoints.by_session(session_id)]
         self.seen: set[int] = set()
+        self._one_at_a_time = asyncio.Lock()  # concurrent requests of a session: captures in turn order
 
     async def __call__(self, request: TurnRequest) -> None:
         """Checkpoint the sandbox for ``request`` (once per turn index; a turn the session holds a
@@ -156,13 +153,14 @@ class SessionCheckpoints:
         if request.turn_index in self.seen or request.turn_index in self.kept:
             return
         self.seen.add(request.turn_index)
-        try:
-            roots = self.sandbox.writable_roots()
-            manifest = await asyncio.to_thread(self.checkpointer.capture, roots)
-        except SandboxError as e:  # over a cap, unreadable, or a provider without host folders
-            await asyncio.to_thread(self._skipped, request.turn_index, str(e))
-            return
-        await asyncio.to_thread(self._record, request, manifest)
+        async with self._one_at_a_time:
+            try:
+                roots = self.sandbox.writable_roots()
+                manifest = await asyncio.to_thread(self.checkpointer.capture, roots)
+            except SandboxError as e:  # over a cap, unreadable, or a provider without host folders
+                await asyncio.to_thread(self._skipped, request.turn_index, str(e))
+                return
+            await asyncio.to_thread(self._record, request, manifest)
 
     @classmethod
     async def for_session(

@@ -387,6 +387,10 @@ class BranchingConfig(_Strict):
         return sorted(k for _, k in scored[: self.points])
 
 
+CHECKPOINT_PROVIDERS = ("bwrap", "local")
+"""Sandbox providers whose writable state is a host folder, so checkpoints are built for them."""
+
+
 class CheckpointsConfig(_Strict):
     """The ``checkpoints:`` section: sandbox checkpoints at each turn boundary (docs/rollout.md,
     "Checkpoints"); absent: none are taken and forks and take-overs replay.
@@ -473,6 +477,11 @@ class RolloutConfig(_Strict):
 
     @model_validator(mode="after")
     def _checkpoint_forks(self) -> RolloutConfig:
+        if self.checkpoints is not None and self.sandbox.provider not in CHECKPOINT_PROVIDERS:
+            raise ValueError(
+                f"checkpoints are not built for sandbox provider {self.sandbox.provider!r} "
+                f"(only {', '.join(CHECKPOINT_PROVIDERS)}); remove the checkpoints section"
+            )
         if self.checkpoints is not None and self.checkpoints.keep == "forks":
             if self.branching is None or self.branching.at != "turns":
                 raise ValueError(

@@ -80,6 +80,10 @@ def test_examples_load_with_their_datasets(name: str) -> None:
             "checkpoints.keep: checkpoints.keep must be all, forks or last:N",
         ),
         ({"checkpoints": {"keep": "forks"}}, "checkpoints.keep: forks keeps the turns a tree forks at"),
+        (
+            {"checkpoints": {}, "sandbox": {"provider": "e2b"}},
+            "checkpoints are not built for sandbox provider 'e2b' (only bwrap, local)",
+        ),
     ],
 )
 def test_bad_configs_name_the_field(patch: dict, message: str) -> None:
