@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from dressage.agents import Agent, ResumePoint
-from dressage.errors import SandboxError, StoreError
+from dressage.errors import SandboxError, StoreError, UnknownSessionError
 from dressage.paddock import Sandbox
 from dressage.paddock.checkpoints import Caps, Checkpointer, Manifest, change_rows, diff, restore
 from dressage.proxy.checkpoint_start import CHECKPOINT_START
@@ -81,10 +81,14 @@ def replay_info(why: str) -> dict[str, object]:
 
 
 def load_start(store: EventStore, session_id: str, turn_index: int, agent: Agent) -> StartPoint | str:
-    """The checkpoint of ``session_id`` at ``turn_index`` to start from, or why there is none to use."""
-    found = store.sandbox_checkpoints.get(session_id, turn_index)
+    """The checkpoint of ``session_id`` at ``turn_index`` to start from, or why there is none to use.
+
+    A fork holds no checkpoint before its fork turn (its turns there are copies): one at such a turn
+    is its parent's (and so on up the tree), the same state id for id."""
+    found = _checkpoint_at(store, session_id, turn_index)
     if found is None:
         return f"session {session_id} has no sandbox checkpoint at turn {turn_index}"
+    session_id = found.session_id
     raw = store.sandbox_checkpoints.read_request(found)
     if raw is None or found.prompt_digest is None:
         return f"the checkpoint of session {session_id} at turn {turn_index} records no request"
@@ -100,6 +104,19 @@ def load_start(store: EventStore, session_id: str, turn_index: int, agent: Agent
         return refusal
     manifest = Manifest.from_bytes(store.sandbox_checkpoints.read_manifest(found))
     return StartPoint(found, manifest, point)
+
+
+def _checkpoint_at(store: EventStore, session_id: str, turn_index: int) -> SandboxCheckpoint | None:
+    """The checkpoint of turn ``turn_index`` of ``session_id``, or of the ancestor it shares that turn with."""
+    found = store.sandbox_checkpoints.get(session_id, turn_index)
+    session = store.sessions.get(session_id)
+    while found is None and session.parent_session_id is not None and turn_index < (session.fork_turn or 0):
+        try:
+            session = store.sessions.get(session.parent_session_id)
+        except UnknownSessionError:  # its parent's run was dropped
+            return None
+        found = store.sandbox_checkpoints.get(session.id, turn_index)
+    return found
 
 
 def latest_start(store: EventStore, session_id: str, up_to: int, agent: Agent) -> StartPoint | str:

@@ -15,7 +15,7 @@ from dressage.paddock.local import LocalProvider
 from dressage.proxy.contract import TurnRequest
 from dressage.rollout.checkpointing import SessionCheckpoints, StartPoint, load_start
 from dressage.rollout.config import CheckpointsConfig
-from dressage.store import EventStore
+from dressage.store import EventStore, NewTurn
 
 pytestmark = pytest.mark.anyio
 
@@ -59,5 +59,17 @@ async def test_hook_records_retains_and_skips(store: EventStore, run_name: str, 
             load_start(store, sid, 4, CodingAgent()) == f"session {sid} has no sandbox checkpoint at turn 4"
         )
         assert load_start(store, sid, 3, AnswerAgent()) == "agent 'answer' has no resume entry point"
+
+        # A fork at 4 shares turn 3 with its parent: a fork of it at 3 starts from the parent's checkpoint.
+        for turn in range(4):
+            store.turns.append(run_name, NewTurn(sid, turn, [1, 2, 3 + turn], [7], [-0.5], [0]))
+        child = store.sessions.open(run_name, parent_session_id=sid, fork_turn=4).id
+        shared = load_start(store, child, 3, CodingAgent())
+        assert isinstance(shared, StartPoint) and shared.checkpoint == start.checkpoint
+        assert shared.point.source == f"session {sid} turn 3"
+        assert (
+            load_start(store, child, 1, CodingAgent())
+            == f"session {child} has no sandbox checkpoint at turn 1"
+        )
     finally:
         await sandbox.terminate()
