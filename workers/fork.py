@@ -22,7 +22,7 @@ def fork_command(
         int,
         typer.Option(
             "--at-turn",
-            help="K: each branch starts with the session's turns 0..K-1 (replayed), then goes live.",
+            help="K: each branch starts with the session's turns 0..K-1 (copied), then goes live.",
         ),
     ],
     branches: Annotated[
@@ -42,6 +42,14 @@ def fork_command(
             "--resume", help="Continue the branches of this fork an earlier, interrupted command left."
         ),
     ] = False,
+    from_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--from-checkpoint/--replay",
+            help="Start each branch from the session's sandbox checkpoint at turn K when it has one and "
+            "the agent can resume (the default), or replay turns 0..K-1 (the agent re-runs its tools).",
+        ),
+    ] = True,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Fork SESSION at turn K into N branches (docs/rollout.md, "Forks")."""
@@ -56,12 +64,13 @@ def fork_command(
 
     stop = graceful_stop()
     settings = load_settings(database_url=database_url)
-    spec = ForkSpec(session, at_turn, branches, seed, into, resume)
+    spec = ForkSpec(session, at_turn, branches, seed, into, resume, from_checkpoint)
     console = make_console(stderr=True)
     report = asyncio.run(fork_session(settings, spec, console, stop))
     if report.interrupted is not None:
         again = f"{session} --at-turn {at_turn} --branches {branches}"
         again += "".join(f" {k} {v}" for k, v in (("--seed", seed), ("--into", into)) if v is not None)
+        again += "" if from_checkpoint else " --replay"
         db = "" if database_url is None else f" --database-url {settings.resolved_database_url()}"
         raise Interrupted(f"resume with dressage-worker fork {again} --resume{db}", stop.exit_code)
     for sid, out in report.outcomes.items():

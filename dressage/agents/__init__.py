@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dressage.agents.base import Agent, AgentContext, AgentLog, AgentResult, Task
+from dressage.agents.base import Agent, AgentContext, AgentLog, AgentResult, ResumePoint, Task
 from dressage.agents.blackbox import BlackboxAgent, CommandAgent, OpenClawAgent, OpenCodeAgent
 from dressage.agents.config import (
     BLACKBOX_KINDS,
@@ -98,6 +98,7 @@ __all__ = [
     "OpenClawAgent",
     "OpenCodeAgent",
     "QwenCodeAgent",
+    "ResumePoint",
     "Task",
     "build_agent",
     "load_python_agent",

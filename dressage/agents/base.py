@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dressage.errors import NotSupportedError
+
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
@@ -148,11 +150,45 @@ class AgentResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resumed agent starts: request ``turn_index`` of a recorded session, as it was sent.
+
+    ``request`` is that request's body (JSON, secrets redacted) in ``dialect`` (``chat``,
+    ``messages``, ``responses``, ``gemini``): the conversation state at turn K. The sandbox holds
+    the checkpoint of the same moment (its tools had run, the agent waited for the model), and the
+    turns before K are already in the session, so a resumed agent sends request K first, and it
+    must render to the same prompt ids (the proxy checks: :mod:`dressage.proxy.checkpoint_start`).
+    """
+
+    turn_index: int
+    dialect: str
+    request: dict[str, Any]
+    source: str = ""
+    """Which session and turn it came from, for messages."""
+
+
 class Agent(abc.ABC):
-    """An agent: ``await agent.run(ctx)`` plays one episode. One instance serves many episodes."""
+    """An agent: ``await agent.run(ctx)`` plays one episode. One instance serves many episodes.
+
+    An agent that can start mid-episode from a recorded request (forks and take-overs from a
+    sandbox checkpoint, without re-running a tool) overrides :meth:`resume_refusal` and
+    :meth:`resume`; others are replayed from the start (docs/rollout.md, "Checkpoints"). A blackbox
+    CLI agent implements the same two methods with its own session files and resume command.
+    """
 
     name: str = "agent"
 
     @abc.abstractmethod
     async def run(self, ctx: AgentContext) -> AgentResult:
         """Play one episode. Raise :class:`~dressage.errors.AgentError` for a failed attempt."""
+
+    def resume_refusal(self, point: ResumePoint) -> str | None:
+        """Why this agent cannot resume from ``point`` (None: it can); the session records it and
+        replays instead."""
+        return f"agent {self.name!r} has no resume entry point"
+
+    async def resume(self, ctx: AgentContext, point: ResumePoint) -> AgentResult:
+        """Play the rest of an episode from ``point`` (its sandbox already restored): send request
+        ``point.turn_index`` as recorded, then go on as :meth:`run` would have."""
+        raise NotSupportedError(self.resume_refusal(point) or f"agent {self.name!r} cannot resume")

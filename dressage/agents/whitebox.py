@@ -20,8 +20,8 @@ from typing import Any
 
 import openai
 
-from dressage.agents.base import Agent, AgentContext, AgentResult
-from dressage.errors import AgentError, ConfigError
+from dressage.agents.base import Agent, AgentContext, AgentResult, ResumePoint
+from dressage.errors import AgentError, ConfigError, NotSupportedError
 
 DEFAULT_CODING_PROMPT = (
     "You are a coding agent working in a sandbox whose current directory holds the task's files. "
@@ -104,10 +104,33 @@ class CodingAgent(Agent):
 
     async def run(self, ctx: AgentContext) -> AgentResult:
         """Run the tool loop; see the class docstring."""
-        messages = ctx.task.chat_messages(self.system_prompt)
+        return await self._loop(ctx, ctx.task.chat_messages(self.system_prompt), 1)
+
+    def resume_refusal(self, point: ResumePoint) -> str | None:
+        """A chat-completions request whose messages and tools this agent would have sent."""
+        if point.dialect != "chat":
+            return f"agent {self.name!r} speaks chat completions, the recorded request is {point.dialect!r}"
+        messages = point.request.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return "the recorded request has no messages"
+        return None
+
+    async def resume(self, ctx: AgentContext, point: ResumePoint) -> AgentResult:
+        """Continue the tool loop from the recorded request's messages (its turn number: one more
+        than the assistant messages it holds), so ``max_turns`` counts as in the original run."""
+        refusal = self.resume_refusal(point)
+        if refusal is not None:
+            raise NotSupportedError(refusal)
+        messages = [dict(m) for m in point.request["messages"]]
+        done = sum(1 for m in messages if m.get("role") == "assistant")
+        ctx.log.write(f"resumed at turn {done + 1} from {point.source or f'turn {point.turn_index}'}")
+        return await self._loop(ctx, messages, done + 1)
+
+    async def _loop(self, ctx: AgentContext, messages: list[dict[str, Any]], first: int) -> AgentResult:
+        """Turns ``first .. max_turns`` of the tool loop over ``messages``."""
         tools = ctx.tools.schemas
         answer = ""
-        for turn in range(1, self.max_turns + 1):
+        for turn in range(first, self.max_turns + 1):
             try:
                 resp = await _complete(ctx, messages, tools=tools)
             except AgentError as e:

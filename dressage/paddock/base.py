@@ -188,6 +188,20 @@ class Sandbox(abc.ABC):
     async def terminate(self) -> None:
         """Kill every process of the sandbox and release its resources. Idempotent."""
 
+    def writable_roots(self) -> dict[str, Path]:
+        """The host folders that hold everything the sandbox's commands can change and that outlives
+        a command, by name (``workspace``): what a checkpoint captures and restores
+        (:mod:`dressage.paddock.checkpoints`). Providers whose state lives elsewhere refuse."""
+        raise SandboxError(
+            f"checkpoints are not built for sandbox provider {self.spec.provider!r}: its writable state "
+            "is not a host folder (forks and take-overs replay instead)"
+        )
+
+    def restored(self) -> None:
+        """Called after a checkpoint was restored into :meth:`writable_roots` (a provider that runs its
+        commands as another host uid takes the files over here). Nothing to do by default."""
+        return None
+
     async def __aenter__(self) -> Sandbox:
         return self
 
@@ -372,3 +386,8 @@ class HostWorkspaceSandbox(Sandbox):
         """tar.gz of the workspace."""
         self._check()
         return await asyncio.to_thread(host_archive, self.root)
+
+    def writable_roots(self) -> dict[str, Path]:
+        """The workspace, which is also the commands' ``HOME`` (``/tmp`` dies with each command)."""
+        self._check()
+        return {"workspace": self.root}

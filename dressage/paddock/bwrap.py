@@ -226,6 +226,11 @@ class BwrapSandbox(HostWorkspaceSandbox):
         if self._host_uid is not None:
             hand_over(self.root, resolve_in_workspace(self.root, path), self._host_uid)
 
+    def restored(self) -> None:
+        """A sandbox running as its own host uid takes the restored checkpoint's files over."""
+        if self._host_uid is not None:
+            hand_over_tree(self.root, self._host_uid)
+
     def _argv(self, cmd: list[str], cwd: str, env: Mapping[str, str]) -> list[str]:
         a = [
             self.bwrap,

@@ -94,6 +94,14 @@ class ImageSandbox(BwrapSandbox):
         workspace; its folders are mostly the mount points bubblewrap makes, so they are not counted)."""
         return workspace_bytes(self.root) + workspace_bytes(overlay_dirs(self._state)[0], folders=False)
 
+    def writable_roots(self) -> dict[str, Path]:
+        """Refused: the session's writes outside the workspace live in the overlay's upper folder, as
+        whiteouts and opaque folders a plain file walk cannot restore; not built for checkpoints."""
+        raise SandboxError(
+            "checkpoints are not built for sandbox provider 'image' (its overlay's writes are not captured); "
+            "forks and take-overs replay instead"
+        )
+
     def _forwarder_python(self) -> tuple[list[str], list[tuple[str, str]]]:
         """The image's own python3, else the host's, started by the host's loader from ``/run/dressage/host``."""
         rel = image_python(self.image)

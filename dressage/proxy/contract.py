@@ -13,9 +13,9 @@ weight update, with later tokens tagged with the new ``weight_version``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, Unpack
+from typing import Any, Protocol, Unpack, runtime_checkable
 
 from dressage.config import Settings
 from dressage.store import EventStore, Run
@@ -99,6 +99,42 @@ class Proxy(Protocol):
 
     async def stop(self) -> None:
         """Release what this proxy holds (a ring holds nothing: its proxies are not the worker's)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """A live request of a session as it reaches the proxy: request ``turn_index`` (that many turns
+    are recorded; the agent waits for the model), its dialect, its body as sent, and the sha256 of
+    the prompt ids it renders to (:func:`dressage.proxy.replay.ids_digest`)."""
+
+    turn_index: int
+    dialect: str
+    body: bytes
+    prompt_digest: str
+
+
+TurnBoundaryHook = Callable[[TurnRequest], Awaitable[None]]
+"""Called when a live request reaches the proxy: the rollout worker checkpoints the session's
+sandbox and keeps the request (:mod:`dressage.rollout.checkpointing`)."""
+
+
+@runtime_checkable
+class WatchesTurns(Protocol):
+    """A proxy in this process that tells its owner when a session's request arrives (the in-process
+    :class:`~dressage.proxy.service.ProxyService` and so :class:`~dressage.proxy.server.ProxyServer`).
+
+    The hook runs concurrently with the turn's generation, and the turn's reply is not returned to
+    the agent before it ended: the agent cannot change its sandbox while the hook reads it. The
+    worker's ring of standalone proxies (other processes) does not implement it: their sessions get
+    no checkpoints (forks and take-overs of them replay)."""
+
+    def watch_turns(self, session_id: str, hook: TurnBoundaryHook) -> None:
+        """Call ``hook`` at each live request of ``session_id`` until :meth:`unwatch_turns`."""
+        ...
+
+    def unwatch_turns(self, session_id: str) -> None:
+        """Stop calling the session's hook."""
         ...
 
 

@@ -41,7 +41,7 @@ from dressage.proxy.replay import (
     replay_targets,
     request_prompt,
 )
-from dressage.store import NewTurn, Session, Turn, turn_key
+from dressage.store import EventStore, NewTurn, Session, Turn, turn_key
 
 if TYPE_CHECKING:
     from dressage.proxy.conversation import Conversation
@@ -150,3 +150,17 @@ def build_fork_replay(
             code="fork_parent_incomplete",
         )
     return ForkReplay(session.parent_session_id, k, shared, replay_targets(shared))
+
+
+def copy_prefix(store: EventStore, run_name: str, fork: Session, parent_turns: Sequence[Turn]) -> int:
+    """Copy the parent's turns ``0..K-1`` into fork ``fork`` at once (a fork started from a sandbox
+    checkpoint, whose agent sends none of those requests again); id for id as a replayed copy, its
+    request fingerprint the parent's. Turns the fork holds already are skipped (a re-run copies on).
+    Returns how many turns the fork holds before its fork turn."""
+    state = build_fork_replay(fork, store.turns.read(session_id=fork.id, with_experts=False), parent_turns)
+    if state is None:
+        return fork.fork_turn or 0
+    held = len(store.turns.read(session_id=fork.id, with_experts=False))
+    for turn in state.parent_turns[held:]:
+        store.turns.append(run_name, state.copy(turn, run_name, fork.id, turn.request_fingerprint))
+    return state.fork_turn

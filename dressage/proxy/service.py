@@ -15,9 +15,16 @@ from typing import Any, Unpack
 
 from dressage.config import Settings
 from dressage.engines import EnginePool
-from dressage.errors import ConflictError, EngineError, RequestError, UnknownSessionError
+from dressage.errors import ConflictError, DressageError, EngineError, RequestError, UnknownSessionError
 from dressage.proxy.admission import AdmissionGate
-from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle
+from dressage.proxy.contract import (
+    FinalizedSession,
+    Proxy,
+    SessionHandle,
+    TurnBoundaryHook,
+    TurnRequest,
+    WatchesTurns,
+)
 from dressage.proxy.generation import Coordinator
 from dressage.proxy.metrics import ProxyMetrics
 from dressage.proxy.sessions import SessionRegistry
@@ -76,6 +83,7 @@ class ProxyService:
         self._base_url = ""
         self._context_window = context_window
         self._window_lock = asyncio.Lock()
+        self._turn_hooks: dict[str, TurnBoundaryHook] = {}
 
     async def aclose(self) -> None:
         """Close engine connections and this loop's store connections."""
@@ -108,6 +116,28 @@ class ProxyService:
     def session_url(self, token: str) -> str:
         """The OpenAI base URL that carries ``token``."""
         return f"{self._base_url}/s/{token}/v1"
+
+    # --- turn boundaries (in-process owners only: see contract.WatchesTurns) ----------------------
+
+    def watch_turns(self, session_id: str, hook: TurnBoundaryHook) -> None:
+        """Call ``hook(K)`` when live request K of ``session_id`` arrives (see :class:`WatchesTurns`)."""
+        self._turn_hooks[session_id] = hook
+
+    def unwatch_turns(self, session_id: str) -> None:
+        """Stop calling the session's turn hook."""
+        self._turn_hooks.pop(session_id, None)
+
+    def watched(self, session_id: str) -> bool:
+        """Whether a turn hook watches ``session_id``."""
+        return session_id in self._turn_hooks
+
+    def turn_boundary(self, session_id: str, request: TurnRequest) -> asyncio.Future[None] | None:
+        """Start the session's turn hook for ``request`` (None: nobody watches); the caller awaits it
+        before the reply leaves."""
+        hook = self._turn_hooks.get(session_id)
+        if hook is None:
+            return None
+        return asyncio.ensure_future(_run_hook(hook, session_id, request))
 
     # --- admin operations -------------------------------------------------------------------------
 
@@ -215,6 +245,20 @@ class ProxyService:
     async def stop(self) -> None:
         """In-process: close engine connections and this loop's store connections."""
         await self.aclose()
+
+
+async def _run_hook(hook: TurnBoundaryHook, session_id: str, request: TurnRequest) -> None:
+    """Run a turn hook; a store or file failure of it is logged and never fails the turn (a hook
+    records the failures it expects itself)."""
+    try:
+        await hook(request)
+    except (DressageError, OSError):
+        log.exception("the turn hook of session %s at turn %d failed", session_id, request.turn_index)
+
+
+def _watches_turns(service: ProxyService) -> WatchesTurns:
+    """mypy checks here that :class:`ProxyService` tells its owner about turn boundaries."""
+    return service
 
 
 def _implements_contract(service: ProxyService) -> Proxy:

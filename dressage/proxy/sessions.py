@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dressage.errors import AuthError, ConflictError
+from dressage.proxy.checkpoint_start import CheckpointStart, build_checkpoint_start
 from dressage.proxy.fork_replay import ForkReplay, build_fork_replay
 from dressage.proxy.replay import Replay, build_replay
 from dressage.proxy.reply_data import ReplyData
@@ -122,6 +123,9 @@ class SessionState:
     """A resumed session's replay of its recorded turns (see :mod:`dressage.proxy.replay`)."""
     fork: ForkReplay | None = None
     """A fork's copy of its parent's first turns, while some remain (see :mod:`dressage.proxy.fork_replay`)."""
+    checkpoint_start: CheckpointStart | None = None
+    """A session started from a checkpoint, until its first live request is checked
+    (:mod:`dressage.proxy.checkpoint_start`)."""
 
     @property
     def sampling_seed(self) -> int | None:
@@ -286,6 +290,7 @@ class SessionRegistry:
         for turn in turns:
             state.apply_turn(turn)
         state.replay = build_replay(session, turns)
+        state.checkpoint_start = build_checkpoint_start(session, turns)
         if session.parent_session_id is not None and len(turns) < (session.fork_turn or 0):
             parent = self.store.turns.read(session_id=session.parent_session_id, with_experts=True)
             state.fork = build_fork_replay(session, turns, parent)
@@ -298,6 +303,7 @@ class SessionRegistry:
         holds its parent's turns and is built from the log): its first request does not rebuild it
         (the fence still checks it, as every request's)."""
         state = SessionState(session=session, run_name=run_name, index=SegmentIndex(self.profile))
+        state.checkpoint_start = build_checkpoint_start(session, [])
         digest = token_digest(token)
         state = self._by_digest.setdefault(digest, state)
         self._by_id[state.session_id] = digest

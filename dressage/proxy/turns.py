@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from dressage.engines.protocol import FinishReason
 from dressage.errors import ContextLengthExceededError, DressageError
+from dressage.proxy.contract import TurnRequest
 from dressage.proxy.conversation import Conversation
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
 from dressage.proxy.errors import OverloadedError, PayloadTooLargeError, classify, error_message
@@ -43,6 +44,7 @@ from dressage.proxy.recording import (
     record_turn,
     sibling_job,
 )
+from dressage.proxy.replay import ids_digest
 from dressage.proxy.replies import parse_reply, reply_parse, reply_text, think_open
 from dressage.proxy.reply_data import ReplyData
 from dressage.proxy.service import ProxyService
@@ -123,19 +125,21 @@ class TurnHandler:
             return self._error(dialect, e, stream)
         active = True  # counted by admission control (not while the engine generates)
         try:
-            state, conv, plan = await self._admit(request, dialect)
+            state, conv, plan, raw = await self._admit(request, dialect)
             stream = conv.stream
             idem = request.headers.get("idempotency-key") or None
             recorded = await self._from_log(dialect, state, conv, idem)
             if recorded is not None:
                 return recorded
+            turn_index = state.next_turn
             job = await self._prepare(state, conv, idem, started, plan)
+            boundary = await self._boundary(state, dialect, turn_index, raw, job)
             jobs = [job, *(sibling_job(job, i) for i in range(1, conv.n))]
             future = self._register(state, job)
             sized = {"x-dressage-prompt-tokens": str(len(job.prompt_ids))}
             if stream:
                 renderers = dialect.renderers(conv, job.generation.rid, int(time.time()), len(job.prompt_ids))
-                body = self._stream(jobs, renderers, future)
+                body = self._stream(jobs, renderers, future, boundary)
                 svc.admission.leave()  # the stream counts itself again to record (see _stream)
                 active = False
                 return StreamingResponse(body, media_type="text/event-stream", headers=_sse_headers(sized))
@@ -154,6 +158,8 @@ class TurnHandler:
                 raise
             future.set_result(reply)
             self._unregister(job)
+            if boundary is not None:
+                await boundary  # the agent gets its reply once its sandbox's checkpoint is taken
             body_json = dialect.respond(conv, reply, reply_parse(svc.profile, conv, reply))
             overhead = self._observe(job, reply, stream=False)
             headers = {
@@ -203,7 +209,7 @@ class TurnHandler:
 
     async def _admit(
         self, request: Request, dialect: Dialect
-    ) -> tuple[SessionState, Conversation, EarlyPlan]:
+    ) -> tuple[SessionState, Conversation, EarlyPlan, bytes]:
         """The request's session, conversation and (usually) its plan, with the session's fence
         checked while the body is read, parsed and planned (see :mod:`dressage.proxy.sessions`).
 
@@ -225,7 +231,22 @@ class TurnHandler:
         if fresh is not state:  # another proxy moved the session on: start again on the log's state
             conv = dialect.parse(raw, fresh, svc.default_sampling)
             plan = self._plan_early(fresh, conv)
-        return fresh, conv, plan
+        return fresh, conv, plan, raw
+
+    async def _boundary(
+        self, state: SessionState, dialect: Dialect, turn_index: int, raw: bytes, job: TurnJob
+    ) -> asyncio.Future[None] | None:
+        """A live request's turn boundary: a session started from a checkpoint checks its first
+        request against the one recorded there (:mod:`dressage.proxy.checkpoint_start`), and the
+        session's turn hook, if any, starts (its owner checkpoints the sandbox meanwhile)."""
+        svc = self.svc
+        expected = state.checkpoint_start
+        if expected is None and not svc.watched(state.session_id):
+            return None
+        digest = ids_digest(job.prompt_ids)
+        if expected is not None and expected.pending(turn_index):
+            await expected.check(svc.store, state, turn_index, digest)
+        return svc.turn_boundary(state.session_id, TurnRequest(turn_index, dialect.name, raw, digest))
 
     @staticmethod
     def _plan_early(state: SessionState, conv: Conversation) -> EarlyPlan:
@@ -426,7 +447,11 @@ class TurnHandler:
         return []
 
     async def _stream(
-        self, jobs: list[TurnJob], renderers: list[StreamRenderer], future: asyncio.Future[ReplyData]
+        self,
+        jobs: list[TurnJob],
+        renderers: list[StreamRenderer],
+        future: asyncio.Future[ReplyData],
+        boundary: asyncio.Future[None] | None = None,
     ) -> AsyncIterator[bytes]:
         """SSE body: text as the engine produces it, each turn recorded before its last events.
 
@@ -479,6 +504,8 @@ class TurnHandler:
                 events = renderer.finish(reply, parsed, reasoning, content)
                 if recorded == len(jobs):
                     self._observe(jobs[0], first, stream=True)
+                    if boundary is not None:
+                        await boundary  # the reply's last events wait for the sandbox's checkpoint
                 if held := held + b"".join(events):
                     yield held
                     held = b""

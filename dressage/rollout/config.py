@@ -387,6 +387,43 @@ class BranchingConfig(_Strict):
         return sorted(k for _, k in scored[: self.points])
 
 
+CHECKPOINT_PROVIDERS = ("bwrap", "local")
+"""Sandbox providers whose writable state is a host folder, so checkpoints are built for them."""
+
+
+class CheckpointsConfig(_Strict):
+    """The ``checkpoints:`` section: sandbox checkpoints at each turn boundary (docs/rollout.md,
+    "Checkpoints"); absent: none are taken and forks and take-overs replay.
+
+    ``keep``: ``all`` (every turn's), ``last:N`` (the newest N of each session) or ``forks`` (only the
+    turns a tree rollout forks at: ``branching.at: turns``). The caps bound one checkpoint: a tree
+    over them gets none at that turn (recorded, and a fork from it replays).
+    """
+
+    keep: str = Field(default="all", description="all | last:N | forks")
+    max_file_mb: int = Field(default=64, ge=1, description="The largest file a checkpoint holds.")
+    max_total_mb: int = Field(default=1024, ge=1, description="The most file bytes one checkpoint holds.")
+
+    @field_validator("keep")
+    @classmethod
+    def _keep(cls, v: str) -> str:
+        if v in ("all", "forks"):
+            return v
+        head, _, n = v.partition(":")
+        if head != "last" or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"checkpoints.keep must be all, forks or last:N (N >= 1), got {v!r}")
+        return v
+
+    def to_prune(self, kept: list[int], fork_turns: list[int]) -> list[int]:
+        """Which of a session's ``kept`` checkpoint turns to drop now (``fork_turns``: for ``forks``)."""
+        if self.keep == "all":
+            return []
+        if self.keep == "forks":
+            return [k for k in kept if k not in fork_turns]
+        n = int(self.keep.partition(":")[2])
+        return sorted(kept)[:-n] if len(kept) > n else []
+
+
 class LoopConfig(_Strict):
     """The ``loop:`` section: defaults of ``dressage-worker loop`` (its options override them)."""
 
@@ -420,6 +457,9 @@ class RolloutConfig(_Strict):
     branching: BranchingConfig | None = Field(
         default=None, description="Tree rollouts: fork each sample's session into branches (docs/trees.md)."
     )
+    checkpoints: CheckpointsConfig | None = Field(
+        default=None, description="Sandbox checkpoints per turn (docs/rollout.md, Checkpoints); absent: off."
+    )
     train: TrainConfig | None = Field(default=None, description="Training of `dressage-worker loop`.")
     loop: LoopConfig | None = Field(default=None, description="Defaults of `dressage-worker loop`.")
     ray: RayConfig | None = Field(
@@ -434,6 +474,21 @@ class RolloutConfig(_Strict):
         if v not in profile_names():
             raise ValueError(f"unknown model profile {v!r}; known: {', '.join(profile_names())}")
         return v
+
+    @model_validator(mode="after")
+    def _checkpoint_forks(self) -> RolloutConfig:
+        if self.checkpoints is not None and self.sandbox.provider not in CHECKPOINT_PROVIDERS:
+            raise ValueError(
+                f"checkpoints are not built for sandbox provider {self.sandbox.provider!r} "
+                f"(only {', '.join(CHECKPOINT_PROVIDERS)}); remove the checkpoints section"
+            )
+        if self.checkpoints is not None and self.checkpoints.keep == "forks":
+            if self.branching is None or self.branching.at != "turns":
+                raise ValueError(
+                    "checkpoints.keep: forks keeps the turns a tree forks at, known in advance only with "
+                    "branching.at: turns; use all or last:N"
+                )
+        return self
 
     @model_validator(mode="after")
     def _tree_trains_with_tree(self) -> RolloutConfig:
@@ -486,6 +541,8 @@ class RolloutConfig(_Strict):
             exclude["agent"] = {"rounds"}  # likewise for runs from before multi-round answers
         if self.branching is None:
             exclude["branching"] = True  # snapshots of runs from before trees compare equal
+        if self.checkpoints is None:
+            exclude["checkpoints"] = True  # and from before sandbox checkpoints
         sandbox: set[str] = set()
         if self.sandbox.e2b == E2BSandboxConfig():
             sandbox.add("e2b")  # likewise for runs from before E2B templates

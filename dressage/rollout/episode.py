@@ -47,9 +47,17 @@ from dressage.errors import (
     StoreError,
 )
 from dressage.paddock import Sandbox, SandboxProvider, SandboxSpec, SandboxTools
-from dressage.proxy.contract import Proxy, SessionHandle
+from dressage.proxy.contract import Proxy, SessionHandle, WatchesTurns
 from dressage.redact import redact, redact_json
 from dressage.rollout import task_kinds
+from dressage.rollout.checkpointing import (
+    SessionCheckpoints,
+    StartPoint,
+    latest_start,
+    provider_refusal,
+    replay_info,
+    restore_start,
+)
 from dressage.rollout.config import RolloutConfig
 from dressage.rollout.engine_health import EngineSupervisor, is_engine_fault
 from dressage.rollout.proxy_ring import ProxyRing
@@ -106,9 +114,13 @@ class Held:
     spec: SandboxSpec | None = None
     artifacts: dict[str, bytes] = field(default_factory=dict)
     """Files the task's kind stores with the session (e.g. its image's build log), kept from the start."""
+    watched: WatchesTurns | None = None
+    """The proxy whose turn hook checkpoints this session's sandbox."""
 
     async def release(self, sid: str) -> None:
         """Close the agent's client, terminate the sandbox, stop the session's socket (failures logged)."""
+        if self.watched is not None:
+            self.watched.unwatch_turns(sid)
         if self.client is not None:
             with logged_failures(log, f"closing the OpenAI client of session {sid}"):
                 await self.client.close()
@@ -167,7 +179,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
         return Outcome("skipped")
     task = Task.from_payload(lease.payload)
     mark = env.engines.mark() if env.engines is not None else 0
-    handle, seed_from = await _open_or_resume(env, lease)
+    handle, seed_from, start = await _open_or_resume(env, lease)
     sid = handle.session_id
     current = asyncio.current_task()
     assert current is not None
@@ -180,7 +192,7 @@ async def run_episode(env: EpisodeEnv, lease: TaskLease, *, release: bool = True
     )
     try:
         try:
-            result = await play_agent(env, task, handle, agent_log, held, sampling)
+            result = await play_agent(env, task, handle, agent_log, held, sampling, start)
             reward, details = await score_result(env, task, result, held)
         except EpisodeFailed as f:
             return await _episode_failed(env, lease, sid, f, (held, agent_log, renewer, mark))
@@ -308,23 +320,28 @@ async def interrupt_for_engine(
     return Outcome("interrupted", error=error)
 
 
-async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHandle, int]:
-    """The episode's session and the attempt whose sampling seed it uses.
+async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHandle, int, StartPoint | None]:
+    """The episode's session, the attempt whose sampling seed it uses, and the checkpoint it starts from.
 
     With ``worker.resume_in_flight``, the running session of an earlier attempt of this (task,
     sample) is taken over (it keeps its turns and its first attempt's seed, so a deterministic agent
     sends the same requests again); otherwise, or if it ended meanwhile, a new session is opened.
+    A taken-over session starts from its newest sandbox checkpoint when the run takes them and the
+    agent can resume (turns recorded after it are replayed from the log); else it replays, and its
+    ``info["start"]`` says why.
     """
     store = env.store
     if env.cfg.worker.resume_in_flight:
         old = await asyncio.to_thread(store.sessions.interrupted, lease.task_id, lease.attempt)
         if old is not None:
+            start, why = await _take_over_start(env, old.id)
+            info = dict(env.session_info)
+            if env.cfg.checkpoints is not None:  # runs without checkpoints take over as they always did
+                info.update(start.info("record") if start else replay_info(why))
             with contextlib.suppress(LeaseError):  # finalized meanwhile: open a new one
-                handle = await env.proxy.take_over_session(
-                    old.id, attempt=lease.attempt, info=env.session_info
-                )
+                handle = await env.proxy.take_over_session(old.id, attempt=lease.attempt, info=info)
                 log.info("attempt %d of task %s resumes session %s", lease.attempt, lease.task_id, old.id)
-                return handle, seed_attempt(old)
+                return handle, seed_attempt(old), start
     handle = await env.proxy.open_session(
         env.run.name,
         task_id=lease.task_id,
@@ -333,7 +350,19 @@ async def _open_or_resume(env: EpisodeEnv, lease: TaskLease) -> tuple[SessionHan
         sandbox=env.cfg.sandbox.provider,
         info={**env.session_info, **_session_info(lease)},
     )
-    return handle, lease.attempt
+    return handle, lease.attempt, None
+
+
+async def _take_over_start(env: EpisodeEnv, session_id: str) -> tuple[StartPoint | None, str]:
+    """The checkpoint a take-over of ``session_id`` starts from, or why it replays."""
+    if env.cfg.checkpoints is None:
+        return None, "the run takes no sandbox checkpoints (no checkpoints: section)"
+    refusal = provider_refusal(env.cfg.sandbox.provider)
+    if refusal is not None:
+        return None, refusal
+    recorded = (await asyncio.to_thread(env.store.sessions.head, session_id)).turns
+    found = await asyncio.to_thread(latest_start, env.store, session_id, recorded, env.agent)
+    return (found, "") if isinstance(found, StartPoint) else (None, found)
 
 
 async def play_agent(
@@ -343,8 +372,13 @@ async def play_agent(
     agent_log: AgentLog,
     held: Held,
     sampling: dict[str, object],
+    start: StartPoint | None = None,
 ) -> AgentResult:
-    """Create the sandbox and run the agent; failures raise :class:`EpisodeFailed`."""
+    """Create the sandbox and run the agent; failures raise :class:`EpisodeFailed`.
+
+    ``start``: the sandbox is filled from that checkpoint and the agent resumes from its recorded
+    request (:mod:`dressage.rollout.checkpointing`); a restore that fails raises
+    ``checkpoint_restore_failed``."""
     from openai import AsyncOpenAI
 
     cfg = env.cfg
@@ -358,6 +392,7 @@ async def play_agent(
         sandbox = held.sandbox = await env.provider.create(handle.session_id, spec)
     except (SandboxError, ConfigError, OSError) as e:
         raise EpisodeFailed("sandbox_failed", f"sandbox {cfg.sandbox.provider} failed to start: {e}") from e
+    await _checkpoints(env, handle.session_id, sandbox, held, start)
     agent_timeout = task_kinds.agent_timeout_s(task, cfg.worker.session_timeout_s)
     client = held.client = AsyncOpenAI(
         base_url=handle.base_url,
@@ -387,7 +422,8 @@ async def play_agent(
         secret_env=dict(env.secrets.agent),
     )
     try:
-        result = await asyncio.wait_for(env.agent.run(ctx), timeout=agent_timeout + 5)
+        playing = env.agent.run(ctx) if start is None else env.agent.resume(ctx, start.point)
+        result = await asyncio.wait_for(playing, timeout=agent_timeout + 5)
     except TimeoutError:
         raise EpisodeFailed("agent_timeout", f"agent {env.agent.name} ran past {agent_timeout:g}s") from None
     except (AgentError, SandboxError) as e:
@@ -398,6 +434,28 @@ async def play_agent(
             "agent_crashed", f"agent {env.agent.name} crashed: {type(e).__name__}: {e}"
         ) from e
     return result
+
+
+async def _checkpoints(
+    env: EpisodeEnv, session_id: str, sandbox: Sandbox, held: Held, start: StartPoint | None
+) -> None:
+    """Restore ``start`` into the fresh sandbox, then have the proxy checkpoint it at each turn (with
+    a ``checkpoints:`` section and a proxy in this process)."""
+    if start is not None:
+        try:
+            await asyncio.to_thread(restore_start, sandbox, start, env.store)
+        except (SandboxError, StoreError, OSError) as e:
+            raise EpisodeFailed(
+                "checkpoint_restore_failed", f"restoring the checkpoint of {start.point.source} failed: {e}"
+            ) from e
+    cfg = env.cfg.checkpoints
+    if cfg is None or not isinstance(env.proxy, WatchesTurns):
+        return
+    forks = list(env.cfg.branching.turns or ()) if env.cfg.branching is not None else []
+    base = start.manifest if start is not None else None
+    hook = await SessionCheckpoints.for_session(env.store, env.run, session_id, sandbox, cfg, forks, base)
+    env.proxy.watch_turns(session_id, hook)
+    held.watched = env.proxy
 
 
 async def _proxy_socket(env: EpisodeEnv, session_id: str, held: Held) -> str | None:

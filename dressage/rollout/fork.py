@@ -15,6 +15,13 @@ left as it is, one still ``running`` (its worker died) is taken over with ``resu
 recorded turns are replayed, copied or live, and it continues), one never opened is opened. Every
 branch ends exactly once, and no recorded turn is generated twice.
 
+With the parent's sandbox checkpoint at K and an agent that can resume (``--from-checkpoint``,
+the default), a branch starts from the checkpoint instead (:mod:`dressage.rollout.checkpointing`):
+its turns ``0..K-1`` are copied when it is opened, its sandbox is restored, its agent resumes from
+the recorded request K, and the proxy checks that request against the parent's token for token
+(:mod:`dressage.proxy.checkpoint_start`); if it differs, or the restore fails, the branch is taken
+over by a new attempt that replays. ``info["start"]`` records the path each branch took and why.
+
 A child is no entry of its run's task queue (``task_id`` is NULL, so the queue's retries and
 in-flight resume never mistake it for its parent's attempt); its ``info`` keeps the parent's
 ``task_index``, ``sample_index`` and ``group_index`` and, under ``fork``, the branch index, its
@@ -33,8 +40,17 @@ from typing import Any
 
 from dressage.agents import AgentLog, Task
 from dressage.errors import ConfigError, DressageError, LeaseError, UnknownSessionError
+from dressage.proxy.checkpoint_start import CHECKPOINT_DIVERGED
 from dressage.proxy.contract import SessionHandle
+from dressage.proxy.fork_replay import copy_prefix
 from dressage.redact import redact, redact_json
+from dressage.rollout.checkpointing import (
+    FALLBACK_REASONS,
+    StartPoint,
+    load_start,
+    provider_refusal,
+    replay_info,
+)
 from dressage.rollout.config import RolloutConfig, parse_config, session_seed
 from dressage.rollout.episode import (
     EpisodeEnv,
@@ -70,6 +86,9 @@ class ForkSpec:
     seed: int | None = None
     into: str | None = None
     resume: bool = False
+    from_checkpoint: bool = True
+    """Start each branch from the parent's sandbox checkpoint at the fork turn when there is one and
+    the agent can resume (``--from-checkpoint``, the default); False: replay (``--replay``)."""
 
 
 @dataclass(frozen=True)
@@ -249,7 +268,7 @@ async def run_branch(env: EpisodeEnv, plan: ForkPlan, branch: Branch) -> Outcome
     opened = await _open_branch(env, plan, branch)
     if isinstance(opened, Outcome):
         return opened
-    handle, attempt = opened
+    handle, attempt, start = opened
     sid, agent_log, held = handle.session_id, AgentLog(), Held()
     sampling = env.cfg.sampling.request_kwargs(
         task_index=int(plan.parent_info.get("task_index", 0)),
@@ -259,7 +278,18 @@ async def run_branch(env: EpisodeEnv, plan: ForkPlan, branch: Branch) -> Outcome
         sampling["seed"] = branch.seed
     try:
         try:
-            result = await play_agent(env, plan.task, handle, agent_log, held, sampling)
+            try:
+                result = await play_agent(env, plan.task, handle, agent_log, held, sampling, start)
+            except EpisodeFailed as f:
+                why = await _checkpoint_failure(env, sid, f) if start is not None else None
+                if why is None:
+                    raise
+                agent_log.write(f"checkpoint start failed, replaying: {why}")
+                await held.release(sid)
+                held = Held()
+                attempt += 1
+                handle = await env.proxy.take_over_session(sid, attempt=attempt, info=replay_info(why))
+                result = await play_agent(env, plan.task, handle, agent_log, held, sampling)
             await _check_shared(env, plan, sid)
             reward, details = await score_result(env, plan.task, result, held)
         except EpisodeFailed as f:
@@ -300,8 +330,10 @@ async def run_branch(env: EpisodeEnv, plan: ForkPlan, branch: Branch) -> Outcome
 
 async def _open_branch(
     env: EpisodeEnv, plan: ForkPlan, branch: Branch
-) -> tuple[SessionHandle, int] | Outcome:
-    """The branch's session: opened, taken over (running: its worker died), or its outcome (ended)."""
+) -> tuple[SessionHandle, int, StartPoint | None] | Outcome:
+    """The branch's session: opened (from the parent's checkpoint at the fork turn, its shared turns
+    copied at once, or to replay them), taken over (running: its worker died; it replays), or its
+    outcome (ended)."""
     store = env.store
     try:
         old = await asyncio.to_thread(store.sessions.get, branch.session_id)
@@ -310,23 +342,54 @@ async def _open_branch(
     if old is not None and old.status != "running":
         return Outcome("ended", reward=old.reward, error=old.error)
     if old is not None:
+        info = {**env.session_info, **replay_info("taken over after the branch's worker stopped")}
         try:
-            handle = await env.proxy.take_over_session(old.id, attempt=old.attempt + 1, info=env.session_info)
+            handle = await env.proxy.take_over_session(old.id, attempt=old.attempt + 1, info=info)
         except LeaseError as e:  # ended, or taken by another process, meanwhile
             return Outcome("ended", error=str(e))
         log.info("fork branch %d of %s: took session %s over", branch.index, plan.parent.id, old.id)
-        return handle, old.attempt + 1
+        return handle, old.attempt + 1, None
+    start, why = await _branch_start(env, plan)
     handle = await env.proxy.open_session(
         env.run.name,
         session_id=branch.session_id,
         attempt=1,
         agent=env.agent.name,
         sandbox=env.cfg.sandbox.provider,
-        info=_branch_info(env, plan, branch),
+        info={**_branch_info(env, plan, branch), **(start.info("refuse") if start else replay_info(why))},
         parent_session_id=plan.parent.id,
         fork_turn=plan.spec.fork_turn,
     )
-    return handle, 1
+    if start is not None:
+        await asyncio.to_thread(_copy_shared, env.store, env.run.name, plan, handle.session_id)
+    return handle, 1, start
+
+
+async def _branch_start(env: EpisodeEnv, plan: ForkPlan) -> tuple[StartPoint | None, str]:
+    """The parent's checkpoint at the fork turn to start a branch from, or why it replays."""
+    if not plan.spec.from_checkpoint:
+        return None, "--replay"
+    refusal = provider_refusal(env.cfg.sandbox.provider)
+    if refusal is not None:
+        return None, refusal
+    found = await asyncio.to_thread(load_start, env.store, plan.parent.id, plan.spec.fork_turn, env.agent)
+    return (found, "") if isinstance(found, StartPoint) else (None, found)
+
+
+def _copy_shared(store: EventStore, run_name: str, plan: ForkPlan, session_id: str) -> None:
+    """Copy the parent's turns ``0..K-1`` into a branch started from a checkpoint (id for id)."""
+    parent_turns = store.turns.read(session_id=plan.parent.id, with_experts=True)
+    copy_prefix(store, run_name, store.sessions.get(session_id), parent_turns)
+
+
+async def _checkpoint_failure(env: EpisodeEnv, sid: str, failed: EpisodeFailed) -> str | None:
+    """Why a branch's checkpoint start failed (its restore, or its first request refused), so it
+    replays; None: the failure is the agent's own."""
+    if failed.reason in FALLBACK_REASONS:
+        return str(failed)
+    events = await asyncio.to_thread(env.store.events.read, env.run, kinds=(CHECKPOINT_DIVERGED,))
+    diverged = [e for e in events if e.session_id == sid]
+    return str(diverged[-1].payload.get("error")) if diverged else None
 
 
 async def _check_shared(env: EpisodeEnv, plan: ForkPlan, sid: str) -> None:

@@ -4,7 +4,8 @@
 positions), ``store.runs``, ``store.events``, ``store.sessions``, ``store.turns`` (whose durable
 append is the backend's :class:`~dressage.store.turn_appenders.TurnAppender`), ``store.tasks``
 (the task queue and its leases), ``store.consumers`` (consumer checkpoints and step manifests),
-``store.versions`` (policy versions) and ``store.artifacts``. Run arguments accept a run name or a
+``store.versions`` (policy versions), ``store.artifacts`` and ``store.sandbox_checkpoints`` (sandbox
+checkpoints per turn). Run arguments accept a run name or a
 :class:`~dressage.store.records.Run`.
 """
 
@@ -24,6 +25,7 @@ from dressage.store.events import EventRepository
 from dressage.store.reach import cannot_open
 from dressage.store.records import DEFAULT_MAX_PAYLOAD_BYTES
 from dressage.store.runs import RunRepository
+from dressage.store.sandbox_checkpoints import SandboxCheckpointRepository
 from dressage.store.sessions import SessionRepository
 from dressage.store.tasks import TaskRepository
 from dressage.store.turn_appenders import make_turn_appender
@@ -55,6 +57,7 @@ class EventStore:
         self.consumers = ConsumerRepository(self.db, self.runs)
         self.versions = VersionRepository(self.db, self.runs)
         self.artifacts = ArtifactRepository(self.db, self.runs, blobs)
+        self.sandbox_checkpoints = SandboxCheckpointRepository(self.db, self.runs, blobs)
 
     @classmethod
     def open(

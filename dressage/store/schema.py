@@ -18,6 +18,7 @@ from sqlalchemy import (
     Computed,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -182,6 +183,49 @@ artifacts = Table(
     Index(None, "session_id"),
 )
 
+sandbox_checkpoints = Table(
+    # One sandbox checkpoint per (session, turn): the state its writable folders held when request
+    # ``turn_index`` reached the proxy (dressage/paddock/checkpoints.py). The manifest is a blob
+    # (sha256 + URI, the log's rule 7); an unchanged tree has the same manifest hash as the turn before.
+    "sandbox_checkpoints",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("session_id", String(64), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
+    Column("turn_index", Integer, primary_key=True, autoincrement=False),
+    Column("manifest_sha256", String(64), nullable=False),
+    Column("manifest_uri", Text, nullable=False),
+    Column("files", Integer, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("hashed_bytes", BigInteger, nullable=False),  # bytes read and hashed for it (stat cache misses)
+    # The agent's request K (its body as JSON, redacted; a blob) and the digest of the prompt ids it
+    # rendered to: the conversation a resumed agent starts from, and what its first request must equal.
+    Column("request_sha256", String(64), nullable=True),
+    Column("request_uri", Text, nullable=True),
+    Column("prompt_digest", String(64), nullable=True),
+    Column("position", BigInteger, nullable=False),  # its ``checkpoint`` event
+    Column("created_at", Float, nullable=False),
+)
+
+sandbox_checkpoint_changes = Table(
+    # What a checkpoint changed against the session's previous checkpoint (or its fork parent's at the
+    # fork turn): one row per path added, modified or removed; an unchanged tree has none.
+    "sandbox_checkpoint_changes",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("turn_index", Integer, primary_key=True, autoincrement=False),
+    Column("path", Text, primary_key=True),
+    Column("change", String(16), nullable=False),
+    Column("kind", String(16), nullable=True),  # file, dir, symlink (NULL: removed)
+    Column("mode", Integer, nullable=True),
+    Column("size", BigInteger, nullable=True),
+    Column("sha256", String(64), nullable=True),
+    ForeignKeyConstraint(
+        ["session_id", "turn_index"],
+        ["sandbox_checkpoints.session_id", "sandbox_checkpoints.turn_index"],
+        ondelete="CASCADE",
+    ),
+)
+
 policy_versions = Table(
     "policy_versions",
     metadata,
@@ -258,6 +302,8 @@ ALL_TABLES = (
     sessions,
     turns,
     artifacts,
+    sandbox_checkpoints,
+    sandbox_checkpoint_changes,
     policy_versions,
     consumer_checkpoints,
     train_steps,

@@ -155,7 +155,8 @@ class SessionRepository:
         outcome for a session that is already terminal raises :class:`IdempotencyConflictError`.
         With ``attempt``, a running session that another attempt has taken over (see
         :meth:`take_over`) is not finalized: :class:`LeaseError`. ``info`` replaces the session's
-        info but keeps its ``resume`` record.
+        info but keeps its ``resume`` record and, unless ``info`` names one, how it started
+        (``start``: from a sandbox checkpoint or by replay).
         """
         reward, finish_reason, attempt = (
             outcome.get("reward"),
@@ -208,8 +209,12 @@ class SessionRepository:
                 "finished_at": time.time(),
             }
             if info:
-                resume = (current.info or {}).get("resume")
-                values["info"] = {**info, "resume": resume} if resume is not None else info
+                kept = {
+                    k: v
+                    for k, v in (current.info or {}).items()
+                    if k in KEPT_INFO and (k == "resume" or k not in info)
+                }
+                values["info"] = {**info, **kept}
             conn.execute(update(t.sessions).where(t.sessions.c.id == session_id).values(**values))
 
         self.db.retrying(tx)
@@ -412,6 +417,10 @@ class SessionRepository:
             .where(t.sessions.c.id == session_id)
             .values(attempt=attempt, token_sha256=token_sha, info={**info, **taker, "resume": record})
         )
+
+
+KEPT_INFO = ("resume", "start")
+"""Keys of a session's ``info`` a finalize keeps: its takeovers and how it started."""
 
 
 def seed_attempt(session: Session) -> int:

@@ -245,3 +245,20 @@ def token_decisions_view(dialect: str) -> str:
     It reads ``turns`` (PostgreSQL) or ``token_events`` (SQLite): a migration that changes those
     drops this view first and recreates it after."""
     return POSTGRES_TOKEN_DECISIONS if dialect == "postgresql" else SQLITE_TOKEN_DECISIONS
+
+
+WORKSPACE_CHANGES = """
+CREATE VIEW workspace_changes AS
+SELECT r.name AS run_name, c.session_id, c.turn_index, c.path, c.change, c.kind, c.mode, c.size,
+       c.sha256, k.manifest_sha256
+FROM sandbox_checkpoint_changes c
+JOIN sandbox_checkpoints k ON k.session_id = c.session_id AND k.turn_index = c.turn_index
+JOIN runs r ON r.id = k.run_id
+"""
+"""``workspace_changes`` (revision 0010): one row per (session, turn, path) that the sandbox checkpoint
+taken when request ``turn_index`` arrived adds, modifies or removes against the session's checkpoint
+before it (a fork's first checkpoint: against its parent's at the fork turn). ``path`` is
+``<root>/<relative path>`` (``workspace/src/a.py``); ``kind``, ``mode``, ``size`` and ``sha256`` are
+the new entry's (NULL for ``removed``). A turn whose tree did not change has no row; a turn kept no
+checkpoint of (retention, caps) has none either, and the next checkpoint's rows are against the last
+one kept."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from dressage.agents import Agent, AgentContext, AgentResult
+from dressage.agents import Agent, AgentContext, AgentResult, CodingAgent, ResumePoint
 from tests.scripted_engine import COUNT_TOOL
 
 
@@ -78,3 +78,27 @@ async def fails_while_flagged(ctx: AgentContext) -> str:
         model=ctx.model, messages=ctx.task.chat_messages(), max_tokens=4
     )
     return resp.choices[0].message.content or ""
+
+
+class NoResumeCodingAgent(CodingAgent):
+    """The coding agent without a resume entry point (as an agent of your own that has none): forks
+    and take-overs of its sessions replay."""
+
+    name = "coding-no-resume"
+
+    def resume_refusal(self, point: ResumePoint) -> str | None:
+        return Agent.resume_refusal(self, point)
+
+
+class MisremembersCodingAgent(CodingAgent):
+    """The coding agent whose resume changes the recorded conversation (a resume entry point with a
+    bug): its first request does not render to the recorded prompt, so a fork falls back to replay."""
+
+    name = "coding-misremembers"
+
+    async def resume(self, ctx: AgentContext, point: ResumePoint) -> AgentResult:
+        messages = [dict(m) for m in point.request["messages"]]
+        messages[-1]["content"] = str(messages[-1].get("content", "")) + " (resumed)"
+        return await super().resume(
+            ctx, ResumePoint(point.turn_index, point.dialect, {**point.request, "messages": messages})
+        )

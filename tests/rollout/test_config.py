@@ -71,6 +71,19 @@ def test_examples_load_with_their_datasets(name: str) -> None:
             {"sandbox": {"provider": "e2b", "limits": ["cgroup", "rlimit"]}},
             "sandbox.limits: applies to provider bwrap; e2b enforces its own",
         ),
+        (
+            {"checkpoints": {"keep": "last:0"}},
+            "checkpoints.keep: checkpoints.keep must be all, forks or last:N",
+        ),
+        (
+            {"checkpoints": {"keep": "some"}},
+            "checkpoints.keep: checkpoints.keep must be all, forks or last:N",
+        ),
+        ({"checkpoints": {"keep": "forks"}}, "checkpoints.keep: forks keeps the turns a tree forks at"),
+        (
+            {"checkpoints": {}, "sandbox": {"provider": "e2b"}},
+            "checkpoints are not built for sandbox provider 'e2b' (only bwrap, local)",
+        ),
     ],
 )
 def test_bad_configs_name_the_field(patch: dict, message: str) -> None:
@@ -196,3 +209,20 @@ def test_sandbox_limits_reach_the_spec_and_the_snapshot_only_when_not_the_defaul
     assert weaker.sandbox.spec({}, None).limits == ("cgroup", "rlimit")
     assert weaker.snapshot()["sandbox"]["limits"] == ["cgroup", "rlimit"]
     assert parse_config(weaker.snapshot()) == weaker  # a resumed run reads it back
+
+
+def test_checkpoints_section_retention_and_snapshot() -> None:
+    off = parse_config(BASE)
+    assert off.checkpoints is None and "checkpoints" not in off.snapshot()  # runs from before compare equal
+    on = parse_config({**BASE, "checkpoints": {"keep": "last:2"}})
+    assert on.checkpoints is not None
+    assert on.checkpoints.to_prune([0, 1, 2, 3], []) == [0, 1]
+    assert on.checkpoints.to_prune([3], []) == []
+    assert on.snapshot()["checkpoints"]["keep"] == "last:2"
+    assert parse_config(on.snapshot()) == on
+    forks = parse_config(
+        {**BASE, "checkpoints": {"keep": "forks"}, "branching": {"at": "turns", "turns": [2, 4]}}
+    ).checkpoints
+    assert forks is not None and forks.to_prune([0, 1, 2, 3, 4], [2, 4]) == [0, 1, 3]
+    every = parse_config({**BASE, "checkpoints": {}}).checkpoints
+    assert every is not None and every.to_prune([0, 1, 2], []) == []
