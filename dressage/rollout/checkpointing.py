@@ -3,13 +3,14 @@
 **Taking.** With a ``checkpoints:`` section and an in-process proxy
 (:class:`~dressage.proxy.contract.WatchesTurns`), each episode registers a
 :class:`SessionCheckpoints` hook for its session. When live request K arrives, the proxy starts
-the hook and goes on to generate; the hook walks the sandbox's writable roots in a worker thread
-(files whose stat did not change since the last capture are not read again), stores the changed
+the hook and goes on to generate; the hook has the sandbox checkpoint itself
+(:meth:`~dressage.paddock.base.Sandbox.checkpoint`: its writable roots walked in a worker thread,
+files whose stat did not change since the last capture not read again; E2B: a snapshot), stores the changed
 files and the manifest as blobs, the request's body as a blob, and records the checkpoint
 (:mod:`dressage.store.sandbox_checkpoints`), then applies retention. The reply to request K is not
 returned before the hook ended, so the agent cannot change its sandbox while it is read: the turn
 waits only for what hashing takes beyond the generation (nothing when no file changed). A tree
-over the caps, or a provider whose state is no host folder, gets a ``checkpoint_skipped`` event
+over the caps, or a sandbox that cannot take one, gets a ``checkpoint_skipped`` event
 instead (the turn goes on).
 
 **Starting.** A fork at K (``dressage-worker fork``) or a take-over of an interrupted session
@@ -31,7 +32,7 @@ import orjson
 from dressage.agents import Agent, ResumePoint
 from dressage.errors import SandboxError, StoreError
 from dressage.paddock import Sandbox
-from dressage.paddock.checkpoints import Caps, Checkpointer, Manifest, change_rows, diff, restore
+from dressage.paddock.checkpoints import Caps, Checkpointer, Manifest, change_rows, diff
 from dressage.proxy.checkpoint_start import CHECKPOINT_START
 from dressage.proxy.contract import TurnRequest
 from dressage.redact import redact_json
@@ -68,8 +69,9 @@ class StartPoint:
         }
 
 
-CHECKPOINT_PROVIDERS = ("bwrap", "local")
-"""Sandbox providers whose writable state is a host folder (:meth:`Sandbox.writable_roots`)."""
+CHECKPOINT_PROVIDERS = ("bwrap", "local", "image", "e2b")
+"""Sandbox providers that take and restore checkpoints (:meth:`Sandbox.checkpoint`): host folders
+(``bwrap``, ``local``), those plus the image's overlay (``image``), an E2B snapshot (``e2b``)."""
 
 
 def provider_refusal(provider: str) -> str | None:
@@ -119,12 +121,11 @@ def latest_start(store: EventStore, session_id: str, up_to: int, agent: Agent) -
     return why
 
 
-def restore_start(sandbox: Sandbox, start: StartPoint, store: EventStore) -> None:
-    """Fill a fresh sandbox's writable roots from the start's manifest (runs in a worker thread)."""
+async def restore_start(sandbox: Sandbox, start: StartPoint, store: EventStore) -> None:
+    """Fill a fresh sandbox from the start's manifest (:meth:`Sandbox.restore_checkpoint`)."""
     if store.artifacts.blobs is None:
         raise StoreError("this store has no blob store: checkpoints cannot be restored")
-    restore(start.manifest, sandbox.writable_roots(), store.artifacts.blobs)
-    sandbox.restored()
+    await sandbox.restore_checkpoint(start.manifest, store.artifacts.blobs)
 
 
 class SessionCheckpoints:
@@ -157,8 +158,7 @@ class SessionCheckpoints:
             return
         self.seen.add(request.turn_index)
         try:
-            roots = self.sandbox.writable_roots()
-            manifest = await asyncio.to_thread(self.checkpointer.capture, roots)
+            manifest = await self.sandbox.checkpoint(self.checkpointer)
         except SandboxError as e:  # over a cap, unreadable, or a provider without host folders
             await asyncio.to_thread(self._skipped, request.turn_index, str(e))
             return
