@@ -18,7 +18,7 @@ import signal
 import tarfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,10 @@ import pytest
 import yaml
 from sqlalchemy import text
 
+from dressage.paddock.checkpoints import Manifest
 from dressage.store import EventStore
 from dressage.store.db import make_engine
+from tests.paddock.images import BuiltImage
 from tests.rollout.conftest import open_store, requires_bwrap, start_worker
 from tests.rollout.fork_harness import ForkScript, finish, parent_config, start_fork, turn_rows
 from tests.scripted_engine import ScriptedEngine, qwen_tool_call
@@ -55,6 +57,7 @@ class ClockScript:
     """The engine's policy: one such tool call per step; counts requests by (phase, step, seed)."""
 
     phase: str = "parent"
+    tool: Callable[[int, object], str] = command
     hold: tuple[str, int] | None = None
     calls: list[tuple[str, int, object]] = field(default_factory=list)
     reached: threading.Event = field(default_factory=threading.Event)
@@ -67,7 +70,7 @@ class ClockScript:
         if self.hold == (self.phase, step) and not self.release.is_set():
             self.reached.set()
             self.release.wait(120)
-        return qwen_tool_call("shell_exec", cmd=command(step, seed))
+        return qwen_tool_call("shell_exec", cmd=self.tool(step, seed))
 
     def steps(self, phase: str) -> list[int]:
         """The steps of the engine requests of ``phase``."""
@@ -240,5 +243,57 @@ def test_agent_without_resume_falls_back_to_replay(tmp_path: Path, any_db_url: s
         turns = store.turns.read(session_id=child.id, with_experts=False)
         assert turn_rows(store, child.id)[:K] == turn_rows(store, parent_id)[:K]
         assert all("replayed_from" in t.info for t in turns[:K])
+    finally:
+        store.close()
+
+
+def image_command(step: int, seed: object) -> str:
+    """:func:`command`, also counting the call in the image's ``/etc`` and deleting an image file at 1."""
+    tag = "shared" if step < K else f"seed{seed}"
+    image = f"echo call{step}-{tag} >> /etc/calls.txt && " + ("rm /opt/lower.txt && " if step == 1 else "")
+    return image + command(step, seed)
+
+
+def _manifest(store: EventStore, session_id: str, turn: int) -> Manifest:
+    found = store.sandbox_checkpoints.get(session_id, turn)
+    assert found is not None, (session_id, turn)
+    return Manifest.from_bytes(store.sandbox_checkpoints.read_manifest(found))
+
+
+def test_fork_from_the_checkpoint_on_the_image_provider(
+    tmp_path: Path, test_image: BuiltImage, clock: tuple[ScriptedEngine, ClockScript]
+) -> None:
+    """The same fork on provider ``image``: what the tools wrote into the image's ``/etc`` and the
+    image file they deleted are restored from the checkpoint with the workspace (0 calls before K)."""
+    eng, script = clock
+    script.tool = image_command
+    db_url = f"sqlite:///{tmp_path / 'log.db'}"
+    sandbox = {"provider": "image", "image": test_image.oci}
+    run, parent_id = _record_parent(tmp_path, db_url, eng.url, sandbox=sandbox)
+    changes = _changes(db_url, parent_id)
+    assert changes[(1, "image/etc/calls.txt")] == "added" and changes[(2, "image/opt/lower.txt")] == "added"
+
+    script.phase = "fork"
+    args = [parent_id, "--at-turn", str(K), "--branches", "2", "--seed", str(SEED)]
+    finish(start_fork([*args, "--database-url", db_url], tmp_path / "home"))
+    assert sorted(script.steps("fork")) == sorted(list(range(K, TURNS)) * 2)
+    store = open_store(db_url, tmp_path / "home")
+    try:
+        parent_at_k = _manifest(store, parent_id, K)
+        assert parent_at_k.by_path()["image/opt/lower.txt"].kind == "deleted"
+        for child in store.sessions.children(parent_id):
+            assert (child.status, child.info["start"]["path"]) == ("finished", "checkpoint")
+            assert _manifest(store, child.id, K).sha256 == parent_at_k.sha256  # restored byte for byte
+            last = _manifest(store, child.id, TURNS - 1)
+            assert last.by_path()["image/opt/lower.txt"].kind == "deleted"
+            etc = last.by_path()["image/etc/calls.txt"]
+            assert store.artifacts.blobs is not None and etc.sha256 is not None
+            lines = store.artifacts.blobs.get(last.blobs[etc.sha256]).decode().splitlines()
+            seed = child.info["fork"]["seed"]
+            assert lines == [f"call{k}-shared" for k in range(K)] + [
+                f"call{k}-seed{seed}" for k in range(K, TURNS - 1)
+            ]
+            calls = _workspace_file(store, run, child.id, "calls.txt").splitlines()
+            assert calls[:K] == [f"call{k}-shared" for k in range(K)] and len(calls) == TURNS
     finally:
         store.close()
