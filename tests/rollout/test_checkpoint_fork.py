@@ -297,3 +297,36 @@ def test_fork_from_the_checkpoint_on_the_image_provider(
             assert calls[:K] == [f"call{k}-shared" for k in range(K)] and len(calls) == TURNS
     finally:
         store.close()
+
+
+def test_fork_from_the_checkpoint_on_e2b(
+    tmp_path: Path, clock: tuple[ScriptedEngine, ClockScript], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same fork on provider ``e2b`` against the fake at E2B's wire protocol: each checkpoint is a
+    snapshot, and each branch's VM is started from the parent's snapshot at K (0 calls before K)."""
+    from tests.paddock.fake_e2b import FakeE2B
+
+    eng, script = clock
+    with FakeE2B() as fake:
+        for k, v in {"E2B_API_KEY": "e2b_fake", "E2B_API_URL": fake.url, "E2B_SANDBOX_URL": fake.url}.items():
+            monkeypatch.setenv(k, v)
+        db_url = f"sqlite:///{tmp_path / 'log.db'}"
+        run, parent_id = _record_parent(tmp_path, db_url, eng.url, sandbox={"provider": "e2b"})
+        script.phase = "fork"
+        args = [parent_id, "--at-turn", str(K), "--branches", "2", "--seed", str(SEED)]
+        finish(start_fork([*args, "--database-url", db_url], tmp_path / "home"))
+        assert sorted(script.steps("fork")) == sorted(list(range(K, TURNS)) * 2)
+        store = open_store(db_url, tmp_path / "home")
+        try:
+            (snapshot,) = _manifest(store, parent_id, K).entries
+            assert snapshot.kind == "snapshot" and snapshot.target in fake.state.snapshots
+            started = [c for c in fake.state.created if c.get("templateID") == snapshot.target]
+            assert len(started) == 2  # one VM per branch, from the parent's snapshot at K
+            parent_calls = _workspace_file(store, run, parent_id, "calls.txt").splitlines()
+            for child in store.sessions.children(parent_id):
+                assert (child.status, child.info["start"]["path"]) == ("finished", "checkpoint")
+                seed = child.info["fork"]["seed"]
+                calls = _workspace_file(store, run, child.id, "calls.txt").splitlines()
+                assert calls == parent_calls[:K] + [f"call{k}-seed{seed}" for k in range(K, TURNS)]
+        finally:
+            store.close()
