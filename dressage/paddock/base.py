@@ -207,6 +207,15 @@ class Sandbox(abc.ABC):
         commands as another host uid takes the files over here). Nothing to do by default."""
         return None
 
+    #: True where a checkpoint keeps state outside the log's blobs (an E2B snapshot): retention hands
+    #: the manifests it prunes to :meth:`drop_checkpoint`.
+    checkpoints_outside: bool = False
+
+    async def drop_checkpoint(self, manifest: Manifest) -> None:
+        """Release what a pruned checkpoint keeps outside the log; nothing by default (its blobs are
+        shared by content and stay)."""
+        return None
+
     async def checkpoint(self, checkpointer: Checkpointer) -> Manifest:
         """This sandbox's writable state now, as a checkpoint manifest: by default ``checkpointer``
         walks :meth:`writable_roots` in a worker thread (the image sandbox adds its overlay, E2B

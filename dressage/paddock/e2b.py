@@ -25,7 +25,8 @@ the SDK's ``create_snapshot`` (the VM pauses while it is taken, then goes on; me
 are kept) and records the snapshot's id as the manifest's one ``snapshot`` entry;
 :meth:`E2BSandbox.restore_checkpoint` starts a VM from that snapshot (``AsyncSandbox.create`` with
 the snapshot as its template) and kills the fresh one it replaces. Snapshots outlive their
-sandboxes; :func:`delete_checkpoint` removes one (``delete_snapshot``).
+sandboxes; retention (``checkpoints.keep``) deletes the snapshots of the checkpoints it prunes
+(:meth:`E2BSandbox.drop_checkpoint`, ``delete_snapshot``).
 
 Set ``E2B_API_KEY`` (or pass ``api_key``). ``api_url`` / ``sandbox_url`` point the SDK at another
 control plane / envd (the tests use a local fake speaking E2B's wire protocol).
@@ -118,6 +119,13 @@ class E2BSandbox(Sandbox):
         self.workdir = workdir
         self._provider = provider
         self._terminated = False
+
+    checkpoints_outside = True
+
+    async def drop_checkpoint(self, manifest: Manifest) -> None:
+        """Delete a pruned checkpoint's snapshot from E2B (:func:`delete_checkpoint`)."""
+        if self._provider is not None:
+            await delete_checkpoint(self._provider, manifest)
 
     async def checkpoint(self, checkpointer: Checkpointer) -> Manifest:
         """A snapshot of the whole VM (``create_snapshot``), its id the manifest's one entry; the

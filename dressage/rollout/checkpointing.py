@@ -162,7 +162,12 @@ class SessionCheckpoints:
         except SandboxError as e:  # over a cap, unreadable, or a provider without host folders
             await asyncio.to_thread(self._skipped, request.turn_index, str(e))
             return
-        await asyncio.to_thread(self._record, request, manifest)
+        dropped = await asyncio.to_thread(self._record, request, manifest)
+        for old in dropped:  # what a pruned checkpoint keeps outside the log (an E2B snapshot)
+            try:
+                await self.sandbox.drop_checkpoint(old)
+            except SandboxError as e:
+                log.warning("session %s: a pruned checkpoint was not released: %s", self.session_id, e)
 
     @classmethod
     async def for_session(
@@ -178,8 +183,9 @@ class SessionCheckpoints:
         """Build the hook (it reads the session's checkpoints: off the event loop)."""
         return await asyncio.to_thread(cls, store, run, session_id, sandbox, cfg, fork_turns, base)
 
-    def _record(self, request: TurnRequest, manifest: Manifest) -> None:
-        """Store the manifest and the request, record the checkpoint, apply retention."""
+    def _record(self, request: TurnRequest, manifest: Manifest) -> list[Manifest]:
+        """Store the manifest and the request, record the checkpoint, apply retention; the pruned
+        manifests of a sandbox whose checkpoints keep state outside the log."""
         repo = self.store.sandbox_checkpoints
         _, uri = repo.put_manifest(manifest.to_bytes())
         req_sha, req_uri = repo.put_manifest(_request_doc(request, self.store.db.secrets))
@@ -200,9 +206,14 @@ class SessionCheckpoints:
         self.last = manifest
         self.kept = sorted({*self.kept, request.turn_index})
         drop = self.cfg.to_prune(self.kept, self.fork_turns)
+        dropped: list[Manifest] = []
         if drop:
+            if self.sandbox.checkpoints_outside:
+                found = [repo.get(self.session_id, k) for k in drop]
+                dropped = [Manifest.from_bytes(repo.read_manifest(c)) for c in found if c is not None]
             repo.prune(self.run, self.session_id, drop, f"checkpoints.keep: {self.cfg.keep}")
             self.kept = [k for k in self.kept if k not in drop]
+        return dropped
 
     def _skipped(self, turn_index: int, reason: str) -> None:
         """Record that turn ``turn_index`` has no checkpoint, and why."""

@@ -106,8 +106,10 @@ def _changes(db_url: str, session_id: str) -> dict[tuple[int, str], str]:
         engine.dispose()
 
 
-def _record_parent(tmp: Path, db_url: str, engine_url: str, **sections: Any) -> tuple[str, str]:
-    cfg = parent_config(tmp, engine_url, checkpoints=CHECKPOINTS, **sections)
+def _record_parent(
+    tmp: Path, db_url: str, engine_url: str, checkpoints: Mapping[str, Any] = CHECKPOINTS, **sections: Any
+) -> tuple[str, str]:
+    cfg = parent_config(tmp, engine_url, checkpoints=dict(checkpoints), **sections)
     finish(start_worker(["--config", str(cfg), "--database-url", db_url], tmp / "home"))
     name = yaml.safe_load(cfg.read_text())["run"]
     store = open_store(db_url, tmp / "home")
@@ -328,5 +330,29 @@ def test_fork_from_the_checkpoint_on_e2b(
                 seed = child.info["fork"]["seed"]
                 calls = _workspace_file(store, run, child.id, "calls.txt").splitlines()
                 assert calls == parent_calls[:K] + [f"call{k}-seed{seed}" for k in range(K, TURNS)]
+        finally:
+            store.close()
+
+
+def test_e2b_retention_deletes_the_pruned_snapshots(
+    tmp_path: Path, clock: tuple[ScriptedEngine, ClockScript], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``keep: last:2`` on e2b: the log keeps two checkpoints, and E2B (the fake) only their snapshots."""
+    from tests.paddock.fake_e2b import FakeE2B
+
+    eng, _ = clock
+    with FakeE2B() as fake:
+        for k, v in {"E2B_API_KEY": "e2b_fake", "E2B_API_URL": fake.url, "E2B_SANDBOX_URL": fake.url}.items():
+            monkeypatch.setenv(k, v)
+        db_url = f"sqlite:///{tmp_path / 'log.db'}"
+        keep = {"keep": "last:2"}
+        _, sid = _record_parent(tmp_path, db_url, eng.url, checkpoints=keep, sandbox={"provider": "e2b"})
+        store = open_store(db_url, tmp_path / "home")
+        try:
+            kept = [c.turn_index for c in store.sandbox_checkpoints.by_session(sid)]
+            assert kept == [TURNS - 2, TURNS - 1]
+            snapshots = {_manifest(store, sid, k).entries[0].target for k in kept}
+            assert len(fake.state.snapshot_requests) == TURNS  # one taken per turn
+            assert set(fake.state.snapshots) == snapshots  # the four pruned ones deleted
         finally:
             store.close()
