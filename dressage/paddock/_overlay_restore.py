@@ -19,13 +19,15 @@ import stat
 import sys
 
 
-def _writable_parent(path):
+def _writable_parent(path: str) -> None:
+    """Let the sandbox's user change ``path``'s folder (its recorded mode is set again at the end)."""
     parent = os.path.dirname(path) or "/"
     if not os.access(parent, os.W_OK | os.X_OK):
         os.chmod(parent, stat.S_IMODE(os.lstat(parent).st_mode) | 0o700)
 
 
-def _remove(path):
+def _remove(path: str) -> None:
+    """Remove ``path`` (a folder with all it holds), if it is there; through the overlay: a whiteout."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -42,7 +44,8 @@ def _remove(path):
         shutil.rmtree(path)
 
 
-def _make(entry):
+def _make(entry: dict) -> None:
+    """Make one folder, file or link of the plan, replacing what ``path`` holds."""
     path, kind, mode = entry["path"], entry["kind"], entry["mode"]
     if kind in ("dir", "opaque_dir"):
         if os.path.isdir(path) and not os.path.islink(path):
@@ -62,7 +65,8 @@ def _make(entry):
     os.chmod(path, mode)
 
 
-def main(plan_path):
+def main(plan_path: str) -> None:
+    """Apply the plan at ``plan_path`` (the module docstring's three passes)."""
     with open(plan_path, encoding="utf-8") as f:
         plan = json.load(f)
     for entry in plan:

@@ -57,11 +57,11 @@ IMAGE_WORK = (
     "printf 'ws\\n' > ws.txt && mkdir -p /etc/dressage && printf 'conf\\n' > /etc/dressage/new.conf && "
     "head -c 3000 /dev/urandom > /opt/added.bin && chmod 640 /opt/added.bin && ln -s added.bin /opt/link && "
     "rm /opt/lower.txt && chmod 700 /usr/bin/sed && rm -rf /usr/lib/python3.11/json && "
-    "mkdir /usr/lib/python3.11/json && printf 'z\\n' > /usr/lib/python3.11/json/z.txt"
+    "mkdir /usr/lib/python3.11/json && printf 'z\\n' > /usr/lib/python3.11/json/z.txt && chmod 555 /etc/dressage"
 )
 IMAGE_SHOW = (
     "sha256sum ws.txt /etc/dressage/new.conf /opt/added.bin /usr/bin/sed && readlink /opt/link && "
-    "stat -c '%n %a' /opt/added.bin /usr/bin/sed && ls -A /opt /usr/lib/python3.11/json && "
+    "stat -c '%n %a' /opt/added.bin /usr/bin/sed /etc/dressage && ls -A /opt /usr/lib/python3.11/json && "
     "test ! -e /opt/lower.txt && echo lower-gone"
 )
 
