@@ -22,9 +22,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from dressage.errors import SandboxError
 from dressage.paddock.limits import DEFAULT_LIMITS, LimitsInForce
+
+if TYPE_CHECKING:
+    from dressage.paddock.checkpoints import Checkpointer, Manifest
+    from dressage.store.artifacts import BlobStore
 
 #: Where the workspace appears inside isolated sandboxes (bubblewrap); E2B uses its user's home.
 WORKSPACE_MOUNT = "/workspace"
@@ -201,6 +206,31 @@ class Sandbox(abc.ABC):
         """Called after a checkpoint was restored into :meth:`writable_roots` (a provider that runs its
         commands as another host uid takes the files over here). Nothing to do by default."""
         return None
+
+    #: True where a checkpoint keeps state outside the log's blobs (an E2B snapshot): retention hands
+    #: the manifests it prunes to :meth:`drop_checkpoint`.
+    checkpoints_outside: bool = False
+
+    async def drop_checkpoint(self, manifest: Manifest) -> None:
+        """Release what a pruned checkpoint keeps outside the log; nothing by default (its blobs are
+        shared by content and stay)."""
+        return None
+
+    async def checkpoint(self, checkpointer: Checkpointer) -> Manifest:
+        """This sandbox's writable state now, as a checkpoint manifest: by default ``checkpointer``
+        walks :meth:`writable_roots` in a worker thread (the image sandbox adds its overlay, E2B
+        takes a snapshot). Raises :class:`SandboxError` when there is none to take."""
+        roots = self.writable_roots()
+        return await asyncio.to_thread(checkpointer.capture, roots)
+
+    async def restore_checkpoint(self, manifest: Manifest, blobs: BlobStore) -> None:
+        """Make this fresh sandbox hold what ``manifest`` holds (:meth:`checkpoint`'s counterpart): by
+        default its files are written into :meth:`writable_roots`, then :meth:`restored` runs."""
+        from dressage.paddock.checkpoints import restore
+
+        roots = self.writable_roots()
+        await asyncio.to_thread(restore, manifest, roots, blobs)
+        await asyncio.to_thread(self.restored)
 
     async def __aenter__(self) -> Sandbox:
         return self

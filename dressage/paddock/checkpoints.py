@@ -16,6 +16,16 @@ manifest lists every entry as ``(path, kind, mode, size, sha256 | target)``:
 * ``symlink``: its target, stored as written (never followed, never resolved);
 * anything else (sockets, FIFOs, devices) is left out and counted in ``skipped``.
 
+A root named in ``overlays`` (:meth:`Checkpointer.capture`; the ``image`` provider's overlay upper
+folder) is read as overlayfs wrote it: its root entry is ``overlay`` (``target``: what it lies
+over, the image's digest); a whiteout (the 0/0 character device this kernel's unprivileged overlay
+makes for a deleted image file) is a ``deleted`` entry; a folder marked ``overlay.opaque`` (made
+anew where the image had one: none of the image's children show through) is ``opaque_dir``. A
+redirect or metacopy xattr (features such mounts do not enable) is refused. Such a manifest is
+applied by its sandbox (:meth:`~dressage.paddock.base.Sandbox.restore_checkpoint`), never by
+:func:`restore`. A ``snapshot`` entry (``target``: a provider's snapshot id, E2B's) stands for the
+whole machine's state kept by the provider.
+
 The manifest's identity (:attr:`Manifest.sha256`) is the sha256 of its entries' canonical JSON:
 an unchanged tree has the same hash, and its manifest blob is stored once. Modification times and
 owners are not part of it (a restored file is byte- and mode-equal, owned by the new sandbox).
@@ -46,6 +56,13 @@ from dressage.store.sandbox_checkpoints import CheckpointChange
 MANIFEST_VERSION = 1
 """The manifest format's version, in every stored manifest."""
 
+HOST_KINDS = ("file", "dir", "symlink")
+"""The entry kinds :func:`restore` writes into host folders."""
+OVERLAY_KINDS = ("overlay", "deleted", "opaque_dir")
+"""The entry kinds of an overlay upper folder's root (module docstring)."""
+_TARGETED = ("symlink", "overlay", "snapshot")
+_OVERLAY_XATTRS = ("user.overlay.", "trusted.overlay.")
+
 
 class CheckpointError(SandboxError):
     """A checkpoint could not be taken or restored."""
@@ -61,7 +78,8 @@ class Entry:
 
     path: str
     kind: str
-    """``file``, ``dir`` or ``symlink``."""
+    """``file``, ``dir`` or ``symlink``; ``overlay``, ``deleted``, ``opaque_dir`` or ``snapshot``
+    (the module docstring)."""
     mode: int = 0
     size: int = 0
     sha256: str | None = None
@@ -72,7 +90,7 @@ class Entry:
         out: dict[str, object] = {"path": self.path, "kind": self.kind, "mode": self.mode}
         if self.kind == "file":
             out.update(size=self.size, sha256=self.sha256)
-        if self.kind == "symlink":
+        if self.kind in _TARGETED:
             out["target"] = self.target
         return out
 
@@ -118,6 +136,14 @@ class Manifest:
     def by_path(self) -> dict[str, Entry]:
         """The entries by path."""
         return {e.path: e for e in self.entries}
+
+    def only(self, names: tuple[str, ...]) -> Manifest:
+        """The part of this manifest under the roots ``names`` (those it has)."""
+        roots = tuple(r for r in self.roots if r in names)
+        entries = tuple(e for e in self.entries if e.path.partition("/")[0] in roots)
+        shas = {e.sha256 for e in entries if e.sha256 is not None}
+        blobs = {k: v for k, v in self.blobs.items() if k in shas}
+        return Manifest(roots, entries, blobs, self.skipped)
 
     def to_bytes(self) -> bytes:
         """The stored form (canonical JSON)."""
@@ -217,12 +243,14 @@ class Checkpointer:
         self._known: dict[str, tuple[_StatKey, str, str]] = {}  # host path -> (stat, sha256, uri)
         self.last_stats = CaptureStats()
 
-    def capture(self, roots: Mapping[str, Path]) -> Manifest:
+    def capture(self, roots: Mapping[str, Path], overlays: Mapping[str, str] | None = None) -> Manifest:
         """The manifest of ``roots`` (name -> host folder) now, every file's bytes in the blob store.
 
-        Raises :class:`CheckpointTooLarge` past a cap and :class:`CheckpointError` when a root
-        cannot be read. Runs in a worker thread (it reads files).
+        ``overlays``: the roots that are overlayfs upper folders, by name, with what each lies over
+        (module docstring). Raises :class:`CheckpointTooLarge` past a cap and
+        :class:`CheckpointError` when a root cannot be read. Runs in a worker thread (it reads files).
         """
+        overlays = overlays or {}
         stats = self.last_stats = CaptureStats()
         entries: list[Entry] = []
         blobs: dict[str, str] = {}
@@ -231,12 +259,15 @@ class Checkpointer:
         for name in sorted(roots):
             root = Path(roots[name])
             try:
-                walked = self._walk(name, root, stats)
+                walked = self._walk(name, root, stats, name in overlays)
             except OSError as e:
                 raise CheckpointError(f"cannot read the sandbox's {name} at {root}: {e.strerror}") from e
             for kind, rel, host, st in walked:
                 if kind is None:
                     skipped += 1
+                    continue
+                if not rel and name in overlays:
+                    entries.append(Entry(name, "overlay", stat.S_IMODE(st.st_mode), target=overlays[name]))
                     continue
                 entry, uri = self._entry(kind, f"{name}/{rel}" if rel else name, host, st, stats)
                 if entry.sha256 is not None and uri is not None:
@@ -251,9 +282,10 @@ class Checkpointer:
         return Manifest(tuple(sorted(roots)), tuple(entries), blobs, skipped)
 
     def _walk(
-        self, name: str, root: Path, stats: CaptureStats
+        self, name: str, root: Path, stats: CaptureStats, overlay: bool = False
     ) -> list[tuple[str | None, str, Path, os.stat_result]]:
-        """Every entry under ``root`` (itself as ``""``), sorted, links not followed: (kind, rel, host, stat)."""
+        """Every entry under ``root`` (itself as ``""``), sorted, links not followed: (kind, rel, host, stat);
+        with ``overlay``, whiteouts and opaque folders are told apart (:func:`overlay_kind`)."""
         out: list[tuple[str | None, str, Path, os.stat_result]] = [("dir", "", root, root.lstat())]
         stack = [root]
         while stack:
@@ -269,7 +301,12 @@ class Checkpointer:
                 st = child.stat(follow_symlinks=False)
                 host = Path(child.path)
                 rel = host.relative_to(root).as_posix()
-                if stat.S_ISDIR(st.st_mode):
+                kind = overlay_kind(host, st) if overlay else None
+                if kind is not None:
+                    out.append((kind, rel, host, st))
+                    if kind == "opaque_dir":
+                        stack.append(host)
+                elif stat.S_ISDIR(st.st_mode):
                     out.append(("dir", rel, host, st))
                     stack.append(host)
                 elif stat.S_ISREG(st.st_mode):
@@ -286,8 +323,10 @@ class Checkpointer:
     ) -> tuple[Entry, str | None]:
         """The manifest entry of one walked path, its file's bytes stored (once) when it changed."""
         mode = stat.S_IMODE(st.st_mode)
-        if kind == "dir":
-            return Entry(path, "dir", mode), None
+        if kind in ("dir", "opaque_dir"):
+            return Entry(path, kind, mode), None
+        if kind == "deleted":
+            return Entry(path, "deleted"), None
         if kind == "symlink":
             return Entry(path, "symlink", mode, target=os.readlink(host)), None
         if st.st_size > self.caps.max_file_bytes:
@@ -309,10 +348,38 @@ class Checkpointer:
         return Entry(path, "file", mode, len(data), sha), uri
 
 
+def overlay_kind(host: Path, st: os.stat_result) -> str | None:
+    """``deleted`` for an overlayfs whiteout, ``opaque_dir`` for an opaque folder, None for anything
+    else of an upper folder; refuses the redirect and metacopy xattrs (module docstring)."""
+    if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+        return "deleted"
+    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+        return None
+    names = [n for n in os.listxattr(host, follow_symlinks=False) if n.startswith(_OVERLAY_XATTRS)]
+    for n in names:
+        suffix = n.split(".overlay.", 1)[1]
+        if suffix in ("redirect", "metacopy"):
+            raise CheckpointError(
+                f"{host} carries overlayfs {suffix}: such an upper folder is not built for checkpoints"
+            )
+        if suffix == "whiteout":
+            return "deleted"
+        if suffix == "opaque" and stat.S_ISDIR(st.st_mode):
+            if os.getxattr(host, n, follow_symlinks=False) == b"y":
+                return "opaque_dir"
+    return None
+
+
 def restore(manifest: Manifest, roots: Mapping[str, Path], blobs: BlobStore) -> None:
     """Make each root of ``roots`` hold exactly what ``manifest`` holds for it (a fresh sandbox's
     seeded files are replaced). Folders first, then files (created, never through a link), then
-    links, then folder modes (a read-only folder would refuse its children)."""
+    links, then folder modes (a read-only folder would refuse its children). Refuses a manifest
+    with other kinds of entries (an overlay's, a snapshot): its sandbox applies those."""
+    other = sorted({e.kind for e in manifest.entries if e.kind not in HOST_KINDS})
+    if other:
+        raise CheckpointError(
+            f"checkpoint entries of kind {', '.join(other)} are applied by their sandbox, not into host folders"
+        )
     missing = [r for r in manifest.roots if r not in roots]
     if missing:
         raise CheckpointError(f"the sandbox has no {', '.join(missing)} to restore the checkpoint into")

@@ -20,6 +20,14 @@ SDK. Differences from ``bwrap`` worth knowing:
   the command's process group), with the SDK's stream timeout as a backstop;
 - the symlink check of file paths is lexical only (the VM is the boundary anyway).
 
+Checkpoints (docs/rollout.md, "Checkpoints") are E2B snapshots: :meth:`E2BSandbox.checkpoint` calls
+the SDK's ``create_snapshot`` (the VM pauses while it is taken, then goes on; memory and filesystem
+are kept) and records the snapshot's id as the manifest's one ``snapshot`` entry;
+:meth:`E2BSandbox.restore_checkpoint` starts a VM from that snapshot (``AsyncSandbox.create`` with
+the snapshot as its template) and kills the fresh one it replaces. Snapshots outlive their
+sandboxes; retention (``checkpoints.keep``) deletes the snapshots of the checkpoints it prunes
+(:meth:`E2BSandbox.drop_checkpoint`, ``delete_snapshot``).
+
 Set ``E2B_API_KEY`` (or pass ``api_key``). ``api_url`` / ``sandbox_url`` point the SDK at another
 control plane / envd (the tests use a local fake speaking E2B's wire protocol).
 """
@@ -44,9 +52,13 @@ from dressage.paddock.base import (
     SandboxSpec,
     relative_workspace_path,
 )
+from dressage.paddock.checkpoints import CaptureStats, Checkpointer, CheckpointError, Entry, Manifest
 from dressage.paddock.limits import LimitsInForce
+from dressage.store.artifacts import BlobStore
 
 DEFAULT_WORKDIR = "/home/user"
+SNAPSHOT_ROOT = "vm"
+"""The checkpoint root of an E2B sandbox: its whole VM, kept as a snapshot."""
 
 
 def mounts_workdir(mounts: Mapping[str, str], default: str) -> str:
@@ -98,12 +110,51 @@ class _Capped:
 class E2BSandbox(Sandbox):
     """One E2B sandbox; see the module docstring for what maps to what."""
 
-    def __init__(self, session_id: str, spec: SandboxSpec, sbx: Any, workdir: str) -> None:
+    def __init__(
+        self, session_id: str, spec: SandboxSpec, sbx: Any, workdir: str, provider: E2BProvider | None = None
+    ) -> None:
         self.session_id = session_id
         self.spec = spec
         self.sbx = sbx
         self.workdir = workdir
+        self._provider = provider
         self._terminated = False
+
+    checkpoints_outside = True
+
+    async def drop_checkpoint(self, manifest: Manifest) -> None:
+        """Delete a pruned checkpoint's snapshot from E2B (:func:`delete_checkpoint`)."""
+        if self._provider is not None:
+            await delete_checkpoint(self._provider, manifest)
+
+    async def checkpoint(self, checkpointer: Checkpointer) -> Manifest:
+        """A snapshot of the whole VM (``create_snapshot``), its id the manifest's one entry; the
+        checkpointer's caps and blob store are not used (E2B keeps the snapshot)."""
+        from e2b import SandboxException
+
+        self._check()
+        checkpointer.last_stats = CaptureStats()
+        try:
+            snap = await self.sbx.create_snapshot()
+        except SandboxException as e:
+            raise CheckpointError(f"e2b sandbox {self.session_id}: create_snapshot failed: {e}") from e
+        return Manifest((SNAPSHOT_ROOT,), (Entry(SNAPSHOT_ROOT, "snapshot", target=snap.snapshot_id),))
+
+    async def restore_checkpoint(self, manifest: Manifest, blobs: BlobStore) -> None:
+        """Replace this fresh VM with one started from the checkpoint's snapshot (same template
+        settings, environment and network; the snapshot holds the files, links and workspace)."""
+        self._check()
+        snapshot = snapshot_id(manifest)
+        if self._provider is None:
+            raise CheckpointError(f"e2b sandbox {self.session_id} was not made by a provider: cannot restore")
+        fresh = await self._provider.start_vm(self.session_id, self.spec, snapshot)
+        old, self.sbx = self.sbx, fresh
+        from e2b import SandboxException
+
+        try:
+            await old.kill()
+        except SandboxException as e:
+            raise SandboxError(f"could not kill the replaced e2b sandbox of {self.session_id}: {e}") from e
 
     def _abs(self, path: str) -> str:
         rel = relative_workspace_path(path, self.workdir)
@@ -279,10 +330,6 @@ class E2BProvider(SandboxProvider):
 
     async def create(self, session_id: str, spec: SandboxSpec) -> E2BSandbox:
         """Create a VM from ``spec.template`` (E2B's default template when None) and seed files."""
-        try:
-            from e2b import AsyncSandbox, AuthenticationException, SandboxException
-        except ImportError as e:
-            raise SandboxUnavailableError("the e2b SDK is not installed: pip install 'dressage[e2b]'") from e
         if spec.image:
             raise NotSupportedError(
                 "spec.image needs sandbox provider 'image': on E2B a task image is an E2B template (spec.template)"
@@ -297,30 +344,9 @@ class E2BProvider(SandboxProvider):
                 "spec.proxy_socket is bubblewrap-only: an E2B VM cannot reach a host Unix socket; "
                 "give the agent a proxy URL reachable from the internet instead"
             )
-        settings = load_settings()
-        configured = settings.e2b_api_key
-        api_key = self.api_key or (configured.get_secret_value() if configured else None)
-        if not api_key:
-            raise SandboxUnavailableError("E2B_API_KEY is not set: export it or pass api_key to E2BProvider")
-        opts: dict[str, Any] = {"api_key": api_key, "request_timeout": settings.e2b_request_timeout_s}
-        for k in ("api_url", "sandbox_url", "domain"):
-            if getattr(self, k):
-                opts[k] = getattr(self, k)
-        try:
-            sbx = await AsyncSandbox.create(
-                template=spec.template,
-                timeout=self.lifetime_s,
-                envs=dict(spec.env),
-                allow_internet_access=spec.network,
-                metadata={"dressage_session": session_id[:256]},
-                **opts,
-            )
-        except AuthenticationException as e:
-            raise SandboxUnavailableError(f"E2B rejected the API key: {e}") from e
-        except SandboxException as e:
-            raise SandboxError(f"could not create an e2b sandbox for session {session_id}: {e}") from e
+        sbx = await self.start_vm(session_id, spec, spec.template)
         workdir = mounts_workdir(spec.mounts, self.workdir)
-        sb = E2BSandbox(session_id, spec, sbx, workdir)
+        sb = E2BSandbox(session_id, spec, sbx, workdir, self)
         try:
             setup = link_mounts_command(spec.mounts, workdir)
             if setup is not None:
@@ -331,3 +357,59 @@ class E2BProvider(SandboxProvider):
             await sb.terminate()
             raise
         return sb
+
+    def api_opts(self) -> dict[str, Any]:
+        """The SDK's connection options: the API key (setting ``e2b_api_key``), request timeout, URLs."""
+        settings = load_settings()
+        configured = settings.e2b_api_key
+        api_key = self.api_key or (configured.get_secret_value() if configured else None)
+        if not api_key:
+            raise SandboxUnavailableError("E2B_API_KEY is not set: export it or pass api_key to E2BProvider")
+        opts: dict[str, Any] = {"api_key": api_key, "request_timeout": settings.e2b_request_timeout_s}
+        for k in ("api_url", "sandbox_url", "domain"):
+            if getattr(self, k):
+                opts[k] = getattr(self, k)
+        return opts
+
+    async def start_vm(self, session_id: str, spec: SandboxSpec, template: str | None) -> Any:
+        """Start one VM of ``template`` (a template or a snapshot id; E2B's default when None) with the
+        spec's environment and network; the SDK's ``AsyncSandbox``."""
+        try:
+            from e2b import AsyncSandbox, AuthenticationException, SandboxException
+        except ImportError as e:
+            raise SandboxUnavailableError("the e2b SDK is not installed: pip install 'dressage[e2b]'") from e
+        opts = self.api_opts()
+        try:
+            return await AsyncSandbox.create(
+                template=template,
+                timeout=self.lifetime_s,
+                envs=dict(spec.env),
+                allow_internet_access=spec.network,
+                metadata={"dressage_session": session_id[:256]},
+                **opts,
+            )
+        except AuthenticationException as e:
+            raise SandboxUnavailableError(f"E2B rejected the API key: {e}") from e
+        except SandboxException as e:
+            raise SandboxError(f"could not create an e2b sandbox for session {session_id}: {e}") from e
+
+
+def snapshot_id(manifest: Manifest) -> str:
+    """The E2B snapshot a checkpoint's manifest names; refuses one of another provider."""
+    entry = manifest.by_path().get(SNAPSHOT_ROOT)
+    if manifest.roots != (SNAPSHOT_ROOT,) or entry is None or entry.kind != "snapshot" or not entry.target:
+        raise CheckpointError(
+            f"the checkpoint holds {', '.join(manifest.roots)}, not an E2B snapshot: it cannot be restored on e2b"
+        )
+    return entry.target
+
+
+async def delete_checkpoint(provider: E2BProvider, manifest: Manifest) -> bool:
+    """Delete the E2B snapshot of a checkpoint (``delete_snapshot``); False when E2B had none."""
+    from e2b import AsyncSandbox, SandboxException
+
+    snapshot = snapshot_id(manifest)
+    try:
+        return bool(await AsyncSandbox.delete_snapshot(snapshot, **provider.api_opts()))
+    except SandboxException as e:
+        raise SandboxError(f"could not delete e2b snapshot {snapshot}: {e}") from e

@@ -34,7 +34,10 @@ import os
 import posixpath
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+
+import orjson
 
 from dressage.errors import SandboxError
 from dressage.paddock.base import WORKSPACE_MOUNT, ExecRequest, SandboxSpec
@@ -46,14 +49,24 @@ from dressage.paddock.bwrap import (
     _sandbox_python,
     workspace_bytes,
 )
-from dressage.paddock.host_uid import check_reachable
+from dressage.paddock.checkpoints import Checkpointer, CheckpointError, Manifest, restore
+from dressage.paddock.host_uid import become, check_reachable
 from dressage.paddock.image_store import ImageStore, UnpackedImage, check_ref
 from dressage.paddock.limits import LimitsInForce
 from dressage.paddock.local import clean_env
+from dressage.store.artifacts import BlobStore
 
 _PYTHONS = ("usr/bin/python3", "usr/local/bin/python3")
 #: Where an image without python3 sees the host's python3 for the proxy forwarder (read-only).
 HOST_MOUNT = "/run/dressage/host"
+#: The checkpoint root of the overlay's upper folder (:meth:`ImageSandbox.checkpoint`).
+OVERLAY_ROOT = "image"
+#: Where the overlay restorer sees its staged files and the host's python3 (in the tmpfs ``/tmp``,
+#: so nothing of them lands in the overlay).
+RESTORE_MOUNT = "/tmp/dressage-restore"
+RESTORE_HOST_MOUNT = "/tmp/dressage-host"
+_RESTORER = Path(__file__).with_name("_overlay_restore.py")
+_MOUNTED = ("proc", "dev", "tmp")
 
 
 class ImageSandbox(BwrapSandbox):
@@ -95,12 +108,78 @@ class ImageSandbox(BwrapSandbox):
         return workspace_bytes(self.root) + workspace_bytes(overlay_dirs(self._state)[0], folders=False)
 
     def writable_roots(self) -> dict[str, Path]:
-        """Refused: the session's writes outside the workspace live in the overlay's upper folder, as
-        whiteouts and opaque folders a plain file walk cannot restore; not built for checkpoints."""
-        raise SandboxError(
-            "checkpoints are not built for sandbox provider 'image' (its overlay's writes are not captured); "
-            "forks and take-overs replay instead"
-        )
+        """The workspace and, as ``image``, the overlay's upper folder (the session's writes anywhere
+        else in the image's filesystem, its deletions as whiteouts): see :meth:`checkpoint`."""
+        self._check()
+        return {"workspace": self.root, OVERLAY_ROOT: overlay_dirs(self._state)[0]}
+
+    async def checkpoint(self, checkpointer: Checkpointer) -> Manifest:
+        """The workspace's files plus the overlay's changes over this image (its digest recorded):
+        files, folders and links written anywhere, ``deleted`` image paths, ``opaque_dir`` folders."""
+        roots = self.writable_roots()
+        overlays = {OVERLAY_ROOT: self.image.digest}
+        return await asyncio.to_thread(checkpointer.capture, roots, overlays)
+
+    async def restore_checkpoint(self, manifest: Manifest, blobs: BlobStore) -> None:
+        """The workspace's files are written host side (as on bwrap); the overlay's changes are applied
+        inside this sandbox, through its own overlay, by :mod:`dressage.paddock._overlay_restore` (so
+        the kernel makes the whiteouts and opaque folders). Refuses a checkpoint of another image."""
+        await asyncio.to_thread(self._restore, manifest, blobs)
+
+    def _restore(self, manifest: Manifest, blobs: BlobStore) -> None:
+        self._check()
+        restore(manifest.only(("workspace",)), {"workspace": self.root}, blobs)
+        self.restored()
+        if OVERLAY_ROOT not in manifest.roots:
+            return
+        top = manifest.by_path().get(OVERLAY_ROOT)
+        if top is None or top.kind != "overlay" or top.target != self.image.digest:
+            raise CheckpointError(
+                f"the checkpoint's overlay lies over image {top.target if top else None}, "
+                f"this sandbox runs {self.image.ref} ({self.image.digest})"
+            )
+        staging = Path(tempfile.mkdtemp(prefix="restore-", dir=self._state))
+        try:
+            plan = overlay_plan(manifest, blobs, staging)
+            if plan:
+                self._apply_overlay(staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _apply_overlay(self, staging: Path) -> None:
+        """Run the restorer over this sandbox's overlay as its user, with ``staging`` read-only inside."""
+        upper, work = overlay_dirs(self._state)
+        py, binds = host_python(RESTORE_HOST_MOUNT)
+        a = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
+        a += ["--uid", str(self.uid), "--gid", str(self.gid), "--die-with-parent", "--new-session"]
+        a += [
+            "--cap-drop",
+            "ALL",
+            "--overlay-src",
+            str(self.image.rootfs),
+            "--overlay",
+            str(upper),
+            str(work),
+        ]
+        a += ["/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        for src, dest in binds:
+            a += ["--ro-bind", src, dest]
+        a += ["--ro-bind", str(staging), RESTORE_MOUNT, "--clearenv", "--setenv", "PATH", "/usr/bin:/bin"]
+        a += ["--", *py, "-I", "-S", f"{RESTORE_MOUNT}/restore.py", f"{RESTORE_MOUNT}/plan.json"]
+        uid = self._host_uid
+        try:
+            r = subprocess.run(
+                a,
+                capture_output=True,
+                timeout=self.spec.max_timeout_s,
+                check=False,
+                preexec_fn=None if uid is None else lambda: become(uid),
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise CheckpointError(f"restoring the overlay of sandbox {self.session_id} failed: {e}") from e
+        if r.returncode != 0:
+            err = r.stderr.decode(errors="replace").strip()[-400:]
+            raise CheckpointError(f"restoring the overlay of sandbox {self.session_id} failed: {err}")
 
     def _forwarder_python(self) -> tuple[list[str], list[tuple[str, str]]]:
         """The image's own python3, else the host's, started by the host's loader from ``/run/dressage/host``."""
@@ -110,6 +189,38 @@ class ImageSandbox(BwrapSandbox):
     def _released(self) -> None:
         """End the lease: the image may be evicted once no other sandbox uses it."""
         self._lease.close()
+
+
+def overlay_plan(manifest: Manifest, blobs: BlobStore, staging: Path) -> list[dict[str, object]]:
+    """Stage the overlay's part of ``manifest`` in ``staging`` for :mod:`dressage.paddock._overlay_restore`:
+    each file's bytes (by sha256), the restorer and ``plan.json`` (its entries with absolute paths
+    inside; ``/proc``, ``/dev`` and ``/tmp`` are mounted over in every command, so left out). The plan."""
+    plan: list[dict[str, object]] = []
+    for e in manifest.entries:
+        root, _, rel = e.path.partition("/")
+        parts = [p for p in rel.split("/") if p]
+        if root != OVERLAY_ROOT or not parts or parts[0] in _MOUNTED:
+            continue
+        if any(p in (".", "..") for p in parts):
+            raise CheckpointError(f"checkpoint path {e.path!r} leaves the image's filesystem")
+        step: dict[str, object] = {"path": "/" + "/".join(parts), "kind": e.kind, "mode": e.mode}
+        if e.kind == "symlink":
+            step["target"] = e.target
+        if e.kind == "file":
+            uri = manifest.blobs.get(str(e.sha256))
+            if uri is None:
+                raise CheckpointError(f"checkpoint manifest names no blob for {e.path} ({e.sha256})")
+            staged = staging / str(e.sha256)
+            if not staged.exists():
+                staged.write_bytes(blobs.get(uri))
+            step["blob"] = f"{RESTORE_MOUNT}/{e.sha256}"
+        plan.append(step)
+    shutil.copyfile(_RESTORER, staging / "restore.py")
+    (staging / "plan.json").write_bytes(orjson.dumps(plan))
+    for p in staging.iterdir():
+        p.chmod(0o644)
+    staging.chmod(0o755)
+    return plan
 
 
 def overlay_dirs(state: Path) -> tuple[Path, Path]:
@@ -134,10 +245,11 @@ def image_python(image: UnpackedImage) -> str | None:
 
 
 @functools.cache
-def host_python() -> tuple[list[str], list[tuple[str, str]]]:
+def host_python(mount: str = HOST_MOUNT) -> tuple[list[str], list[tuple[str, str]]]:
     """The host's python3 for an image without one: its files (and the libraries ``ldd`` lists) bound
-    read-only under ``/run/dressage/host``, started by the host's own dynamic loader with the host's
-    library folders, so nothing of the image's C library mixes in. Returns the command and the binds."""
+    read-only under ``mount`` (``/run/dressage/host``), started by the host's own dynamic loader with
+    the host's library folders, so nothing of the image's C library mixes in. Returns the command and
+    the binds."""
     py, extra = _sandbox_python()
     py = os.path.realpath(py)
     try:
@@ -146,18 +258,18 @@ def host_python() -> tuple[list[str], list[tuple[str, str]]]:
         raise SandboxError(f"cannot list the libraries of {py} for the proxy forwarder (ldd: {e})") from e
     libs = [os.path.realpath(w) for w in out.split() if w.startswith("/")]
     tops = {_top(p, extra) for p in [py, *libs]}
-    binds = [(t, HOST_MOUNT + t) for t in sorted(tops)]
+    binds = [(t, mount + t) for t in sorted(tops)]
     loader = next((p for p in libs if os.path.basename(p).startswith("ld-")), None)
     if loader is None:  # a static python
-        return [HOST_MOUNT + py], binds
-    lib_path = ":".join(sorted({HOST_MOUNT + os.path.dirname(p) for p in libs}))
+        return [mount + py], binds
+    lib_path = ":".join(sorted({mount + os.path.dirname(p) for p in libs}))
     return [
-        HOST_MOUNT + loader,
+        mount + loader,
         "--library-path",
         lib_path,
         "--argv0",
-        HOST_MOUNT + py,
-        HOST_MOUNT + py,
+        mount + py,
+        mount + py,
     ], binds
 
 

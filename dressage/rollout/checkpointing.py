@@ -3,13 +3,14 @@
 **Taking.** With a ``checkpoints:`` section and an in-process proxy
 (:class:`~dressage.proxy.contract.WatchesTurns`), each episode registers a
 :class:`SessionCheckpoints` hook for its session. When live request K arrives, the proxy starts
-the hook and goes on to generate; the hook walks the sandbox's writable roots in a worker thread
-(files whose stat did not change since the last capture are not read again), stores the changed
+the hook and goes on to generate; the hook has the sandbox checkpoint itself
+(:meth:`~dressage.paddock.base.Sandbox.checkpoint`: its writable roots walked in a worker thread,
+files whose stat did not change since the last capture not read again; E2B: a snapshot), stores the changed
 files and the manifest as blobs, the request's body as a blob, and records the checkpoint
 (:mod:`dressage.store.sandbox_checkpoints`), then applies retention. The reply to request K is not
 returned before the hook ended, so the agent cannot change its sandbox while it is read: the turn
 waits only for what hashing takes beyond the generation (nothing when no file changed). A tree
-over the caps, or a provider whose state is no host folder, gets a ``checkpoint_skipped`` event
+over the caps, or a sandbox that cannot take one, gets a ``checkpoint_skipped`` event
 instead (the turn goes on).
 
 **Starting.** A fork at K (``dressage-worker fork``) or a take-over of an interrupted session
@@ -31,7 +32,7 @@ import orjson
 from dressage.agents import Agent, ResumePoint
 from dressage.errors import SandboxError, StoreError, UnknownSessionError
 from dressage.paddock import Sandbox
-from dressage.paddock.checkpoints import Caps, Checkpointer, Manifest, change_rows, diff, restore
+from dressage.paddock.checkpoints import Caps, Checkpointer, Manifest, change_rows, diff
 from dressage.proxy.checkpoint_start import CHECKPOINT_START
 from dressage.proxy.contract import TurnRequest
 from dressage.redact import redact_json
@@ -132,12 +133,11 @@ def latest_start(store: EventStore, session_id: str, up_to: int, agent: Agent) -
     return why
 
 
-def restore_start(sandbox: Sandbox, start: StartPoint, store: EventStore) -> None:
-    """Fill a fresh sandbox's writable roots from the start's manifest (runs in a worker thread)."""
+async def restore_start(sandbox: Sandbox, start: StartPoint, store: EventStore) -> None:
+    """Fill a fresh sandbox from the start's manifest (:meth:`Sandbox.restore_checkpoint`)."""
     if store.artifacts.blobs is None:
         raise StoreError("this store has no blob store: checkpoints cannot be restored")
-    restore(start.manifest, sandbox.writable_roots(), store.artifacts.blobs)
-    sandbox.restored()
+    await sandbox.restore_checkpoint(start.manifest, store.artifacts.blobs)
 
 
 class SessionCheckpoints:
@@ -172,12 +172,16 @@ class SessionCheckpoints:
         self.seen.add(request.turn_index)
         async with self._one_at_a_time:
             try:
-                roots = self.sandbox.writable_roots()
-                manifest = await asyncio.to_thread(self.checkpointer.capture, roots)
+                manifest = await self.sandbox.checkpoint(self.checkpointer)
             except SandboxError as e:  # over a cap, unreadable, or a provider without host folders
                 await asyncio.to_thread(self._skipped, request.turn_index, str(e))
                 return
-            await asyncio.to_thread(self._record, request, manifest)
+            dropped = await asyncio.to_thread(self._record, request, manifest)
+        for old in dropped:  # what a pruned checkpoint keeps outside the log (an E2B snapshot)
+            try:
+                await self.sandbox.drop_checkpoint(old)
+            except SandboxError as e:
+                log.warning("session %s: a pruned checkpoint was not released: %s", self.session_id, e)
 
     @classmethod
     async def for_session(
@@ -193,8 +197,9 @@ class SessionCheckpoints:
         """Build the hook (it reads the session's checkpoints: off the event loop)."""
         return await asyncio.to_thread(cls, store, run, session_id, sandbox, cfg, fork_turns, base)
 
-    def _record(self, request: TurnRequest, manifest: Manifest) -> None:
-        """Store the manifest and the request, record the checkpoint, apply retention."""
+    def _record(self, request: TurnRequest, manifest: Manifest) -> list[Manifest]:
+        """Store the manifest and the request, record the checkpoint, apply retention; the pruned
+        manifests of a sandbox whose checkpoints keep state outside the log."""
         repo = self.store.sandbox_checkpoints
         _, uri = repo.put_manifest(manifest.to_bytes())
         req_sha, req_uri = repo.put_manifest(_request_doc(request, self.store.db.secrets))
@@ -215,9 +220,14 @@ class SessionCheckpoints:
         self.last = manifest
         self.kept = sorted({*self.kept, request.turn_index})
         drop = self.cfg.to_prune(self.kept, self.fork_turns)
+        dropped: list[Manifest] = []
         if drop:
+            if self.sandbox.checkpoints_outside:
+                found = [repo.get(self.session_id, k) for k in drop]
+                dropped = [Manifest.from_bytes(repo.read_manifest(c)) for c in found if c is not None]
             repo.prune(self.run, self.session_id, drop, f"checkpoints.keep: {self.cfg.keep}")
             self.kept = [k for k in self.kept if k not in drop]
+        return dropped
 
     def _skipped(self, turn_index: int, reason: str) -> None:
         """Record that turn ``turn_index`` has no checkpoint, and why."""

@@ -387,8 +387,9 @@ class BranchingConfig(_Strict):
         return sorted(k for _, k in scored[: self.points])
 
 
-CHECKPOINT_PROVIDERS = ("bwrap", "local")
-"""Sandbox providers whose writable state is a host folder, so checkpoints are built for them."""
+CHECKPOINT_PROVIDERS = ("bwrap", "local", "image", "e2b")
+"""Sandbox providers that take and restore checkpoints (:meth:`Sandbox.checkpoint`): host folders
+(``bwrap``, ``local``), those plus the image's overlay (``image``), an E2B snapshot (``e2b``)."""
 
 
 class CheckpointsConfig(_Strict):

@@ -443,7 +443,7 @@ async def _checkpoints(
     a ``checkpoints:`` section and a proxy in this process)."""
     if start is not None:
         try:
-            await asyncio.to_thread(restore_start, sandbox, start, env.store)
+            await restore_start(sandbox, start, env.store)
         except (SandboxError, StoreError, OSError) as e:
             raise EpisodeFailed(
                 "checkpoint_restore_failed", f"restoring the checkpoint of {start.point.source} failed: {e}"

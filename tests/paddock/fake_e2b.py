@@ -3,7 +3,10 @@
 One real HTTP/1.1 server (uvicorn) on loopback serves both planes; the SDK is pointed at it with
 ``api_url`` and ``sandbox_url``:
 
-- control plane REST: ``POST /v2/sandboxes`` (201 + sandbox JSON), ``DELETE /sandboxes/{id}``;
+- control plane REST: ``POST /v2/sandboxes`` (201 + sandbox JSON; a ``templateID`` naming a
+  snapshot starts from a copy of it), ``DELETE /sandboxes/{id}``, ``POST /sandboxes/{id}/snapshots``
+  (201 + ``snapshotID``/``names``: a copy of the sandbox's directory; running processes are not kept,
+  unlike E2B's memory snapshots) and ``DELETE /templates/{id}`` (a snapshot: 204, 404 when unknown);
 - envd: ``GET /health``, ``GET|POST /files`` (download / multipart or octet-stream upload), and the
   Connect-RPC services ``process.Process`` (``Start``, server streaming) and
   ``filesystem.Filesystem`` (``ListDir``, ``Remove``) served by the SDK's own generated ASGI
@@ -56,6 +59,8 @@ class _State:
         self.procs: dict[str, set[asyncio.subprocess.Process]] = {}
         self.created: list[dict] = []
         self.users: list[str] = []
+        self.snapshots: dict[str, Path] = {}
+        self.snapshot_requests: list[dict] = []
 
     def root(self, sandbox_id: str | None) -> Path:
         if not sandbox_id or sandbox_id not in self.roots:
@@ -287,8 +292,12 @@ class FakeE2B:
             self.state.created.append(req)
             sid = "fake" + uuid.uuid4().hex[:12]
             root = self.base / sid
-            root.mkdir()
-            self.state.new_root(root)
+            snapshot = self.state.snapshots.get(req.get("templateID", ""))
+            if snapshot is not None:
+                shutil.copytree(snapshot, root, symlinks=True)
+            else:
+                root.mkdir()
+                self.state.new_root(root)
             self.state.roots[sid] = root
             resp = {
                 "templateID": req.get("templateID", "base"),
@@ -297,6 +306,14 @@ class FakeE2B:
                 "envdVersion": ENVD_VERSION,
             }
             return 201, json.dumps(resp).encode(), js
+        if method == "POST" and path.startswith("/sandboxes/") and path.endswith("/snapshots"):
+            return self._snapshot(path.split("/")[2], json.loads(body or b"{}"))
+        if method == "DELETE" and path.startswith("/templates/"):
+            snap = self.state.snapshots.pop(path.split("/", 2)[2], None)
+            if snap is None:
+                return (*_err(404, "snapshot not found"), js)
+            shutil.rmtree(snap, ignore_errors=True)
+            return 204, b"", js
         if method == "DELETE" and path.startswith("/sandboxes/"):
             sid = path.rsplit("/", 1)[1]
             if sid not in self.state.roots:
@@ -335,6 +352,18 @@ class FakeE2B:
                     written.append({"name": target.name, "type": "file", "path": name})
                 return 200, json.dumps(written).encode(), js
         return (*_err(404, f"no route {method} {path}"), js)
+
+    def _snapshot(self, sid: str, req: dict) -> tuple[int, bytes, str]:
+        """``POST /sandboxes/{id}/snapshots``: copy the sandbox's directory; the snapshot's id."""
+        js = "application/json"
+        if sid not in self.state.roots:
+            return (*_err(404, f"sandbox {sid} not found"), js)
+        self.state.snapshot_requests.append(req)
+        snap_id = f"snap{uuid.uuid4().hex[:12]}:default"
+        target = self.base / "snapshots" / snap_id.replace(":", "_")
+        shutil.copytree(self.state.roots[sid], target, symlinks=True)
+        self.state.snapshots[snap_id] = target
+        return 201, json.dumps({"snapshotID": snap_id, "names": [f"fake/{snap_id}"]}).encode(), js
 
     def __enter__(self) -> FakeE2B:
         self._http.start()

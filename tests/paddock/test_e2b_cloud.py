@@ -44,3 +44,26 @@ async def test_real_e2b_runs_a_harbor_task_verifier() -> None:
         assert (await sb.exec("echo hello > greeting.txt && pwd")).stdout == "/app\n"
         out = await verify(HarborRewardConfig(), RewardInput(task, "", AgentResult(answer=""), sb))
         assert out.reward == 1.0 and out.details["source"] == "reward.txt"
+
+
+async def test_real_e2b_checkpoint_is_a_snapshot_restored_into_a_fresh_vm(tmp_path) -> None:
+    """create_snapshot at a checkpoint, a fresh VM started from it sees the files of that moment (not
+    later ones), and delete_snapshot removes it."""
+    from dressage.paddock.checkpoints import Checkpointer
+    from dressage.paddock.e2b import E2BProvider, delete_checkpoint
+    from dressage.store.artifacts import LocalBlobStore
+
+    provider = E2BProvider()
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    spec = SandboxSpec(provider="e2b", timeout_s=30)
+    async with await provider.create("cloud-ckpt-a", spec) as first:
+        assert (await first.exec("echo kept > kept.txt && echo etc | sudo tee /etc/ckpt >/dev/null")).ok
+        manifest = await first.checkpoint(Checkpointer(blobs))
+        await first.write_file("later.txt", "after")
+    try:
+        async with await provider.create("cloud-ckpt-b", spec) as fresh:
+            await fresh.restore_checkpoint(manifest, blobs)
+            r = await fresh.exec("cat kept.txt /etc/ckpt; test -e later.txt || echo no-later")
+            assert r.stdout == "kept\netc\nno-later\n", r
+    finally:
+        assert await delete_checkpoint(provider, manifest)

@@ -18,7 +18,7 @@ import signal
 import tarfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,10 @@ import pytest
 import yaml
 from sqlalchemy import text
 
+from dressage.paddock.checkpoints import Manifest
 from dressage.store import EventStore
 from dressage.store.db import make_engine
+from tests.paddock.images import BuiltImage
 from tests.rollout.conftest import open_store, requires_bwrap, start_worker
 from tests.rollout.fork_harness import ForkScript, finish, parent_config, start_fork, turn_rows
 from tests.scripted_engine import ScriptedEngine, qwen_tool_call
@@ -55,6 +57,7 @@ class ClockScript:
     """The engine's policy: one such tool call per step; counts requests by (phase, step, seed)."""
 
     phase: str = "parent"
+    tool: Callable[[int, object], str] = command
     hold: tuple[str, int] | None = None
     calls: list[tuple[str, int, object]] = field(default_factory=list)
     reached: threading.Event = field(default_factory=threading.Event)
@@ -67,7 +70,7 @@ class ClockScript:
         if self.hold == (self.phase, step) and not self.release.is_set():
             self.reached.set()
             self.release.wait(120)
-        return qwen_tool_call("shell_exec", cmd=command(step, seed))
+        return qwen_tool_call("shell_exec", cmd=self.tool(step, seed))
 
     def steps(self, phase: str) -> list[int]:
         """The steps of the engine requests of ``phase``."""
@@ -103,8 +106,10 @@ def _changes(db_url: str, session_id: str) -> dict[tuple[int, str], str]:
         engine.dispose()
 
 
-def _record_parent(tmp: Path, db_url: str, engine_url: str, **sections: Any) -> tuple[str, str]:
-    cfg = parent_config(tmp, engine_url, checkpoints=CHECKPOINTS, **sections)
+def _record_parent(
+    tmp: Path, db_url: str, engine_url: str, checkpoints: Mapping[str, Any] = CHECKPOINTS, **sections: Any
+) -> tuple[str, str]:
+    cfg = parent_config(tmp, engine_url, checkpoints=dict(checkpoints), **sections)
     finish(start_worker(["--config", str(cfg), "--database-url", db_url], tmp / "home"))
     name = yaml.safe_load(cfg.read_text())["run"]
     store = open_store(db_url, tmp / "home")
@@ -256,3 +261,112 @@ def test_fork_falls_back_to_replay(tmp_path: Path, any_db_url: str, agent_class:
         assert all("replayed_from" in t.info for t in turns[:K])
     finally:
         store.close()
+
+
+def image_command(step: int, seed: object) -> str:
+    """:func:`command`, also counting the call in the image's ``/etc`` and deleting an image file at 1."""
+    tag = "shared" if step < K else f"seed{seed}"
+    image = f"echo call{step}-{tag} >> /etc/calls.txt && " + ("rm /opt/lower.txt && " if step == 1 else "")
+    return image + command(step, seed)
+
+
+def _manifest(store: EventStore, session_id: str, turn: int) -> Manifest:
+    found = store.sandbox_checkpoints.get(session_id, turn)
+    assert found is not None, (session_id, turn)
+    return Manifest.from_bytes(store.sandbox_checkpoints.read_manifest(found))
+
+
+def test_fork_from_the_checkpoint_on_the_image_provider(
+    tmp_path: Path, test_image: BuiltImage, clock: tuple[ScriptedEngine, ClockScript]
+) -> None:
+    """The same fork on provider ``image``: what the tools wrote into the image's ``/etc`` and the
+    image file they deleted are restored from the checkpoint with the workspace (0 calls before K)."""
+    eng, script = clock
+    script.tool = image_command
+    db_url = f"sqlite:///{tmp_path / 'log.db'}"
+    sandbox = {"provider": "image", "image": test_image.oci}
+    run, parent_id = _record_parent(tmp_path, db_url, eng.url, sandbox=sandbox)
+    changes = _changes(db_url, parent_id)
+    assert changes[(1, "image/etc/calls.txt")] == "added" and changes[(2, "image/opt/lower.txt")] == "added"
+
+    script.phase = "fork"
+    args = [parent_id, "--at-turn", str(K), "--branches", "2", "--seed", str(SEED)]
+    finish(start_fork([*args, "--database-url", db_url], tmp_path / "home"))
+    assert sorted(script.steps("fork")) == sorted(list(range(K, TURNS)) * 2)
+    store = open_store(db_url, tmp_path / "home")
+    try:
+        parent_at_k = _manifest(store, parent_id, K)
+        assert parent_at_k.by_path()["image/opt/lower.txt"].kind == "deleted"
+        for child in store.sessions.children(parent_id):
+            assert (child.status, child.info["start"]["path"]) == ("finished", "checkpoint")
+            assert _manifest(store, child.id, K).sha256 == parent_at_k.sha256  # restored byte for byte
+            last = _manifest(store, child.id, TURNS - 1)
+            assert last.by_path()["image/opt/lower.txt"].kind == "deleted"
+            etc = last.by_path()["image/etc/calls.txt"]
+            assert store.artifacts.blobs is not None and etc.sha256 is not None
+            lines = store.artifacts.blobs.get(last.blobs[etc.sha256]).decode().splitlines()
+            seed = child.info["fork"]["seed"]
+            assert lines == [f"call{k}-shared" for k in range(K)] + [
+                f"call{k}-seed{seed}" for k in range(K, TURNS - 1)
+            ]
+            calls = _workspace_file(store, run, child.id, "calls.txt").splitlines()
+            assert calls[:K] == [f"call{k}-shared" for k in range(K)] and len(calls) == TURNS
+    finally:
+        store.close()
+
+
+def test_fork_from_the_checkpoint_on_e2b(
+    tmp_path: Path, clock: tuple[ScriptedEngine, ClockScript], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same fork on provider ``e2b`` against the fake at E2B's wire protocol: each checkpoint is a
+    snapshot, and each branch's VM is started from the parent's snapshot at K (0 calls before K)."""
+    from tests.paddock.fake_e2b import FakeE2B
+
+    eng, script = clock
+    with FakeE2B() as fake:
+        for k, v in {"E2B_API_KEY": "e2b_fake", "E2B_API_URL": fake.url, "E2B_SANDBOX_URL": fake.url}.items():
+            monkeypatch.setenv(k, v)
+        db_url = f"sqlite:///{tmp_path / 'log.db'}"
+        run, parent_id = _record_parent(tmp_path, db_url, eng.url, sandbox={"provider": "e2b"})
+        script.phase = "fork"
+        args = [parent_id, "--at-turn", str(K), "--branches", "2", "--seed", str(SEED)]
+        finish(start_fork([*args, "--database-url", db_url], tmp_path / "home"))
+        assert sorted(script.steps("fork")) == sorted(list(range(K, TURNS)) * 2)
+        store = open_store(db_url, tmp_path / "home")
+        try:
+            (snapshot,) = _manifest(store, parent_id, K).entries
+            assert snapshot.kind == "snapshot" and snapshot.target in fake.state.snapshots
+            started = [c for c in fake.state.created if c.get("templateID") == snapshot.target]
+            assert len(started) == 2  # one VM per branch, from the parent's snapshot at K
+            parent_calls = _workspace_file(store, run, parent_id, "calls.txt").splitlines()
+            for child in store.sessions.children(parent_id):
+                assert (child.status, child.info["start"]["path"]) == ("finished", "checkpoint")
+                seed = child.info["fork"]["seed"]
+                calls = _workspace_file(store, run, child.id, "calls.txt").splitlines()
+                assert calls == parent_calls[:K] + [f"call{k}-seed{seed}" for k in range(K, TURNS)]
+        finally:
+            store.close()
+
+
+def test_e2b_retention_deletes_the_pruned_snapshots(
+    tmp_path: Path, clock: tuple[ScriptedEngine, ClockScript], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``keep: last:2`` on e2b: the log keeps two checkpoints, and E2B (the fake) only their snapshots."""
+    from tests.paddock.fake_e2b import FakeE2B
+
+    eng, _ = clock
+    with FakeE2B() as fake:
+        for k, v in {"E2B_API_KEY": "e2b_fake", "E2B_API_URL": fake.url, "E2B_SANDBOX_URL": fake.url}.items():
+            monkeypatch.setenv(k, v)
+        db_url = f"sqlite:///{tmp_path / 'log.db'}"
+        keep = {"keep": "last:2"}
+        _, sid = _record_parent(tmp_path, db_url, eng.url, checkpoints=keep, sandbox={"provider": "e2b"})
+        store = open_store(db_url, tmp_path / "home")
+        try:
+            kept = [c.turn_index for c in store.sandbox_checkpoints.by_session(sid)]
+            assert kept == [TURNS - 2, TURNS - 1]
+            snapshots = {_manifest(store, sid, k).entries[0].target for k in kept}
+            assert len(fake.state.snapshot_requests) == TURNS  # one taken per turn
+            assert set(fake.state.snapshots) == snapshots  # the four pruned ones deleted
+        finally:
+            store.close()
