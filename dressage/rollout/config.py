@@ -193,7 +193,8 @@ class SandboxConfig(_Strict):
     image: str | None = Field(
         default=None,
         description="image: the OCI image whose root filesystem is / (docker://HOST/NAME:TAG, oci:DIR[:TAG], "
-        "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME; docs/rollout.md). "
+        "oci-archive:TAR, docker-archive:TAR, containers-storage:[DRIVER@ROOT+RUNROOT]NAME, docker-daemon:NAME:TAG; "
+        "docs/rollout.md). "
         "docker: the engine's image reference each session's container runs (e.g. python:3.12-slim). "
         "Required for a JSONL dataset; a Harbor dataset's tasks bring their own (docs/harbor.md).",
     )

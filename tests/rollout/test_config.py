@@ -81,8 +81,8 @@ def test_examples_load_with_their_datasets(name: str) -> None:
         ),
         ({"checkpoints": {"keep": "forks"}}, "checkpoints.keep: forks keeps the turns a tree forks at"),
         (
-            {"checkpoints": {}, "sandbox": {"provider": "e2b"}},
-            "checkpoints are not built for sandbox provider 'e2b' (only bwrap, local)",
+            {"checkpoints": {}, "sandbox": {"provider": "docker", "image": "python:3.12-slim"}},
+            "checkpoints are not built for sandbox provider 'docker' (only bwrap, local, image, e2b)",
         ),
     ],
 )
