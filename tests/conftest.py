@@ -321,11 +321,9 @@ def readme_quickstart(
     temporary directory), so the 60-session quickstart runs once, not once per worker."""
     from tests.paddock.conftest import bwrap_unavailable_reason
     from tests.quickstart_run import shared_readme_quickstart
+    from tests.shared_runs import run_root
 
     reason = bwrap_unavailable_reason()
     if reason is not None:
         pytest.skip(f"the quickstart needs bubblewrap: {reason}")
-    root = tmp_path_factory.getbasetemp()
-    if hasattr(request.config, "workerinput"):  # an xdist worker: its basetemp's parent is this run's
-        root = root.parent
-    return shared_readme_quickstart(root)
+    return shared_readme_quickstart(run_root(request.config, tmp_path_factory))

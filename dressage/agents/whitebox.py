@@ -16,12 +16,13 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from dressage.agents.base import Agent, AgentContext, AgentResult, ResumePoint
 from dressage.errors import AgentError, ConfigError, NotSupportedError
+
+if TYPE_CHECKING:
+    import openai
 
 DEFAULT_CODING_PROMPT = (
     "You are a coding agent working in a sandbox whose current directory holds the task's files. "
@@ -43,6 +44,8 @@ def _sampling_kwargs(ctx: AgentContext) -> dict[str, Any]:
 
 async def _complete(ctx: AgentContext, messages: list[dict[str, Any]], **extra: Any) -> Any:
     """One chat completion through the proxy; API failures become :class:`AgentError`."""
+    import openai  # here, not at the top: the CLI (its dev engine, store commands) starts without it
+
     try:
         return await ctx.client.chat.completions.create(
             model=ctx.model,

@@ -11,16 +11,19 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from dressage.commandline import console, print_error
-from dressage.store.records import Turn
+
+if TYPE_CHECKING:  # the store and numpy are imported where a token stream is drawn, not at the CLI's start
+    import numpy as np
+
+    from dressage.store.records import Turn
 
 __all__ = [
     "cell",
@@ -93,6 +96,8 @@ def token_stream(turns: Sequence[Turn], decode: Callable[[list[int]], str] | Non
 
     ``decode`` turns ids into text; without it each token shows as ``[id]``.
     """
+    import numpy as np
+
     out = Text()
     for turn in turns:
         out.append(f"\n── turn {turn.turn_index} (segment {turn.segment_index}) ──\n", style="bold cyan")

@@ -10,7 +10,7 @@ once), its engine stopped last, exit code 143. ``--wait`` waits until no lease o
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,8 +18,10 @@ from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.commandline import console as make_console
 from dressage.config import load_settings, require_database_file
 from dressage.errors import DressageError
-from dressage.rollout.stop_requests import LeaseHolder, lease_holders, request_stop
-from dressage.store import EventStore
+
+if TYPE_CHECKING:  # the store is imported by the command itself: the CLI starts without it
+    from dressage.rollout.stop_requests import LeaseHolder
+    from dressage.store import EventStore
 
 
 @handle_errors
@@ -34,6 +36,9 @@ def stop_command(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Ask every worker of RUN (on any machine) to stop gracefully; they exit 143 and say how to resume."""
+    from dressage.rollout.stop_requests import lease_holders, request_stop
+    from dressage.store import EventStore
+
     settings = load_settings(database_url=database_url)
     require_database_file(settings.resolved_database_url())
     store = EventStore.open(settings=settings, auto_upgrade=False, pool_size=1)
@@ -63,6 +68,8 @@ def _describe(holders: list[LeaseHolder]) -> str:
 
 def _wait_for_release(store: EventStore, run: str, timeout: float) -> None:
     """Return once no unexpired lease of ``run`` is held; raise after ``timeout`` seconds."""
+    from dressage.rollout.stop_requests import lease_holders
+
     deadline = time.monotonic() + timeout
     while holders := lease_holders(store, run):
         if time.monotonic() > deadline:

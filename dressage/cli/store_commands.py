@@ -15,25 +15,21 @@ import sys
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
-from sqlalchemy.exc import SQLAlchemyError
 
 from dressage.cli import render
 from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.config import Settings, load_settings, require_database_file
 from dressage.errors import StoreError
-from dressage.exports.archive import archive_run
-from dressage.exports.export import EXPORT_FORMATS, export_run
-from dressage.exports.importer import import_run
-from dressage.exports.verify import verify_export
-from dressage.store import EventStore
-from dressage.store import db as dbm
-from dressage.store.read_only_sql import first_line, run_read_only
-from dressage.store.reader_role import create_reader, drop_reader
-from dressage.store.records import SESSION_STATUSES, Turn
+
+if TYPE_CHECKING:
+    from dressage.store import EventStore
+    from dressage.store.records import Turn
+
+# The store, the exports and numpy are imported by the commands that use them, not here: every
+# ``dressage-worker`` process (the dev engine's too) imports this module, most of them for nothing.
 
 
 def _settings(database_url: str | None) -> Settings:
@@ -43,6 +39,8 @@ def _settings(database_url: str | None) -> Settings:
 def _open(database_url: str | None) -> EventStore:
     """Open the log without migrating it (inspection must not change the schema, nor create a
     database file where a path is mistyped)."""
+    from dressage.store import EventStore
+
     settings = _settings(database_url)
     require_database_file(settings.resolved_database_url())
     return EventStore.open(settings=settings, auto_upgrade=False, pool_size=1)
@@ -60,6 +58,8 @@ def db_upgrade(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Apply schema migrations up to REVISION (default: the newest)."""
+    from dressage.store import db as dbm
+
     url = _settings(database_url).resolved_database_url()
     dbm.upgrade(url, revision)
     render.console().print(f"schema upgraded to {revision} ({dbm.head_revision()} is head)")
@@ -72,6 +72,8 @@ def db_downgrade(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Revert schema migrations down to REVISION."""
+    from dressage.store import db as dbm
+
     url = _settings(database_url).resolved_database_url()
     dbm.downgrade(url, revision)
     render.console().print(f"schema downgraded to {revision}")
@@ -81,6 +83,11 @@ def db_downgrade(
 @handle_errors
 def db_current(database_url: DatabaseUrl = None) -> None:
     """Print the database's schema revision and the newest one."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from dressage.store import db as dbm
+    from dressage.store.read_only_sql import first_line
+
     url = _settings(database_url).resolved_database_url()
     engine = dbm.make_engine(url, pool_size=1)
     try:
@@ -108,6 +115,9 @@ def db_create_reader(
     The URL holds a new random password, printed once and stored nowhere by Dressage: hand it to
     an analyst or an agent for `sql --database-url URL` (docs/sql.md).
     """
+    from dressage.store import db as dbm
+    from dressage.store.reader_role import create_reader
+
     engine = dbm.make_engine(_settings(database_url).resolved_database_url(), pool_size=1)
     try:
         url = create_reader(engine, name)
@@ -127,6 +137,9 @@ def db_drop_reader(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Revoke a reader role's grants and drop it (only roles `db create-reader` made)."""
+    from dressage.store import db as dbm
+    from dressage.store.reader_role import drop_reader
+
     engine = dbm.make_engine(_settings(database_url).resolved_database_url(), pool_size=1)
     try:
         drop_reader(engine, name)
@@ -145,6 +158,8 @@ def runs(
 ) -> None:
     """List runs with their sessions by status, turns, tokens, trained tokens and mean reward (of
     training sessions; runs with eval sessions get a second table of those and their mean reward)."""
+    from dressage.store.records import SESSION_STATUSES
+
     store = _open(database_url)
     try:
         items = [(r, store.runs.summary(r)) for r in store.runs.list()]
@@ -290,6 +305,8 @@ def show(
 
 
 def _versions(turn: Turn) -> str | None:
+    import numpy as np
+
     if not turn.policy_versions.size:
         return None
     lo, hi = int(np.min(turn.policy_versions)), int(np.max(turn.policy_versions))
@@ -328,6 +345,8 @@ def sql(
     A query that starts with a ``--`` comment must come from stdin or ``--file`` (the shell
     would pass it as an option).
     """
+    from dressage.store.read_only_sql import run_read_only
+
     if file is not None:
         try:
             query = file.read_text(encoding="utf-8")
@@ -376,6 +395,8 @@ def export(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Export a run as Parquet files with a hashed manifest (docs/export.md)."""
+    from dressage.exports.export import EXPORT_FORMATS, export_run
+
     if fmt not in EXPORT_FORMATS:
         raise StoreError(f"--format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
     store = _open(database_url)
@@ -391,6 +412,8 @@ def export(
 @handle_errors
 def verify(directory: Annotated[Path, typer.Argument(help="An export directory.")]) -> None:
     """Re-hash an export's files against its manifest."""
+    from dressage.exports.verify import verify_export
+
     manifest = verify_export(directory)
     render.console().print(f"[green]ok[/]: {len(manifest['files'])} files of run {manifest['run']!r} match")
 
@@ -404,6 +427,9 @@ def import_(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Load a whole-run export into this log (SQLite or PostgreSQL), positions and hashes intact."""
+    from dressage.exports.importer import import_run
+    from dressage.store import EventStore
+
     store = EventStore.open(settings=_settings(database_url), auto_upgrade=True)
     try:
         with render.progress_bar("importing turns") as advance:
@@ -424,6 +450,8 @@ def archive(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Export a run, verify the export, then drop the run (stops at the first failure)."""
+    from dressage.exports.archive import archive_run
+
     store = _open(database_url)
     try:
         with render.progress_bar("exporting sessions") as advance:

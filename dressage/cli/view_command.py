@@ -18,10 +18,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from dressage.cli import render
 from dressage.commandline import DatabaseUrl, handle_errors
 from dressage.config import load_settings
-from dressage.view.bundle import write_bundle
-from dressage.view.decode import default_decoder
-from dressage.view.pages import Viewer
-from dressage.view.readonly import open_readonly_store
 
 view_app = typer.Typer(
     help="The web viewer over the log (runs, sessions, tokens, groups, training steps).",
@@ -68,6 +64,7 @@ def view(
     import uvicorn
 
     from dressage.view.app import create_app
+    from dressage.view.readonly import open_readonly_store
     from dressage.view.server import ViewServer
 
     settings = load_settings(database_url=database_url, replica_url=replica_url)
@@ -100,6 +97,11 @@ def bundle(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Write a static copy of RUN (or of chosen sessions) that opens from disk with no server."""
+    from dressage.view.bundle import write_bundle
+    from dressage.view.decode import default_decoder
+    from dressage.view.pages import Viewer
+    from dressage.view.readonly import open_readonly_store
+
     store = open_readonly_store(load_settings(database_url=database_url))
     try:
         with Progress(TextColumn("bundle"), BarColumn(), MofNCompleteColumn(), transient=True) as bar:

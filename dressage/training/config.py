@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dressage.errors import ConfigError
-from dressage.training.consumer import Backend, NullBackend, Trainer
-from dressage.training.health import CollapseWatch
 from dressage.training.masking import MaskingPolicy
-from dressage.training.steps import StepOptions
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where a trainer is built: the CLI reads TrainConfig's defaults without the store
     from dressage.store import EventStore, Run
+    from dressage.training.consumer import Backend, Trainer
+    from dressage.training.health import CollapseWatch
+    from dressage.training.steps import StepOptions
     from dressage.training.weight_push import WeightPusher
 
 BACKENDS = ("torch", "slime-dump", "none")
@@ -120,6 +120,8 @@ class TrainConfig(BaseModel):
 
     def collapse_watch(self) -> CollapseWatch:
         """The entropy and grad_norm warnings of these thresholds (:mod:`dressage.training.health`)."""
+        from dressage.training.health import CollapseWatch
+
         return CollapseWatch(self.warn_entropy_below, self.warn_grad_norm_at_most, self.warn_after_steps)
 
 
@@ -141,6 +143,8 @@ class TrainerSetup:
 def step_options(cfg: TrainConfig, setup: TrainerSetup, *, pushes: bool = False) -> StepOptions:
     """The step options ``cfg`` and ``setup`` make (``cfg.global_batch_size`` must be resolved);
     ``pushes``: see :meth:`TrainConfig.masking`."""
+    from dressage.training.steps import StepOptions
+
     if cfg.global_batch_size is None:
         raise ConfigError("train.global_batch_size is unset: give the trajectories per optimizer step")
     return StepOptions(
@@ -156,6 +160,8 @@ def step_options(cfg: TrainConfig, setup: TrainerSetup, *, pushes: bool = False)
 
 def build_backend(cfg: TrainConfig, setup: TrainerSetup, push: WeightPusher | None = None) -> Backend:
     """The ``torch`` or ``none`` backend of ``setup.backend`` (``slime-dump`` is the caller's)."""
+    from dressage.training.consumer import NullBackend
+
     if setup.backend == "none":
         return NullBackend()
     if setup.backend == "torch":
@@ -181,6 +187,8 @@ def build_trainer(
     ``backend``, built by the caller), groups and turns read from ``reader`` (a streaming replica).
     With ``push`` the trainer's weights become the engines' policy versions, so staleness is
     measured against the trainer's version (``staleness_reference: auto``)."""
+    from dressage.training.consumer import Trainer
+
     options = step_options(cfg, setup, pushes=push is not None)
     chosen = backend if backend is not None else build_backend(cfg, setup, push)
     return Trainer(

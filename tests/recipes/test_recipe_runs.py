@@ -30,6 +30,7 @@ from dressage.store import EventStore
 from dressage.view.app import create_app
 from dressage.view.readonly import open_readonly_store
 from tests.conftest import require_module
+from tests.shared_runs import run_root, shared_folder
 from tests.view.browser import one, text, url, wait
 from tests.view.conftest import serve
 
@@ -100,7 +101,9 @@ def _run(work: Path, command: str) -> subprocess.CompletedProcess[str]:
 def ran(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Recipe, Path]]:
-    """A fresh folder where the recipe's README commands ran as printed."""
+    """A fresh folder where the recipe's README commands ran as printed, once per test run: under
+    xdist the first worker to need it runs them, the others wait and read the same folder
+    (tests/shared_runs.py; the tests read the log, and the wrong-oracle test adds a run of its own)."""
     from tests.paddock.conftest import bwrap_unavailable_reason
 
     recipe = RECIPES[request.param]
@@ -111,7 +114,12 @@ def ran(
     missing = recipe.unavailable() if recipe.unavailable else None
     if missing is not None:
         pytest.skip(missing)
-    work = tmp_path_factory.mktemp(recipe.name)
+    root = run_root(request.config, tmp_path_factory)
+    yield recipe, shared_folder(root, f"recipe-{recipe.name}", lambda work: _run_readme(recipe, work))
+
+
+def _run_readme(recipe: Recipe, work: Path) -> None:
+    """Lay out ``work`` (``.venv`` and a copy of ``recipes/``) and run the recipe's README commands."""
     (work / ".venv").symlink_to(Path(sys.executable).parent.parent)
     # without built data (the SWE sample's repositories): the README's set-up lines make them
     shutil.copytree(REPO / "recipes", work / "recipes", ignore=shutil.ignore_patterns("__pycache__", "repos"))
@@ -121,7 +129,6 @@ def ran(
     assert commands[len(commands) - len(runs) :] == [c for c in commands if c.startswith(WORKER)]
     for command in commands:
         _run(work, command)
-    yield recipe, work
 
 
 def _store(work: Path) -> EventStore:

@@ -48,15 +48,18 @@ async def slow_answer(ctx: AgentContext) -> str:
 
 async def multi_turn(ctx: AgentContext) -> str:
     """Four model calls in one conversation (each a tool call answered by a tool result), with a
-    pause between them (``DRESSAGE_TEST_AGENT_SLEEP``) so a test can kill a proxy mid-session."""
+    pause between them (``DRESSAGE_TEST_AGENT_SLEEP``) so a test can kill a proxy mid-session; each
+    reply at most ``DRESSAGE_TEST_AGENT_MAX_TOKENS`` tokens (64 unless set: a drill on the tiny
+    model's engine spends its time generating them)."""
     messages = ctx.task.chat_messages()
     reply = ""
+    max_tokens = int(os.environ.get("DRESSAGE_TEST_AGENT_MAX_TOKENS", "64"))
     for k in range(4):
         resp = await ctx.client.chat.completions.create(
             model=ctx.model,
             messages=messages,
             tools=[COUNT_TOOL],  # type: ignore[list-item]
-            max_tokens=64,
+            max_tokens=max_tokens,
             extra_body={"chat_template_kwargs": {"enable_thinking": False}},
         )
         msg = resp.choices[0].message

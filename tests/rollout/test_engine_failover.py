@@ -32,6 +32,10 @@ pytestmark = requires_bwrap
 
 N_TASKS, N_SAMPLES = 4, 4
 MULTI_TURN = {"kind": "python", "path": "tests.rollout.agents_for_tests:multi_turn"}
+AGENT_PACE = {"DRESSAGE_TEST_AGENT_SLEEP": "0.3", "DRESSAGE_TEST_AGENT_MAX_TOKENS": "16"}
+"""The multi-turn agent's pause between its calls and its replies' length (the config's
+``max_tokens``): sessions stay in flight while the engine dies, and the tiny model's CPU engine
+generates 16 tokens per reply instead of the agent's 64."""
 
 
 def quickstart_config(tmp: Path, name: str, engine: dict[str, Any], **worker: Any) -> Path:
@@ -114,7 +118,7 @@ def _kill_worker_engine(
     """Start the smaller quickstart with the worker's own dev engine; kill -9 that engine mid-run."""
     home, url = tmp / "home", f"sqlite:///{tmp / 'log.db'}"
     cfg = quickstart_config(tmp, name, {"kind": "dev", "model": "tiny", "seed": 0}, **worker)
-    proc = start_worker(["--config", str(cfg), "--database-url", url], home, DRESSAGE_TEST_AGENT_SLEEP="0.3")
+    proc = start_worker(["--config", str(cfg), "--database-url", url], home, **AGENT_PACE)
     store = open_store(url, home)
     _wait_for(_finished(store, name), "2 finished sessions and one running", proc)
     (engine_pid,) = _engine_children(proc.pid)
@@ -151,7 +155,11 @@ def test_no_engine_left_exits_non_zero_and_resume_finishes(tmp_path: Path, resum
         assert last.endswith("resume with dressage-worker rollout --resume engine-lost"), last
         counts = store.tasks.counts("engine-lost")
         assert counts["failed"] == 0 and counts["leased"] == 0 and counts["pending"] > 0, counts
-        resumed = start_worker(["--resume", "engine-lost", "--database-url", url], tmp_path / "home")
+        resumed = start_worker(
+            ["--resume", "engine-lost", "--database-url", url],
+            tmp_path / "home",
+            DRESSAGE_TEST_AGENT_MAX_TOKENS=AGENT_PACE["DRESSAGE_TEST_AGENT_MAX_TOKENS"],
+        )
         out = _output(resumed)
         assert resumed.returncode == 0, out[-3000:]
         _check_every_pair_once(store, "engine-lost")
@@ -190,7 +198,7 @@ def test_two_engines_one_killed_fails_over(tmp_path: Path, two_engines: list[Dev
     home, url, name = tmp_path / "home", f"sqlite:///{tmp_path / 'log.db'}", "engine-failover"
     urls = [e.url for e in two_engines]
     cfg = quickstart_config(tmp_path, name, {"kind": "sglang", "urls": urls, "model": "tiny"})
-    proc = start_worker(["--config", str(cfg), "--database-url", url], home, DRESSAGE_TEST_AGENT_SLEEP="0.3")
+    proc = start_worker(["--config", str(cfg), "--database-url", url], home, **AGENT_PACE)
     store = open_store(url, home)
     try:
         _wait_for(_finished(store, name), "2 finished sessions and one running", proc)
