@@ -1,0 +1,453 @@
+"""The dialects' typed request schemas refuse bad requests with the messages the hand-written checks gave.
+
+Each row patches a valid request (``DROP`` removes the field) and pins the :class:`RequestError`'s
+message, ``param`` and ``code``: they were read off the hand-written parsers (commit f4f6fef) the
+schemas replaced (issue 37, point 4), so a client sees the same 400s. The HTTP shape of these errors
+is tested with the dialects (``test_dialects.py``, ``test_chat_breadth.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import orjson
+import pytest
+
+from dressage.errors import RequestError
+from dressage.proxy.dialects.chat import parse_chat_request
+
+
+def _patched(base: dict[str, object], patch: dict[str, object]) -> bytes:
+    body = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value == "DROP":
+            body.pop(key, None)
+        else:
+            body[key] = value
+    return orjson.dumps(body)
+
+
+CHAT = {
+    "model": "m",
+    "messages": [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "reasoning": "r",
+         "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "x"}], "name": "f"},
+    ],
+    "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}],
+}  # fmt: skip
+
+CHAT_REFUSALS = [
+    ({"messages": "DROP"}, "'messages' must be a non-empty array", "messages", "invalid_type"),
+    ({"messages": []}, "'messages' must be a non-empty array", "messages", "invalid_type"),
+    ({"messages": "x"}, "'messages' must be a non-empty array", "messages", "invalid_type"),
+    ({"messages": [3]}, "messages[0] must be an object", "messages[0]", "invalid_type"),
+    (
+        {"messages": [{"content": "x"}]},
+        "messages[0].role must be one of system, developer, user, assistant, tool, got None",
+        "messages[0].role",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "bot", "content": "x"}]},
+        "messages[0].role must be one of system, developer, user, assistant, tool, got 'bot'",
+        "messages[0].role",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user", "content": 5}]},
+        "messages[0].content must be a string or an array of parts",
+        "messages[0].content",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "user", "content": {"a": 1}}]},
+        "messages[0].content must be a string or an array of parts",
+        "messages[0].content",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": "x", "tool_calls": {}}]},
+        "messages[0].tool_calls must be an array",
+        "messages[0].tool_calls",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "system", "content": "s"}, {"role": 3}]},
+        "messages[1].role must be one of system, developer, user, assistant, tool, got 3",
+        "messages[1].role",
+        "invalid_value",
+    ),
+    ({"tools": "x"}, "'tools' must be an array", "tools", "invalid_type"),
+    (
+        {"tools": [3]},
+        "tools[0] must be {'type': 'function', 'function': {'name': ...}}",
+        "tools[0]",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"type": "web"}]},
+        "tools[0] must be {'type': 'function', 'function': {'name': ...}}",
+        "tools[0]",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"type": "function"}]},
+        "tools[0] must be {'type': 'function', 'function': {'name': ...}}",
+        "tools[0]",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"type": "function", "function": {"name": ""}}]},
+        "tools[0].function.name must be a non-empty string",
+        "tools[0].function.name",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"type": "function", "function": {}}]},
+        "tools[0].function.name must be a non-empty string",
+        "tools[0].function.name",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"type": "function", "function": {"name": "f", "description": 3}}]},
+        "tools[0].function.description must be a string",
+        "tools[0].function.description",
+        "invalid_type",
+    ),
+    (
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]},
+        "tools[0].function parameters must be a JSON Schema object, got list",
+        "tools[0].function",
+        "invalid_type",
+    ),
+    (
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": "s"}}]},
+        "tools[0].function parameters must be a JSON Schema object, got str",
+        "tools[0].function",
+        "invalid_type",
+    ),
+    (
+        {"tools": [{"type": "function", "function": "f"}]},
+        "tools[0] must be {'type': 'function', 'function': {'name': ...}}",
+        "tools[0]",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"type": None, "function": {"name": "f"}}]},
+        "tools[0] must be {'type': 'function', 'function': {'name': ...}}",
+        "tools[0]",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": "any"},
+        "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}, got 'any'",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": 3},
+        "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}, got 3",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": {"type": "function", "function": {"name": "g"}}},
+        "tool_choice names function 'g', which is not in the tools (f)",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": {"type": "function"}},
+        "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}, got {'type': 'function'}",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": {"type": "function", "function": {"name": 3}}},
+        "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}, got {'type': 'function', 'function': {'name': 3}}",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": "required", "tools": "DROP"},
+        "tool_choice 'required' needs a non-empty tools array",
+        "tool_choice",
+        "invalid_value",
+    ),
+    ({"stream": "yes"}, "'stream' must be a boolean", "stream", "invalid_type"),
+    ({"stream": 1}, "'stream' must be a boolean", "stream", "invalid_type"),
+    (
+        {"stream_options": {"include_usage": True}},
+        "'stream_options' is only allowed when 'stream' is true",
+        "stream_options",
+        "invalid_value",
+    ),
+    (
+        {"stream_options": 3, "stream": True},
+        "'stream_options' must be an object",
+        "stream_options",
+        "invalid_type",
+    ),
+    (
+        {"stream_options": {"continuous_usage_stats": True}, "stream": True},
+        "usage in every chunk is not supported by this proxy",
+        "stream_options.continuous_usage_stats",
+        "unsupported_parameter",
+    ),
+    ({"logprobs": "x"}, "'logprobs' must be a boolean", "logprobs", "invalid_type"),
+    ({"top_logprobs": 5}, "'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value"),
+    (
+        {"logprobs": True, "top_logprobs": 21},
+        "'top_logprobs' must be between 0 and 20, got 21",
+        "top_logprobs",
+        "invalid_value",
+    ),
+    (
+        {"logprobs": True, "top_logprobs": 2.5},
+        "'top_logprobs' must be an integer, got 2.5",
+        "top_logprobs",
+        "invalid_type",
+    ),
+    (
+        {"logprobs": True, "top_logprobs": True},
+        "'top_logprobs' must be an integer, got True",
+        "top_logprobs",
+        "invalid_type",
+    ),
+    ({"n": 0}, "'n' must be between 1 and 16, got 0", "n", "invalid_value"),
+    ({"n": 17}, "'n' must be between 1 and 16, got 17", "n", "invalid_value"),
+    ({"n": "2"}, "'n' must be an integer, got '2'", "n", "invalid_type"),
+    ({"n": 2.0}, "'n' must be an integer, got 2.0", "n", "invalid_type"),
+    ({"model": 3}, "'model' must be a string", "model", "invalid_type"),
+    ({"temperature": 3}, "'temperature' must be between 0.0 and 2.0, got 3", "temperature", "invalid_value"),
+    (
+        {"temperature": -0.1},
+        "'temperature' must be between 0.0 and 2.0, got -0.1",
+        "temperature",
+        "invalid_value",
+    ),
+    ({"temperature": "1"}, "'temperature' must be a number, got '1'", "temperature", "invalid_type"),
+    ({"temperature": True}, "'temperature' must be a number, got True", "temperature", "invalid_type"),
+    ({"top_p": 0}, "'top_p' must be greater than 0", "top_p", "invalid_value"),
+    ({"top_p": 0.0}, "'top_p' must be greater than 0", "top_p", "invalid_value"),
+    ({"top_p": 1.5}, "'top_p' must be between 0.0 and 1.0, got 1.5", "top_p", "invalid_value"),
+    ({"min_p": 2}, "'min_p' must be between 0.0 and 1.0, got 2", "min_p", "invalid_value"),
+    ({"top_k": 0}, "'top_k' must be -1 (all) or at least 1", "top_k", "invalid_value"),
+    ({"top_k": -2}, "'top_k' must be between -1 and 1048576, got -2", "top_k", "invalid_value"),
+    ({"top_k": 1.5}, "'top_k' must be an integer, got 1.5", "top_k", "invalid_type"),
+    ({"top_k": 2097152}, "'top_k' must be between -1 and 1048576, got 2097152", "top_k", "invalid_value"),
+    (
+        {"seed": 9223372036854775808},
+        "'seed' must be between -9223372036854775808 and 9223372036854775807, got 9223372036854775808",
+        "seed",
+        "invalid_value",
+    ),
+    ({"seed": "x"}, "'seed' must be an integer, got 'x'", "seed", "invalid_type"),
+    (
+        {"frequency_penalty": 3},
+        "'frequency_penalty' must be between -2.0 and 2.0, got 3",
+        "frequency_penalty",
+        "invalid_value",
+    ),
+    (
+        {"presence_penalty": "a"},
+        "'presence_penalty' must be a number, got 'a'",
+        "presence_penalty",
+        "invalid_type",
+    ),
+    (
+        {"repetition_penalty": 0},
+        "'repetition_penalty' must be in (0, 2] (1 = none)",
+        "repetition_penalty",
+        "invalid_value",
+    ),
+    (
+        {"repetition_penalty": 2.5},
+        "'repetition_penalty' must be between 0.0 and 2.0, got 2.5",
+        "repetition_penalty",
+        "invalid_value",
+    ),
+    ({"stop": ""}, "'stop' must be a non-empty string or an array of up to 4", "stop", "invalid_value"),
+    (
+        {"stop": ["a", ""]},
+        "'stop' must be a non-empty string or an array of up to 4",
+        "stop",
+        "invalid_value",
+    ),
+    (
+        {"stop": ["a", "a", "a", "a", "a"]},
+        "'stop' must be a non-empty string or an array of up to 4",
+        "stop",
+        "invalid_value",
+    ),
+    ({"stop": 3}, "'stop' must be a non-empty string or an array of up to 4", "stop", "invalid_value"),
+    (
+        {"response_format": 3},
+        "'response_format' must be an object with a 'type'",
+        "response_format",
+        "invalid_type",
+    ),
+    (
+        {"response_format": {}},
+        "'response_format' must be an object with a 'type'",
+        "response_format",
+        "invalid_type",
+    ),
+    (
+        {"response_format": {"type": "json_schema"}},
+        "response_format json_schema needs 'json_schema.schema' (a JSON Schema object)",
+        "response_format.json_schema.schema",
+        "invalid_value",
+    ),
+    (
+        {"response_format": {"type": "structural_tag"}},
+        "response_format 'structural_tag' is not supported by this proxy",
+        "response_format",
+        "unsupported_parameter",
+    ),
+    (
+        {"response_format": {"type": "xml"}},
+        "response_format.type must be text, json_object or json_schema, got 'xml'",
+        "response_format.type",
+        "invalid_value",
+    ),
+    ({"regex": ""}, "'regex' must be a non-empty string", "regex", "invalid_type"),
+    ({"regex": 3}, "'regex' must be a non-empty string", "regex", "invalid_type"),
+    (
+        {"regex": "a", "ebnf": "b"},
+        "only one output constraint may be set, got regex, ebnf",
+        "ebnf",
+        "invalid_value",
+    ),
+    (
+        {"structured_outputs": {"json": "{bad"}},
+        "'structured_outputs.json' is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        "structured_outputs.json",
+        "invalid_value",
+    ),
+    (
+        {"structured_outputs": {"choice": []}},
+        "'structured_outputs.choice' must be a non-empty array of non-empty strings",
+        "structured_outputs.choice",
+        "invalid_value",
+    ),
+    (
+        {"structured_outputs": {"grammar": ""}},
+        "'structured_outputs.grammar' must be a non-empty string",
+        "structured_outputs.grammar",
+        "invalid_type",
+    ),
+    (
+        {"structured_outputs": {"foo": 1}},
+        "structured_outputs.foo is not supported (use json, regex, choice, grammar) by this proxy",
+        "structured_outputs.foo",
+        "unsupported_parameter",
+    ),
+    (
+        {"structured_outputs": {}},
+        "'structured_outputs' must set exactly one of choice, grammar, json, json_object, regex",
+        "structured_outputs",
+        "invalid_value",
+    ),
+    (
+        {"structured_outputs": 3},
+        "'structured_outputs' must be an object",
+        "structured_outputs",
+        "invalid_type",
+    ),
+    (
+        {"regex": "a", "tool_choice": "required"},
+        "tool_choice 'required' or a named tool cannot be combined with regex: the tool-call constraint and the output constraint cannot both be honoured",
+        "regex",
+        "invalid_value",
+    ),
+    (
+        {"response_format": {"type": "json_object"}, "regex": "a"},
+        "only one output constraint may be set, got response_format, regex",
+        "regex",
+        "invalid_value",
+    ),
+    ({"max_tokens": 0}, "'max_tokens' must be between 1 and 16777216, got 0", "max_tokens", "invalid_value"),
+    ({"max_tokens": "5"}, "'max_tokens' must be an integer, got '5'", "max_tokens", "invalid_type"),
+    (
+        {"max_completion_tokens": 0},
+        "'max_completion_tokens' must be between 1 and 16777216, got 0",
+        "max_completion_tokens",
+        "invalid_value",
+    ),
+    (
+        {"max_completion_tokens": 33554432},
+        "'max_completion_tokens' must be between 1 and 16777216, got 33554432",
+        "max_completion_tokens",
+        "invalid_value",
+    ),
+    (
+        {"chat_template_kwargs": {"enable_thinking": "yes"}},
+        "enable_thinking must be a boolean",
+        "chat_template_kwargs.enable_thinking",
+        "invalid_type",
+    ),
+    (
+        {"chat_template_kwargs": 3},
+        "'chat_template_kwargs' must be an object",
+        "chat_template_kwargs",
+        "invalid_type",
+    ),
+    (
+        {"audio": {"voice": "x"}},
+        "audio output is not supported by this proxy",
+        "audio",
+        "unsupported_parameter",
+    ),
+    (
+        {"functions": [{"name": "f"}]},
+        "legacy 'functions' is not supported; use 'tools' by this proxy",
+        "functions",
+        "unsupported_parameter",
+    ),
+    (
+        {"logit_bias": {"1": 2}},
+        "logit_bias is not supported by this proxy",
+        "logit_bias",
+        "unsupported_parameter",
+    ),
+    (
+        {"modalities": ["audio"]},
+        "only the 'text' modality is supported by this proxy",
+        "modalities",
+        "unsupported_parameter",
+    ),
+    (
+        {"web_search_options": {"a": 1}},
+        "web search is not supported by this proxy",
+        "web_search_options",
+        "unsupported_parameter",
+    ),
+]
+
+
+@pytest.mark.parametrize(("patch", "message", "param", "code"), CHAT_REFUSALS)
+def test_chat_refusals_keep_their_words(
+    patch: dict[str, object], message: str, param: str, code: str
+) -> None:
+    with pytest.raises(RequestError) as refused:
+        parse_chat_request(_patched(CHAT, patch))
+    assert (str(refused.value), refused.value.param, refused.value.code) == (message, param, code)
+
+
+def test_chat_schema_keeps_what_the_template_reads() -> None:
+    """Extra message keys pass through, ``reasoning`` becomes ``reasoning_content``, unknown fields are recorded."""
+    extra = {"foo": 1, "user": "u", "temperature": 1, "stop": "x", "presence_penalty": 0, "repetition_penalty": 1.0,
+             "chat_template_kwargs": {"enable_thinking": True, "other": 1}, "n": 2}  # fmt: skip
+    conv = parse_chat_request(_patched(CHAT, extra))
+    assistant = conv.messages[2]
+    assert assistant["reasoning_content"] == "r" and assistant["reasoning"] == "r"
+    assert conv.messages[3]["name"] == "f" and conv.messages[3]["content"] == [{"type": "text", "text": "x"}]
+    assert conv.tools == CHAT["tools"] and conv.parse_tools and conv.force_tool is None
+    assert conv.ignored == ["foo"] and conv.enable_thinking is True and conv.n == 2
+    assert conv.sampling == {"temperature": 1.0, "stop": ["x"]} and isinstance(
+        conv.sampling["temperature"], float
+    )
