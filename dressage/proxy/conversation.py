@@ -184,7 +184,7 @@ def tool_list(tools: object) -> list[Any] | None:
 
 
 def resolve_tool_choice(
-    mode: str, name: str | None, tools: list[dict[str, Any]] | None, param: str
+    mode: str, name: object, tools: list[dict[str, Any]] | None, param: str
 ) -> tuple[bool, str | None]:
     """(parse tool calls?, forced function) for a tool choice in dialect-neutral terms.
 
@@ -202,7 +202,7 @@ def resolve_tool_choice(
         )
     if mode == "required":
         return True, names[0] if len(names) == 1 else ""
-    if name not in names:
+    if not isinstance(name, str) or name not in names:
         raise RequestError(
             f"{param} names function {name!r}, which is not in the tools ({', '.join(names)})",
             param=param,

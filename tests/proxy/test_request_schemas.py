@@ -1,7 +1,7 @@
 """The dialects' typed request schemas refuse bad requests with the messages the hand-written checks gave.
 
 Each row patches a valid request (``DROP`` removes the field) and pins the :class:`RequestError`'s
-message, ``param`` and ``code``: they were read off the hand-written parsers (commit f4f6fef) the
+message, ``param`` and ``code`` (chat completions, Anthropic Messages): they were read off the hand-written parsers (commit f4f6fef) the
 schemas replaced (issue 37, point 4), so a client sees the same 400s. The HTTP shape of these errors
 is tested with the dialects (``test_dialects.py``, ``test_chat_breadth.py``).
 """
@@ -15,6 +15,7 @@ import pytest
 
 from dressage.errors import RequestError
 from dressage.proxy.dialects.chat import parse_chat_request
+from dressage.proxy.dialects.messages import parse_count_tokens_request, parse_messages_request
 
 
 def _patched(base: dict[str, object], patch: dict[str, object]) -> bytes:
@@ -451,3 +452,559 @@ def test_chat_schema_keeps_what_the_template_reads() -> None:
     assert conv.sampling == {"temperature": 1.0, "stop": ["x"]} and isinstance(
         conv.sampling["temperature"], float
     )
+
+
+_USER = {
+    "role": "user",
+    "content": [
+        {"type": "text", "text": "a"},
+        {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}},
+        {
+            "type": "tool_result",
+            "tool_use_id": "t1",
+            "content": [{"type": "text", "text": "r"}],
+            "is_error": False,
+        },
+        {"type": "tool_result", "tool_use_id": "t2"},
+        {"type": "text", "text": "c"},
+    ],
+}
+_ASSISTANT = {
+    "role": "assistant",
+    "content": [
+        {"type": "thinking", "thinking": "hm", "signature": "s"},
+        {"type": "text", "text": "x"},
+        {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}},
+    ],
+}
+MESSAGES = {
+    "model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "sys", "cache_control": {}}],
+    "messages": [{"role": "user", "content": "hi"}, _ASSISTANT, _USER, {"role": "system", "content": "late"},
+                 {"role": "assistant", "content": "ok"}],
+    "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}, "cache_control": {}}],
+}  # fmt: skip
+
+
+MESSAGES_REFUSALS = [
+    (
+        {"foo": 1, "bar": 2},
+        "unknown parameter(s) bar, foo for the Anthropic Messages API are not supported by this proxy",
+        "bar",
+        "unknown_parameter",
+    ),
+    ({"messages": "DROP"}, "'messages' must be a non-empty array", "messages", "invalid_type"),
+    ({"messages": []}, "'messages' must be a non-empty array", "messages", "invalid_type"),
+    ({"messages": "x"}, "'messages' must be a non-empty array", "messages", "invalid_type"),
+    ({"messages": [3]}, "messages[0] must be an object", "messages[0]", "invalid_type"),
+    (
+        {"messages": [{"content": "x"}]},
+        "messages[0].role must be user, assistant or system, got None",
+        "messages[0].role",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "bot", "content": "x"}]},
+        "messages[0].role must be user, assistant or system, got 'bot'",
+        "messages[0].role",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": 3}]},
+        "messages[0].role must be user, assistant or system, got 3",
+        "messages[0].role",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user"}]},
+        "messages[0].content must be a string or an array of blocks",
+        "messages[0].content",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "user", "content": 5}]},
+        "messages[0].content must be a string or an array of blocks",
+        "messages[0].content",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": {"a": 1}}]},
+        "messages[0].content must be a string or an array of blocks",
+        "messages[0].content",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "system", "content": 5}]},
+        "messages[0].content must be a string or an array of text parts",
+        "messages[0].content",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "system"}]},
+        "messages[0].content must be a string or an array of text parts",
+        "messages[0].content",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "system", "content": [{"type": "image"}]}]},
+        "messages[0].content[0] must be a text block, got 'image'",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "system", "content": [3]}]},
+        "messages[0].content[0] must be a text block, got 'int'",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "system", "content": [{"type": "text"}]}]},
+        "messages[0].content[0] must be a text part with a string 'text'",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "system", "content": [{"type": "text", "text": 3}]}]},
+        "messages[0].content[0] must be a text part with a string 'text'",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [3]}]},
+        "messages[0].content[0] has an unknown block type None",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"x": 1}]}]},
+        "messages[0].content[0] has an unknown block type None",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "image"}]}]},
+        "image blocks are not supported (text models only) by this proxy",
+        "messages[0].content[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "document"}]}]},
+        "document blocks are not supported (text models only) by this proxy",
+        "messages[0].content[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "search_result"}]}]},
+        "search_result blocks are not supported (text models only) by this proxy",
+        "messages[0].content[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "x"}]}]},
+        "messages[0].content[0] has an unknown block type 'thinking'",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        "messages[0].content[0][0] must be a text part with a string 'text'",
+        "messages[0].content[0][0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]},
+        "messages[0].content[0][0] must be a text part with a string 'text'",
+        "messages[0].content[0][0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
+        "messages[0].content[0].tool_use_id must be a string",
+        "messages[0].content[0].tool_use_id",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": ""}]}]},
+        "messages[0].content[0].tool_use_id must be a string",
+        "messages[0].content[0].tool_use_id",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": 3}]}]},
+        "messages[0].content[0].tool_use_id must be a string",
+        "messages[0].content[0].tool_use_id",
+        "invalid_value",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": 5}]}
+            ]
+        },
+        "messages[0].content[0].content must be a string or an array of text parts",
+        "messages[0].content[0].content",
+        "invalid_type",
+    ),
+    (
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}],
+                }
+            ]
+        },
+        "messages[0].content[0].content[0] must be a text block, got 'image'",
+        "messages[0].content[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [3]}]}
+            ]
+        },
+        "messages[0].content[0].content[0] must be a text block, got 'int'",
+        "messages[0].content[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text"}]}],
+                }
+            ]
+        },
+        "messages[0].content[0].content[0] must be a text part with a string 'text'",
+        "messages[0].content[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}]}
+            ]
+        },
+        "messages[0].content[0].is_error must be a boolean",
+        "messages[0].content[0].is_error",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": [3]}]},
+        "messages[0].content[0] has an unknown block type None",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": [{"type": "redacted_thinking", "data": "x"}]}]},
+        "redacted_thinking blocks (another provider's encrypted reasoning) are not supported by this proxy",
+        "messages[0].content[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": [{"type": "image"}]}]},
+        "messages[0].content[0] has an unknown block type 'image'",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
+        "messages[0].content[0] has an unknown block type 'tool_result'",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": [{"type": "thinking"}]}]},
+        "messages[0].content[0].thinking must be a string",
+        "messages[0].content[0].thinking",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": [{"type": "thinking", "thinking": 3}]}]},
+        "messages[0].content[0].thinking must be a string",
+        "messages[0].content[0].thinking",
+        "invalid_type",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}]},
+        "messages[0].content[0] must have a string id and name and an object input",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": 3, "name": "f", "input": {}}]}
+            ]
+        },
+        "messages[0].content[0] must have a string id and name and an object input",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": []}]}
+            ]
+        },
+        "messages[0].content[0] must have a string id and name and an object input",
+        "messages[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": [{"type": "text", "text": None}]}]},
+        "messages[0].content[0][0] must be a text part with a string 'text'",
+        "messages[0].content[0][0]",
+        "invalid_value",
+    ),
+    ({"system": 3}, "system must be a string or an array of text parts", "system", "invalid_type"),
+    (
+        {"system": [{"type": "image"}]},
+        "system[0] must be a text block, got 'image'",
+        "system[0]",
+        "invalid_value",
+    ),
+    ({"system": [3]}, "system[0] must be a text block, got 'int'", "system[0]", "invalid_value"),
+    (
+        {"system": [{"type": "text", "text": 3}]},
+        "system[0] must be a text part with a string 'text'",
+        "system[0]",
+        "invalid_value",
+    ),
+    ({"system": [{}]}, "system[0] must be a text part with a string 'text'", "system[0]", "invalid_value"),
+    ({"tools": "x"}, "'tools' must be an array", "tools", "invalid_type"),
+    ({"tools": [3]}, "tools[0] must be an object", "tools[0]", "invalid_type"),
+    (
+        {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+        "server tool 'web_search_20250305' (run by Anthropic's servers) is not supported by this proxy",
+        "tools[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"tools": [{"type": None, "name": "x"}]},
+        "server tool None (run by Anthropic's servers) is not supported by this proxy",
+        "tools[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"tools": [{"name": "f"}]},
+        "tools[0].input_schema must be a JSON Schema object",
+        "tools[0].input_schema",
+        "invalid_type",
+    ),
+    (
+        {"tools": [{"name": "f", "input_schema": []}]},
+        "tools[0].input_schema must be a JSON Schema object",
+        "tools[0].input_schema",
+        "invalid_type",
+    ),
+    (
+        {"tools": [{"name": "", "input_schema": {}}]},
+        "tools[0].name must be a non-empty string",
+        "tools[0].name",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"input_schema": {}}]},
+        "tools[0].name must be a non-empty string",
+        "tools[0].name",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"name": "f", "input_schema": {}, "description": 3}]},
+        "tools[0].description must be a string",
+        "tools[0].description",
+        "invalid_type",
+    ),
+    (
+        {"tool_choice": {"type": "tool", "name": "g"}},
+        "tool_choice.name names function 'g', which is not in the tools (f)",
+        "tool_choice.name",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": {"type": "tool"}},
+        "tool_choice.name names function None, which is not in the tools (f)",
+        "tool_choice.name",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": {"type": "tool", "name": 3}},
+        "tool_choice.name names function 3, which is not in the tools (f)",
+        "tool_choice.name",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": "auto"},
+        "tool_choice must be {'type': 'auto' | 'any' | 'tool' | 'none'}",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": {"type": "bad"}},
+        "tool_choice must be {'type': 'auto' | 'any' | 'tool' | 'none'}",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": {"type": "any"}, "tools": "DROP"},
+        "tool_choice.name 'required' needs a non-empty tools array",
+        "tool_choice.name",
+        "invalid_value",
+    ),
+    (
+        {"output_config": {"effort": "huge"}},
+        "output_config.effort must be 'low', 'medium', 'high', 'xhigh' or 'max'",
+        "output_config.effort",
+        "invalid_value",
+    ),
+    (
+        {"output_config": {"format": {}}},
+        "unknown parameter(s) format for the Anthropic Messages output_config API are not supported by this proxy",
+        "format",
+        "unknown_parameter",
+    ),
+    ({"output_config": 3}, "'output_config' must be an object", "output_config", "invalid_type"),
+    (
+        {"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
+        "context edit 'clear_tool_uses_20250919' is not supported (only clear_thinking_* edits, which the template's reasoning rendering already covers, are accepted) by this proxy",
+        "context_management.edits[0].type",
+        "unsupported_parameter",
+    ),
+    (
+        {"context_management": 3},
+        "'context_management' must be {'edits': [objects]}",
+        "context_management",
+        "invalid_type",
+    ),
+    (
+        {"context_management": {}},
+        "'context_management' must be {'edits': [objects]}",
+        "context_management",
+        "invalid_type",
+    ),
+    (
+        {"context_management": {"edits": [3]}},
+        "'context_management' must be {'edits': [objects]}",
+        "context_management",
+        "invalid_type",
+    ),
+    ({"model": 3}, "'model' must be a string", "model", "invalid_type"),
+    ({"max_tokens": "DROP"}, "'max_tokens' is required", "max_tokens", "missing_required_parameter"),
+    ({"max_tokens": 0}, "'max_tokens' must be between 1 and 16777216, got 0", "max_tokens", "invalid_value"),
+    ({"max_tokens": "5"}, "'max_tokens' must be an integer, got '5'", "max_tokens", "invalid_type"),
+    ({"max_tokens": None}, "'max_tokens' is required", "max_tokens", "missing_required_parameter"),
+    (
+        {"max_tokens": 33554432},
+        "'max_tokens' must be between 1 and 16777216, got 33554432",
+        "max_tokens",
+        "invalid_value",
+    ),
+    (
+        {"temperature": 1.5},
+        "'temperature' must be between 0.0 and 1.0, got 1.5",
+        "temperature",
+        "invalid_value",
+    ),
+    ({"temperature": "x"}, "'temperature' must be a number, got 'x'", "temperature", "invalid_type"),
+    ({"top_p": 2}, "'top_p' must be between 0.0 and 1.0, got 2", "top_p", "invalid_value"),
+    ({"top_k": 0}, "'top_k' must be between 1 and 1048576, got 0", "top_k", "invalid_value"),
+    ({"top_k": 1.5}, "'top_k' must be an integer, got 1.5", "top_k", "invalid_type"),
+    (
+        {"stop_sequences": [""]},
+        "'stop_sequences' must be an array of non-empty strings",
+        "stop_sequences",
+        "invalid_value",
+    ),
+    (
+        {"stop_sequences": "a"},
+        "'stop_sequences' must be an array of non-empty strings",
+        "stop_sequences",
+        "invalid_value",
+    ),
+    (
+        {"stop_sequences": [3]},
+        "'stop_sequences' must be an array of non-empty strings",
+        "stop_sequences",
+        "invalid_value",
+    ),
+    ({"stream": "x"}, "'stream' must be a boolean", "stream", "invalid_type"),
+    (
+        {"thinking": {"type": "on"}},
+        "thinking must be {'type': 'enabled' | 'adaptive' | 'disabled'}",
+        "thinking.type",
+        "invalid_value",
+    ),
+    (
+        {"thinking": 3},
+        "thinking must be {'type': 'enabled' | 'adaptive' | 'disabled'}",
+        "thinking.type",
+        "invalid_value",
+    ),
+    (
+        {"thinking": {}},
+        "thinking must be {'type': 'enabled' | 'adaptive' | 'disabled'}",
+        "thinking.type",
+        "invalid_value",
+    ),
+    (
+        {"thinking": {"type": "enabled", "budget_tokens": "x"}},
+        "'budget_tokens' must be an integer, got 'x'",
+        "budget_tokens",
+        "invalid_type",
+    ),
+    (
+        {"thinking": {"type": "enabled", "budget_tokens": -1}},
+        "'budget_tokens' must be between 0 and 16777216, got -1",
+        "budget_tokens",
+        "invalid_value",
+    ),
+    (
+        {"thinking": {"type": "enabled", "foo": 1}},
+        "unknown parameter(s) foo for the Anthropic Messages thinking API are not supported by this proxy",
+        "foo",
+        "unknown_parameter",
+    ),
+]
+
+
+@pytest.mark.parametrize(("patch", "message", "param", "code"), MESSAGES_REFUSALS)
+def test_messages_refusals_keep_their_words(
+    patch: dict[str, object], message: str, param: str, code: str
+) -> None:
+    with pytest.raises(RequestError) as refused:
+        parse_messages_request(_patched(MESSAGES, patch))
+    assert (str(refused.value), refused.value.param, refused.value.code) == (message, param, code)
+
+
+def test_messages_schema_builds_the_template_messages() -> None:
+    """Blocks become the chat template's messages: text runs merged, tool results as tool messages, system hoisted."""
+    conv = parse_messages_request(
+        _patched(MESSAGES, {"metadata": {"user_id": "u"}, "temperature": 1, "stop_sequences": []})
+    )
+    assert conv.messages == [
+        {"role": "system", "content": "sys\n\nlate"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "x", "reasoning_content": "hm",
+         "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]},
+        {"role": "user", "content": "ab"},
+        {"role": "tool", "tool_call_id": "t1", "content": "r"},
+        {"role": "tool", "tool_call_id": "t2", "content": ""},
+        {"role": "user", "content": "c"},
+        {"role": "assistant", "content": "ok"},
+    ]  # fmt: skip
+    assert conv.tools == [
+        {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}
+    ]
+    assert conv.sampling == {"temperature": 1.0} and conv.ignored == ["metadata"] and conv.max_tokens == 10
+
+
+def test_count_tokens_takes_the_conversation_fields_only() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    with pytest.raises(
+        RequestError, match="unknown parameter\\(s\\) max_tokens for the Anthropic count_tokens API"
+    ):
+        parse_count_tokens_request(orjson.dumps(body))
+    del body["max_tokens"]
+    assert parse_count_tokens_request(orjson.dumps(body)).messages == [{"role": "user", "content": "hi"}]

@@ -13,7 +13,7 @@ dialect, after validation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -26,6 +26,12 @@ from dressage.errors import RequestError
 M = TypeVar("M", bound=BaseModel)
 INDEX = int
 """A :class:`Rule` pattern step matching any array index (filled into the message as ``{0}``, ``{1}``...)."""
+PatternStep = str | type[int]
+
+
+class UnionTag(str):
+    """A :class:`Rule` pattern step naming a union's tag (``Tag("blocks")``, a role): in the error's
+    location but not in the body, so never walked into."""
 
 
 class StrictRequest(BaseModel):
@@ -47,10 +53,13 @@ class Rule:
     the pattern's path (``messages[{0}].role``).
     """
 
-    pattern: tuple[str | type[int], ...]
-    message: str
+    pattern: tuple[PatternStep, ...]
+    message: str | Callable[[Sequence[int], object], RequestError]
+    """A format string, or a function of the matched indices and the value that builds the error."""
     code: str = "invalid_value"
     param: str = ""
+    types: frozenset[str] = frozenset()
+    """Only these pydantic error types (all when empty)."""
 
 
 _SCALAR_WORDING = {
@@ -65,13 +74,13 @@ _SCALAR_WORDING = {
 _RANGE_ERRORS = frozenset({"greater_than_equal", "less_than_equal", "greater_than", "less_than"})
 
 
-def _path(pattern: tuple[str | type[int], ...]) -> str:
+def _path(pattern: tuple[PatternStep, ...]) -> str:
     """A pattern as a ``param`` format string: ``("messages", INDEX, "role")`` -> ``messages[{0}].role``."""
     out, k = "", 0
     for step in pattern:
         if step is INDEX:
             out, k = out + f"[{{{k}}}]", k + 1
-        else:
+        elif not isinstance(step, UnionTag):
             out += f".{step}" if out else str(step)
     return out
 
@@ -87,6 +96,11 @@ def _match(rule: Rule, loc: tuple[int | str, ...]) -> list[int] | None:
         elif want != step:
             return None
     return indices
+
+
+def _steps(loc: tuple[int | str, ...], pattern: tuple[PatternStep, ...]) -> list[int | str]:
+    """The body's path of a ``loc`` that ``pattern`` matched: its steps less the union tags."""
+    return [step for step, want in zip(loc, pattern, strict=False) if not isinstance(want, UnionTag)]
 
 
 def _at(body: object, path: Sequence[int | str]) -> object:
@@ -133,8 +147,10 @@ def translate(
     loc = tuple(error["loc"])
     for rule in rules:
         indices = _match(rule, loc)
-        if indices is not None:
-            got = _at(body, loc[: len(rule.pattern)])
+        if indices is not None and (not rule.types or error["type"] in rule.types):
+            got = _at(body, _steps(loc, rule.pattern))
+            if not isinstance(rule.message, str):
+                return rule.message(indices, got)
             param = (rule.param or _path(rule.pattern)).format(*indices, got=got)
             return RequestError(rule.message.format(*indices, got=got), param=param, code=rule.code)
     return _top_level(model, error, _at(body, loc[:1]))
