@@ -1,7 +1,7 @@
 """The dialects' typed request schemas refuse bad requests with the messages the hand-written checks gave.
 
 Each row patches a valid request (``DROP`` removes the field) and pins the :class:`RequestError`'s
-message, ``param`` and ``code`` (chat completions, Anthropic Messages): they were read off the hand-written parsers (commit f4f6fef) the
+message, ``param`` and ``code`` (chat completions, Anthropic Messages, OpenAI Responses): they were read off the hand-written parsers (commit f4f6fef) the
 schemas replaced (issue 37, point 4), so a client sees the same 400s. The HTTP shape of these errors
 is tested with the dialects (``test_dialects.py``, ``test_chat_breadth.py``).
 """
@@ -9,13 +9,18 @@ is tested with the dialects (``test_dialects.py``, ``test_chat_breadth.py``).
 from __future__ import annotations
 
 import copy
+from typing import cast
 
 import orjson
 import pytest
 
 from dressage.errors import RequestError
+from dressage.proxy.conversation import Conversation
 from dressage.proxy.dialects.chat import parse_chat_request
 from dressage.proxy.dialects.messages import parse_count_tokens_request, parse_messages_request
+from dressage.proxy.dialects.responses import ResponsesDialect
+from dressage.proxy.sessions import SessionState
+from dressage.tito import get_profile
 
 
 def _patched(base: dict[str, object], patch: dict[str, object]) -> bytes:
@@ -1008,3 +1013,372 @@ def test_count_tokens_takes_the_conversation_fields_only() -> None:
         parse_count_tokens_request(orjson.dumps(body))
     del body["max_tokens"]
     assert parse_count_tokens_request(orjson.dumps(body)).messages == [{"role": "user", "content": "hi"}]
+
+
+_ITEMS = [
+    {"type": "message", "role": "user", "content": "hi"},
+    {"role": "developer", "content": [{"type": "input_text", "text": "dev"}]},
+    {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+    {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "x", "annotations": []}],
+    },
+    {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "f",
+        "arguments": "{}",
+        "id": "fc1",
+        "status": "completed",
+    },
+    {"type": "function_call_output", "call_id": "c1", "output": "out"},
+    {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "o2"}]},
+    {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "rt"}]},
+    {"type": "reasoning", "encrypted_content": "aGVsbG8="},
+    {"role": "assistant", "content": "y"},
+]
+RESPONSES = {
+    "model": "m", "instructions": "sys", "input": _ITEMS, "store": False,
+    "tools": [{"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}, "strict": False},
+              {"type": "web_search"},
+              {"type": "namespace", "name": "mcp__x", "tools": [{"type": "function", "name": "g"}, {"name": "h", "parameters": {}}]}],
+}  # fmt: skip
+
+RESPONSES_REFUSALS = [
+    ({"store": "x"}, "'store' must be a boolean", "store", "invalid_type"),
+    (
+        {"foo": 1},
+        "unknown parameter(s) foo for the OpenAI Responses API are not supported by this proxy",
+        "foo",
+        "unknown_parameter",
+    ),
+    ({"input": "DROP"}, "'input' must be a string or an array of items", "input", "invalid_type"),
+    ({"input": 3}, "'input' must be a string or an array of items", "input", "invalid_type"),
+    ({"input": None}, "'input' must be a string or an array of items", "input", "invalid_type"),
+    ({"input": {}}, "'input' must be a string or an array of items", "input", "invalid_type"),
+    ({"input": [3]}, "input[0] must be an object", "input[0]", "invalid_type"),
+    (
+        {"input": [{"type": "image"}]},
+        "input item type 'image' is not supported by this proxy",
+        "input[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"input": [{"type": "message", "role": "user"}]},
+        "input[0].content must be a string or an array of text parts",
+        "input[0].content",
+        "invalid_type",
+    ),
+    (
+        {"input": [{"role": "user", "content": 3}]},
+        "input[0].content must be a string or an array of text parts",
+        "input[0].content",
+        "invalid_type",
+    ),
+    (
+        {"input": [{"role": "bot", "content": "x"}]},
+        "input[0].role must be user, assistant, system or developer, got 'bot'",
+        "input[0].role",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"content": "x"}]},
+        "input[0].role must be user, assistant, system or developer, got None",
+        "input[0].role",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"role": 3, "content": 3}]},
+        "input[0].content must be a string or an array of text parts",
+        "input[0].content",
+        "invalid_type",
+    ),
+    (
+        {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
+        "content part 'input_image' is not supported (text models only) by this proxy",
+        "input[0].content[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"input": [{"role": "user", "content": [3]}]},
+        "content part None is not supported (text models only) by this proxy",
+        "input[0].content[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"input": [{"role": "user", "content": [{"type": "input_text"}]}]},
+        "input[0].content[0] must be a text part with a string 'text'",
+        "input[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"role": "user", "content": [{"text": "x"}]}]},
+        "content part None is not supported (text models only) by this proxy",
+        "input[0].content[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"input": [{"role": "user", "content": [{"type": "text", "text": 3}]}]},
+        "input[0].content[0] must be a text part with a string 'text'",
+        "input[0].content[0]",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"type": "function_call", "call_id": "c"}]},
+        "input[0] must have string call_id, name and arguments",
+        "input[0]",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"type": "function_call", "call_id": 3, "name": "f", "arguments": "{}"}]},
+        "input[0] must have string call_id, name and arguments",
+        "input[0]",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]},
+        "input[0] must have string call_id, name and arguments",
+        "input[0]",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"type": "function_call_output", "output": "x"}]},
+        "input[0].call_id must be a string",
+        "input[0].call_id",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"type": "function_call_output", "call_id": "c"}]},
+        "input[0].output must be a string or an array of text parts",
+        "input[0].output",
+        "invalid_type",
+    ),
+    (
+        {"input": [{"type": "function_call_output", "call_id": "c", "output": 3}]},
+        "input[0].output must be a string or an array of text parts",
+        "input[0].output",
+        "invalid_type",
+    ),
+    (
+        {"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}]},
+        "content part 'input_image' is not supported (text models only) by this proxy",
+        "input[0].output[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"input": [{"type": "reasoning", "content": 3}]},
+        "input[0].content must be a string or an array of text parts",
+        "input[0].content",
+        "invalid_type",
+    ),
+    (
+        {"input": [{"type": "reasoning", "encrypted_content": "!!"}]},
+        "input[0].encrypted_content was not written by this proxy",
+        "input[0].encrypted_content",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"type": "reasoning", "summary": [3]}]},
+        "input[0].summary[0] must be a text part with a string 'text'",
+        "input[0].summary[0]",
+        "invalid_value",
+    ),
+    (
+        {"input": [{"type": "item_reference", "id": "x"}]},
+        "input item type 'item_reference' is not supported by this proxy",
+        "input[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"input": [{"type": None}]},
+        "input item type None is not supported by this proxy",
+        "input[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"instructions": 3},
+        "instructions must be a string or an array of text parts",
+        "instructions",
+        "invalid_type",
+    ),
+    (
+        {"instructions": [3]},
+        "instructions[0] must be a text part with a string 'text'",
+        "instructions[0]",
+        "invalid_value",
+    ),
+    (
+        {"instructions": [{"type": "x"}]},
+        "instructions[0] must be a text part with a string 'text'",
+        "instructions[0]",
+        "invalid_value",
+    ),
+    ({"tools": "x"}, "'tools' must be an array", "tools", "invalid_type"),
+    ({"tools": [3]}, "tool type None is not supported by this proxy", "tools[0]", "unsupported_parameter"),
+    (
+        {"tools": [{"type": "custom", "name": "x"}]},
+        "tool type 'custom' is not supported by this proxy",
+        "tools[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"tools": [{"name": "f"}]},
+        "tool type None is not supported by this proxy",
+        "tools[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"tools": [{"type": "function"}]},
+        "tools[0].name must be a non-empty string",
+        "tools[0].name",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"type": "function", "name": ""}]},
+        "tools[0].name must be a non-empty string",
+        "tools[0].name",
+        "invalid_value",
+    ),
+    (
+        {"tools": [{"type": "function", "name": "f", "description": 3}]},
+        "tools[0].description must be a string",
+        "tools[0].description",
+        "invalid_type",
+    ),
+    (
+        {"tools": [{"type": "function", "name": "f", "parameters": []}]},
+        "tools[0] parameters must be a JSON Schema object, got list",
+        "tools[0]",
+        "invalid_type",
+    ),
+    (
+        {"tools": [{"type": "namespace", "name": "n"}]},
+        "tools[0].tools must be an array",
+        "tools[0].tools",
+        "invalid_type",
+    ),
+    (
+        {"tools": [{"type": "namespace", "name": "n", "tools": 3}]},
+        "tools[0].tools must be an array",
+        "tools[0].tools",
+        "invalid_type",
+    ),
+    (
+        {"tools": [{"type": "namespace", "name": "n", "tools": [3]}]},
+        "a namespace may hold only function tools here by this proxy",
+        "tools[0].tools[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"tools": [{"type": "namespace", "name": "n", "tools": [{"type": "web_search"}]}]},
+        "a namespace may hold only function tools here by this proxy",
+        "tools[0].tools[0]",
+        "unsupported_parameter",
+    ),
+    (
+        {"tools": [{"type": "namespace", "name": "n", "tools": [{"name": ""}]}]},
+        "tools[0].tools[0].name must be a non-empty string",
+        "tools[0].tools[0].name",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": "any"},
+        "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": {"type": "function"}},
+        "tool_choice.name names function None, which is not in the tools (f, g, h)",
+        "tool_choice.name",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": {"type": "x"}},
+        "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"tool_choice": 3},
+        "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        {"reasoning": {"effort": "huge"}},
+        "reasoning.effort 'huge' is not known",
+        "reasoning.effort",
+        "invalid_value",
+    ),
+    ({"reasoning": 3}, "'reasoning' must be an object", "reasoning", "invalid_type"),
+    ({"truncation": "x"}, "'truncation' must be 'disabled' or 'auto'", "truncation", "invalid_value"),
+    ({"truncation": 3}, "'truncation' must be 'disabled' or 'auto'", "truncation", "invalid_value"),
+    ({"temperature": 3}, "'temperature' must be between 0.0 and 2.0, got 3", "temperature", "invalid_value"),
+    ({"top_p": 2}, "'top_p' must be between 0.0 and 1.0, got 2", "top_p", "invalid_value"),
+    ({"model": 3}, "'model' must be a string", "model", "invalid_type"),
+    ({"stream": "x"}, "'stream' must be a boolean", "stream", "invalid_type"),
+    (
+        {"max_output_tokens": 0},
+        "'max_output_tokens' must be between 1 and 16777216, got 0",
+        "max_output_tokens",
+        "invalid_value",
+    ),
+    (
+        {"max_output_tokens": "5"},
+        "'max_output_tokens' must be an integer, got '5'",
+        "max_output_tokens",
+        "invalid_type",
+    ),
+    (
+        {"text": {"format": {"type": "json_schema"}}},
+        "structured output formats are not supported by this proxy",
+        "text.format",
+        "unsupported_parameter",
+    ),
+    ({"include": ["x"]}, "include x is not supported by this proxy", "include", "unsupported_parameter"),
+    ({"include": "x"}, "'include' must be an array of strings", "include", "invalid_type"),
+    ({"include": [3]}, "'include' must be an array of strings", "include", "invalid_type"),
+    (
+        {"previous_response_id": 3},
+        "'previous_response_id' must be a string",
+        "previous_response_id",
+        "invalid_type",
+    ),
+]
+
+
+def _responses(patch: dict[str, object]) -> Conversation:
+    """Parse with no session: only ``previous_response_id`` reads the session's stored chain, and
+    these bodies never name a stored response (a chain's history is tested in ``test_dialects.py``)."""
+    dialect = ResponsesDialect(get_profile("qwen3.5"), "m")
+    return dialect.parse(_patched(RESPONSES, patch), cast(SessionState, None), None)
+
+
+@pytest.mark.parametrize(("patch", "message", "param", "code"), RESPONSES_REFUSALS)
+def test_responses_refusals_keep_their_words(
+    patch: dict[str, object], message: str, param: str, code: str
+) -> None:
+    with pytest.raises(RequestError) as refused:
+        _responses(patch)
+    assert (str(refused.value), refused.value.param, refused.value.code) == (message, param, code)
+
+
+def test_responses_schema_merges_one_assistant_turn() -> None:
+    """Reasoning, text and calls of one turn become one assistant message; hosted tools dropped, namespaces flattened."""
+    conv = _responses({})
+    assert conv.messages == [
+        {"role": "system", "content": "sys\n\ndev"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "x", "reasoning_content": "think",
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "out"},
+        {"role": "tool", "tool_call_id": "c2", "content": "o2"},
+        {"role": "assistant", "content": "y", "reasoning_content": "rthello"},
+    ]  # fmt: skip
+    assert [t["function"]["name"] for t in conv.tools or ()] == ["f", "g", "h"]
+    assert conv.info["dropped_tools"] == ["web_search"] and conv.info["namespaces"] == {
+        "g": "mcp__x",
+        "h": "mcp__x",
+    }
