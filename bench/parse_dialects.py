@@ -80,14 +80,19 @@ def messages_body(turns: int) -> dict[str, object]:
         use = {"type": "tool_use", "id": f"toolu_{i}", "name": "tool_0", "input": {"path": f"/src/f{i}.py"}}
         result = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": _result(i)}
         messages += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
-    tools = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in _tools()]
+    tools = [
+        {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+        for t in _tools()
+    ]
     return {"model": "m", "system": "You are a coding agent.", "messages": messages, "tools": tools,
             "max_tokens": 64, "stream": False, "temperature": 0.7, "thinking": {"type": "disabled"}}  # fmt: skip
 
 
 def responses_body(turns: int) -> dict[str, object]:
     """An OpenAI Responses input sent back whole (as Codex does): calls and their outputs."""
-    items: list[dict[str, object]] = [{"type": "message", "role": "user", "content": "Find the bug in main.py."}]
+    items: list[dict[str, object]] = [
+        {"type": "message", "role": "user", "content": "Find the bug in main.py."}
+    ]
     for i in range(turns):
         items += [
             {"type": "function_call", "call_id": f"call_{i}", "name": "tool_0",
@@ -105,7 +110,9 @@ SIZES = {"typical": 1, "200 msgs": 99}  # 99 calls + 99 results + system/user = 
 
 
 def _git_show(rev: str, path: str) -> str:
-    return subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "show", f"{rev}:{path}"], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def _load(name: str, source: str) -> types.ModuleType:

@@ -3,7 +3,7 @@
 Messages are a union on ``role``, their blocks unions on ``type``, and a content either a string or
 blocks (``Tag("text")`` / ``Tag("blocks")``): pydantic-core checks the whole history and hands back
 plain dicts, which :mod:`dressage.proxy.dialects.messages` turns into the chat template's messages.
-Blocks keep keys this proxy does not read (``cache_control``, ``citations``, ``signature``).
+Keys this proxy does not read (``cache_control``, ``citations``, ``signature``) are accepted, as before.
 :data:`RULES` words every error as the hand-written checks did; unknown top-level fields are
 refused before validation (:func:`~dressage.proxy.conversation.refuse_unknown`, naming them all).
 """
@@ -21,14 +21,16 @@ from dressage.proxy.conversation import unsupported
 from dressage.proxy.dialects.request_schema import INDEX, PatternStep, Rule, StrictRequest, UnionTag
 
 NonEmpty = Annotated[str, Field(min_length=1)]
-_OPEN = ConfigDict(extra="allow", strict=True)
+_SHAPE = ConfigDict(extra="ignore", strict=True)
+"""Keys this proxy does not read (``cache_control``, ``citations``, ``signature``) are accepted and left
+out of the validated dicts: nothing reads them, and not copying them is a third of the validation."""
 
 
 def _text_or_blocks(value: object) -> str:
     return "text" if isinstance(value, str) else "blocks"
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class TextPart(TypedDict, total=False):
     """A text block where only text may stand (``system``, a tool result); ``type`` defaults to text."""
 
@@ -41,7 +43,7 @@ Text = Annotated[
 ]
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class TextBlock(TypedDict):
     """A ``text`` block of a user or assistant turn."""
 
@@ -49,7 +51,7 @@ class TextBlock(TypedDict):
     text: str
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class ToolResultBlock(TypedDict, total=False):
     """A client's result of a ``tool_use`` (``is_error`` has no slot in the template: accepted)."""
 
@@ -59,7 +61,7 @@ class ToolResultBlock(TypedDict, total=False):
     is_error: bool | None
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class ThinkingBlock(TypedDict):
     """The model's reasoning, sent back (its ``signature`` is not checked)."""
 
@@ -67,7 +69,7 @@ class ThinkingBlock(TypedDict):
     thinking: str
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class ToolUseBlock(TypedDict):
     """The model's tool call, sent back."""
 
@@ -90,7 +92,7 @@ AssistantContent = Annotated[
 ]
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class UserMessage(TypedDict):
     """A user turn: text and tool results."""
 
@@ -98,7 +100,7 @@ class UserMessage(TypedDict):
     content: UserContent
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class AssistantMessage(TypedDict):
     """An assistant turn: reasoning, text, tool calls."""
 
@@ -106,7 +108,7 @@ class AssistantMessage(TypedDict):
     content: AssistantContent
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class SystemMessage(TypedDict):
     """A system message inside ``messages`` (Claude Code sends one after the first user message)."""
 
@@ -117,7 +119,7 @@ class SystemMessage(TypedDict):
 Message = Annotated[UserMessage | AssistantMessage | SystemMessage, Field(discriminator="role")]
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class CustomTool(TypedDict, total=False):
     """A custom tool (``defer_loading``, ``cache_control`` accepted without effect)."""
 
@@ -127,7 +129,7 @@ class CustomTool(TypedDict, total=False):
     description: str | None
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class ToolChoice(TypedDict, total=False):
     """``tool_choice``; ``name`` is checked against the tools when the choice is resolved."""
 

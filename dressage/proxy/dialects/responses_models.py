@@ -25,6 +25,9 @@ HOSTED = frozenset(
     {"web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
      "computer_use_preview", "mcp", "local_shell"}
 )  # fmt: skip
+_SHAPE = ConfigDict(extra="ignore", strict=True)
+"""Keys this proxy does not read (an item's ``id`` and ``status``, a part's ``annotations``) are accepted
+and left out of the validated dicts."""
 _OPEN = ConfigDict(extra="allow", strict=True)
 
 
@@ -32,7 +35,7 @@ def _text_or_parts(value: object) -> str:
     return "text" if isinstance(value, str) else "parts"
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class ContentPart(TypedDict):
     """A text part of a message or a tool output (``input_text``, ``output_text``, ``text``)."""
 
@@ -40,7 +43,7 @@ class ContentPart(TypedDict):
     text: str
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class TextPart(TypedDict):
     """A part of ``instructions``: any part with a string ``text``."""
 
@@ -55,7 +58,7 @@ Instructions = Annotated[
 ]
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class MessageItem(TypedDict, total=False):
     """A message; consecutive assistant items join one assistant message. Content is checked first."""
 
@@ -64,7 +67,7 @@ class MessageItem(TypedDict, total=False):
     role: Required[Literal["user", "assistant", "system", "developer"]]
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class FunctionCallItem(TypedDict):
     """An assistant's tool call, sent back (``arguments`` its JSON text)."""
 
@@ -74,7 +77,7 @@ class FunctionCallItem(TypedDict):
     arguments: str
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class FunctionCallOutputItem(TypedDict):
     """A tool's result."""
 
@@ -111,7 +114,7 @@ Input = Annotated[
 ]
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class FunctionTool(TypedDict, total=False):
     """A function tool; its ``name``, ``description`` and ``parameters`` are checked as every dialect's are."""
 
@@ -121,7 +124,7 @@ class FunctionTool(TypedDict, total=False):
     parameters: object
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class NamespaceFunction(TypedDict, total=False):
     """A function inside a namespace (``type`` defaults to function)."""
 
@@ -131,7 +134,7 @@ class NamespaceFunction(TypedDict, total=False):
     parameters: object
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class NamespaceTool(TypedDict, total=False):
     """A namespace of function tools (Codex's MCP servers): flattened, calls answered with the namespace."""
 
@@ -140,7 +143,7 @@ class NamespaceTool(TypedDict, total=False):
     tools: Required[list[NamespaceFunction]]
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class HostedTool(TypedDict):
     """A tool OpenAI's servers would run: dropped, and recorded as dropped."""
 
@@ -160,7 +163,7 @@ Tool = Annotated[
 ]
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class NamedToolChoice(TypedDict, total=False):
     """``{"type": "function", "name": N}`` (the name is checked against the tools)."""
 
@@ -168,7 +171,7 @@ class NamedToolChoice(TypedDict, total=False):
     name: object
 
 
-@with_config(_OPEN)
+@with_config(_SHAPE)
 class Reasoning(TypedDict, total=False):
     """``reasoning``: the effort switches thinking; ``summary`` is the reasoning itself."""
 
