@@ -16,7 +16,6 @@ dialect's error seam turns into a 400 in its own error shape.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,20 +95,6 @@ def check_depth(value: Any, what: str, limit: int = MAX_JSON_DEPTH) -> None:
         level, depth = deeper, depth + 1
 
 
-def number(body: dict[str, object], name: str, lo: float, hi: float) -> float | None:
-    """``body[name]`` as a finite number in ``[lo, hi]``, None when absent."""
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RequestError(f"'{name}' must be a number, got {value!r}", param=name, code="invalid_type")
-    if not lo <= value <= hi:
-        raise RequestError(
-            f"'{name}' must be between {lo} and {hi}, got {value}", param=name, code="invalid_value"
-        )
-    return float(value)
-
-
 def integer(body: dict[str, object], name: str, lo: int, hi: int) -> int | None:
     """``body[name]`` as an integer in ``[lo, hi]``, None when absent."""
     value = body.get(name)
@@ -121,16 +106,6 @@ def integer(body: dict[str, object], name: str, lo: int, hi: int) -> int | None:
         raise RequestError(
             f"'{name}' must be between {lo} and {hi}, got {value}", param=name, code="invalid_value"
         )
-    return value
-
-
-def boolean(body: dict[str, object], name: str) -> bool:
-    """``body[name]`` as a boolean (absent or null: False)."""
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise RequestError(f"'{name}' must be a boolean", param=name, code="invalid_type")
     return value
 
 
@@ -174,17 +149,8 @@ def function_tool(name: object, description: object, parameters: object, where: 
     return {"type": "function", "function": fn}
 
 
-def tool_list(tools: object) -> list[Any] | None:
-    """A request's ``tools`` array: None when absent or empty, 400 when it is not an array."""
-    if tools is None or tools == []:
-        return None
-    if not isinstance(tools, list):
-        raise RequestError("'tools' must be an array", param="tools", code="invalid_type")
-    return tools
-
-
 def resolve_tool_choice(
-    mode: str, name: str | None, tools: list[dict[str, Any]] | None, param: str
+    mode: str, name: object, tools: list[dict[str, Any]] | None, param: str
 ) -> tuple[bool, str | None]:
     """(parse tool calls?, forced function) for a tool choice in dialect-neutral terms.
 
@@ -202,7 +168,7 @@ def resolve_tool_choice(
         )
     if mode == "required":
         return True, names[0] if len(names) == 1 else ""
-    if name not in names:
+    if not isinstance(name, str) or name not in names:
         raise RequestError(
             f"{param} names function {name!r}, which is not in the tools ({', '.join(names)})",
             param=param,

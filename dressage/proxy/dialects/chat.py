@@ -44,24 +44,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from typing import cast
 
 from starlette.responses import JSONResponse
 
 from dressage.errors import RequestError
 from dressage.proxy.conversation import (
     Conversation,
-    boolean,
     fingerprint,
-    function_tool,
-    integer,
     merge_defaults,
-    number,
     parse_json_object,
     resolve_tool_choice,
-    tool_list,
     unsupported,
 )
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
+from dressage.proxy.dialects.chat_models import RULES, ChatMessage, ChatRequest
+from dressage.proxy.dialects.request_schema import validate_request
 from dressage.proxy.errors import classify, error_body, error_response
 from dressage.proxy.replies import reply_parse
 from dressage.proxy.reply_data import ReplyData
@@ -70,7 +68,6 @@ from dressage.proxy.streaming import sse
 from dressage.tito.model_profile import ModelProfile
 from dressage.tito.tool_calls import ParsedAssistant
 
-ROLES = ("system", "developer", "user", "assistant", "tool")
 KNOWN_IGNORED = frozenset(
     {"model", "user", "metadata", "store", "parallel_tool_calls", "service_tier", "reasoning_effort",
      "prompt_cache_key", "safety_identifier", "verbosity"}
@@ -83,103 +80,27 @@ _UNSUPPORTED = {
     "web_search_options": "web search is not supported",
     "logit_bias": "logit_bias is not supported",
 }
-_HANDLED = frozenset(
-    {"messages", "tools", "tool_choice", "temperature", "top_p", "top_k", "min_p", "max_tokens",
-     "max_completion_tokens", "stop", "seed", "stream", "stream_options", "logprobs", "top_logprobs",
-     "chat_template_kwargs", "n", "response_format", "modalities", "presence_penalty",
-     "frequency_penalty", "repetition_penalty", "regex", "ebnf", "structured_outputs"}
-)  # fmt: skip
-MAX_CHOICES = 16
+_NOT_RECORDED = KNOWN_IGNORED | _UNSUPPORTED.keys() | {"modalities"}
+"""Extra fields left off ``info.ignored_params``: refused before, known to change nothing, or checked."""
 LOGPROB_FLOOR = -9999.0
 """OpenAI's smallest reported logprob (vLLM clamps to it too)."""
 
 
-def _check_messages(messages: object) -> list[dict[str, object]]:
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty array", param="messages", code="invalid_type")
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, dict):
-            raise RequestError(
-                f"messages[{i}] must be an object", param=f"messages[{i}]", code="invalid_type"
-            )
-        role = msg.get("role")
-        if role not in ROLES:
-            raise RequestError(
-                f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}",
-                param=f"messages[{i}].role",
-                code="invalid_value",
-            )
-        content = msg.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise RequestError(
-                f"messages[{i}].content must be a string or an array of parts",
-                param=f"messages[{i}].content",
-                code="invalid_type",
-            )
-        calls = msg.get("tool_calls")
-        if calls is not None and not isinstance(calls, list):
-            raise RequestError(
-                f"messages[{i}].tool_calls must be an array",
-                param=f"messages[{i}].tool_calls",
-                code="invalid_type",
-            )
-    # vLLM clients send an assistant's reasoning back as ``reasoning``; the template reads ``reasoning_content``.
-    return [
-        {**m, "reasoning_content": m["reasoning"]}
-        if m.get("role") == "assistant"
-        and m.get("reasoning") is not None
-        and m.get("reasoning_content") is None
-        else m
-        for m in messages
-    ]
-
-
-def _check_tools(value: object) -> list[dict[str, object]] | None:
-    tools = tool_list(value)
-    if tools is None:
-        return None
-    out = []
-    for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(fn, dict) or tool.get("type", "function") != "function":
-            raise RequestError(
-                f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
-                param=f"tools[{i}]",
-                code="invalid_value",
-            )
-        checked = function_tool(
-            fn.get("name"), fn.get("description"), fn.get("parameters"), f"tools[{i}].function"
-        )
-        out.append({**tool, "function": {**fn, **checked["function"]}})
+def _messages(messages: list[ChatMessage]) -> list[dict[str, object]]:
+    """The messages for the template; vLLM clients send an assistant's reasoning back as ``reasoning``,
+    the template reads ``reasoning_content``."""
+    out = cast(list[dict[str, object]], messages)  # plain dicts pydantic-core built: ours to complete
+    for m in out:
+        if m["role"] == "assistant" and m.get("reasoning") is not None and m.get("reasoning_content") is None:
+            m["reasoning_content"] = m["reasoning"]
     return out
 
 
-def _tool_choice(body: dict[str, object], tools: list[dict[str, object]] | None) -> tuple[bool, str | None]:
-    choice = body.get("tool_choice")
-    if choice is None or choice in ("auto", "none", "required"):
+def _tool_choice(req: ChatRequest, tools: list[dict[str, object]] | None) -> tuple[bool, str | None]:
+    choice = req.tool_choice
+    if choice is None or isinstance(choice, str):
         return resolve_tool_choice(choice or "auto", None, tools, "tool_choice")
-    fn = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
-    name = fn.get("name") if isinstance(fn, dict) else None
-    if not isinstance(name, str):
-        raise RequestError(
-            "'tool_choice' must be 'auto', 'none', 'required' or "
-            f"{{'type': 'function', 'function': {{'name': ...}}}}, got {choice!r}",
-            param="tool_choice",
-            code="invalid_value",
-        )
-    return resolve_tool_choice("named", name, tools, "tool_choice")
-
-
-def _stop(body: dict[str, object]) -> list[str] | None:
-    stop = body.get("stop")
-    if stop is None:
-        return None
-    stops = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
-        raise RequestError(
-            "'stop' must be a non-empty string or an array of up to 4", param="stop", code="invalid_value"
-        )
-    return stops
+    return resolve_tool_choice("named", choice["function"]["name"], tools, "tool_choice")
 
 
 def _refuse_unsupported(body: dict[str, object]) -> None:
@@ -196,13 +117,13 @@ def _string(value: object, param: str) -> str:
     return value
 
 
-def _response_format(fmt: object) -> tuple[str, str] | None:
+def _response_format(fmt: dict[str, object]) -> tuple[str, str] | None:
     """OpenAI ``response_format`` as an SGLang grammar param (None for ``text``)."""
-    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
+    kind = fmt.get("type")
+    if not isinstance(kind, str):
         raise RequestError(
             "'response_format' must be an object with a 'type'", param="response_format", code="invalid_type"
         )
-    kind = fmt["type"]
     if kind == "text":
         return None
     if kind == "json_object":
@@ -226,11 +147,9 @@ def _response_format(fmt: object) -> tuple[str, str] | None:
     )
 
 
-def _structured_outputs(spec: object) -> tuple[str, str]:
+def _structured_outputs(spec: dict[str, object]) -> tuple[str, str]:
     """vLLM's ``structured_outputs`` (one of json / regex / choice / grammar) as an SGLang grammar param."""
     param = "structured_outputs"
-    if not isinstance(spec, dict):
-        raise RequestError(f"'{param}' must be an object", param=param, code="invalid_type")
     given = {k: v for k, v in spec.items() if v not in (None, False)}
     known = {"json", "regex", "choice", "grammar", "json_object"}
     for key in given:
@@ -268,18 +187,18 @@ def _structured_outputs(spec: object) -> tuple[str, str]:
     return ("regex" if key == "regex" else "ebnf"), _string(value, f"{param}.{key}")
 
 
-def _constraint(body: dict[str, object], force_tool: str | None) -> dict[str, str]:
+def _constraint(req: ChatRequest, force_tool: str | None) -> dict[str, str]:
     """The one output constraint of the request as SGLang sampling params (``json_schema``/``regex``/``ebnf``)."""
     found: list[tuple[str, tuple[str, str]]] = []
-    if body.get("response_format") is not None:
-        fmt = _response_format(body["response_format"])
+    if req.response_format is not None:
+        fmt = _response_format(req.response_format)
         if fmt is not None:
             found.append(("response_format", fmt))
-    for name in ("regex", "ebnf"):
-        if body.get(name) is not None:
-            found.append((name, (name, _string(body[name], name))))
-    if body.get("structured_outputs") is not None:
-        found.append(("structured_outputs", _structured_outputs(body["structured_outputs"])))
+    for name, value in (("regex", req.regex), ("ebnf", req.ebnf)):
+        if value is not None:
+            found.append((name, (name, value)))
+    if req.structured_outputs is not None:
+        found.append(("structured_outputs", _structured_outputs(req.structured_outputs)))
     if not found:
         return {}
     if len(found) > 1:
@@ -299,133 +218,77 @@ def _constraint(body: dict[str, object], force_tool: str | None) -> dict[str, st
     return {kind: source}
 
 
-def _logprobs(body: dict[str, object]) -> tuple[bool, int]:
-    """(``logprobs``, ``top_logprobs``); alternatives without ``logprobs: true`` are refused."""
-    logprobs = boolean(body, "logprobs")
-    top = integer(body, "top_logprobs", 0, 20) or 0
-    if top and not logprobs:
-        raise RequestError(
-            "'top_logprobs' needs 'logprobs': true", param="top_logprobs", code="invalid_value"
-        )
-    return logprobs, top
-
-
-def _stream_options(body: dict[str, object], stream: bool) -> bool:
-    """``stream_options.include_usage``; stream options without ``stream`` are refused, as OpenAI does."""
-    opts = body.get("stream_options")
-    if opts is None:
-        return False
-    if not isinstance(opts, dict):
-        raise RequestError("'stream_options' must be an object", param="stream_options", code="invalid_type")
-    if not stream:
+def _cross_checks(req: ChatRequest) -> None:
+    """What one field's schema cannot say: ranges open at one end, fields that need another."""
+    if req.stream_options is not None and not req.stream:
         raise RequestError(
             "'stream_options' is only allowed when 'stream' is true",
             param="stream_options",
             code="invalid_value",
         )
-    if opts.get("continuous_usage_stats"):
+    if req.stream_options and req.stream_options.get("continuous_usage_stats"):
         raise unsupported("stream_options.continuous_usage_stats", "usage in every chunk is not supported")
-    return bool(opts.get("include_usage"))
-
-
-def _thinking(body: dict[str, object]) -> bool | None:
-    kwargs = body.get("chat_template_kwargs") or {}
-    if not isinstance(kwargs, dict):
+    if req.top_logprobs and not req.logprobs:
         raise RequestError(
-            "'chat_template_kwargs' must be an object", param="chat_template_kwargs", code="invalid_type"
+            "'top_logprobs' needs 'logprobs': true", param="top_logprobs", code="invalid_value"
         )
-    thinking = kwargs.get("enable_thinking")
-    if thinking is not None and not isinstance(thinking, bool):
-        raise RequestError(
-            "enable_thinking must be a boolean",
-            param="chat_template_kwargs.enable_thinking",
-            code="invalid_type",
-        )
-    return thinking
-
-
-def _sampling(body: dict[str, object]) -> dict[str, object]:
-    sampling: dict[str, object] = {}
-    for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
-        value = number(body, name, lo, hi)
-        if value is not None:
-            sampling[name] = value
-    if sampling.get("top_p") == 0.0:
+    if req.top_p == 0.0:
         raise RequestError("'top_p' must be greater than 0", param="top_p", code="invalid_value")
-    top_k = integer(body, "top_k", -1, 1 << 20)
-    if top_k is not None:
-        if top_k == 0:
-            raise RequestError("'top_k' must be -1 (all) or at least 1", param="top_k", code="invalid_value")
-        sampling["top_k"] = top_k
-    seed = integer(body, "seed", -(1 << 63), (1 << 63) - 1)
-    if seed is not None:
-        sampling["sampling_seed"] = seed
-    sampling.update(_penalties(body))
-    stops = _stop(body)
-    if stops:
-        sampling["stop"] = stops
-    return sampling
-
-
-def _penalties(body: dict[str, object]) -> dict[str, float]:
-    """The penalties that change anything, as SGLang sampling params (its ranges)."""
-    out: dict[str, float] = {}
-    for name in ("frequency_penalty", "presence_penalty"):
-        value = number(body, name, -2.0, 2.0)
-        if value:
-            out[name] = value
-    repetition = number(body, "repetition_penalty", 0.0, 2.0)
-    if repetition == 0.0:
+    if req.top_k == 0:
+        raise RequestError("'top_k' must be -1 (all) or at least 1", param="top_k", code="invalid_value")
+    if req.repetition_penalty == 0.0:
         raise RequestError(
             "'repetition_penalty' must be in (0, 2] (1 = none)",
             param="repetition_penalty",
             code="invalid_value",
         )
-    if repetition is not None and repetition != 1.0:
-        out["repetition_penalty"] = repetition
-    return out
+
+
+def _sampling(req: ChatRequest) -> dict[str, object]:
+    """The SGLang sampling params the request sets (penalties only when they change anything)."""
+    given = {
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "min_p": req.min_p,
+        "top_k": req.top_k,
+        "sampling_seed": req.seed,
+        "frequency_penalty": req.frequency_penalty or None,
+        "presence_penalty": req.presence_penalty or None,
+        "repetition_penalty": None if req.repetition_penalty == 1.0 else req.repetition_penalty,
+        "stop": [req.stop] if isinstance(req.stop, str) else req.stop or None,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def parse_chat_request(raw: bytes, default_sampling: Mapping[str, object] | None = None) -> Conversation:
     """Validate a raw chat-completions body; raises :class:`RequestError` (400) for anything wrong."""
     body = parse_json_object(raw)
     _refuse_unsupported(body)
-    messages = _check_messages(body.get("messages"))
-    tools = _check_tools(body.get("tools"))
-    parse_tools, force_tool = _tool_choice(body, tools)
-    stream = boolean(body, "stream")
-    include_usage = _stream_options(body, stream)
-    logprobs, top_logprobs = _logprobs(body)
-    n = integer(body, "n", 1, MAX_CHOICES) or 1
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise RequestError("'model' must be a string", param="model", code="invalid_type")
-    sampling = _sampling(body)
-    sampling.update(_constraint(body, force_tool))
-    max_tokens = integer(body, "max_completion_tokens", 1, 1 << 24)
-    if max_tokens is None:
-        max_tokens = integer(body, "max_tokens", 1, 1 << 24)
-    max_tokens = merge_defaults(sampling, max_tokens, default_sampling)
-    ignored = sorted(
-        k for k in body if k not in _HANDLED and k not in _UNSUPPORTED and k not in KNOWN_IGNORED
-    )
+    req = validate_request(ChatRequest, body, RULES)
+    tools = cast(list[dict[str, object]], req.tools) if req.tools else None
+    parse_tools, force_tool = _tool_choice(req, tools)
+    _cross_checks(req)
+    sampling = _sampling(req)
+    sampling.update(_constraint(req, force_tool))
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    kwargs = req.chat_template_kwargs or {}
     return Conversation(
         dialect="chat",
-        messages=messages,
+        messages=_messages(req.messages),
         tools=tools,
         parse_tools=parse_tools,
         force_tool=force_tool,
-        stream=stream,
-        include_usage=include_usage,
-        logprobs=logprobs,
-        top_logprobs=top_logprobs,
-        n=n,
-        enable_thinking=_thinking(body),
-        model=model,
-        max_tokens=max_tokens,
+        stream=bool(req.stream),
+        include_usage=bool(req.stream_options and req.stream_options.get("include_usage")),
+        logprobs=bool(req.logprobs),
+        top_logprobs=req.top_logprobs or 0,
+        n=req.n or 1,
+        enable_thinking=kwargs.get("enable_thinking"),
+        model=req.model,
+        max_tokens=merge_defaults(sampling, max_tokens, default_sampling),
         sampling=sampling,
         fingerprint=fingerprint("chat", raw),
-        ignored=ignored,
+        ignored=sorted(k for k in req.model_extra or () if k not in _NOT_RECORDED),
     )
 
 

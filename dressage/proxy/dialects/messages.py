@@ -54,21 +54,25 @@ from starlette.responses import JSONResponse
 from dressage.errors import RequestError
 from dressage.proxy.conversation import (
     Conversation,
-    boolean,
     fingerprint,
     function_tool,
     hoist_system,
     integer,
     merge_defaults,
-    number,
     parse_json_object,
     refuse_unknown,
     resolve_tool_choice,
-    text_of,
-    tool_list,
     unsupported,
 )
 from dressage.proxy.dialects.base import Dialect, StreamRenderer, url_or_bearer_token
+from dressage.proxy.dialects.messages_models import (
+    RULES,
+    AssistantBlock,
+    MessagesRequest,
+    TextPart,
+    UserBlock,
+)
+from dressage.proxy.dialects.request_schema import validate_request
 from dressage.proxy.errors import OverloadedError, classify, error_message
 from dressage.proxy.reply_data import ReplyData
 from dressage.proxy.sessions import SessionState
@@ -92,91 +96,50 @@ _ERROR_TYPES = {
 }
 
 
-def _text_blocks(content: object, where: str) -> str:
-    """Text from a string or text blocks (``cache_control`` and ``citations`` allowed)."""
-    if isinstance(content, list):
-        for i, block in enumerate(content):
-            if not isinstance(block, dict) or block.get("type", "text") != "text":
-                kind = block.get("type") if isinstance(block, dict) else type(block).__name__
-                raise RequestError(
-                    f"{where}[{i}] must be a text block, got {kind!r}",
-                    param=f"{where}[{i}]",
-                    code="invalid_value",
-                )
-    return text_of(content, where)
+def _text(content: str | list[TextPart]) -> str:
+    """The text of a string or text blocks."""
+    return content if isinstance(content, str) else "".join(part["text"] for part in content)
 
 
-def _user_messages(content: object, where: str) -> list[dict[str, object]]:
-    """A user turn's blocks as tool messages (``tool_result``) and user messages (text), in order."""
+def _user_messages(content: str | list[UserBlock]) -> list[dict[str, object]]:
+    """A user turn's blocks as tool messages (``tool_result``) and user messages (text runs), in order."""
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
-    if not isinstance(content, list):
-        raise RequestError(
-            f"{where} must be a string or an array of blocks", param=where, code="invalid_type"
+    out: list[dict[str, object]] = []
+    text: list[str] = []
+    for block in content:
+        if block["type"] == "text":
+            text.append(block["text"])
+            continue
+        if text:
+            out.append({"role": "user", "content": "".join(text)})
+            text = []
+        result = block.get("content")
+        out.append(
+            {
+                "role": "tool",
+                "tool_call_id": block["tool_use_id"],
+                "content": "" if result is None else _text(result),
+            }
         )
-    out: list[dict[str, Any]] = []
-    for i, block in enumerate(content):
-        at = f"{where}[{i}]"
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text":
-            text = _text_blocks([block], at)
-            if out and out[-1]["role"] == "user":
-                out[-1]["content"] += text
-            else:
-                out.append({"role": "user", "content": text})
-        elif kind == "tool_result":
-            call_id = block.get("tool_use_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise RequestError(
-                    f"{at}.tool_use_id must be a string", param=f"{at}.tool_use_id", code="invalid_value"
-                )
-            result = block.get("content")
-            text = "" if result is None else _text_blocks(result, f"{at}.content")
-            if block.get("is_error") not in (None, True, False):
-                raise RequestError(
-                    f"{at}.is_error must be a boolean", param=f"{at}.is_error", code="invalid_type"
-                )
-            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
-        elif kind in ("image", "document", "search_result"):
-            raise unsupported(at, f"{kind} blocks are not supported (text models only)")
-        else:
-            raise RequestError(f"{at} has an unknown block type {kind!r}", param=at, code="invalid_value")
+    if text:
+        out.append({"role": "user", "content": "".join(text)})
     return out
 
 
-def _assistant_message(content: object, where: str) -> dict[str, object]:
+def _assistant_message(content: str | list[AssistantBlock]) -> dict[str, object]:
     """An assistant turn's blocks as one message: reasoning, content, tool calls."""
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
-    if not isinstance(content, list):
-        raise RequestError(
-            f"{where} must be a string or an array of blocks", param=where, code="invalid_type"
-        )
     reasoning, text, calls = [], [], []
-    for i, block in enumerate(content):
-        at = f"{where}[{i}]"
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text":
-            text.append(_text_blocks([block], at))
-        elif kind == "thinking":
-            if not isinstance(block.get("thinking"), str):
-                raise RequestError(
-                    f"{at}.thinking must be a string", param=f"{at}.thinking", code="invalid_type"
-                )
+    for block in content:
+        if block["type"] == "text":
+            text.append(block["text"])
+        elif block["type"] == "thinking":
             reasoning.append(block["thinking"])
-        elif kind == "tool_use":
-            call_id, name, args = block.get("id"), block.get("name"), block.get("input")
-            if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(args, dict):
-                raise RequestError(
-                    f"{at} must have a string id and name and an object input", param=at, code="invalid_value"
-                )
-            calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
-        elif kind == "redacted_thinking":
-            raise unsupported(
-                at, "redacted_thinking blocks (another provider's encrypted reasoning) are not supported"
-            )
         else:
-            raise RequestError(f"{at} has an unknown block type {kind!r}", param=at, code="invalid_value")
+            fn = {"name": block["name"], "arguments": block["input"]}
+            calls.append({"id": block["id"], "type": "function", "function": fn})
     msg: dict[str, object] = {"role": "assistant", "content": "".join(text)}
     if reasoning:
         msg["reasoning_content"] = "".join(reasoning)
@@ -185,89 +148,49 @@ def _assistant_message(content: object, where: str) -> dict[str, object]:
     return msg
 
 
-def _messages(body: dict[str, object]) -> list[dict[str, object]]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty array", param="messages", code="invalid_type")
-    system = body.get("system")
-    system_texts = [] if system is None else [_text_blocks(system, "system")]
+def _messages(req: MessagesRequest) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
-    for i, msg in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise RequestError(f"{where} must be an object", param=where, code="invalid_type")
-        role, content = msg.get("role"), msg.get("content")
-        if role == "user":
-            out.extend(_user_messages(content, f"{where}.content"))
-        elif role == "assistant":
-            out.append(_assistant_message(content, f"{where}.content"))
-        elif role == "system":
-            out.append({"role": "system", "content": _text_blocks(content, f"{where}.content")})
+    for msg in req.messages:
+        if msg["role"] == "user":
+            out.extend(_user_messages(msg["content"]))
+        elif msg["role"] == "assistant":
+            out.append(_assistant_message(msg["content"]))
         else:
-            raise RequestError(
-                f"{where}.role must be user, assistant or system, got {role!r}",
-                param=f"{where}.role",
-                code="invalid_value",
-            )
-    return hoist_system(system_texts, out)
+            out.append({"role": "system", "content": _text(msg["content"])})
+    return hoist_system([] if req.system is None else [_text(req.system)], out)
 
 
-def _tools(body: dict[str, object]) -> list[dict[str, Any]] | None:
-    tools = tool_list(body.get("tools"))
-    if tools is None:
+def _tools(req: MessagesRequest) -> list[dict[str, object]] | None:
+    if not req.tools:
         return None
-    out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise RequestError(f"tools[{i}] must be an object", param=f"tools[{i}]", code="invalid_type")
-        if tool.get("type", "custom") != "custom":
-            raise unsupported(
-                f"tools[{i}]",
-                f"server tool {tool.get('type')!r} (run by Anthropic's servers) is not supported",
-            )
-        schema = tool.get("input_schema")
-        if not isinstance(schema, dict):
-            raise RequestError(
-                f"tools[{i}].input_schema must be a JSON Schema object",
-                param=f"tools[{i}].input_schema",
-                code="invalid_type",
-            )
-        out.append(function_tool(tool.get("name"), tool.get("description"), schema, f"tools[{i}]"))
-    return out
+    return [
+        function_tool(tool["name"], tool.get("description"), tool["input_schema"], f"tools[{i}]")
+        for i, tool in enumerate(req.tools)
+    ]
 
 
 def _tool_choice(
-    body: dict[str, object], tools: list[dict[str, object]] | None, ignored: list[str]
+    req: MessagesRequest, tools: list[dict[str, object]] | None, ignored: list[str]
 ) -> tuple[bool, str | None]:
-    choice = body.get("tool_choice")
+    choice = req.tool_choice
     if choice is None:
         return resolve_tool_choice("auto", None, tools, "tool_choice")
-    kind = choice.get("type") if isinstance(choice, dict) else None
-    mode = {"auto": "auto", "none": "none", "any": "required", "tool": "named"}.get(str(kind))
-    if mode is None:
-        raise RequestError(
-            "tool_choice must be {'type': 'auto' | 'any' | 'tool' | 'none'}",
-            param="tool_choice",
-            code="invalid_value",
-        )
-    assert isinstance(choice, dict)  # a known type implies an object
+    mode = {"auto": "auto", "none": "none", "any": "required", "tool": "named"}[choice["type"]]
     if "disable_parallel_tool_use" in choice:
         ignored.append("tool_choice.disable_parallel_tool_use")
     return resolve_tool_choice(mode, choice.get("name"), tools, "tool_choice.name")
 
 
-def _thinking(body: dict[str, object], ignored: list[str]) -> bool | None:
-    thinking = body.get("thinking")
+def _thinking(thinking: dict[str, object] | None, ignored: list[str]) -> bool | None:
     if thinking is None:
         return None
-    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    kind = thinking.get("type")
     if kind not in ("enabled", "adaptive", "disabled"):
         raise RequestError(
             "thinking must be {'type': 'enabled' | 'adaptive' | 'disabled'}",
             param="thinking.type",
             code="invalid_value",
         )
-    assert isinstance(thinking, dict)  # a known type implies an object
     if thinking.get("budget_tokens") is not None:
         integer(thinking, "budget_tokens", 0, 1 << 24)
         ignored.append("thinking.budget_tokens")
@@ -277,13 +200,10 @@ def _thinking(body: dict[str, object], ignored: list[str]) -> bool | None:
     return bool(kind != "disabled")
 
 
-def _output_config(body: dict[str, object], ignored: list[str]) -> None:
+def _output_config(config: dict[str, object] | None, ignored: list[str]) -> None:
     """``output_config``: ``effort`` is recorded as ignored; any other key is refused."""
-    config = body.get("output_config")
     if config is None:
         return
-    if not isinstance(config, dict):
-        raise RequestError("'output_config' must be an object", param="output_config", code="invalid_type")
     refuse_unknown(config, frozenset({"effort"}), "Anthropic Messages output_config")
     if config.get("effort") not in (None, "low", "medium", "high", "xhigh", "max"):
         raise RequestError(
@@ -295,12 +215,11 @@ def _output_config(body: dict[str, object], ignored: list[str]) -> None:
         ignored.append("output_config.effort")
 
 
-def _context_management(body: dict[str, object], ignored: list[str]) -> None:
+def _context_management(cm: dict[str, object] | None, ignored: list[str]) -> None:
     """``context_management.edits``: ``clear_thinking_*`` recorded as ignored, other edits refused."""
-    cm = body.get("context_management")
     if cm is None:
         return
-    edits = cm.get("edits") if isinstance(cm, dict) else None
+    edits = cm.get("edits")
     if not isinstance(edits, list) or not all(isinstance(e, dict) for e in edits):
         raise RequestError(
             "'context_management' must be {'edits': [objects]}",
@@ -319,55 +238,45 @@ def _context_management(body: dict[str, object], ignored: list[str]) -> None:
         ignored.append("context_management")
 
 
-def _sampling(body: dict[str, object]) -> dict[str, object]:
-    sampling: dict[str, object] = {}
-    for name, lo, hi in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
-        value = number(body, name, lo, hi)
-        if value is not None:
-            sampling[name] = value
-    top_k = integer(body, "top_k", 1, 1 << 20)
-    if top_k is not None:
-        sampling["top_k"] = top_k
-    stops = body.get("stop_sequences")
-    if stops is not None:
-        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-            raise RequestError(
-                "'stop_sequences' must be an array of non-empty strings",
-                param="stop_sequences",
-                code="invalid_value",
-            )
-        if stops:
-            sampling["stop"] = stops
-    return sampling
+def _sampling(req: MessagesRequest) -> dict[str, object]:
+    given = {
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "top_k": req.top_k,
+        "stop": req.stop_sequences or None,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _request(raw: bytes, known: frozenset[str], api: str) -> tuple[dict[str, object], MessagesRequest]:
+    """The decoded body and its schema; unknown fields refused first, naming them all."""
+    body = parse_json_object(raw)
+    refuse_unknown(body, known, api)
+    return body, validate_request(MessagesRequest, body, RULES)
 
 
 def parse_messages_request(raw: bytes, default_sampling: Mapping[str, object] | None = None) -> Conversation:
     """Validate a raw Messages body into the shared conversation; :class:`RequestError` for anything wrong."""
-    body = parse_json_object(raw)
-    refuse_unknown(body, _HANDLED | _IGNORED, "Anthropic Messages")
+    body, req = _request(raw, _HANDLED | _IGNORED, "Anthropic Messages")
     ignored = sorted(k for k in body if k in _IGNORED)
-    messages = _messages(body)
-    tools = _tools(body)
-    parse_tools, force_tool = _tool_choice(body, tools, ignored)
-    _output_config(body, ignored)
-    _context_management(body, ignored)
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise RequestError("'model' must be a string", param="model", code="invalid_type")
-    max_tokens = integer(body, "max_tokens", 1, 1 << 24)
-    if max_tokens is None:
+    messages = _messages(req)
+    tools = _tools(req)
+    parse_tools, force_tool = _tool_choice(req, tools, ignored)
+    _output_config(req.output_config, ignored)
+    _context_management(req.context_management, ignored)
+    if req.max_tokens is None:
         raise RequestError("'max_tokens' is required", param="max_tokens", code="missing_required_parameter")
-    sampling = _sampling(body)
+    sampling = _sampling(req)
     return Conversation(
         dialect="messages",
         messages=messages,
         tools=tools,
         parse_tools=parse_tools,
         force_tool=force_tool,
-        stream=boolean(body, "stream"),
-        enable_thinking=_thinking(body, ignored),
-        model=model,
-        max_tokens=merge_defaults(sampling, max_tokens, default_sampling),
+        stream=bool(req.stream),
+        enable_thinking=_thinking(req.thinking, ignored),
+        model=req.model,
+        max_tokens=merge_defaults(sampling, req.max_tokens, default_sampling),
         sampling=sampling,
         fingerprint=fingerprint("messages", raw),
         include_usage=True,
@@ -375,27 +284,21 @@ def parse_messages_request(raw: bytes, default_sampling: Mapping[str, object] | 
     )
 
 
-def _model_name(body: dict[str, object]) -> str | None:
-    model = body.get("model")
-    return model if isinstance(model, str) else None
-
-
 def parse_count_tokens_request(raw: bytes) -> Conversation:
     """A ``count_tokens`` body: the conversation part of a Messages request."""
-    body = parse_json_object(raw)
-    refuse_unknown(body, _COUNT_FIELDS, "Anthropic count_tokens")
-    tools = _tools(body)
+    _, req = _request(raw, _COUNT_FIELDS, "Anthropic count_tokens")
+    tools = _tools(req)
     ignored: list[str] = []
-    parse_tools, force_tool = _tool_choice(body, tools, ignored)
+    parse_tools, force_tool = _tool_choice(req, tools, ignored)
     return Conversation(
         dialect="messages",
-        messages=_messages(body),
+        messages=_messages(req),
         tools=tools,
         parse_tools=parse_tools,
         force_tool=force_tool,
         stream=False,
-        enable_thinking=_thinking(body, ignored),
-        model=_model_name(body),
+        enable_thinking=_thinking(req.thinking, ignored),
+        model=req.model,
         max_tokens=None,
         sampling={},
         fingerprint=fingerprint("count_tokens", raw),

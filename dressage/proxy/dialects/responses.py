@@ -53,30 +53,36 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from starlette.responses import JSONResponse
 
 from dressage.errors import RequestError
 from dressage.proxy.conversation import (
     Conversation,
-    boolean,
     fingerprint,
     function_tool,
     hoist_system,
-    integer,
     merge_defaults,
-    number,
     parse_json_object,
     refuse_unknown,
     resolve_tool_choice,
     text_of,
     thinking_token_count,
-    tool_list,
     unsupported,
 )
 from dressage.proxy.dialects.base import Dialect, StreamRenderer
+from dressage.proxy.dialects.request_schema import validate_request
+from dressage.proxy.dialects.responses_models import (
+    RULES,
+    ContentPart,
+    Item,
+    MessageItem,
+    NamespaceTool,
+    ResponsesRequest,
+    TextPart,
+)
 from dressage.proxy.errors import classify, error_response
 from dressage.proxy.replies import reply_text, think_open
 from dressage.proxy.reply_data import ReplyData
@@ -91,10 +97,6 @@ _HANDLED = frozenset(
 _IGNORED = frozenset(
     {"parallel_tool_calls", "prompt_cache_key", "metadata", "client_metadata", "user", "safety_identifier",
      "service_tier"}
-)  # fmt: skip
-_HOSTED = frozenset(
-    {"web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
-     "computer_use_preview", "mcp", "local_shell"}
 )  # fmt: skip
 _INCLUDE = frozenset({"reasoning.encrypted_content", "message.output_text.logprobs"})
 
@@ -117,18 +119,12 @@ class _Items:
         self.messages.append(msg)
 
 
-def _content_text(content: object, where: str) -> str:
-    if isinstance(content, list):
-        for i, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind not in ("input_text", "output_text", "text"):
-                raise unsupported(
-                    f"{where}[{i}]", f"content part {kind!r} is not supported (text models only)"
-                )
-    return text_of(content, where)
+def _text(content: str | Sequence[ContentPart | TextPart]) -> str:
+    """The text of a string or text parts."""
+    return content if isinstance(content, str) else "".join(part["text"] for part in content)
 
 
-def _reasoning_text(item: dict[str, Any], where: str) -> str:
+def _reasoning_text(item: Mapping[str, object], where: str) -> str:
     """The reasoning of a ``reasoning`` item: its text content, our encrypted form, or its summary."""
     content = item.get("content")
     if content:
@@ -136,7 +132,7 @@ def _reasoning_text(item: dict[str, Any], where: str) -> str:
     encrypted = item.get("encrypted_content")
     if encrypted:
         try:
-            return base64.b64decode(encrypted, validate=True).decode()
+            return base64.b64decode(str(encrypted), validate=True).decode()
         except (binascii.Error, UnicodeDecodeError) as e:
             raise RequestError(
                 f"{where}.encrypted_content was not written by this proxy",
@@ -146,92 +142,50 @@ def _reasoning_text(item: dict[str, Any], where: str) -> str:
     return text_of(item.get("summary") or [], f"{where}.summary")
 
 
-def _add_item(items: _Items, item: object, where: str) -> None:
-    if not isinstance(item, dict):
-        raise RequestError(f"{where} must be an object", param=where, code="invalid_type")
-    kind = item.get("type", "message")
-    if kind == "message":
-        role = item.get("role")
-        text = _content_text(item.get("content"), f"{where}.content")
-        if role == "assistant":
-            msg = items.assistant()
-            msg["content"] += text
-        elif role in ("user", "system", "developer"):
-            items.other({"role": role, "content": text})
-        else:
-            raise RequestError(
-                f"{where}.role must be user, assistant, system or developer, got {role!r}",
-                param=f"{where}.role", code="invalid_value",
-            )  # fmt: skip
-    elif kind == "function_call":
-        call_id, name, args = item.get("call_id"), item.get("name"), item.get("arguments")
-        if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(args, str):
-            raise RequestError(
-                f"{where} must have string call_id, name and arguments", param=where, code="invalid_value"
-            )
-        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
-        items.assistant().setdefault("tool_calls", []).append(call)
-    elif kind == "function_call_output":
-        call_id, output = item.get("call_id"), item.get("output")
-        if not isinstance(call_id, str):
-            raise RequestError(
-                f"{where}.call_id must be a string", param=f"{where}.call_id", code="invalid_value"
-            )
-        items.other(
-            {"role": "tool", "tool_call_id": call_id, "content": _content_text(output, f"{where}.output")}
-        )
-    elif kind == "reasoning":
-        msg = items.assistant()
-        msg["reasoning_content"] = msg.get("reasoning_content", "") + _reasoning_text(item, where)
-    else:
-        raise unsupported(where, f"input item type {kind!r} is not supported")
-
-
-def _input_messages(body: dict[str, object]) -> list[dict[str, object]]:
-    value = body.get("input")
+def _input_messages(value: str | list[Item]) -> list[dict[str, object]]:
+    """The input items as messages: one assistant turn's reasoning, text and calls merged into one."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
-    if not isinstance(value, list):
-        raise RequestError(
-            "'input' must be a string or an array of items", param="input", code="invalid_type"
-        )
     items = _Items()
     for i, item in enumerate(value):
-        _add_item(items, item, f"input[{i}]")
+        if item.get("type", "message") == "message":
+            message = cast(MessageItem, item)
+            if message["role"] == "assistant":
+                items.assistant()["content"] += _text(message["content"])
+            else:
+                items.other({"role": message["role"], "content": _text(message["content"])})
+        elif item["type"] == "function_call":
+            fn = {"name": item["name"], "arguments": item["arguments"]}
+            items.assistant().setdefault("tool_calls", []).append(
+                {"id": item["call_id"], "type": "function", "function": fn}
+            )
+        elif item["type"] == "function_call_output":
+            items.other({"role": "tool", "tool_call_id": item["call_id"], "content": _text(item["output"])})
+        else:
+            msg = items.assistant()
+            msg["reasoning_content"] = msg.get("reasoning_content", "") + _reasoning_text(item, f"input[{i}]")
     return items.messages
 
 
-def _tools(body: dict[str, object], info: dict[str, object]) -> list[dict[str, Any]] | None:
-    tools = tool_list(body.get("tools"))
-    if tools is None:
-        return None
+def _tools(req: ResponsesRequest, info: dict[str, object]) -> list[dict[str, object]] | None:
+    """Function tools, a namespace's functions flattened (recorded in ``info``); hosted tools dropped and recorded."""
     out: list[dict[str, object]] = []
     dropped: list[str] = []
     namespaces: dict[str, str] = {}
-    for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind == "function":
+    for i, tool in enumerate(req.tools or ()):
+        if tool["type"] == "function":
             out.append(
                 function_tool(
                     tool.get("name"), tool.get("description"), tool.get("parameters"), f"tools[{i}]"
                 )
             )
-        elif kind == "namespace":
-            inner = tool.get("tools")
-            if not isinstance(inner, list):
-                raise RequestError(
-                    f"tools[{i}].tools must be an array", param=f"tools[{i}].tools", code="invalid_type"
-                )
-            for j, fn in enumerate(inner):
+        elif tool["type"] == "namespace":
+            for j, fn in enumerate(cast(NamespaceTool, tool)["tools"]):
                 where = f"tools[{i}].tools[{j}]"
-                if not isinstance(fn, dict) or fn.get("type", "function") != "function":
-                    raise unsupported(where, "a namespace may hold only function tools here")
                 out.append(function_tool(fn.get("name"), fn.get("description"), fn.get("parameters"), where))
-                namespaces[fn["name"]] = str(tool.get("name"))
-        elif kind in _HOSTED:
-            dropped.append(str(kind))
+                namespaces[str(fn["name"])] = str(tool.get("name"))
         else:
-            raise unsupported(f"tools[{i}]", f"tool type {kind!r} is not supported")
+            dropped.append(tool["type"])
     if dropped:
         info["dropped_tools"] = dropped
     if namespaces:
@@ -239,81 +193,36 @@ def _tools(body: dict[str, object], info: dict[str, object]) -> list[dict[str, A
     return out or None
 
 
-def _tool_choice(body: dict[str, object], tools: list[dict[str, object]] | None) -> tuple[bool, str | None]:
-    choice = body.get("tool_choice")
-    if choice is None or choice in ("auto", "none", "required"):
+def _tool_choice(req: ResponsesRequest, tools: list[dict[str, object]] | None) -> tuple[bool, str | None]:
+    choice = req.tool_choice
+    if choice is None or isinstance(choice, str):
         return resolve_tool_choice(choice or "auto", None, tools, "tool_choice")
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        return resolve_tool_choice("named", choice.get("name"), tools, "tool_choice.name")
-    raise RequestError(
-        "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
-        param="tool_choice",
-        code="invalid_value",
-    )
+    return resolve_tool_choice("named", choice.get("name"), tools, "tool_choice.name")
 
 
-def _thinking(body: dict[str, object]) -> bool | None:
-    reasoning = body.get("reasoning")
-    if reasoning is None:
-        return None
-    if not isinstance(reasoning, dict):
-        raise RequestError("'reasoning' must be an object", param="reasoning", code="invalid_type")
-    effort = reasoning.get("effort")
-    if effort is None:
-        return None
-    if effort not in ("none", "minimal", "low", "medium", "high", "xhigh"):
-        raise RequestError(
-            f"reasoning.effort {effort!r} is not known", param="reasoning.effort", code="invalid_value"
-        )
-    return effort not in ("none", "minimal")
+def _thinking(req: ResponsesRequest) -> bool | None:
+    effort = req.reasoning.get("effort") if req.reasoning is not None else None
+    return None if effort is None else effort not in ("none", "minimal")
 
 
-def _check_text_and_include(body: dict[str, object], ignored: list[str]) -> set[str]:
-    text = body.get("text")
+def _check_text_and_include(req: ResponsesRequest, ignored: list[str]) -> set[str]:
+    text = req.text
     if text is not None:
         fmt = text.get("format") if isinstance(text, dict) else None
         if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
             raise unsupported("text.format", "structured output formats are not supported")
         if isinstance(text, dict) and "verbosity" in text:
             ignored.append("text.verbosity")
-    include = body.get("include") or []
-    if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
-        raise RequestError("'include' must be an array of strings", param="include", code="invalid_type")
+    include = req.include or []
     unknown = sorted(set(include) - _INCLUDE)
     if unknown:
         raise unsupported("include", f"include {', '.join(unknown)} is not supported")
     return set(include)
 
 
-def _truncation(body: dict[str, object], info: dict[str, object]) -> None:
-    """``truncation`` ``disabled`` / ``auto``, recorded on the turn (``info.truncation``) when given.
-
-    Both are served by the context-window path: an input over the window is refused with
-    ``context_length_exceeded`` (and a ``context_overflow`` event), and the generation is capped
-    at the room left (``status`` ``incomplete``). ``auto`` does not drop input items: the proxy
-    never rewrites the prompt an agent sent, since the recorded tokens must be what it saw.
-    """
-    value = body.get("truncation")
-    if value is None:
-        return
-    if value not in ("disabled", "auto"):
-        raise RequestError(
-            "'truncation' must be 'disabled' or 'auto'", param="truncation", code="invalid_value"
-        )
-    info["truncation"] = value
-
-
-def _sampling(body: dict[str, object]) -> dict[str, object]:
-    sampling: dict[str, object] = {}
-    for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
-        value = number(body, name, lo, hi)
-        if value is not None:
-            sampling[name] = value
-    return sampling
-
-
-def _store(body: dict[str, object]) -> bool:
-    return True if body.get("store") is None else boolean(body, "store")
+def _sampling(req: ResponsesRequest) -> dict[str, object]:
+    given = {"temperature": req.temperature, "top_p": req.top_p}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 class ResponsesDialect(Dialect):
@@ -326,39 +235,38 @@ class ResponsesDialect(Dialect):
     ) -> Conversation:
         body = parse_json_object(raw)
         refuse_unknown(body, _HANDLED | _IGNORED, "OpenAI Responses")
+        req = validate_request(ResponsesRequest, body, RULES)
         ignored = sorted(k for k in body if k in _IGNORED)
-        include = _check_text_and_include(body, ignored)
+        include = _check_text_and_include(req, ignored)
         info: dict[str, object] = {}
-        previous = body.get("previous_response_id")
+        previous = req.previous_response_id
         history = self.history(state, previous) if previous is not None else []
-        new = _input_messages(body)
-        instructions = body.get("instructions")
-        system = [] if instructions is None else [text_of(instructions, "instructions")]
-        tools = _tools(body, info)
-        parse_tools, force_tool = _tool_choice(body, tools)
-        thinking = _thinking(body)
-        if _store(body):
+        new = _input_messages(req.input)
+        system = [] if req.instructions is None else [_text(req.instructions)]
+        tools = _tools(req, info)
+        parse_tools, force_tool = _tool_choice(req, tools)
+        thinking = _thinking(req)
+        if req.store is not False:  # OpenAI's default: stored
             info["responses"] = {
                 "previous": previous, "input": new, "parse_tools": parse_tools, "enable_thinking": thinking
             }  # fmt: skip
         info["include"] = sorted(include)
-        _truncation(body, info)
-        sampling = _sampling(body)
-        model = body.get("model")
-        if model is not None and not isinstance(model, str):
-            raise RequestError("'model' must be a string", param="model", code="invalid_type")
+        if req.truncation is not None:
+            # ``disabled`` and ``auto`` are both served by the context-window path: an input over the
+            # window is refused (``context_length_exceeded``), the generation capped at the room left;
+            # ``auto`` drops no input item, since the recorded tokens must be what the agent sent.
+            info["truncation"] = req.truncation
+        sampling = _sampling(req)
         return Conversation(
             dialect="responses",
             messages=hoist_system(system, history + new),
             tools=tools,
             parse_tools=parse_tools,
             force_tool=force_tool,
-            stream=boolean(body, "stream"),
+            stream=bool(req.stream),
             enable_thinking=thinking,
-            model=model,
-            max_tokens=merge_defaults(
-                sampling, integer(body, "max_output_tokens", 1, 1 << 24), default_sampling
-            ),
+            model=req.model,
+            max_tokens=merge_defaults(sampling, req.max_output_tokens, default_sampling),
             sampling=sampling,
             fingerprint=fingerprint("responses", raw),
             logprobs="message.output_text.logprobs" in include,
@@ -367,12 +275,8 @@ class ResponsesDialect(Dialect):
             info=info,
         )
 
-    def history(self, state: SessionState, previous: object) -> list[dict[str, object]]:
+    def history(self, state: SessionState, previous: str) -> list[dict[str, object]]:
         """The messages of a stored response chain, oldest first, each reply as it was given."""
-        if not isinstance(previous, str):
-            raise RequestError(
-                "'previous_response_id' must be a string", param="previous_response_id", code="invalid_type"
-            )
         chain = []
         cursor: str | None = previous
         while cursor is not None:
