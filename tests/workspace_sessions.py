@@ -5,8 +5,8 @@ and recorded with the changes against the checkpoint before (``tests/store``, ``
 
 Turns of the parent session (``workspace/`` is the captured root):
 * 0: ``src/app.py`` (text), ``notes.md``, ``data.bin`` (binary) added;
-* 1: ``src/app.py`` modified (one line), ``notes.md`` removed, ``<b>hostile<i>.txt`` added (its
-  content is markup that must stay text), ``big.txt`` added (over the 64 KiB diff cap);
+* 1: ``src/app.py`` modified (one line), ``notes.md`` removed, ``[bold]<b>hostile<i>.txt`` added (its
+  content is markup, its name rich and HTML markup, that must stay text), ``big.txt`` added (over the 64 KiB diff cap);
 * 2: nothing changed (a checkpoint with no rows);
 * 3: ``data.bin`` modified (binary).
 A fork of it at turn 2 whose first checkpoint (turn 3) changed ``src/app.py`` against the parent's
@@ -27,7 +27,7 @@ from tests.store.writer_proc import make_turn
 APP_V1 = "def main():\n    print('version one')\n\n\nmain()\n"
 APP_V2 = "def main():\n    print('version two')\n\n\nmain()\n"
 APP_FORK = "def main():\n    print('fork')\n\n\nmain()\n"
-HOSTILE_NAME = "<b>hostile<i>.txt"
+HOSTILE_NAME = "[bold]<b>hostile<i>.txt"
 HOSTILE_TEXT = "<script>window.pwned = 1</script>\n<img src=x onerror=alert(1)>\n"
 BIG_BYTES = 100 * 1024
 
