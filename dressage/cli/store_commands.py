@@ -412,6 +412,14 @@ def export(
             "(dataset files only; such an export cannot be imported).",
         ),
     ] = None,
+    checkpoints: Annotated[
+        bool,
+        typer.Option(
+            "--checkpoints",
+            help="Also the sandbox checkpoints of the exported sessions: rows, manifests and file blobs "
+            "(import brings them back).",
+        ),
+    ] = False,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Export a run as Parquet files with a hashed manifest (docs/export.md)."""
@@ -420,7 +428,9 @@ def export(
     store = _open(database_url)
     try:
         with render.progress_bar("exporting sessions") as advance:
-            manifest = export_run(store, run, to, where=where, fmt=fmt, progress=advance)
+            manifest = export_run(
+                store, run, to, where=where, fmt=fmt, progress=advance, checkpoints=checkpoints
+            )
     finally:
         store.close()
     counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items())
