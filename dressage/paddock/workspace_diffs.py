@@ -90,8 +90,9 @@ def turn_diffs(
     before = None if earlier is None else Manifest.from_bytes(repo.read_manifest(earlier))
     reader = _BlobReader(store, caps)
     old_entries = {} if before is None else before.by_path()
+    new_entries = after.by_path()
     files = [
-        _with_diff(reader, c, old_entries.get(c.path), before, after)
+        _with_diff(reader, c, (old_entries.get(c.path), before), (new_entries.get(c.path), after))
         for c in repo.changes(session_id, turn_index)
     ]
     return TurnChanges(turn_index, found.manifest_sha256, files, reader.used)
@@ -153,10 +154,15 @@ def _describe(entry: Entry | None) -> str | None:
 
 
 def _with_diff(
-    reader: _BlobReader, c: CheckpointChange, old: Entry | None, before: Manifest | None, after: Manifest
+    reader: _BlobReader,
+    c: CheckpointChange,
+    was: tuple[Entry | None, Manifest | None],
+    now: tuple[Entry | None, Manifest],
 ) -> FileChange:
-    """``c`` with its diff (a file on the side(s) it has) or a note saying what it is."""
-    new = after.by_path().get(c.path) if c.change != "removed" else None
+    """``c`` with its diff (a file on the side(s) it has) or a note saying what it is; ``was`` and
+    ``now``: the path's entry in the checkpoint before and in this one, with their manifests."""
+    (old, before), (new, after) = was, now
+    new = new if c.change != "removed" else None
     old = old if before is not None and c.change != "added" else None
     sides: list[bytes | str] = []
     for manifest, entry, needed in ((before, old, c.change != "added"), (after, new, c.change != "removed")):

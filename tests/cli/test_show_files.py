@@ -41,7 +41,9 @@ def test_show_files_lists_every_turn_and_diffs_one(
     assert "--- a/workspace/src/app.py" in lines
     assert "-    print('version one')" in lines and "+    print('version two')" in lines
     assert "+<script>window.pwned = 1</script>" in lines
-    assert any(x.endswith(f"workspace/big.txt  ({BIG_BYTES} bytes, over the 64 KiB a diff shows)") for x in lines)
+    assert any(
+        x.endswith(f"workspace/big.txt  ({BIG_BYTES} bytes, over the 64 KiB a diff shows)") for x in lines
+    )
     binary = invoke(cli, db_url, "show", built.session_id, "--files", "--turn", "3")
     assert binary.exit_code == 0 and "(binary, 88 bytes)" in binary.stdout
 
