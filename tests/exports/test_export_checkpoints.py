@@ -51,6 +51,9 @@ def test_checkpoints_round_trip(
             (c.turn_index, c.manifest_sha256, c.position) for c in mine
         ]
         assert all(c.manifest_uri != d.manifest_uri for c, d in zip(mine, theirs, strict=True))
+        for c, d in zip(mine, theirs, strict=True):  # the agent's request K travels too
+            request = other.sandbox_checkpoints.read_request(d)
+            assert request is not None and request == store.sandbox_checkpoints.read_request(c)
     assert turn_diffs(other, built.session_id, 1) == turn_diffs(store, built.session_id, 1)
     assert turn_diffs(other, built.fork_id, 3) == turn_diffs(store, built.fork_id, 3)
     assert other.artifacts.blobs is not None
