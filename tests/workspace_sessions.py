@@ -8,7 +8,7 @@ read it back).
 Turns of the parent session (``workspace/`` is the captured root):
 * 0: ``src/app.py`` (text), ``notes.md``, ``data.bin`` (binary) added;
 * 1: ``src/app.py`` modified (one line), ``notes.md`` removed, ``[bold]<b>hostile<i>.txt`` added (its
-  content is markup, its name rich and HTML markup, that must stay text), ``big.txt`` added (over the
+  content is markup and a secret, its name rich and HTML markup: text, redacted), ``big.txt`` added (over the
   64 KiB diff cap);
 * 2: nothing changed (a checkpoint with no rows);
 * 3: ``data.bin`` modified (binary).
@@ -39,7 +39,8 @@ APP_V1 = "def main():\n    print('version one')\n\n\nmain()\n"
 APP_V2 = "def main():\n    print('version two')\n\n\nmain()\n"
 APP_FORK = "def main():\n    print('fork')\n\n\nmain()\n"
 HOSTILE_NAME = "[bold]<b>hostile<i>.txt"
-HOSTILE_TEXT = "<script>window.pwned = 1</script>\n<img src=x onerror=alert(1)>\n"
+SECRET = "sk-live0123456789abcdefXYZ"
+HOSTILE_TEXT = f"<script>window.pwned = 1</script>\n<img src=x onerror=alert(1)>\napi_key={SECRET}\n"
 BIG_BYTES = 100 * 1024
 
 

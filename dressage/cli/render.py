@@ -147,8 +147,9 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
 _CHANGE_STYLES = {"added": "green", "modified": "yellow", "removed": "red"}
 
 
-def file_changes(turns: Sequence[TurnChanges]) -> Table:
-    """One row per changed path of each checkpoint turn (paths are the agent's: plain text, no markup)."""
+def file_changes(turns: Sequence[TurnChanges], scrub: Callable[[str], str]) -> Table:
+    """One row per changed path of each checkpoint turn (paths are the agent's: plain text, no
+    markup; ``scrub`` redacts one)."""
     tab = Table(title=f"{len(turns)} checkpoint(s)", title_justify="left", header_style="bold")
     for name in ("turn", "change", "path", "kind", "size"):
         tab.add_column(name, overflow="fold")
@@ -158,7 +159,11 @@ def file_changes(turns: Sequence[TurnChanges]) -> Table:
         for f in tc.files:
             style = _CHANGE_STYLES.get(f.change, "")
             tab.add_row(
-                str(tc.turn_index), Text(f.change, style=style), Text(f.path), cell(f.kind), cell(f.size)
+                str(tc.turn_index),
+                Text(f.change, style=style),
+                Text(scrub(f.path)),
+                cell(f.kind),
+                cell(f.size),
             )
     return tab
 
@@ -168,7 +173,7 @@ def file_diffs(turn: TurnChanges, scrub: Callable[[str], str]) -> list[Text]:
     Contents are the agent's: :class:`~rich.text.Text`, never markup."""
     out: list[Text] = []
     for f in turn.files:
-        head = Text.assemble((f"{f.change:>8} ", _CHANGE_STYLES.get(f.change, "")), (f.path, "bold"))
+        head = Text.assemble((f"{f.change:>8} ", _CHANGE_STYLES.get(f.change, "")), (scrub(f.path), "bold"))
         if f.note:
             head.append(f"  ({scrub(f.note)})", style="dim")
         out.append(head)

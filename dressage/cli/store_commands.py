@@ -313,8 +313,13 @@ def show(
 
 def _file_changes(store: EventStore, session_id: str, turn: int | None) -> list[Table | Text]:
     """``show --files``: every checkpoint's change list, or (``turn``) one turn's changes with diffs."""
+    secrets = store.db.secrets
+
+    def scrub(line: str) -> str:
+        return redact(line, secrets) or ""
+
     if turn is None:
-        return [render.file_changes(session_changes(store, session_id))]
+        return [render.file_changes(session_changes(store, session_id), scrub)]
     found = turn_diffs(store, session_id, turn)
     if found is None:
         held = [c.turn_index for c in store.sandbox_checkpoints.by_session(session_id)]
@@ -322,10 +327,9 @@ def _file_changes(store: EventStore, session_id: str, turn: int | None) -> list[
             f"session {session_id} has no checkpoint at turn {turn} (turns with one: {held or 'none'})",
             param_hint="--turn",
         )
-    secrets = store.db.secrets
     counts = ", ".join(f"{v} {k}" for k, v in found.counts().items())
     title = Text(f"turn {turn}: {counts} (manifest {found.manifest_sha256[:12]})", style="bold")
-    return [title, *render.file_diffs(found, lambda x: redact(x, secrets) or "")]
+    return [title, *render.file_diffs(found, scrub)]
 
 
 def _versions(turn: Turn) -> str | None:

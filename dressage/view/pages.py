@@ -349,7 +349,7 @@ def workspace_files(v: Viewer, session_id: str) -> list[dict[str, object]]:
         used += shown.read_bytes
         files = [
             {
-                "path": f.path,
+                "path": v.redact(f.path),
                 "change": f.change,
                 "kind": f.kind,
                 "note": v.redact(f.note) if shown is turn else "diff left out: the page's diffs are full",

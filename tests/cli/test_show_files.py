@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from dressage.store import EventStore
 from tests.cli.helpers import invoke
-from tests.workspace_sessions import BIG_BYTES, HOSTILE_NAME, build_checkpointed_session
+from tests.workspace_sessions import BIG_BYTES, HOSTILE_NAME, SECRET, build_checkpointed_session
 
 
 def _runner(home: Path) -> CliRunner:
@@ -41,6 +41,7 @@ def test_show_files_lists_every_turn_and_diffs_one(
     assert "--- a/workspace/src/app.py" in lines
     assert "-    print('version one')" in lines and "+    print('version two')" in lines
     assert "+<script>window.pwned = 1</script>" in lines
+    assert "+api_key=[REDACTED]" in lines and SECRET not in one.stdout
     assert any(
         x.endswith(f"workspace/big.txt  ({BIG_BYTES} bytes, over the 64 KiB a diff shows)") for x in lines
     )

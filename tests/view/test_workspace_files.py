@@ -21,6 +21,7 @@ from tests.workspace_sessions import (
     BIG_BYTES,
     HOSTILE_NAME,
     HOSTILE_TEXT,
+    SECRET,
     CheckpointedSession,
     build_checkpointed_session,
 )
@@ -86,7 +87,8 @@ def test_session_page_shows_each_turns_files_and_diffs(files_log: FilesLog, brow
     paths = [text(e) for e in css(browser, "#files-turn-1 code.path")]
     assert f"workspace/{HOSTILE_NAME}" in paths and hostile.is_displayed()
     lines = [text(s) for s in css(browser, "#files-turn-1 pre.diff span.add")]
-    assert all(f"+{x}" in lines for x in HOSTILE_TEXT.splitlines())
+    assert all(f"+{x}" in lines for x in HOSTILE_TEXT.splitlines() if SECRET not in x)
+    assert "+api_key=[REDACTED]" in lines and SECRET not in browser.page_source
     assert not css(browser, "#files script, #files img, #files b, #files i")
     assert browser.execute_script("return window.pwned === undefined")
 
