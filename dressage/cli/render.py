@@ -23,12 +23,15 @@ from dressage.commandline import console, print_error
 if TYPE_CHECKING:  # the store and numpy are imported where a token stream is drawn, not at the CLI's start
     import numpy as np
 
+    from dressage.paddock.workspace_diffs import TurnChanges
     from dressage.store.records import Turn
 
 __all__ = [
     "cell",
     "console",
     "escape",
+    "file_changes",
+    "file_diffs",
     "legend",
     "print_error",
     "progress_bar",
@@ -144,3 +147,45 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
 
     with bar:
         yield advance
+
+
+_CHANGE_STYLES = {"added": "green", "modified": "yellow", "removed": "red"}
+
+
+def file_changes(turns: Sequence[TurnChanges], scrub: Callable[[str], str]) -> Table:
+    """One row per changed path of each checkpoint turn (paths are the agent's: plain text, no
+    markup; ``scrub`` redacts one)."""
+    tab = Table(title=f"{len(turns)} checkpoint(s)", title_justify="left", header_style="bold")
+    for name in ("turn", "change", "path", "kind", "size"):
+        tab.add_column(name, overflow="fold")
+    for tc in turns:
+        if not tc.files:
+            tab.add_row(str(tc.turn_index), Text("(no file changed)", style="dim"), "", "", "")
+        for f in tc.files:
+            style = _CHANGE_STYLES.get(f.change, "")
+            tab.add_row(
+                str(tc.turn_index),
+                Text(f.change, style=style),
+                Text(scrub(f.path)),
+                cell(f.kind),
+                cell(f.size),
+            )
+    return tab
+
+
+def file_diffs(turn: TurnChanges, scrub: Callable[[str], str]) -> list[Text]:
+    """Each changed path of ``turn`` with its unified diff or its note; ``scrub`` redacts a line.
+    Contents are the agent's: :class:`~rich.text.Text`, never markup."""
+    out: list[Text] = []
+    for f in turn.files:
+        head = Text.assemble((f"{f.change:>8} ", _CHANGE_STYLES.get(f.change, "")), (scrub(f.path), "bold"))
+        if f.note:
+            head.append(f"  ({scrub(f.note)})", style="dim")
+        out.append(head)
+        for line in f.diff or []:
+            style = "bold" if line.startswith(("+++", "---")) else _DIFF_STYLES.get(line[:1], "")
+            out.append(Text(scrub(line), style=style))
+    return out
+
+
+_DIFF_STYLES = {"+": "green", "-": "red", "@": "cyan"}

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.table import Table
+from rich.text import Text
 
 from dressage.cli import render
 from dressage.commandline import DatabaseUrl, handle_errors
@@ -245,9 +247,22 @@ def show(
     tokens: Annotated[bool, typer.Option("--tokens", help="Print the token stream, coloured.")] = False,
     limit: Annotated[int, typer.Option(help="Show at most this many turns.", min=1)] = 200,
     ids: Annotated[bool, typer.Option("--ids", help="With --tokens: show ids, do not decode.")] = False,
+    files: Annotated[
+        bool,
+        typer.Option(
+            "--files", help="The files each turn's sandbox checkpoint changed, in place of the turns."
+        ),
+    ] = False,
+    turn: Annotated[
+        int | None,
+        typer.Option("--turn", help="With --files: only this turn's changes, with their diffs.", min=0),
+    ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Show one session: header, turns, segments and (with --tokens) its tokens."""
+    """Show one session: header, turns, segments and (with --tokens) its tokens; with --files, what
+    each turn's sandbox checkpoint changed (with --turn K: turn K's changes and diffs)."""
+    if turn is not None and not files:
+        raise typer.BadParameter("--turn needs --files", param_hint="--turn")
     store = _open(database_url)
     try:
         session = store.sessions.get(session_id)
@@ -255,6 +270,7 @@ def show(
         turns = store.turns.read(session_id=session_id, with_experts=False)
         kinds = store.events.count_by_kind(run, session_id)
         task_kind = store.tasks.kind_of(session.task_id) if session.task_id is not None else ("train", None)
+        changes = _file_changes(store, session_id, turn) if files else None
     finally:
         store.close()
     out = render.console()
@@ -276,6 +292,10 @@ def show(
         header.append(("error", session.error.splitlines()[0]))
     for key, value in header:
         out.print(f"[bold]{key:>13}[/]  {render.escape(str(value))}")
+    if changes is not None:
+        for part in changes:
+            out.print(part)
+        return
     shown = turns[:limit]
     rows = [
         [
@@ -302,6 +322,30 @@ def show(
     if tokens:
         out.print(render.legend())
         out.print(render.token_stream(shown, None if ids else _decoder(run.config)))
+
+
+def _file_changes(store: EventStore, session_id: str, turn: int | None) -> list[Table | Text]:
+    """``show --files``: every checkpoint's change list, or (``turn``) one turn's changes with diffs."""
+    from dressage.paddock.workspace_diffs import session_changes, turn_diffs
+    from dressage.redact import redact
+
+    secrets = store.db.secrets
+
+    def scrub(line: str) -> str:
+        return redact(line, secrets) or ""
+
+    if turn is None:
+        return [render.file_changes(session_changes(store, session_id), scrub)]
+    found = turn_diffs(store, session_id, turn)
+    if found is None:
+        held = [c.turn_index for c in store.sandbox_checkpoints.by_session(session_id)]
+        raise typer.BadParameter(
+            f"session {session_id} has no checkpoint at turn {turn} (turns with one: {held or 'none'})",
+            param_hint="--turn",
+        )
+    counts = ", ".join(f"{v} {k}" for k, v in found.counts().items())
+    title = Text(f"turn {turn}: {counts} (manifest {found.manifest_sha256[:12]})", style="bold")
+    return [title, *render.file_diffs(found, scrub)]
 
 
 def _versions(turn: Turn) -> str | None:
@@ -392,6 +436,14 @@ def export(
             "(dataset files only; such an export cannot be imported).",
         ),
     ] = None,
+    checkpoints: Annotated[
+        bool,
+        typer.Option(
+            "--checkpoints",
+            help="Also the sandbox checkpoints of the exported sessions: rows, manifests and file blobs "
+            "(import brings them back).",
+        ),
+    ] = False,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Export a run as Parquet files with a hashed manifest (docs/export.md)."""
@@ -402,7 +454,9 @@ def export(
     store = _open(database_url)
     try:
         with render.progress_bar("exporting sessions") as advance:
-            manifest = export_run(store, run, to, where=where, fmt=fmt, progress=advance)
+            manifest = export_run(
+                store, run, to, where=where, fmt=fmt, progress=advance, checkpoints=checkpoints
+            )
     finally:
         store.close()
     counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items())

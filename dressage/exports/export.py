@@ -6,6 +6,7 @@ Layout of an export directory (schemas in :mod:`dressage.exports.tables`, ``docs
     turns.parquet  sessions.parquet  samples.parquet                  (the dataset)
     events.parquet  tasks.parquet  policy_versions.parquet  train_steps.parquet
     consumer_checkpoints.parquet  artifacts.parquet  artifacts/<sha256>  (a whole run only)
+    checkpoints.parquet  checkpoint_changes.parquet  checkpoints/<sha256>  (with ``--checkpoints``)
 
 Sessions are read in batches of ``batch_sessions``; each batch becomes one row group of each
 dataset file, so memory is bounded by a batch, not by the run. The manifest is written last: a
@@ -29,6 +30,7 @@ import pyarrow.parquet as pq
 from dressage.errors import StoreError, TrainingError
 from dressage.exports import tables as tb
 from dressage.exports.arrow import cube_column, list_column
+from dressage.exports.checkpoints import write_checkpoints
 from dressage.exports.rows import as_turn, session_rows, table_rows, turn_rows
 from dressage.exports.sft import SFT_FILE, SftRows, sft_profile, sft_table
 from dressage.exports.where import select_sessions
@@ -70,6 +72,7 @@ def export_run(
     fmt: str = "parquet",
     batch_sessions: int = BATCH_SESSIONS,
     progress: Progress | None = None,
+    checkpoints: bool = False,
 ) -> dict[str, Any]:
     """Write run ``run`` to ``out_dir`` (absent or empty) and return the manifest.
 
@@ -77,12 +80,17 @@ def export_run(
 
     With ``where`` (a SQL predicate over the ``trajectories`` view) only the matching sessions go
     into the dataset files and the archive files are left out: such an export cannot be imported.
+
+    ``checkpoints``: also the sandbox checkpoints of the exported sessions, their manifests and
+    blobs (:mod:`dressage.exports.checkpoints`; ``parquet`` only).
     """
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise StoreError(f"export directory {out} exists and is not empty; choose a new directory")
     if fmt not in EXPORT_FORMATS:
         raise StoreError(f"--format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
+    if checkpoints and fmt != "parquet":
+        raise StoreError("--checkpoints needs --format parquet: an sft export holds chat messages only")
     r = store.runs.get(run)
     checker = SftRows(sft_profile(r.config)) if fmt == "sft" else None
     sessions = session_rows(store, r)
@@ -99,6 +107,8 @@ def export_run(
         counts = _write_dataset(store, r, sessions, out, n_per_prompt, batch_sessions, progress)
     if where is None and checker is None:
         counts |= _write_archive(store, r, out)
+    if checkpoints:
+        counts |= write_checkpoints(store, [s["session_id"] for s in sessions], out)
     files = {
         p.relative_to(out).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
         for p in sorted(out.rglob("*"))

@@ -26,6 +26,7 @@ from sqlalchemy import Connection, insert, select
 
 from dressage.errors import InvalidRecordError, StoreError
 from dressage.exports.arrow import cube_from_column
+from dressage.exports.checkpoints import insert_checkpoints, prepare_import
 from dressage.exports.export import portable_task_refs
 from dressage.exports.tables import OPTIONAL_ARCHIVE_FILES
 from dressage.exports.verify import ExportVerificationError, verify_export
@@ -71,6 +72,7 @@ def import_run(
     sessions = _all_rows(root / "sessions.parquet")
     _check_sessions_free(store, [s["session_id"] for s in sessions])
     blobs = _put_blobs(store, root)
+    checkpoints, changes = prepare_import(store, root)
     n_turns = int(manifest["counts"]["turns"])
     with store.db.write() as conn:
         run_id = conn.execute(
@@ -97,6 +99,7 @@ def import_run(
             if progress is not None:
                 progress(done, n_turns)
         _insert_small_tables(conn, run_id, root, blobs)
+        insert_checkpoints(conn, run_id, checkpoints, changes)
     # read back, not from the repository's cache: a run of that name dropped by another process
     # may still be cached with its old id
     return next(r for r in store.runs.list() if r.name == name)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dressage.errors import RequestError, UnknownRunError, UnknownSessionError
+from dressage.paddock.workspace_diffs import DiffCaps, session_changes, turn_diffs
 from dressage.redact import redact
 from dressage.store import EventStore
 from dressage.store.records import Run, Session
@@ -149,6 +150,7 @@ def session_page(v: Viewer, session_id: str) -> dict[str, object]:
         else None,
         "artifacts": v.store.artifacts.list(run, session_id=session_id),
         "steps": queries.steps_of_session(v.store, run, session_id),
+        "files": workspace_files(v, session_id),
         "last_position": v.store.events.last_position(run),
         "totals": {
             "tokens": sum(t.context_ids.size + t.generated_ids.size for t in turns),
@@ -320,3 +322,40 @@ def step_page(v: Viewer, run_name: str, consumer: str, step: int) -> dict[str, o
         "versions": dict(sorted(versions.items(), key=lambda kv: int(kv[0]))),
         "manifest": v.redact(_pretty({k: val for k, val in s.manifest.items() if k != "samples"})),
     }
+
+
+PAGE_DIFF_BYTES = 4 * 1024 * 1024
+"""The file bytes one session page's diffs read in all (each turn within :class:`DiffCaps`)."""
+
+
+def _diff_class(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "file"
+    if line.startswith("@@"):
+        return "hunk"
+    return {"+": "add", "-": "del"}.get(line[:1], "")
+
+
+def workspace_files(v: Viewer, session_id: str) -> list[dict[str, object]]:
+    """Per checkpoint turn, the paths it changed with text diffs (redacted; the template escapes
+    them: file contents are the agent's); past :data:`PAGE_DIFF_BYTES`, names only."""
+    out: list[dict[str, object]] = []
+    used = 0
+    for plain in session_changes(v.store, session_id):
+        left = PAGE_DIFF_BYTES - used
+        caps = DiffCaps(max_total_bytes=min(left, DiffCaps().max_total_bytes))
+        turn = turn_diffs(v.store, session_id, plain.turn_index, caps) if left > 0 else None
+        shown = turn or plain
+        used += shown.read_bytes
+        files = [
+            {
+                "path": v.redact(f.path),
+                "change": f.change,
+                "kind": f.kind,
+                "note": v.redact(f.note) if shown is turn else "diff left out: the page's diffs are full",
+                "diff": [(_diff_class(x), v.redact(x)) for x in f.diff or []],
+            }
+            for f in shown.files
+        ]
+        out.append({"turn": plain.turn_index, "counts": plain.counts(), "files": files})
+    return out
