@@ -179,7 +179,7 @@ def _with_diff(
         return FileChange(c.path, c.change, c.kind, c.size, note=a)
     if not isinstance(b, bytes):
         return FileChange(c.path, c.change, c.kind, c.size, note=b)
-    if not (_is_text(a) and _is_text(b)):
+    if not (is_text(a) and is_text(b)):
         size = len(a) if c.change == "removed" else len(b)
         return FileChange(c.path, c.change, c.kind, c.size, note=f"binary, {size} bytes")
     lines = difflib.unified_diff(
@@ -192,7 +192,8 @@ def _with_diff(
     return FileChange(c.path, c.change, c.kind, c.size, diff=list(lines))
 
 
-def _is_text(data: bytes) -> bool:
+def is_text(data: bytes) -> bool:
+    """Whether ``data`` reads as text: UTF-8 with no NUL byte (the viewer shows it, a diff compares it)."""
     if b"\x00" in data:
         return False
     try:

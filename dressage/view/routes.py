@@ -17,6 +17,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from dressage.errors import DressageError, RequestError, UnknownRunError, UnknownSessionError
+from dressage.paddock.workspace_diffs import is_text
 from dressage.view import pages, queries
 from dressage.view.live import LiveStreams, event_stream
 from dressage.view.pages import Viewer
@@ -120,7 +121,7 @@ class _Pages:
             raise RequestError(f"no artifact with id {artifact_id}", param="id")
         data = self.viewer.store.artifacts.get(ref)
         safe_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in ref.name) or "artifact"
-        if request.query_params.get("download") or not _is_text(data):
+        if request.query_params.get("download") or not is_text(data):
             return Response(
                 data,
                 media_type="application/octet-stream",
@@ -181,13 +182,3 @@ def page_routes(viewer: Viewer, env: Environment, streams: LiveStreams) -> list[
         Route("/api/experts", h.guarded(h.experts)),
         Route("/live", h.live),
     ]
-
-
-def _is_text(data: bytes) -> bool:
-    if b"\x00" in data:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
