@@ -1,4 +1,5 @@
-"""Forks and take-overs from sandbox checkpoints, with real worker processes (SQLite and PostgreSQL).
+"""Forks and take-overs from sandbox checkpoints, with real worker processes (every test on SQLite and
+PostgreSQL).
 
 A coding agent (bwrap sandbox) runs a 6-turn tool loop through a scripted engine; every tool call
 prints a nanosecond clock and random bytes (so replaying the tools could never reproduce a
@@ -288,13 +289,13 @@ def _manifest(store: EventStore, session_id: str, turn: int) -> Manifest:
 
 
 def test_fork_from_the_checkpoint_on_the_image_provider(
-    tmp_path: Path, test_image: BuiltImage, clock: tuple[ScriptedEngine, ClockScript]
+    tmp_path: Path, any_db_url: str, test_image: BuiltImage, clock: tuple[ScriptedEngine, ClockScript]
 ) -> None:
     """The same fork on provider ``image``: what the tools wrote into the image's ``/etc`` and the
     image file they deleted are restored from the checkpoint with the workspace (0 calls before K)."""
     eng, script = clock
     script.tool = image_command
-    db_url = f"sqlite:///{tmp_path / 'log.db'}"
+    db_url = any_db_url
     sandbox = {"provider": "image", "image": test_image.oci}
     run, parent_id = _record_parent(tmp_path, db_url, eng.url, sandbox=sandbox)
     changes = _changes(db_url, parent_id)
@@ -355,7 +356,10 @@ def test_kill_9_on_the_image_provider_resumes_from_its_checkpoint(
 
 
 def test_fork_from_the_checkpoint_on_e2b(
-    tmp_path: Path, clock: tuple[ScriptedEngine, ClockScript], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    any_db_url: str,
+    clock: tuple[ScriptedEngine, ClockScript],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The same fork on provider ``e2b`` against the fake at E2B's wire protocol: each checkpoint is a
     snapshot, and each branch's VM is started from the parent's snapshot at K (0 calls before K)."""
@@ -365,7 +369,7 @@ def test_fork_from_the_checkpoint_on_e2b(
     with FakeE2B() as fake:
         for k, v in {"E2B_API_KEY": "e2b_fake", "E2B_API_URL": fake.url, "E2B_SANDBOX_URL": fake.url}.items():
             monkeypatch.setenv(k, v)
-        db_url = f"sqlite:///{tmp_path / 'log.db'}"
+        db_url = any_db_url
         run, parent_id = _record_parent(tmp_path, db_url, eng.url, sandbox={"provider": "e2b"})
         script.phase = "fork"
         args = [parent_id, "--at-turn", str(K), "--branches", "2", "--seed", str(SEED)]
@@ -388,7 +392,10 @@ def test_fork_from_the_checkpoint_on_e2b(
 
 
 def test_e2b_retention_deletes_the_pruned_snapshots(
-    tmp_path: Path, clock: tuple[ScriptedEngine, ClockScript], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    any_db_url: str,
+    clock: tuple[ScriptedEngine, ClockScript],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``keep: last:2`` on e2b: the log keeps two checkpoints, and E2B (the fake) only their snapshots."""
     from tests.paddock.fake_e2b import FakeE2B
@@ -397,7 +404,7 @@ def test_e2b_retention_deletes_the_pruned_snapshots(
     with FakeE2B() as fake:
         for k, v in {"E2B_API_KEY": "e2b_fake", "E2B_API_URL": fake.url, "E2B_SANDBOX_URL": fake.url}.items():
             monkeypatch.setenv(k, v)
-        db_url = f"sqlite:///{tmp_path / 'log.db'}"
+        db_url = any_db_url
         keep = {"keep": "last:2"}
         _, sid = _record_parent(tmp_path, db_url, eng.url, checkpoints=keep, sandbox={"provider": "e2b"})
         store = open_store(db_url, tmp_path / "home")
