@@ -21,7 +21,8 @@ Three measurements, all client-side, baselines measured in the same run (docs/sc
 2. **The whole turn with a worker** (``dressage-worker rollout`` processes, the coding agent, a
    scripted engine on loopback): a ``--turns``-turn session with ``checkpoints: {keep: all}`` and
    the same session without (the baseline), two of each in the order baseline, checkpoints,
-   checkpoints, baseline; the session's wall time (opened to finished) per turn in each.
+   checkpoints, baseline; the session's wall time (opened to finished) per turn in each, and what
+   checkpoints add to the run's blob store per turn (with the agent's real request bodies).
 
 3. **Resume at turn K** of those sessions (each checkpointed one is forked once): ``dressage-worker fork SESSION --at-turn K`` with
    ``--from-checkpoint`` (the default) against ``--replay`` (the agent re-runs every tool call,
@@ -265,8 +266,9 @@ def _calls(store: EventStore, run: str, session_id: str) -> list[str]:
         return member.read().decode().splitlines()
 
 
-def record_session(tmp: Path, engine_url: str, turns: int, checkpoints: bool) -> tuple[str, str, float]:
-    """One ``turns``-turn coding session through a worker; (run, session id, session wall seconds)."""
+def record_session(tmp: Path, engine_url: str, turns: int, checkpoints: bool) -> tuple[str, str, float, int]:
+    """One ``turns``-turn coding session through a worker; (run, session id, session wall seconds,
+    bytes of its blob store)."""
     tmp.mkdir(parents=True, exist_ok=True)
     sections: dict[str, Any] = {"agent": {"kind": "coding", "max_turns": turns}}
     sections["sampling"] = {"max_tokens": 256, "enable_thinking": False, "seed": 1, "temperature": 0}
@@ -281,7 +283,9 @@ def record_session(tmp: Path, engine_url: str, turns: int, checkpoints: bool) ->
     try:
         (session,) = store.sessions.list(run, status="finished")
         assert session.finished_at is not None
-        return run, session.id, session.finished_at - session.created_at
+        blobs = store.artifacts.blobs
+        assert isinstance(blobs, LocalBlobStore)
+        return run, session.id, session.finished_at - session.created_at, blob_bytes(blobs.root)
     finally:
         store.close()
 
@@ -315,12 +319,14 @@ def whole_turn_and_resume(tmp: Path, turns: int, at: int) -> None:
     once at a turn, so each fork mode forks its own checkpointed session."""
     script = CounterScript()
     walls: dict[bool, list[float]] = {False: [], True: []}
+    stored: dict[bool, list[int]] = {False: [], True: []}
     parents: list[tuple[Path, str, str]] = []
     with ScriptedEngine(script).running() as eng:
         for i, checkpoints in enumerate((False, True, True, False)):
             script.phase = f"session{i}"
-            run, sid, wall = record_session(tmp / f"s{i}", eng.url, turns, checkpoints)
+            run, sid, wall, blob_total = record_session(tmp / f"s{i}", eng.url, turns, checkpoints)
             walls[checkpoints].append(wall / turns)
+            stored[checkpoints].append(blob_total)
             if checkpoints:
                 parents.append((tmp / f"s{i}", run, sid))
         print(
@@ -331,6 +337,12 @@ def whole_turn_and_resume(tmp: Path, turns: int, at: int) -> None:
             f"  no checkpoints {' / '.join(f'{w * 1e3:.0f}' for w in walls[False])} ms, "
             f"checkpoints keep=all {' / '.join(f'{w * 1e3:.0f}' for w in walls[True])} ms "
             f"(mean {with_ck / base:.2f}x the baseline)"
+        )
+        extra = (statistics.mean(stored[True]) - statistics.mean(stored[False])) / turns
+        print(
+            f"  blob store: {statistics.mean(stored[False]) / 1e3:.0f} kB without, "
+            f"{statistics.mean(stored[True]) / 1e3:.0f} kB with checkpoints: {extra / 1e3:.1f} kB per turn "
+            f"(the real requests' bodies included)"
         )
         modes = ("replay", "from-checkpoint")
         rows = [fork_once(*parent, at, script, m) for parent, m in zip(parents, modes, strict=True)]
