@@ -1,4 +1,5 @@
-"""Forks and take-overs from sandbox checkpoints, with real worker processes (SQLite and PostgreSQL).
+"""Forks and take-overs from sandbox checkpoints, with real worker processes (every test on SQLite and
+PostgreSQL).
 
 A coding agent (bwrap sandbox) runs a 6-turn tool loop through a scripted engine; every tool call
 prints a nanosecond clock and random bytes (so replaying the tools could never reproduce a
@@ -180,22 +181,23 @@ def _wait_for_checkpoint(store: EventStore, run: str, turn: int, limit_s: float 
     raise AssertionError(f"no checkpoint at turn {turn} within {limit_s}s")
 
 
-@pytest.mark.slow  # a crash drill, as tests/rollout/test_inflight_resume.py
-def test_kill_9_at_turn_4_resumes_from_its_checkpoint(
-    tmp_path: Path, any_db_url: str, clock: tuple[ScriptedEngine, ClockScript]
-) -> None:
+def _kill_9_and_resume(
+    tmp_path: Path, db_url: str, clock: tuple[ScriptedEngine, ClockScript], hold: int, **sections: Any
+) -> tuple[EventStore, str, str]:
+    """Run the 6-turn session, kill its worker with ``kill -9`` once its checkpoint at ``hold`` is
+    recorded (the engine holds request ``hold``), resume the run; checks what every provider must
+    hold and returns the open store, the run and the session."""
     eng, script = clock
-    hold = 4
     script.phase, script.hold = "first", ("first", hold)
     home = tmp_path / "home"
     worker = {"concurrency": 1, "lease_s": 3, "max_attempts": 3, "session_timeout_s": 120}
-    cfg = parent_config(tmp_path, eng.url, checkpoints=CHECKPOINTS, worker=worker)
+    cfg = parent_config(tmp_path, eng.url, checkpoints=CHECKPOINTS, worker=worker, **sections)
     run = yaml.safe_load(cfg.read_text())["run"]
-    proc = start_worker(["--config", str(cfg), "--database-url", any_db_url], home)
-    store = open_store(any_db_url, home)
+    proc = start_worker(["--config", str(cfg), "--database-url", db_url], home)
+    store = open_store(db_url, home)
     try:
         try:
-            assert script.reached.wait(120), "the worker never reached step 4"
+            assert script.reached.wait(120), f"the worker never reached step {hold}"
             sid = _wait_for_checkpoint(store, run, hold)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
@@ -204,9 +206,9 @@ def test_kill_9_at_turn_4_resumes_from_its_checkpoint(
             script.release.set()
         before = turn_rows(store, sid)
         assert len(before) == hold
-        finish(start_worker(["--resume", run, "--database-url", any_db_url], home))
+        finish(start_worker(["--resume", run, "--database-url", db_url], home))
 
-        assert script.steps("resume") == list(range(hold, TURNS))  # 0 requests, 0 tokens for 0..3
+        assert script.steps("resume") == list(range(hold, TURNS))  # 0 requests, 0 tokens before hold
         (session,) = store.sessions.list(run)
         assert (session.status, session.attempt) == ("finished", 2)
         start = session.info["start"]
@@ -219,8 +221,18 @@ def test_kill_9_at_turn_4_resumes_from_its_checkpoint(
         assert after[hold][3] == "append"
         calls = _workspace_file(store, run, sid, "calls.txt").splitlines()
         assert [c.split("-")[0] for c in calls] == [f"call{k}" for k in range(TURNS)]  # none repeated
-    finally:
+        return store, run, sid
+    except BaseException:
         store.close()
+        raise
+
+
+@pytest.mark.slow  # a crash drill, as tests/rollout/test_inflight_resume.py
+def test_kill_9_at_turn_4_resumes_from_its_checkpoint(
+    tmp_path: Path, any_db_url: str, clock: tuple[ScriptedEngine, ClockScript]
+) -> None:
+    store, _, _ = _kill_9_and_resume(tmp_path, any_db_url, clock, hold=4)
+    store.close()
 
 
 @pytest.mark.parametrize(
@@ -277,13 +289,13 @@ def _manifest(store: EventStore, session_id: str, turn: int) -> Manifest:
 
 
 def test_fork_from_the_checkpoint_on_the_image_provider(
-    tmp_path: Path, test_image: BuiltImage, clock: tuple[ScriptedEngine, ClockScript]
+    tmp_path: Path, any_db_url: str, test_image: BuiltImage, clock: tuple[ScriptedEngine, ClockScript]
 ) -> None:
     """The same fork on provider ``image``: what the tools wrote into the image's ``/etc`` and the
     image file they deleted are restored from the checkpoint with the workspace (0 calls before K)."""
     eng, script = clock
     script.tool = image_command
-    db_url = f"sqlite:///{tmp_path / 'log.db'}"
+    db_url = any_db_url
     sandbox = {"provider": "image", "image": test_image.oci}
     run, parent_id = _record_parent(tmp_path, db_url, eng.url, sandbox=sandbox)
     changes = _changes(db_url, parent_id)
@@ -315,8 +327,39 @@ def test_fork_from_the_checkpoint_on_the_image_provider(
         store.close()
 
 
+@pytest.mark.slow  # a crash drill on an image sandbox
+def test_kill_9_on_the_image_provider_resumes_from_its_checkpoint(
+    tmp_path: Path, any_db_url: str, test_image: BuiltImage, clock: tuple[ScriptedEngine, ClockScript]
+) -> None:
+    """The take-over on provider ``image``: the session killed at turn 4 resumes from its checkpoint,
+    the image's ``/etc`` and its deleted file restored with the workspace; no tool call runs twice
+    (the workspace's and ``/etc``'s counters) and no engine request is made for turns 0..3."""
+    _, script = clock
+    script.tool = image_command
+    hold = 4
+    sandbox = {"provider": "image", "image": test_image.oci}
+    store, _, sid = _kill_9_and_resume(tmp_path, any_db_url, clock, hold=hold, sandbox=sandbox)
+    try:
+        at_hold = _manifest(store, sid, hold)
+        assert at_hold.by_path()["image"].kind == "overlay"
+        assert at_hold.by_path()["image/opt/lower.txt"].kind == "deleted"
+        last = _manifest(store, sid, TURNS - 1)  # taken by the second attempt, over the restored sandbox
+        assert last.by_path()["image/opt/lower.txt"].kind == "deleted"
+        etc = last.by_path()["image/etc/calls.txt"]
+        assert store.artifacts.blobs is not None and etc.sha256 is not None
+        lines = store.artifacts.blobs.get(last.blobs[etc.sha256]).decode().splitlines()
+        assert [line.split("-")[0] for line in lines] == [
+            f"call{k}" for k in range(TURNS - 1)
+        ]  # none repeated
+    finally:
+        store.close()
+
+
 def test_fork_from_the_checkpoint_on_e2b(
-    tmp_path: Path, clock: tuple[ScriptedEngine, ClockScript], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    any_db_url: str,
+    clock: tuple[ScriptedEngine, ClockScript],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The same fork on provider ``e2b`` against the fake at E2B's wire protocol: each checkpoint is a
     snapshot, and each branch's VM is started from the parent's snapshot at K (0 calls before K)."""
@@ -326,7 +369,7 @@ def test_fork_from_the_checkpoint_on_e2b(
     with FakeE2B() as fake:
         for k, v in {"E2B_API_KEY": "e2b_fake", "E2B_API_URL": fake.url, "E2B_SANDBOX_URL": fake.url}.items():
             monkeypatch.setenv(k, v)
-        db_url = f"sqlite:///{tmp_path / 'log.db'}"
+        db_url = any_db_url
         run, parent_id = _record_parent(tmp_path, db_url, eng.url, sandbox={"provider": "e2b"})
         script.phase = "fork"
         args = [parent_id, "--at-turn", str(K), "--branches", "2", "--seed", str(SEED)]
@@ -349,7 +392,10 @@ def test_fork_from_the_checkpoint_on_e2b(
 
 
 def test_e2b_retention_deletes_the_pruned_snapshots(
-    tmp_path: Path, clock: tuple[ScriptedEngine, ClockScript], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    any_db_url: str,
+    clock: tuple[ScriptedEngine, ClockScript],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``keep: last:2`` on e2b: the log keeps two checkpoints, and E2B (the fake) only their snapshots."""
     from tests.paddock.fake_e2b import FakeE2B
@@ -358,7 +404,7 @@ def test_e2b_retention_deletes_the_pruned_snapshots(
     with FakeE2B() as fake:
         for k, v in {"E2B_API_KEY": "e2b_fake", "E2B_API_URL": fake.url, "E2B_SANDBOX_URL": fake.url}.items():
             monkeypatch.setenv(k, v)
-        db_url = f"sqlite:///{tmp_path / 'log.db'}"
+        db_url = any_db_url
         keep = {"keep": "last:2"}
         _, sid = _record_parent(tmp_path, db_url, eng.url, checkpoints=keep, sandbox={"provider": "e2b"})
         store = open_store(db_url, tmp_path / "home")
