@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
-from dressage.agents.base import Agent, AgentContext, AgentResult
+from dressage.agents.base import Agent, AgentContext, AgentResult, ResumePoint
 from dressage.agents.cli_resume import (
     RESUME_INPUT_ENV,
     CliResumeMode,
@@ -100,6 +100,20 @@ class BlackboxAgent(Agent):
     def resume_mode(self) -> CliResumeMode | NoResume:
         """This CLI's own resume mode (:mod:`dressage.agents.cli_resume`), or why it has none."""
         return resume_mode(self.cfg.kind)
+
+    def resume_refusal(self, point: ResumePoint) -> str | None:
+        """Why this CLI does not start from ``point`` (a checkpoint's fork or take-over replays it,
+        recording this): its own resume mode (docs/rollout.md "Resume modes") always sends the
+        restored conversation followed by new messages, so its first request is never request K
+        as recorded, and with one prompt per run the only user-turn boundary is turn 0."""
+        mode = self.resume_mode()
+        if isinstance(mode, NoResume):
+            return mode.reason
+        return (
+            f"agent {self.name}: {mode.kind}'s own resume mode appends {mode.appends} to the restored "
+            f"conversation, so its first request cannot be request {point.turn_index} as recorded; "
+            "a resume starts its CLI again from the prompt"
+        )
 
     async def resume_command(self, ctx: AgentContext, next_input: str) -> ResumeCommand | NoResume:
         """How to start this CLI in its resume mode in ``ctx.sandbox``, whose workspace a checkpoint

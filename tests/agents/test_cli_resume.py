@@ -30,7 +30,7 @@ from typing import Any, cast
 import pytest
 
 from dressage.agents import ClaudeCodeAgent, CodexAgent, GeminiCliAgent, MiniSweAgent, Task
-from dressage.agents.base import AgentContext
+from dressage.agents.base import AgentContext, ResumePoint
 from dressage.agents.blackbox import BlackboxAgent
 from dressage.agents.cli_resume import (
     RESUME_MODES,
@@ -277,6 +277,17 @@ async def test_a_cli_without_a_resume_mode_or_its_session_files_reports_why(make
         assert isinstance(claude, NoResume) and ".dressage/claude/projects" in claude.reason
     finally:
         await ctx.client.close()
+
+
+def test_a_checkpoint_start_of_a_cli_replays_and_records_why() -> None:
+    """The seam the checkpoint code calls (``Agent.resume_refusal``): every CLI replays, saying why."""
+    point = ResumePoint(turn_index=3, dialect="messages", request={"messages": []})
+    claude = ClaudeCodeAgent(ClaudeCodeAgentConfig()).resume_refusal(point)
+    assert claude is not None and "'No response requested.'" in claude and "request 3" in claude, claude
+    codex = CodexAgent(CodexAgentConfig()).resume_refusal(point)
+    assert codex is not None and "the input as a user message" in codex, codex
+    mini = MiniSweAgent(MiniSweAgentConfig()).resume_refusal(point)
+    assert mini is not None and "has no resume mode" in mini, mini
 
 
 def test_first_request_check_names_where_the_requests_part() -> None:
