@@ -31,6 +31,10 @@ class StoreError(DressageError):
     """The event log refused or failed an operation."""
 
 
+class ExportVerificationError(StoreError, VerificationError):
+    """An export directory does not match its manifest (missing, extra or altered files)."""
+
+
 class SchemaError(StoreError):
     """The database schema is missing or not at the expected revision."""
 

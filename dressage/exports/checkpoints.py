@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, insert, select
 
-from dressage.errors import StoreError
+from dressage.errors import ExportVerificationError, StoreError
 from dressage.paddock.checkpoints import Manifest
 from dressage.store import schema as t
 from dressage.store.artifacts import BlobStore
@@ -130,8 +130,6 @@ def write_checkpoints(store: EventStore, session_ids: Sequence[str], out: Path) 
 def prepare_import(store: EventStore, root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Put an export's checkpoint blobs into this log's blob store (each checked) and return the
     rows to insert (manifests rewritten to this store's URIs); nothing when the export has none."""
-    from dressage.exports.verify import ExportVerificationError  # verify imports export, which imports us
-
     if not (root / CHECKPOINTS_FILE).exists():
         return [], []
     blobs = _blobs(store)

@@ -24,12 +24,12 @@ import numpy as np
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, insert, select
 
-from dressage.errors import InvalidRecordError, StoreError
+from dressage.errors import ExportVerificationError, InvalidRecordError, StoreError
 from dressage.exports.arrow import cube_from_column
 from dressage.exports.checkpoints import insert_checkpoints, prepare_import
 from dressage.exports.export import portable_task_refs
 from dressage.exports.tables import OPTIONAL_ARCHIVE_FILES
-from dressage.exports.verify import ExportVerificationError, verify_export
+from dressage.exports.verify import verify_export
 from dressage.store import schema as t
 from dressage.store.decisions import short_floats
 from dressage.store.event_store import EventStore

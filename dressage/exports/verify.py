@@ -6,13 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dressage.errors import StoreError, VerificationError
+from dressage.errors import ExportVerificationError
 from dressage.exports.export import MANIFEST, sha256_file
 from dressage.exports.tables import FORMAT, FORMAT_VERSION
-
-
-class ExportVerificationError(StoreError, VerificationError):
-    """An export directory does not match its manifest (missing, extra or altered files)."""
 
 
 def read_manifest(export_dir: Path | str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from typer.testing import CliRunner, Result
 
 from dressage.cli import app
 from dressage.commandline import EXIT_MISMATCH
-from dressage.exports.verify import ExportVerificationError, verify_export
+from dressage.errors import ExportVerificationError
+from dressage.exports.verify import verify_export
 from dressage.store import EventStore, TaskSpec
 from tests.log_builders import record_one_turn_session
 from tests.pg_roles import reader_url
