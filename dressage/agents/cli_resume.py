@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from dressage.errors import SandboxError
 from dressage.paddock import Sandbox
+from dressage.tito.render_cache import common_prefix_len
 
 RESUME_INPUT_ENV = "DRESSAGE_RESUME_INPUT"
 """The environment variable that carries the resumed CLI's next user input into its command line."""
@@ -339,11 +340,7 @@ def check_first_request(
     """Whether the resumed CLI's first request renders to the parent's request K token for token;
     if not, a reason naming where they part and what follows there (decoded with ``decode``)."""
     parent, resumed = list(parent_ids), list(resumed_ids)
-    common = 0
-    for a, b in zip(parent, resumed, strict=False):
-        if a != b:
-            break
-        common += 1
+    common = common_prefix_len(parent, resumed)
     if parent == resumed:
         return FirstRequestCheck(True, common)
 

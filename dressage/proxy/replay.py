@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dressage.store import Session, Turn
+from dressage.tito.render_cache import common_prefix_len
 
 if TYPE_CHECKING:
     from dressage.proxy.conversation import Conversation
@@ -163,11 +164,10 @@ def prompt_difference(
     """Where ``request``'s prompt ids first differ from ``recorded``'s, in words with the text around
     it on both sides (``decode``: ids to text), e.g. ``at prompt token 812 of 900: recorded '... 0.03s'
     ... request '... 0.02s'``; what a divergence records, so its cause can be read."""
-    same = next((i for i, (a, b) in enumerate(zip(recorded, request, strict=False)) if a != b), None)
-    if same is None:
-        if len(recorded) == len(request):
-            return "the prompt ids are equal"
-        same = min(len(recorded), len(request))
+    recorded, request = list(recorded), list(request)
+    if recorded == request:
+        return "the prompt ids are equal"
+    same = common_prefix_len(recorded, request)
     window = slice(max(0, same - DIFF_CONTEXT), same + DIFF_CONTEXT)
     return (
         f"at prompt token {same} (recorded {len(recorded)} tokens, request {len(request)}): recorded "
