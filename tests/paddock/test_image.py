@@ -166,22 +166,35 @@ def test_eviction_spares_images_in_use(test_image: BuiltImage, tmp_path: Path) -
         assert (back.rootfs / "opt/lower.txt").read_text() == "lower\n"
 
 
-async def test_missing_image_bad_reference_and_unreachable_registry_refused(tmp_path: Path) -> None:
+@pytest.mark.slow
+async def test_missing_image_and_unreachable_registry_refused_in_one_line(tmp_path: Path) -> None:
+    """skopeo's own refusals (an OCI layout that is not there, a registry nobody answers), one line each:
+    the slow tier with the other image tests, since it needs skopeo (scripts/setup-images.sh)."""
+    from tests.paddock.images import missing_tools
+
+    if reason := missing_tools():
+        pytest.skip(reason)
     provider = ImageProvider(store=ImageStore(tmp_path / "cache"))
     missing = f"oci:{tmp_path}/nothing:tag"
     with pytest.raises(SandboxError, match=f"^image {re.escape(missing)}: skopeo cannot fetch it: ") as e:
         await provider.limits_in_force(_spec(missing))
     assert "\n" not in str(e.value)
+    unreachable = "docker://127.0.0.1:9/nobody/none:1"
+    with pytest.raises(SandboxError, match=f"^image {re.escape(unreachable)}: skopeo cannot fetch it: ") as e:
+        await provider.create("reg", _spec(unreachable))
+    assert "\n" not in str(e.value)
+
+
+async def test_bad_references_and_mismatched_providers_refused(tmp_path: Path) -> None:
+    """What is refused before any tool runs (the default tier: no skopeo needed), and a spec naming
+    no image is a plain bubblewrap sandbox."""
+    provider = ImageProvider(store=ImageStore(tmp_path / "cache"))
     for bad in ("ubuntu:22.04", "dir:/tmp/x", "docker://"):
         with pytest.raises(SandboxError, match=r"is not an image reference|needs sandbox.image"):
             await provider.create("bad", _spec(bad))
     # a spec naming no image (a Harbor task without one of its own) is a plain bwrap sandbox
     async with await provider.create("plain", _spec("")) as plain:
         assert type(plain) is BwrapSandbox and (await plain.exec("test -d /usr/bin")).ok
-    unreachable = "docker://127.0.0.1:9/nobody/none:1"
-    with pytest.raises(SandboxError, match=f"^image {re.escape(unreachable)}: skopeo cannot fetch it: ") as e:
-        await provider.create("reg", _spec(unreachable))
-    assert "\n" not in str(e.value)
     with pytest.raises(SandboxError, match="needs sandbox provider 'image'"):
         await get_provider("bwrap").create("x", SandboxSpec(image="oci:/x"))
     with pytest.raises(SandboxError, match="give one"):
