@@ -16,8 +16,9 @@ parser) the grammar waits until the output has closed its thinking block (the to
 
 The dev engine does the same with the same library (PyPI ``xgrammar``, pinned to the version
 SGLang 0.5.23 requires), on CPU. The tokenizer info is built once, on the first constrained
-request (a few seconds for the 248k-token Qwen3.5 vocabulary); compiled grammars are cached by
-the compiler.
+request (a few seconds for the 248k-token Qwen3.5 vocabulary), and shared by every backend of
+the process that serves the same vocabulary object (:func:`_tokenizer_info`); compiled grammars are
+cached by each backend's compiler.
 """
 
 from __future__ import annotations
@@ -84,11 +85,7 @@ class GrammarBackend:
                         "constrained decoding (json_schema/regex/ebnf) needs a tokenizer; this model has none",
                         param="sampling_params",
                     )
-                hf = getattr(self._tokenizer, "transformers_tokenizer", None)
-                hf_tokenizer = hf() if callable(hf) else self._tokenizer
-                info = xgr.TokenizerInfo.from_huggingface(
-                    hf_tokenizer, vocab_size=self._vocab_size, stop_token_ids=self._stop_ids
-                )
+                info = _tokenizer_info(self._tokenizer, self._vocab_size, tuple(self._stop_ids))
                 self._think_end = tuple(self._tokenizer.encode(THINK_END, add_special_tokens=False))
                 self._compiler = xgr.GrammarCompiler(info, max_threads=1)
             return self._compiler
@@ -114,6 +111,40 @@ class GrammarBackend:
             vocab_size=self._vocab_size,
             think_end=self._think_end if require_reasoning else (),
         )
+
+
+_INFOS: dict[tuple[int, int, tuple[int, ...]], tuple[Any, Any]] = {}
+"""xgrammar ``TokenizerInfo`` by (id of the vocabulary object, vocab size, stop ids), each kept with
+that object (so its id is never reused while the entry lives)."""
+_INFOS_LOCK = threading.Lock()
+_INFOS_MAX = 8
+
+
+def _tokenizer_info(tokenizer: Any, vocab_size: int, stop_ids: tuple[int, ...]) -> Any:
+    """xgrammar's ``TokenizerInfo`` of ``tokenizer``, built once per process per vocabulary.
+
+    Building it walks the whole vocabulary (seconds for 248k tokens); it is immutable, so backends
+    of the same vocabulary (a process that starts several dev engines of one profile) share it.
+    The vocabulary object is ``tokenizer.vocabulary`` when the tokenizer exposes one (the dev
+    engine's profile tokenizers share their profile's), else ``tokenizer`` itself.
+    """
+    import xgrammar as xgr
+
+    vocabulary = getattr(tokenizer, "vocabulary", tokenizer)
+    key = (id(vocabulary), vocab_size, stop_ids)
+    with _INFOS_LOCK:
+        found = _INFOS.get(key)
+        if found is not None and found[0] is vocabulary:
+            return found[1]
+        hf = getattr(tokenizer, "transformers_tokenizer", None)
+        hf_tokenizer = hf() if callable(hf) else tokenizer
+        info = xgr.TokenizerInfo.from_huggingface(
+            hf_tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_ids)
+        )
+        if len(_INFOS) >= _INFOS_MAX:
+            _INFOS.pop(next(iter(_INFOS)))
+        _INFOS[key] = (vocabulary, info)
+        return info
 
 
 @dataclasses.dataclass(frozen=True)

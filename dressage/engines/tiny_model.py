@@ -201,6 +201,12 @@ class ProfileTextTokenizer:
 
         self._hf = get_profile(profile).tokenizer.hf
 
+    @property
+    def vocabulary(self) -> Any:
+        """The profile's shared HF tokenizer: what identifies this vocabulary (the grammar backend
+        builds xgrammar's tokenizer info once per vocabulary and process)."""
+        return self._hf
+
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Ids of ``text`` (special tokens written in it become their ids)."""
         return list(self._hf.encode(text, add_special_tokens=add_special_tokens).ids)

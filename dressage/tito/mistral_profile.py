@@ -350,7 +350,7 @@ class MistralNemoProfile(ModelProfile):
         """The Tekken vocabulary of ``mistral-common`` (built and cached)."""
         from dressage.tito.tekken_vocab import tekken_tokenizer_json
 
-        return Tokenizer.from_file(tekken_tokenizer_json(TEKKEN_FILE), name="mistral-nemo")
+        return Tokenizer.shared(tekken_tokenizer_json(TEKKEN_FILE), name="mistral-nemo")
 
     @property
     def template_hash(self) -> str:

@@ -96,7 +96,8 @@ def profile_names() -> list[str]:
 
 
 def build_profile(name: str) -> ModelProfile:
-    """A new, unshared instance of the profile registered as ``name`` (loads its tokenizer anew)."""
+    """A new, unshared instance of the profile registered as ``name`` (the built-in profiles' tokenizer
+    is still the process's one for its vocabulary file: :meth:`~dressage.tito.tokenizer.Tokenizer.shared`)."""
     if name not in _REGISTRY:
         raise ConfigError(f"unknown model profile {name!r}; known: {', '.join(profile_names())}")
     return _REGISTRY[name]()

