@@ -26,53 +26,67 @@ logs are mostly such text).
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detect_secrets.plugins.aws import AWSKeyDetector
-from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-from detect_secrets.plugins.base import RegexBasedDetector
-from detect_secrets.plugins.github_token import GitHubTokenDetector
-from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
-from detect_secrets.plugins.jwt import JwtTokenDetector
-from detect_secrets.plugins.mailchimp import MailchimpDetector
-from detect_secrets.plugins.npm import NpmDetector
-from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.pypi_token import PypiTokenDetector
-from detect_secrets.plugins.sendgrid import SendGridDetector
-from detect_secrets.plugins.slack import SlackDetector
-from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-from detect_secrets.plugins.stripe import StripeDetector
+if TYPE_CHECKING:
+    from detect_secrets.plugins.base import RegexBasedDetector
+    from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
+
 
 REDACTED = "[REDACTED]"
 
 Span = tuple[int, int]
 
-# detect-secrets plugins, each with the lower-case substrings one of which every match contains.
-# Left out: plugins that would redact what is not a secret (public IP addresses; Artifactory's
-# ``AP...`` matches upper-case words), or that only have meaning next to a keyword the assignment
-# rule below already handles (IBM, Softlayer, Cloudant), or that have no literal to skip text by
-# (Discord, Telegram, Twilio), and PrivateKeyDetector (it flags the header line: the whole block is
-# a pattern below).
-_PLUGINS: tuple[tuple[RegexBasedDetector, tuple[str, ...]], ...] = (
-    (AWSKeyDetector(), ("akia", "asia", "abia", "acca", "a3t", "aws")),
-    (AzureStorageKeyDetector(), ("accountkey=",)),
-    (GitHubTokenDetector(), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
-    (GitLabTokenDetector(), ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "gr1348941", "glcbt-", "glimt-",
-                             "glptt-", "glagent-", "gloas-")),
-    (JwtTokenDetector(), ("eyj",)),
-    (MailchimpDetector(), ("-us",)),
-    (NpmDetector(), ("_authtoken",)),
-    (OpenAIDetector(), ("t3blbkfj",)),
-    (PypiTokenDetector(), ("pypi-",)),
-    (SendGridDetector(), ("sg.",)),
-    (SlackDetector(), ("xox", "hooks.slack.com")),
-    (SquareOAuthDetector(), ("sq0csp-",)),
-    (StripeDetector(), ("k_live_",)),
+# detect-secrets plugins (module and class under ``detect_secrets.plugins``), each with the lower-case
+# substrings one of which every match contains. Left out: plugins that would redact what is not a
+# secret (public IP addresses; Artifactory's ``AP...`` matches upper-case words), or that only have
+# meaning next to a keyword the assignment rule below already handles (IBM, Softlayer, Cloudant), or
+# that have no literal to skip text by (Discord, Telegram, Twilio), and PrivateKeyDetector (it flags
+# the header line: the whole block is a pattern below).
+_PLUGINS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("aws", "AWSKeyDetector", ("akia", "asia", "abia", "acca", "a3t", "aws")),
+    ("azure_storage_key", "AzureStorageKeyDetector", ("accountkey=",)),
+    ("github_token", "GitHubTokenDetector", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    ("gitlab_token", "GitLabTokenDetector", ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "gr1348941",
+                                             "glcbt-", "glimt-", "glptt-", "glagent-", "gloas-")),
+    ("jwt", "JwtTokenDetector", ("eyj",)),
+    ("mailchimp", "MailchimpDetector", ("-us",)),
+    ("npm", "NpmDetector", ("_authtoken",)),
+    ("openai", "OpenAIDetector", ("t3blbkfj",)),
+    ("pypi_token", "PypiTokenDetector", ("pypi-",)),
+    ("sendgrid", "SendGridDetector", ("sg.",)),
+    ("slack", "SlackDetector", ("xox", "hooks.slack.com")),
+    ("square_oauth", "SquareOAuthDetector", ("sq0csp-",)),
+    ("stripe", "StripeDetector", ("k_live_",)),
 )  # fmt: skip
+
+
+@functools.cache
+def _plugin(module: str, name: str) -> RegexBasedDetector:
+    """The detect-secrets plugin ``name`` of ``module``, imported and built on first use.
+
+    Importing detect-secrets costs about 0.1 s of CPU (its package pulls in ``requests``); a process
+    whose texts never hint at one of its formats (most of them: the hints are checked first) never
+    pays it.
+    """
+    plugins = importlib.import_module(f"detect_secrets.plugins.{module}")
+    detector: RegexBasedDetector = getattr(plugins, name)()
+    return detector
+
+
+@functools.cache
+def _entropy(alphabet: str) -> HighEntropyStringsPlugin:
+    """detect-secrets' Shannon entropy plugin of ``alphabet`` (``hex`` or ``base64``) with our limit,
+    built on first use (see :func:`_plugin`)."""
+    from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
+
+    return HexHighEntropyString(limit=3.0) if alphabet == "hex" else Base64HighEntropyString(limit=3.7)
+
 
 # Formats detect-secrets lacks. Each keeps its named group ``keep`` (a label such as
 # "Authorization: ") and replaces the rest.
@@ -119,8 +133,6 @@ _STRONG_NAME = re.compile(
     r"|sharedaccesskey"
 )
 _VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")  # $API_KEY, ${API_KEY}: a reference, not a value
-_BASE64_ENTROPY = Base64HighEntropyString(limit=3.7)
-_HEX_ENTROPY = HexHighEntropyString(limit=3.0)
 _BASE64_VALUE = re.compile(r"[A-Za-z0-9+/=_-]{16,}")
 _HEX_VALUE = re.compile(r"[0-9a-fA-F]{16,}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")  # an id (idempotency keys)
@@ -150,9 +162,8 @@ def is_secret_value(name: str, value: str) -> bool:
         return False
     if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
         return False
-    if _HEX_VALUE.fullmatch(value):
-        return _HEX_ENTROPY.calculate_shannon_entropy(value) > _HEX_ENTROPY.entropy_limit
-    return _BASE64_ENTROPY.calculate_shannon_entropy(value) > _BASE64_ENTROPY.entropy_limit
+    entropy = _entropy("hex" if _HEX_VALUE.fullmatch(value) else "base64")
+    return entropy.calculate_shannon_entropy(value) > entropy.entropy_limit
 
 
 def _configured_spans(text: str, secrets: Iterable[str]) -> Iterator[Span]:
@@ -165,10 +176,10 @@ def _configured_spans(text: str, secrets: Iterable[str]) -> Iterator[Span]:
 
 
 def _plugin_spans(text: str, low: str) -> Iterator[Span]:
-    for plugin, hints in _PLUGINS:
+    for module, name, hints in _PLUGINS:
         if not any(h in low for h in hints):
             continue
-        for value in set(plugin.analyze_string(text)):
+        for value in set(_plugin(module, name).analyze_string(text)):
             start = text.find(value) if value else -1
             while start >= 0:
                 if start == 0 or not _ALNUM.match(text, start - 1):  # not the inside of a longer word
