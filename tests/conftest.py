@@ -16,7 +16,6 @@ reason; ``DRESSAGE_REQUIRE_ALL=1`` (set by CI) turns those skips into failures, 
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import os
 import uuid
@@ -25,16 +24,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-import psycopg
 import pytest
-from typer.testing import CliRunner
-
-from dressage.store import EventStore
-from dressage.store.db import upgrade
-from tests.pg_roles import drop_created_roles
-from tests.stores import open_store
 
 if TYPE_CHECKING:
+    from typer.testing import CliRunner
+
+    from dressage.store import EventStore
     from tests.dev_engine import RunningEngine
     from tests.paddock.images import BuiltImage
     from tests.quickstart_run import QuickstartRun
@@ -88,6 +83,10 @@ MODULE_TIERS: dict[str, tuple[str, ...]] = {
 }
 """Modules whose every test needs a tier (path prefixes relative to the repository)."""
 REPO = Path(__file__).resolve().parents[1]
+# What the fixtures below use (psycopg, the store and its migrations, typer's runner) is imported
+# inside them, not here: every pytest process imports this module, and the child pytest sessions
+# that tests start (tests/test_tiers.py: a few modules collected, small modules of its own run)
+# would otherwise pay for SQLAlchemy, alembic and the store before collecting anything.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -194,6 +193,8 @@ def create_pg_database(name: str) -> str:
     """Create a fresh database named ``name`` plus a random suffix on the test server and migrate it;
     returns its SQLAlchemy URL. No database is ever dropped by name before use: the random suffix
     keeps concurrent test sessions (pytest-xdist workers, helpers on one machine) apart."""
+    import psycopg
+
     name = f"{name}_{uuid.uuid4().hex[:8]}"
     try:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
@@ -203,6 +204,8 @@ def create_pg_database(name: str) -> str:
     _CREATED.append(name)
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
     url = f"{base}/{name}"
+    from dressage.store.db import upgrade  # here: a test skipped for want of a server needs no store
+
     upgrade(url)
     return url
 
@@ -216,6 +219,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     it made in them (``tests/pg_roles.py``)."""
     if not _CREATED:
         return
+    import psycopg
+
+    from tests.pg_roles import drop_created_roles
+
     try:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
             for name in _CREATED:
@@ -235,6 +242,8 @@ def pg_url() -> str:
 @pytest.fixture(scope="session")
 def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A migrated SQLite database file for this test session."""
+    from dressage.store.db import upgrade
+
     path = tmp_path_factory.mktemp("sqlite") / "dressage.db"
     url = f"sqlite:///{path}"
     upgrade(url)
@@ -265,6 +274,8 @@ def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def store(db_url: str, tmp_path: Path) -> Iterator[EventStore]:
     """An :class:`EventStore` on each backend, with a local artifact directory."""
+    from tests.stores import open_store
+
     with open_store(db_url, tmp_path / "home") as s:
         yield s
 
@@ -284,6 +295,8 @@ def anyio_backend() -> str:
 @pytest.fixture
 def cli() -> CliRunner:
     """A runner for the ``dressage-worker`` app (stderr kept apart from stdout, wide, no colour)."""
+    from typer.testing import CliRunner
+
     return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
 
 
@@ -303,6 +316,8 @@ def engine_url() -> Iterator[str]:
     """The dev engine (tiny model, seed 0) as ``dressage-worker engine`` in a child process, shared by
     the session: rollout workers in other processes point at it."""
     require_module("torch", ENGINE_EXTRA)
+    import asyncio
+
     from dressage.rollout.engine_process import DevEngineProcess
 
     engine = DevEngineProcess("tiny", seed=0)

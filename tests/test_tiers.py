@@ -34,8 +34,14 @@ ARGUMENTS = (
     ("-m", "postgres"),
 )
 """Every selection these tests compare, collected in one child process (imports paid once)."""
+UNUSED_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:anyio")
+"""Installed pytest plugins that the child sessions of one small module each have no use for (none of
+their tests is async or a Hypothesis property): loading them would cost every child pytest (and each
+xdist worker) about half a second of CPU, anyio's importing trio and Hypothesis's importing itself at
+the session's end. The collection child (:data:`COLLECT`) drops Hypothesis's only: its modules' async
+tests carry anyio's marker."""
 COLLECT = """
-import json, sys
+import gc, json, sys
 import pytest
 
 class Selected:
@@ -44,8 +50,12 @@ class Selected:
 
 found = {}
 for args in json.loads(sys.argv[1]):
+    gc.freeze()  # pytest collects garbage as each session ends: leave what earlier sessions imported alone
     selected = Selected()
-    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *args, *sys.argv[2:]], plugins=[selected])
+    code = pytest.main(
+        ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, *sys.argv[2:]],
+        plugins=[selected],
+    )
     found[" ".join(args)] = [int(code), getattr(selected, "ids", [])]
 print(json.dumps(found))
 """
@@ -98,7 +108,18 @@ def test_an_explicit_marker_expression_selects_across_tiers() -> None:
 
 def test_unknown_markers_and_tiers_are_refused(tmp_path: Path) -> None:
     bad = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "--tier", "nightly", MODULES[0]],
+        # the refusal comes after collection, whatever is collected: this module imports nothing heavy
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            *UNUSED_PLUGINS,
+            "--tier",
+            "nightly",
+            __file__,
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -109,18 +130,39 @@ def test_unknown_markers_and_tiers_are_refused(tmp_path: Path) -> None:
     assert 'addopts = "--strict-markers"' in pyproject
 
 
-def test_without_postgresql_the_tier_skips_and_ci_turns_the_skip_into_a_failure() -> None:
+def test_without_postgresql_the_tier_skips_and_ci_turns_the_skip_into_a_failure(tmp_path: Path) -> None:
+    """A test using the ``pg_url`` fixture when no server answers: skipped with the reason, failed under
+    ``DRESSAGE_REQUIRE_ALL=1``. The test lives in a module of its own (the hooks and the fixture are
+    this conftest's), so the child sessions import nothing of the product but the fixture's needs."""
     import os
 
-    node = "tests/test_newcomer_points.py::test_is_it_running_not_said_for_a_missing_postgres_database"
-    env = {**os.environ, "DRESSAGE_TEST_PG_ADMIN_URL": "postgresql://postgres@127.0.0.1:1/postgres"}
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pg_url, pytest_addoption, pytest_collection_modifyitems, "
+        "pytest_runtest_makereport\n"
+        '__all__ = ["pg_url", "pytest_addoption", "pytest_collection_modifyitems", "pytest_runtest_makereport"]\n'
+    )
+    (tmp_path / "test_on_postgres.py").write_text(
+        "def test_needs_the_server(pg_url: str) -> None:\n    pass\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env["DRESSAGE_TEST_PG_ADMIN_URL"] = "postgresql://postgres@127.0.0.1:1/postgres"
     env.pop("DRESSAGE_REQUIRE_ALL", None)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", node]
-    skipped = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        *UNUSED_PLUGINS,
+        "test_on_postgres.py",
+    ]
+    skipped = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert skipped.returncode == 0 and "1 skipped" in skipped.stdout, skipped.stdout
     assert "PostgreSQL is not reachable at postgresql://postgres@127.0.0.1:1/postgres" in skipped.stdout
     env["DRESSAGE_REQUIRE_ALL"] = "1"
-    failed = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    failed = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1 and "PostgreSQL is not reachable" in failed.stdout, failed.stdout
 
 
@@ -141,7 +183,19 @@ def test_under_xdist_workers_keep_the_tiers_and_turn_skips_into_failures(tmp_pat
     env.pop("DRESSAGE_REQUIRE_ALL", None)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "2", "-p", "no:cacheprovider", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-n",
+            "2",
+            "-p",
+            "no:cacheprovider",
+            *UNUSED_PLUGINS,
+            *args,
+        ]
         return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
     default = run()  # no arguments: the default tier only
@@ -166,7 +220,17 @@ def test_a_missing_extra_skips_a_module_and_fails_it_on_ci(tmp_path: Path) -> No
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DRESSAGE_REQUIRE_ALL", None)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_needs_extra.py"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        *UNUSED_PLUGINS,
+        "test_needs_extra.py",
+    ]
     skipped = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert skipped.returncode in (0, 5) and "1 skipped" in skipped.stdout, skipped.stdout + skipped.stderr
     assert "the made-up extra (dressage_no_such_extra" in skipped.stdout
