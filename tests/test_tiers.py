@@ -167,7 +167,7 @@ def test_without_postgresql_the_tier_skips_and_ci_turns_the_skip_into_a_failure(
 
 
 def test_under_xdist_workers_keep_the_tiers_and_turn_skips_into_failures(tmp_path: Path) -> None:
-    """The README's ``-n 2``: this conftest's hooks run in each worker (tier selection without
+    """xdist workers (the README runs ``-n 3``): this conftest's hooks run in each worker (tier selection without
     arguments, and a service tier's skip failing under ``DRESSAGE_REQUIRE_ALL=1``)."""
     import os
 
