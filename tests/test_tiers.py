@@ -40,6 +40,13 @@ their tests is async or a Hypothesis property): loading them would cost every ch
 xdist worker) about half a second of CPU, anyio's importing trio and Hypothesis's importing itself at
 the session's end. The collection child (:data:`COLLECT`) drops Hypothesis's only: its modules' async
 tests carry anyio's marker."""
+
+
+def child_pytest(*args: str) -> list[str]:
+    """The argv of a child ``pytest -q -rs`` over one small module, without the cache or unused plugins."""
+    return [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *UNUSED_PLUGINS, *args]
+
+
 COLLECT = """
 import gc, json, sys
 import pytest
@@ -147,17 +154,7 @@ def test_without_postgresql_the_tier_skips_and_ci_turns_the_skip_into_a_failure(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env["DRESSAGE_TEST_PG_ADMIN_URL"] = "postgresql://postgres@127.0.0.1:1/postgres"
     env.pop("DRESSAGE_REQUIRE_ALL", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-rs",
-        "-p",
-        "no:cacheprovider",
-        *UNUSED_PLUGINS,
-        "test_on_postgres.py",
-    ]
+    cmd = child_pytest("test_on_postgres.py")
     skipped = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert skipped.returncode == 0 and "1 skipped" in skipped.stdout, skipped.stdout
     assert "PostgreSQL is not reachable at postgresql://postgres@127.0.0.1:1/postgres" in skipped.stdout
@@ -183,19 +180,7 @@ def test_under_xdist_workers_keep_the_tiers_and_turn_skips_into_failures(tmp_pat
     env.pop("DRESSAGE_REQUIRE_ALL", None)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-rs",
-            "-n",
-            "2",
-            "-p",
-            "no:cacheprovider",
-            *UNUSED_PLUGINS,
-            *args,
-        ]
+        cmd = child_pytest("-n", "2", *args)
         return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
     default = run()  # no arguments: the default tier only
@@ -220,17 +205,7 @@ def test_a_missing_extra_skips_a_module_and_fails_it_on_ci(tmp_path: Path) -> No
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DRESSAGE_REQUIRE_ALL", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-rs",
-        "-p",
-        "no:cacheprovider",
-        *UNUSED_PLUGINS,
-        "test_needs_extra.py",
-    ]
+    cmd = child_pytest("test_needs_extra.py")
     skipped = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert skipped.returncode in (0, 5) and "1 skipped" in skipped.stdout, skipped.stdout + skipped.stderr
     assert "the made-up extra (dressage_no_such_extra" in skipped.stdout
