@@ -252,7 +252,9 @@ class FakeE2B:
         self.base = Path(tempfile.mkdtemp(prefix="fake-e2b-"))
         self._process_app = ProcessASGIApplication(_Process(self.state))
         self._fs_app = FilesystemASGIApplication(_Filesystem(self.state))
-        self._http = ThreadedServer(self, lifespan="off")
+        # asyncio, not uvloop: uvloop spawning a child from a loop in a non-main thread can leave the
+        # forked child stuck before exec (a futex), seen once in the default tier (docs/test-speed.md)
+        self._http = ThreadedServer(self, lifespan="off", loop="asyncio")
         self.port = self._http.port
         self.url = self._http.base
 
