@@ -148,11 +148,10 @@ def head_revision() -> str:
 
 @functools.lru_cache(maxsize=4)
 def _head_of(folder: str, versions_mtime_ns: int) -> str:
-    """The head revision of the alembic scripts in ``folder`` (cached by :func:`head_revision`)."""
-    del versions_mtime_ns  # part of the cache key only
-    cfg = Config()
-    cfg.set_main_option("script_location", folder)
-    head = ScriptDirectory.from_config(cfg).get_current_head()
+    """The head revision of the project's migrations; ``folder`` and ``versions_mtime_ns`` are
+    :func:`head_revision`'s cache key only."""
+    del folder, versions_mtime_ns
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
     assert head is not None
     return head
 
