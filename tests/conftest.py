@@ -113,10 +113,11 @@ def tiers_of(item: pytest.Item) -> set[str]:
     return found
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tiers, then keep those of ``--tier``."""
+def wanted_tiers(config: pytest.Config) -> set[str]:
+    """The tiers this session selects: ``--tier``'s, else the default tier for a bare ``pytest -q`` and
+    every tier for named files or nodes or a ``-m`` expression."""
     tier = config.getoption("--tier")
-    if tier is None:  # `pytest -q`: the default tier; named files or nodes, or -m: whatever they select
+    if tier is None:
         named = config.args_source == pytest.Config.ArgsSource.ARGS
         tier = "all" if named or config.getoption("markexpr") else "default"
     wanted = {t.strip() for t in tier.split(",") if t.strip()}
@@ -125,6 +126,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"--tier {tier}: unknown tier(s) {sorted(unknown)}; use default, all or {TIERS}"
         )
+    return wanted
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """In a default-tier session, leave the modules (and folders) of :data:`MODULE_TIERS` unimported:
+    each of their tests has a tier, so all would be deselected, and importing them costs every process
+    that collects (each xdist worker) their imports (Ray for tests/cluster/, TextWorld, the agent CLIs'
+    harnesses). Only there: another tier's session may want a test of such a module for a tier it gets
+    from its fixtures or parameters (a loop drill on PostgreSQL is slow and postgres)."""
+    if wanted_tiers(config) != {"default"} or not collection_path.is_relative_to(REPO):
+        return None
+    rel = collection_path.relative_to(REPO).as_posix() + ("/" if collection_path.is_dir() else "")
+    return True if any(rel.startswith(prefix) for prefix in MODULE_TIERS) else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tiers, then keep those of ``--tier``."""
+    wanted = wanted_tiers(config)
     kept, dropped = [], []
     for item in items:
         tiers = tiers_of(item)

@@ -33,7 +33,12 @@ ARGUMENTS = (
     (),
     ("-m", "postgres"),
 )
-"""Every selection these tests compare, collected in one child process (imports paid once)."""
+"""Every selection these tests compare among :data:`MODULES`, collected in one child process (imports
+paid once)."""
+FOLDER = "tests/paddock/"
+"""A folder holding a module of :data:`MODULE_TIERS <tests.conftest.MODULE_TIERS>` (test_docker.py, external)."""
+FOLDER_ARGUMENTS = (("--tier", "default"), ("--tier", "external"))
+"""Selections collected over :data:`FOLDER` (by the same child process)."""
 UNUSED_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:anyio")
 """Installed pytest plugins that the child sessions of one small module each have no use for (none of
 their tests is async or a Hypothesis property): loading them would cost every child pytest (and each
@@ -52,38 +57,53 @@ import gc, json, sys
 import pytest
 
 class Selected:
+    def __init__(self):
+        self.dropped = []
+
+    def pytest_deselected(self, items):
+        self.dropped += [item.nodeid for item in items]
+
     def pytest_collection_finish(self, session):
         self.ids = [item.nodeid for item in session.items]
 
-found = {}
-for args in json.loads(sys.argv[1]):
+found = []
+for args, paths in json.loads(sys.argv[1]):
     gc.freeze()  # pytest collects garbage as each session ends: leave what earlier sessions imported alone
     selected = Selected()
     code = pytest.main(
-        ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, *sys.argv[2:]],
+        ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, *paths],
         plugins=[selected],
     )
-    found[" ".join(args)] = [int(code), getattr(selected, "ids", [])]
+    found.append([int(code), getattr(selected, "ids", []), selected.dropped])
 print(json.dumps(found))
 """
 
 
 @functools.cache
-def all_collected() -> dict[str, list[str]]:
-    """Node ids that ``pytest --collect-only ARGS MODULES`` selects, for each of :data:`ARGUMENTS`:
-    one child process runs ``pytest.main`` once per selection."""
-    cmd = [sys.executable, "-c", COLLECT, json.dumps(ARGUMENTS), *MODULES]
+def all_collected() -> dict[str, tuple[list[str], list[str]]]:
+    """Node ids that ``pytest --collect-only ARGS PATHS`` selects and deselects, for each of
+    :data:`ARGUMENTS` over :data:`MODULES` (keyed by ARGS) and of :data:`FOLDER_ARGUMENTS` over
+    :data:`FOLDER` (keyed by ARGS and the folder): one child process runs ``pytest.main`` once per
+    selection."""
+    selections = [(args, []) for args in ARGUMENTS] + [(args, [FOLDER]) for args in FOLDER_ARGUMENTS]
+    cmd = [sys.executable, "-c", COLLECT, json.dumps([(a, p or MODULES) for a, p in selections])]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     found = json.loads(out.stdout.strip().splitlines()[-1])
-    for args, (code, _) in found.items():
-        assert code in (0, 5), f"pytest --collect-only {args} exited {code}:\n{out.stdout}"
-    return {args: ids for args, (_, ids) in found.items()}
+    keys = [" ".join([*args, *paths]) for args, paths in selections]
+    for key, (code, _, _) in zip(keys, found, strict=True):
+        assert code in (0, 5), f"pytest --collect-only {key} exited {code}:\n{out.stdout}"
+    return {key: (ids, dropped) for key, (_, ids, dropped) in zip(keys, found, strict=True)}
 
 
 def collected(*args: str) -> list[str]:
     """Node ids ``pytest --collect-only ARGS`` selects among :data:`MODULES`."""
-    return all_collected()[" ".join(args)]
+    return all_collected()[" ".join(args)][0]
+
+
+def deselected(*args: str) -> list[str]:
+    """Node ids ``pytest --collect-only ARGS`` collected among :data:`MODULES` and then deselected."""
+    return all_collected()[" ".join(args)][1]
 
 
 def test_the_default_tier_holds_sqlite_tests_only() -> None:
@@ -107,6 +127,19 @@ def test_each_tier_gets_its_tests() -> None:
     assert len(everything) == len(set(everything)) >= len(set(postgres + browser + external + cloud))
     assert set(collected("--tier", "default,postgres")) == set(collected("--tier", "default")) | set(postgres)
     assert set(collected()) == set(everything)  # named modules without --tier: every tier of them
+
+
+def test_the_default_tier_does_not_import_modules_whose_every_test_has_a_tier() -> None:
+    """Collecting tests/paddock/ for the default tier leaves test_docker.py (external, by MODULE_TIERS)
+    unimported: none of its tests was even deselected; the image provider's twins elsewhere in the
+    folder were. Collected for the external tier, its tests are selected. A module named on the command line
+    is always collected (the other tests here name test_native_clis.py, external too)."""
+    docker = f"{FOLDER}test_docker.py"
+    default_kept, default_dropped = all_collected()[f"--tier default {FOLDER}"]
+    assert default_kept and not any(n.startswith(docker) for n in default_kept + default_dropped)
+    assert any(n.endswith("[image]") for n in default_dropped)  # the image provider's (slow) twins
+    assert any(n.startswith(docker) for n in all_collected()[f"--tier external {FOLDER}"][0])
+    assert any(n.startswith(MODULES[2]) for n in deselected("--tier", "default"))
 
 
 def test_an_explicit_marker_expression_selects_across_tiers() -> None:

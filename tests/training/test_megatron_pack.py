@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 import pytest
 
@@ -14,9 +16,6 @@ from tests.conftest import require_module
 from tests.training.builders import LAYERS, TOP_K, make_turn
 
 torch = require_module("torch", "the 'engine' extra (torch) is not installed")
-require_module("megatron.core", "the 'megatron' extra (megatron-core) is not installed")
-
-from megatron.core.packed_seq_params import PackedSeqParams  # noqa: E402
 
 from dressage.training.megatron_pack import (  # noqa: E402
     pack_megatron,
@@ -42,6 +41,16 @@ def two_turn_sample(rid: int, group: int, n_ctx: int, n_gen: int, reward: float)
     return sample
 
 
+@pytest.fixture(scope="module", autouse=True)
+def megatron_params() -> ModuleType:
+    """``megatron.core.packed_seq_params``, imported by this module's first test, not at collection:
+    importing megatron-core (torch.compile's inductor, wandb) costs ~4 s of CPU, which every process
+    that collects the suite (each xdist worker) would otherwise pay whatever tests it runs."""
+    return require_module(
+        "megatron.core.packed_seq_params", "the 'megatron' extra (megatron-core) is not installed"
+    )
+
+
 @pytest.fixture
 def samples() -> list[TrainSample]:
     out = [
@@ -54,11 +63,11 @@ def samples() -> list[TrainSample]:
     return out
 
 
-def test_packed_seq_params_and_padding(samples: list[TrainSample]) -> None:
+def test_packed_seq_params_and_padding(samples: list[TrainSample], megatron_params: ModuleType) -> None:
     lengths = [int(s.tokens.size) for s in samples]  # 13, 12, 13
     batch = pack_megatron(samples, tp_size=2, pad_multiplier=16)
     params = batch.packed_seq_params
-    assert isinstance(params, PackedSeqParams) and params.qkv_format == "thd"
+    assert isinstance(params, megatron_params.PackedSeqParams) and params.qkv_format == "thd"
     # 38 tokens padded to a multiple of 2 * 16 = 32 -> 64; the tail is one more pseudo-sequence (slime)
     assert batch.num_tokens == 64 and batch.n_tail_pad == 64 - sum(lengths)
     expected_cu = [0, 13, 25, 38, 64]
