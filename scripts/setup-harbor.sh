@@ -33,7 +33,7 @@ find_python312() {
 if py=$(find_python312); then
   [ -x .venv-harbor/bin/python ] || "$py" -m venv .venv-harbor
   .venv-harbor/bin/python -m pip install -q --upgrade pip
-  .venv-harbor/bin/python -m pip install -q -c scripts/harbor-constraints.txt -e '.[harbor]'
+  bash scripts/venv-install.sh .venv-harbor/bin/python -c scripts/harbor-constraints.txt -e '.[harbor]'
   if .venv-harbor/bin/python -c 'import torch' 2>/dev/null; then
     echo "error: torch got into .venv-harbor; the Harbor environment must not pull torch" >&2
     exit 1

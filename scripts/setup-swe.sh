@@ -3,7 +3,7 @@
 # pytest for the system python3 that bubblewrap sandboxes see (/usr), which runs the sample's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pip install -q -e '.[swe]'
+bash scripts/venv-install.sh .venv/bin/python -e '.[swe]'
 if ! /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-pytest >/dev/null

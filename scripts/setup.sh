@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Set up Dressage in ./.venv: Python >= 3.11, torch 2.13.0 (see install_torch: the CPU build unless
 # a GPU is visible), and the package with all extras. Safe to run again.
+#
+# The packages are installed by uv (pinned and hash-checked in scripts/uv-requirements.txt; the same
+# resolution as pip, in a fraction of its time: docs/test-speed.md), with pip where uv cannot be
+# installed. Both leave every package compiled to bytecode, and so does this script for Dressage's own
+# packages (an editable install's sources stay in the checkout): processes then read bytecode instead
+# of compiling from source, also where PYTHONDONTWRITEBYTECODE keeps them from writing any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +38,10 @@ if [ ! -x .venv/bin/python ]; then
   "$(find_python)" -m venv .venv
 fi
 retry .venv/bin/python -m pip install -q --upgrade pip
+if ! .venv/bin/python -m pip install -q --require-hashes -r scripts/uv-requirements.txt; then
+  echo "warning: uv could not be installed (no pinned wheel for this machine?); installing with pip" >&2
+fi
+install() { bash scripts/venv-install.sh .venv/bin/python "$@"; }  # uv, or pip where uv is not there
 TORCH_VERSION=2.13.0
 CPU_INDEX=${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 
@@ -39,11 +49,12 @@ CPU_INDEX=${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 # (pip's find-links; works offline), the CUDA build from PyPI when nvidia-smi sees a GPU, else the
 # CPU build from PyTorch's CPU index.
 install_torch() {
+  # pip for the indexes below: uv would rank --extra-index-url (PyPI: the CUDA build) above --index-url
   local pip=(retry .venv/bin/python -m pip install -q) local_wheels
   local_wheels=$(mktemp -d)
   if .venv/bin/python -m pip download -q --no-index --no-deps "torch==$TORCH_VERSION" -d "$local_wheels" 2>/dev/null; then
     echo "torch $TORCH_VERSION: from the local wheel folder ($(basename "$local_wheels"/torch-*.whl))"
-    "${pip[@]}" "$local_wheels"/torch-*.whl
+    retry install "$local_wheels"/torch-*.whl
   elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "torch $TORCH_VERSION: GPU found (nvidia-smi), installing the CUDA build from PyPI"
     "${pip[@]}" "torch==$TORCH_VERSION"
@@ -57,5 +68,6 @@ install_torch() {
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   install_torch
 fi
-retry .venv/bin/python -m pip install -q -e '.[all]'
+retry install -e '.[all]'
+.venv/bin/python -m compileall -q dressage workers recipes >/dev/null
 echo "Dressage is installed in .venv (dressage-worker: .venv/bin/dressage-worker)"
