@@ -48,8 +48,15 @@ tests carry anyio's marker."""
 
 
 def child_pytest(*args: str) -> list[str]:
-    """The argv of a child ``pytest -q -rs`` over one small module, without the cache or unused plugins."""
-    return [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *UNUSED_PLUGINS, *args]
+    """The argv of a child ``pytest -q -rs`` over one small module, without the cache or unused plugins,
+    with its temporary directory in the working directory (the test's ``tmp_path``): a child given none
+    would number one of its own under the system's temporary directory and, doing so, delete the oldest
+    of the numbered ones there (pytest keeps three), which may be a whole earlier test run's (gigabytes:
+    seconds of this test's time)."""
+    return [
+        *(sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *UNUSED_PLUGINS),
+        *("--basetemp", "child-basetemp", *args),
+    ]
 
 
 COLLECT = """
