@@ -41,8 +41,9 @@ package_version() { # package_version DIR: the version in DIR/package.json (empt
 }
 # installed <command> <npm package> <version>: the command is on PATH and its package under /usr has that
 # version (read from its package.json: running `gemini --version` or `opencode --version` costs seconds)
+NODE_MODULES=/usr/lib/node_modules # where `npm install -g --prefix /usr` puts the packages
 installed() {
-  command -v "$1" >/dev/null 2>&1 && [ "$(package_version "/usr/lib/node_modules/$2")" = "$3" ]
+  command -v "$1" >/dev/null 2>&1 && [ "$(package_version "$NODE_MODULES/$2")" = "$3" ]
 }
 
 wanted=()
@@ -108,10 +109,10 @@ WRAPPER
 chmod 755 /usr/local/bin/mini-swe-agent
 
 # The versions as installed (package.json, dist-info); the external tier runs each CLI.
-echo "agent CLIs: opencode $(package_version /usr/lib/node_modules/opencode-ai)," \
-  "claude $(package_version /usr/lib/node_modules/@anthropic-ai/claude-code)," \
-  "codex $(package_version /usr/lib/node_modules/@openai/codex)," \
-  "gemini $(package_version /usr/lib/node_modules/@google/gemini-cli)," \
+echo "agent CLIs: opencode $(package_version "$NODE_MODULES/opencode-ai")," \
+  "claude $(package_version "$NODE_MODULES/@anthropic-ai/claude-code")," \
+  "codex $(package_version "$NODE_MODULES/@openai/codex")," \
+  "gemini $(package_version "$NODE_MODULES/@google/gemini-cli")," \
   "openclaw $(package_version "$OPENCLAW_DIR/lib/node_modules/openclaw")," \
   "qwen $(package_version "$qwen_pkg")," \
   "mini-swe-agent $(mini_installed && echo 2.4.6)"

@@ -98,6 +98,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def module_tiers(path: Path) -> set[str]:
+    """The tiers :data:`MODULE_TIERS` gives every test under ``path`` (a module or a folder)."""
+    path = path.resolve()
+    rel = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.as_posix()
+    rel += "/" if path.is_dir() else ""  # a folder's prefix ends with its slash
+    return {tier for prefix, tiers in MODULE_TIERS.items() if rel.startswith(prefix) for tier in tiers}
+
+
 def tiers_of(item: pytest.Item) -> set[str]:
     """The tiers a collected test belongs to (empty: the default tier)."""
     found = {m.name for m in item.iter_markers() if m.name in TIERS}
@@ -105,12 +113,7 @@ def tiers_of(item: pytest.Item) -> set[str]:
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
         found |= {PARAM_TIERS[v] for v in callspec.params.values() if isinstance(v, str) and v in PARAM_TIERS}
-    path = Path(str(item.path)).resolve()
-    rel = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.as_posix()
-    for prefix, tiers in MODULE_TIERS.items():
-        if rel.startswith(prefix):
-            found |= set(tiers)
-    return found
+    return found | module_tiers(Path(str(item.path)))
 
 
 def wanted_tiers(config: pytest.Config) -> set[str]:
@@ -135,10 +138,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     that collects (each xdist worker) their imports (Ray for tests/cluster/, TextWorld, the agent CLIs'
     harnesses). Only there: another tier's session may want a test of such a module for a tier it gets
     from its fixtures or parameters (a loop drill on PostgreSQL is slow and postgres)."""
-    if wanted_tiers(config) != {"default"} or not collection_path.is_relative_to(REPO):
-        return None
-    rel = collection_path.relative_to(REPO).as_posix() + ("/" if collection_path.is_dir() else "")
-    return True if any(rel.startswith(prefix) for prefix in MODULE_TIERS) else None
+    if wanted_tiers(config) == {"default"} and module_tiers(collection_path):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -92,15 +92,15 @@ def all_collected() -> dict[str, tuple[list[str], list[str]]]:
     :data:`ARGUMENTS` over :data:`MODULES` (keyed by ARGS) and of :data:`FOLDER_ARGUMENTS` over
     :data:`FOLDER` (keyed by ARGS and the folder): one child process runs ``pytest.main`` once per
     selection."""
-    selections = [(args, []) for args in ARGUMENTS] + [(args, [FOLDER]) for args in FOLDER_ARGUMENTS]
-    cmd = [sys.executable, "-c", COLLECT, json.dumps([(a, p or MODULES) for a, p in selections])]
+    selections = {" ".join(args): (args, MODULES) for args in ARGUMENTS}
+    selections |= {" ".join([*args, FOLDER]): (args, [FOLDER]) for args in FOLDER_ARGUMENTS}
+    cmd = [sys.executable, "-c", COLLECT, json.dumps(list(selections.values()))]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     found = json.loads(out.stdout.strip().splitlines()[-1])
-    keys = [" ".join([*args, *paths]) for args, paths in selections]
-    for key, (code, _, _) in zip(keys, found, strict=True):
+    for key, (code, _, _) in zip(selections, found, strict=True):
         assert code in (0, 5), f"pytest --collect-only {key} exited {code}:\n{out.stdout}"
-    return {key: (ids, dropped) for key, (_, ids, dropped) in zip(keys, found, strict=True)}
+    return {key: (ids, dropped) for key, (_, ids, dropped) in zip(selections, found, strict=True)}
 
 
 def collected(*args: str) -> list[str]:
