@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
         "dressage.cleanup",
         "dressage.commandline",
         "dressage.interrupts",
+        "dressage.tls",
     ),
     # 1. the log, and tokens in / tokens out
     ("dressage.store", "dressage.tito"),

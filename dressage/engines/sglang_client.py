@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
-import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, TypedDict, Unpack
 
@@ -40,6 +38,7 @@ from dressage.engines.protocol import (
     engine_weight_version,
 )
 from dressage.errors import EngineBroadcastError, EngineError, EngineHTTPError
+from dressage.tls import tls_context
 
 _JSON = {"content-type": "application/json"}
 
@@ -106,14 +105,6 @@ class GenerateDelta:
         return self.finish_reason is not None
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """The TLS context of every engine client in this process: httpx's default (certifi's CA bundle,
-    or ``SSL_CERT_FILE``/``SSL_CERT_DIR``), built once. httpx builds one per client otherwise, and
-    loading the CA bundle costs ~40 ms of CPU for each engine of each proxy start."""
-    return httpx.create_ssl_context()
-
-
 ENGINE_POOL = httpx.Limits(max_connections=4096, max_keepalive_connections=4096, keepalive_expiry=4.0)
 """Connections to one engine: as many kept open as requests run at once (an engine batches thousands).
 
@@ -147,7 +138,7 @@ class EngineClient:
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=ENGINE_POOL,
-            verify=_tls_context(),
+            verify=tls_context(),
         )
         url = httpx.URL(self.base_url)
         self._lean = (

@@ -27,6 +27,7 @@ from dressage.config import load_settings
 from dressage.errors import AgentError
 from dressage.harbor.environment import Environment
 from dressage.paddock import SandboxTools
+from dressage.tls import tls_context
 
 
 def run_name_for(environment: Environment) -> str:
@@ -94,7 +95,7 @@ class Agent(BaseAgent):  # type: ignore[misc,unused-ignore]
 
     async def run(self, instruction: str, environment: Any, context: Any) -> None:
         """Open a proxy session for this trial and play the task with the dressage agent."""
-        from openai import AsyncOpenAI
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
         await self.setup(environment)
         sandbox = environment.sandbox
@@ -107,7 +108,9 @@ class Agent(BaseAgent):  # type: ignore[misc,unused-ignore]
         headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
         agent = self._dressage_agent()
         timeout = httpx.Timeout(60, connect=settings.proxy_connect_timeout_s)
-        async with httpx.AsyncClient(base_url=self.proxy_url, headers=headers, timeout=timeout) as http:
+        async with httpx.AsyncClient(
+            base_url=self.proxy_url, headers=headers, timeout=timeout, verify=tls_context()
+        ) as http:
             r = await http.post("/admin/runs", json={"name": run, "config": {"harbor_job": run}})
             r.raise_for_status()
             info = {
@@ -126,7 +129,12 @@ class Agent(BaseAgent):  # type: ignore[misc,unused-ignore]
             )
             r.raise_for_status()
             handle = r.json()
-        client = AsyncOpenAI(base_url=handle["base_url"], api_key=handle["token"], max_retries=2)
+        client = AsyncOpenAI(
+            base_url=handle["base_url"],
+            api_key=handle["token"],
+            max_retries=2,
+            http_client=DefaultAsyncHttpxClient(verify=tls_context()),
+        )
         log = AgentLog()
         ctx = AgentContext(
             task=Task(index=0, id=environment.environment_name, prompt=instruction),

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from dressage.errors import EngineError
+from dressage.tls import tls_context
 
 START_TIMEOUT_S = 180.0
 
@@ -79,7 +80,7 @@ class DevEngineProcess:
         )
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with httpx.AsyncClient(timeout=2.0, verify=tls_context()) as client:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
                     raise EngineError(

@@ -38,6 +38,7 @@ from dressage.paddock import serve_unix_socket_router
 from dressage.proxy.contract import FinalizedSession, Proxy, SessionHandle
 from dressage.store import EventStore, Run
 from dressage.store.records import SessionOpening, SessionOutcome
+from dressage.tls import tls_context
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class FailoverTransport(httpx.AsyncBaseTransport):
         self.key = key
         self.errors = errors
         self.connect_timeout = connect_timeout
-        self.inner = httpx.AsyncHTTPTransport()
+        self.inner = httpx.AsyncHTTPTransport(verify=tls_context())
 
     def _bound_connect(self, request: httpx.Request) -> None:
         """Cap the request's connect timeout at ``connect_timeout``: a caller's own per-request
@@ -233,7 +234,7 @@ class ProxyRing:
     async def _on_every_proxy(self, path: str, body: dict[str, Any]) -> None:
         """POST to each proxy of the ring in turn (no failover: each one must hear it)."""
         for url in self.ring.urls:
-            await self._send(httpx.AsyncHTTPTransport(), url, path, body)
+            await self._send(httpx.AsyncHTTPTransport(verify=tls_context()), url, path, body)
 
     async def create_run(self, name: str, config: Mapping[str, object] | None = None) -> Run:
         """Create (or get) the run through a proxy, so its config records the proxies' model profile."""

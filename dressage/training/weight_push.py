@@ -35,6 +35,7 @@ from dressage.config import load_settings
 from dressage.errors import ConfigError, EngineBroadcastError, TrainingError
 from dressage.store.event_store import EventStore
 from dressage.store.records import Run
+from dressage.tls import tls_context
 
 if TYPE_CHECKING:
     from dressage.engines.sglang_client import EnginePool
@@ -199,7 +200,8 @@ class WeightPusher:
         headers = {"Authorization": f"Bearer {self.admin_token}"}
         try:
             async with httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_s, connect=self.proxy_connect_timeout_s)
+                timeout=httpx.Timeout(self.timeout_s, connect=self.proxy_connect_timeout_s),
+                verify=tls_context(),
             ) as http:
                 resp = await http.post(url, json=body, headers=headers)
         except httpx.HTTPError as e:
