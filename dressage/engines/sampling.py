@@ -23,7 +23,7 @@ import hashlib
 from typing import TYPE_CHECKING
 
 from dressage.engines.protocol import GREEDY_EPS, SamplingParams
-from dressage.errors import EngineError, RequestError
+from dressage.errors import RequestError
 
 if TYPE_CHECKING:
     import torch
@@ -160,23 +160,6 @@ def sample_token(
         keep_V &= torch.zeros_like(keep_V).scatter(0, order, keep_sorted)
     if params.min_p > 0.0:
         keep_V &= probs_V >= probs_V.max() * params.min_p
-    token = draw(torch.where(keep_V, probs_V, torch.zeros_like(probs_V)), generator)
+    filtered_V = torch.where(keep_V, probs_V, torch.zeros_like(probs_V))
+    token = int(torch.multinomial(filtered_V / filtered_V.sum(), 1, generator=generator))
     return SampledToken(token, float(logprobs_V[token]), _top(logprobs_V, top_logprobs_num))
-
-
-def draw(weights_V: torch.Tensor, generator: torch.Generator) -> int:
-    """An index drawn with probability proportional to ``weights_V`` (non-negative), by inverse CDF:
-    one uniform variate against the running sum. ``torch.multinomial`` draws one exponential variate
-    per entry, ~5 ms for a 248k-token vocabulary on one CPU thread, which was most of the dev engine's
-    time per generated token; this takes ~0.25 ms. An entry of weight 0 is never drawn."""
-    import torch
-
-    cdf_V = torch.cumsum(weights_V, dim=0)
-    total = float(cdf_V[-1])
-    if not total > 0.0:  # also NaN
-        raise EngineError(f"no token can be sampled: the allowed tokens' probabilities sum to {total}")
-    at = torch.rand(1, generator=generator, dtype=cdf_V.dtype) * total
-    index = int(torch.searchsorted(cdf_V, at, right=True))
-    if index == weights_V.numel():  # u * total rounded up to total: the entry where the sum reached it
-        index = int(torch.searchsorted(cdf_V, cdf_V[-1:]))
-    return index

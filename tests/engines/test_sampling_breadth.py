@@ -12,8 +12,7 @@ import torch
 
 from dressage.engines import EngineClient, SamplingParams
 from dressage.engines.grammar import GrammarBackend, GrammarSpec
-from dressage.engines.sampling import draw
-from dressage.errors import EngineError, EngineHTTPError, RequestError
+from dressage.errors import EngineHTTPError, RequestError
 from tests.dev_engine import RunningEngine
 
 pytestmark = pytest.mark.anyio
@@ -177,23 +176,3 @@ def test_grammar_spec_refuses_two_grammars() -> None:
         GrammarSpec.from_sampling(SamplingParams(regex="a", ebnf='root ::= "a"'))
     assert GrammarSpec.from_sampling(SamplingParams()) is None
     assert GrammarSpec.from_sampling(SamplingParams(regex="a")) == GrammarSpec("regex", "a")
-
-
-def test_draw_follows_the_weights_and_never_draws_a_zero_weight() -> None:
-    """The inverse-CDF draw behind every sampled token: frequencies follow the weights (4 standard
-    deviations of a binomial), a weight of 0 is never drawn (nor at the top of the running sum), and
-    weights that sum to nothing fail with a message instead of drawing anything."""
-    generator = torch.Generator().manual_seed(7)
-    weights = torch.zeros(248_077)
-    weights[[3, 1000, 248_000]] = torch.tensor([1.0, 2.0, 5.0])
-    n = 8000
-    counts = np.bincount([draw(weights, generator) for _ in range(n)], minlength=weights.numel())
-    assert set(np.nonzero(counts)[0]) <= {3, 1000, 248_000}
-    for index, p in ((3, 1 / 8), (1000, 2 / 8), (248_000, 5 / 8)):
-        assert abs(counts[index] - n * p) < 4 * (n * p * (1 - p)) ** 0.5, (index, counts[index])
-    last = torch.zeros(10)
-    last[[2, 7]] = torch.tensor([1.0, 1e-30])
-    assert {draw(last, generator) for _ in range(200)} == {2}  # 1e-30 adds nothing to a float32 sum
-    for nothing in (torch.zeros(5), torch.full((5,), float("nan"))):
-        with pytest.raises(EngineError, match="no token can be sampled"):
-            draw(nothing, generator)

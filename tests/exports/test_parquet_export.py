@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import datasets
 import duckdb
 import numpy as np
 import polars as pl
@@ -122,6 +121,8 @@ def test_parquet_export_reads_back_exactly(
         _check_turn(row, rich_run.turns[row["session_id"]][row["turn_index"]])
 
     # Hugging Face datasets
+    import datasets  # here, not at the top: only this test's xdist worker pays the import
+
     ds = datasets.load_dataset(
         "parquet", data_files=str(out / "turns.parquet"), split="train", cache_dir=str(tmp_path / "hf")
     )
@@ -136,6 +137,8 @@ def test_parquet_export_reads_back_exactly(
 def _check_samples(store: EventStore, rich_run: RichRun, out: Path, tmp_path: Path) -> None:
     """samples.parquet holds what the trainer materializes, segment by segment."""
     sessions = {s["session_id"]: s for s in pq.read_table(out / "sessions.parquet").to_pylist()}
+    import datasets  # here, not at the top: only this test's xdist worker pays the import
+
     samples = datasets.load_dataset(
         "parquet", data_files=str(out / "samples.parquet"), split="train", cache_dir=str(tmp_path / "hf2")
     )

@@ -48,10 +48,10 @@ def step(client: OpenAI, probe: OpenAI, messages: list[dict[str, Any]], **kw: An
     return r
 
 
-def abandon_mid_stream(base_url: str, token: str, messages: list[dict[str, Any]]) -> None:
-    """Stream a reply (idempotency key ``turn-1``) and close the connection once three tokens
-    arrived: the client goes away mid-stream."""
-    body = {"model": "m", "messages": messages, "max_tokens": 200, "seed": 4, "stream": True,
+def abandon_mid_stream(base_url: str, token: str, messages: list[dict[str, Any]], seed: int = 4) -> None:
+    """Stream a reply (idempotency key ``turn-1``, sampling seed ``seed``) and close the connection
+    once three tokens arrived: the client goes away mid-stream."""
+    body = {"model": "m", "messages": messages, "max_tokens": 200, "seed": seed, "stream": True,
             "logprobs": True, **NOTHINK}  # fmt: skip
     headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "turn-1"}
     received = 0

@@ -6,7 +6,6 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import anthropic
 import httpx
 import openai
 import pytest
@@ -335,6 +334,8 @@ def test_a_forced_call_with_thinking_on_comes_after_the_reasoning(
     kinds = [item.type for item in resp.output]
     assert kinds == ["reasoning", "function_call"] and resp.output[1].name == "ls"  # type: ignore[union-attr]
     root = str(scripted_client.base_url).rstrip("/").removesuffix("/v1")
+    import anthropic  # here, not at the top: only this test's xdist worker pays the import
+
     claude = anthropic.Anthropic(base_url=root, api_key="x", max_retries=0)
     forced_msg = claude.messages.create(
         model="m", max_tokens=256, messages=msgs,  # type: ignore[arg-type]

@@ -13,7 +13,6 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import anthropic
 import httpx
 import pytest
 from openai import OpenAI
@@ -83,6 +82,8 @@ def _assert_one_exact_segment(turns: list[Any], final_messages: list[dict[str, A
 def test_messages_tool_loop_is_token_exact(proxy_s: Harness) -> None:
     run = proxy_s.run()
     s = proxy_s.session(run)
+    import anthropic  # here, not at the top: only this test's xdist worker pays the import
+
     client = anthropic.Anthropic(base_url=s.base_url.removesuffix("/v1"), api_key="ignored", max_retries=0)
     system = [{"type": "text", "text": "You are careful.", "cache_control": {"type": "ephemeral"}}]
     messages: list[dict[str, Any]] = [
@@ -129,6 +130,8 @@ def test_messages_tool_loop_is_token_exact(proxy_s: Harness) -> None:
 
 def test_messages_stream_equals_the_message(proxy_s: Harness) -> None:
     run = proxy_s.run()
+    import anthropic  # here, not at the top: only this test's xdist worker pays the import
+
     client = anthropic.Anthropic(
         base_url=proxy_s.session(run).base_url.removesuffix("/v1"), api_key="x", max_retries=0
     )

@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import anthropic
 import httpx
 import pytest
 from openai import OpenAI
 
 from dressage.tito import get_profile
 from tests.proxy.conftest import Harness
-from tests.proxy.helpers import NOTHINK, TOOLS, abandon_mid_stream
+from tests.proxy.helpers import NOTHINK, TOOLS, abandon_mid_stream, clean_seed
 
 MSGS = [{"role": "system", "content": "Tools."}, {"role": "user", "content": "List the files."}]
 NAMED = {"type": "function", "function": {"name": "ls"}}
@@ -140,8 +139,12 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
     proxy: Harness,
 ) -> None:
     run = proxy.run()
+    # a seed whose 5-token reply re-renders exactly (checked below: the next turn appends to it),
+    # found in a probe session
+    probe = OpenAI(base_url=proxy.session(run).base_url, api_key="x", max_retries=0)
+    seed = clean_seed(probe, MSGS, max_tokens=5, extra_body=NOTHINK)
     s = proxy.session(run)
-    abandon_mid_stream(proxy.server.base_url, s.token, MSGS)  # the client goes away mid-stream
+    abandon_mid_stream(proxy.server.base_url, s.token, MSGS, seed)  # the client goes away mid-stream
     deadline = time.monotonic() + 30
     while not (turns := proxy.store.turns.read(run, session_id=s.session_id)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -155,7 +158,7 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
     # The same request again (same idempotency key): a fresh generation, not a replay of the part.
     client = OpenAI(base_url=s.base_url, api_key="x", max_retries=0)
     r = client.chat.completions.create(
-        model="m", messages=MSGS, max_tokens=5, seed=4, extra_headers={"Idempotency-Key": "turn-1"},
+        model="m", messages=MSGS, max_tokens=5, seed=seed, extra_headers={"Idempotency-Key": "turn-1"},
         extra_body=NOTHINK,
     )  # fmt: skip
     turns = proxy.store.turns.read(run, session_id=s.session_id)
@@ -165,9 +168,11 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
     assert retry.thread_index == 0 and retry.segment_index != aborted.segment_index
     # the retry's lineage goes on as one segment: the next tool-loop turn (a tool result; a new user
     # query would start a segment, Qwen3.5 dropping the reasoning block) appends to it. The reply must
-    # re-render exactly (the template strips surrounding whitespace): seed 4's does.
+    # re-render exactly (the template strips surrounding whitespace): the probe's seed gives one that does.
     content = r.choices[0].message.content or ""
-    assert content and content == content.strip(), f"seed 4's reply {content!r} does not re-render exactly"
+    assert content and content == content.strip(), (
+        f"seed {seed}'s reply {content!r} does not re-render exactly"
+    )
     nxt = [*MSGS, {"role": "assistant", "content": content}]
     nxt.append({"role": "tool", "tool_call_id": "call_1", "content": "a.txt"})
     client.chat.completions.create(model="m", messages=nxt, max_tokens=2, extra_body=NOTHINK)
@@ -177,7 +182,7 @@ def test_client_disconnect_mid_stream_records_the_partial_turn_and_retry_generat
     proxy.restart()
     client = OpenAI(base_url=f"{proxy.server.base_url}/s/{s.token}/v1", api_key="x", max_retries=0)
     again = client.chat.completions.create(
-        model="m", messages=MSGS, max_tokens=5, seed=4, extra_headers={"Idempotency-Key": "turn-1"},
+        model="m", messages=MSGS, max_tokens=5, seed=seed, extra_headers={"Idempotency-Key": "turn-1"},
         extra_body=NOTHINK,
     )  # fmt: skip
     assert again.choices[0].message.content == r.choices[0].message.content  # replayed, not regenerated
@@ -253,6 +258,8 @@ def test_max_tokens_inside_the_thinking_answers_the_partial_reasoning_in_every_d
     )
     assert [item.type for item in resp.output] == ["reasoning"] and resp.output_text == ""
     assert resp.usage and resp.usage.output_tokens_details.reasoning_tokens == resp.usage.output_tokens == 4
+    import anthropic  # here, not at the top: only this test's xdist worker pays the import
+
     a = anthropic.Anthropic(base_url=s.base_url.removesuffix("/v1"), api_key="x", max_retries=0)
     msg = a.messages.create(
         model="m", max_tokens=4, messages=[{"role": "user", "content": "hi"}],
