@@ -13,7 +13,14 @@ from dressage.store import EventStore
 from dressage.store.records import ConsumerCheckpoint, Run
 from dressage.training import StepOptions, Trainer
 from dressage.training.masking import MaskingPolicy
-from dressage.training.torch_backend import TorchBackend, checkpoint_metadata, ppo_clip_tis_loss
+from dressage.training.torch_backend import (
+    TINY_QWEN3_VOCAB,
+    TorchBackend,
+    build_model,
+    checkpoint_metadata,
+    ppo_clip_tis_loss,
+    response_logprobs,
+)
 from tests.training.builders import SegmentSpec, TrajSpec, TurnSpec, build_run, simple
 
 # every field of slime.utils.types.Sample at the pinned commit (Sample.to_dict keys)
@@ -170,3 +177,35 @@ def test_generate_rollout_without_slime_says_what_to_do() -> None:
             generate_rollout(None, 0, None)
     else:
         pytest.skip("slime is installed here")
+
+
+def test_response_logprobs_equal_those_of_the_full_pass_and_keep_their_gradient() -> None:
+    """The trainer runs the output projection on the response's positions only (``logits_to_keep``):
+    the logprobs, the log-distributions and the gradient equal those of a pass over every position, and
+    a model whose forward lacks ``logits_to_keep`` gets the full pass."""
+    model = build_model("tiny-qwen3", seed=3)
+    tokens_L = torch.randint(0, TINY_QWEN3_VOCAB, (23,), generator=torch.Generator().manual_seed(5))
+    R = 6
+    logp_all_RV, logp_R = response_logprobs(model, tokens_L, R)
+    logp_R.sum().backward()
+    grad = model.lm_head.weight.grad.clone()
+    model.zero_grad()
+    full_LV = torch.log_softmax(model(input_ids=tokens_L[None]).logits[0].float(), dim=-1)
+    expected_RV = full_LV[-R - 1 : -1]
+    expected_R = expected_RV.gather(-1, tokens_L[-R:, None])[:, 0]
+    expected_R.sum().backward()
+    assert logp_all_RV.shape == (R, TINY_QWEN3_VOCAB) and logp_R.shape == (R,)
+    torch.testing.assert_close(logp_all_RV, expected_RV, rtol=0, atol=1e-6)
+    torch.testing.assert_close(logp_R, expected_R, rtol=0, atol=1e-6)
+    torch.testing.assert_close(grad, model.lm_head.weight.grad, rtol=0, atol=1e-6)
+
+    class WithoutLogitsToKeep(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids: torch.Tensor) -> object:
+            return self.inner(input_ids=input_ids)
+
+    _, plain_R = response_logprobs(WithoutLogitsToKeep(), tokens_L, R)
+    torch.testing.assert_close(plain_R, expected_R, rtol=0, atol=1e-6)
