@@ -89,6 +89,23 @@ REPO = Path(__file__).resolve().parents[1]
 # would otherwise pay for SQLAlchemy, alembic and the store before collecting anything.
 
 
+GC_THRESHOLDS = (10_000, 20, 50)
+"""The cyclic garbage collector's thresholds in every pytest process (CPython's are 700, 10, 10).
+
+An xdist worker of the default tier holds 0.9-1.1 million tracked objects once torch, transformers,
+the Qwen3.5 vocabulary and a dev engine are loaded, and a full (generation 2) collection walks all of
+them: with CPython's thresholds the three workers spent 29 s in the collector over one default-tier
+run (7-13 s each, most of it in full collections of objects that live as long as the process), with
+these 9 s. A young collection every 10,000 allocations and a full one 50 middle ones apart still
+free every cycle, later (docs/test-speed.md)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import gc
+
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--tier",

@@ -199,7 +199,10 @@ class ProfileTextTokenizer:
         """Load the profile's tokenizer (built offline and cached under ``~/.cache/dressage``)."""
         from dressage.tito.profiles import get_profile
 
-        self._hf = get_profile(profile).tokenizer.hf
+        tokenizer = get_profile(profile).tokenizer
+        self._hf = tokenizer.hf
+        self.vocabulary_file: Path | None = tokenizer.source
+        """The ``tokenizer.json`` this vocabulary was parsed from (keys the grammar backend's disk cache)."""
 
     @property
     def vocabulary(self) -> Any:

@@ -27,10 +27,12 @@ from dressage.errors import TokenizationError
 class Tokenizer:
     """A byte-exact tokenizer: ``encode``/``decode`` plus vocabulary look-ups and a fingerprint."""
 
-    def __init__(self, hf: HFTokenizer, *, name: str = "tokenizer") -> None:
-        """Wrap an already-built HF tokenizer; ``name`` is only used in messages."""
+    def __init__(self, hf: HFTokenizer, *, name: str = "tokenizer", source: Path | None = None) -> None:
+        """Wrap an already-built HF tokenizer; ``name`` is only used in messages, ``source`` is the
+        ``tokenizer.json`` it was loaded from (None when built in memory)."""
         self._hf = hf
         self.name = name
+        self.source = source
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, name: str | None = None) -> Tokenizer:
@@ -41,7 +43,7 @@ class Tokenizer:
             raise TokenizationError(
                 f"cannot load tokenizer file {path}: {e}; check the file is a tokenizer.json"
             ) from e
-        return cls(hf, name=name or Path(path).stem)
+        return cls(hf, name=name or Path(path).stem, source=Path(path))
 
     @classmethod
     def shared(cls, path: str | os.PathLike[str], *, name: str | None = None) -> Tokenizer:
