@@ -159,11 +159,11 @@ def _kept(probs_V: torch.Tensor, params: ResolvedSampling) -> torch.Tensor | Non
     """Which tokens top-k, top-p and min-p keep, or None when they keep every token."""
     import torch
 
-    if params.top_k <= 0 or params.top_k >= probs_V.numel():
-        if params.top_p >= 1.0 and params.min_p <= 0.0:
-            return None
+    top_k_cuts = 0 < params.top_k < probs_V.numel()
+    if not top_k_cuts and params.top_p >= 1.0 and params.min_p <= 0.0:
+        return None
     keep_V = torch.ones_like(probs_V, dtype=torch.bool)
-    if 0 < params.top_k < probs_V.numel():
+    if top_k_cuts:
         kth = torch.topk(probs_V, params.top_k).values[-1]
         keep_V &= probs_V >= kth
     if params.top_p < 1.0:
